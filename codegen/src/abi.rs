@@ -1,0 +1,129 @@
+//! The kernel ABI: `#[repr(C)]` mirrors of `templates/common/abi.h`. Every generated kernel
+//! asserts these sizes at compile time, so a drift between the two fails loudly.
+
+/// FIFO slots per connector (NCCL_STEPS).
+pub const STEPS: usize = 8;
+pub const NPROTOS: usize = 3;
+pub const MAX_TREE_ARITY: usize = 3;
+
+/// Kernel status codes (`JC_OK`, `JC_ERR_*`).
+pub const OK: i32 = 0;
+pub const ERR_ABORTED: i32 = 1;
+pub const ERR_TIMEOUT: i32 = 2;
+/// What a failed wait waited for (`JC_WAIT_*`).
+pub const WAIT_DATA: i32 = 1;
+pub const WAIT_SPACE: i32 = 2;
+
+/// One end of a connector (`struct jc_conn`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Conn {
+    pub buf: [*mut u8; NPROTOS],
+    pub head: *mut u64,
+    pub tail: *mut u64,
+    pub slot_bytes: [u64; NPROTOS],
+    pub step: u64,
+    pub peer: i32,
+    pub connected: i32,
+}
+
+impl Default for Conn {
+    fn default() -> Self {
+        Conn {
+            buf: [std::ptr::null_mut(); NPROTOS],
+            head: std::ptr::null_mut(),
+            tail: std::ptr::null_mut(),
+            slot_bytes: [0; NPROTOS],
+            step: 0,
+            peer: -1,
+            connected: 0,
+        }
+    }
+}
+
+/// Per-channel topology and connectors (`struct jc_channel`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Channel {
+    pub ring_send: Conn,
+    pub ring_recv: Conn,
+    pub tree_up_send: Conn,
+    pub tree_up_recv: Conn,
+    pub tree_down_send: [Conn; MAX_TREE_ARITY],
+    pub tree_down_recv: [Conn; MAX_TREE_ARITY],
+    pub ring_ranks: *const i32,
+    pub ring_index: i32,
+    pub tree_parent: i32,
+    pub tree_nchildren: i32,
+    pub pad: i32,
+}
+
+impl Default for Channel {
+    fn default() -> Self {
+        Channel {
+            ring_send: Conn::default(),
+            ring_recv: Conn::default(),
+            tree_up_send: Conn::default(),
+            tree_up_recv: Conn::default(),
+            tree_down_send: [Conn::default(); MAX_TREE_ARITY],
+            tree_down_recv: [Conn::default(); MAX_TREE_ARITY],
+            ring_ranks: std::ptr::null(),
+            ring_index: 0,
+            tree_parent: -1,
+            tree_nchildren: 0,
+            pad: 0,
+        }
+    }
+}
+
+/// A channel's outcome (`struct jc_status`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Status {
+    pub code: i32,
+    pub peer: i32,
+    pub what: i32,
+    pub pad: i32,
+}
+
+/// Launch arguments (`struct jc_args`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Args {
+    pub sendbuff: *const u8,
+    pub recvbuff: *mut u8,
+    pub count: u64,
+    pub recv_count: u64,
+    pub chunk_elems: u64,
+    pub timeout_ns: u64,
+    pub channels: *mut Channel,
+    pub p2p_send: *mut Conn,
+    pub p2p_recv: *mut Conn,
+    pub status: *mut Status,
+    pub abort_flag: *const i32,
+    pub scalar_f: f64,
+    pub scalar_i: i64,
+    pub nranks: i32,
+    pub rank: i32,
+    pub root: i32,
+    pub nchannels: i32,
+}
+
+/// The sizes the templates assert.
+pub(crate) struct AbiSizes {
+    pub conn: usize,
+    pub channel: usize,
+    pub status: usize,
+    pub args: usize,
+}
+
+impl AbiSizes {
+    pub(crate) fn of_this_build() -> Self {
+        AbiSizes {
+            conn: size_of::<Conn>(),
+            channel: size_of::<Channel>(),
+            status: size_of::<Status>(),
+            args: size_of::<Args>(),
+        }
+    }
+}

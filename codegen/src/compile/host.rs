@@ -1,0 +1,108 @@
+//! The host target's compiler: the system C compiler builds a kernel into a shared object,
+//! which is loaded with libloading.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::abi::Args;
+use crate::compile::CompileError;
+
+/// Flags for every host kernel. No `-march=native`: cached objects may be shared between
+/// machines with different CPUs.
+const CFLAGS: &[&str] = &["-O3", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing"];
+
+/// The system C compiler (`$CC`, else `cc`).
+#[derive(Debug)]
+pub struct HostCompiler {
+    cc: PathBuf,
+    version: String,
+}
+
+/// Finds and identifies the C compiler once per process.
+pub fn host_cc() -> Result<&'static HostCompiler, CompileError> {
+    static CC: OnceLock<Result<HostCompiler, String>> = OnceLock::new();
+    CC.get_or_init(|| {
+        let cc = PathBuf::from(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
+        let out = Command::new(&cc)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("cannot run '{}': {e} (install a C compiler, e.g. gcc, or set CC)", cc.display()))?;
+        let version = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("unknown").trim().to_string();
+        tracing::info!(cc = %cc.display(), %version, "host C compiler");
+        Ok(HostCompiler { cc, version })
+    })
+    .as_ref()
+    .map_err(|reason| CompileError::Unavailable { compiler: "cc", reason: reason.clone() })
+}
+
+impl HostCompiler {
+    /// Identifies the compiler and flags in cache keys.
+    pub fn id(&self) -> String {
+        format!("{} {}", self.version, CFLAGS.join(" "))
+    }
+
+    /// Compiles `source` into the shared object `out` (written atomically: the object
+    /// appears complete or not at all, so concurrent processes can share a cache).
+    pub fn compile(&self, source: &str, name: &str, out: &Path) -> Result<(), CompileError> {
+        let dir = out.parent().ok_or_else(|| CompileError::io("bad output path", std::io::ErrorKind::InvalidInput.into()))?;
+        std::fs::create_dir_all(dir).map_err(|e| CompileError::io(format!("creating {}", dir.display()), e))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".build-")
+            .tempdir_in(dir)
+            .map_err(|e| CompileError::io(format!("creating a build folder in {}", dir.display()), e))?;
+        let c = tmp.path().join("kernel.c");
+        let so = tmp.path().join("kernel.so");
+        std::fs::write(&c, source).map_err(|e| CompileError::io(format!("writing {}", c.display()), e))?;
+        let res = Command::new(&self.cc)
+            .args(CFLAGS)
+            .arg("-o")
+            .arg(&so)
+            .arg(&c)
+            .output()
+            .map_err(|e| CompileError::io(format!("running {}", self.cc.display()), e))?;
+        let log = String::from_utf8_lossy(&res.stderr).into_owned();
+        if !res.status.success() {
+            return Err(CompileError::Failed { compiler: "cc", kernel: name.to_string(), log });
+        }
+        if !log.trim().is_empty() {
+            tracing::debug!(kernel = name, %log, "cc diagnostics");
+        }
+        std::fs::rename(&so, out).map_err(|e| CompileError::io(format!("moving the object to {}", out.display()), e))
+    }
+}
+
+/// A loaded host kernel: `int symbol(const struct jc_args*, int chan)`.
+pub struct HostKernel {
+    entry: unsafe extern "C" fn(*const Args, i32) -> i32,
+    // Keeps the code mapped while `entry` can be called.
+    _lib: libloading::Library,
+}
+
+impl std::fmt::Debug for HostKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HostKernel")
+    }
+}
+
+impl HostKernel {
+    pub fn load(path: &Path, symbol: &str) -> Result<Self, CompileError> {
+        let load_err = |reason: String| CompileError::Load { kernel: symbol.to_string(), reason };
+        // SAFETY: the object is one this crate compiled from generated C; it has no
+        // initializers with side effects.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| load_err(e.to_string()))?;
+        // SAFETY: the generated entry point has exactly this signature (kernel.c).
+        let entry = unsafe { lib.get::<unsafe extern "C" fn(*const Args, i32) -> i32>(symbol.as_bytes()) }
+            .map_err(|e| load_err(e.to_string()))?;
+        Ok(HostKernel { entry: *entry, _lib: lib })
+    }
+
+    /// Runs CTA `chan` to completion on the calling thread; returns a `JC_*` status code.
+    ///
+    /// # Safety
+    /// `args` must describe live buffers and connectors laid out as the ABI says, and no
+    /// other thread may run the same channel of the same communicator concurrently.
+    pub unsafe fn run(&self, args: *const Args, chan: i32) -> i32 {
+        unsafe { (self.entry)(args, chan) }
+    }
+}

@@ -1,0 +1,173 @@
+//! The kernel generator's front door: spec + target -> loaded kernel, compiled lazily and
+//! cached in memory (per process) and on disk (across processes).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::cache::DiskCache;
+use crate::compile::host::{host_cc, HostKernel};
+use crate::compile::nvrtc::{nvrtc, CudaOutput};
+use crate::compile::CompileError;
+use crate::render::render;
+use crate::spec::{CudaArch, KernelSpec, RedOp, Target};
+
+/// Where a kernel came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// Already loaded in this process.
+    Memory,
+    /// Compiled earlier (maybe by another process) and found in the disk cache.
+    Disk,
+    /// Compiled now.
+    Compiled,
+}
+
+/// A compiled CUDA module image.
+#[derive(Debug)]
+pub struct CudaImage {
+    pub arch: CudaArch,
+    pub output: CudaOutput,
+    pub bytes: Vec<u8>,
+}
+
+enum Artifact {
+    Host(Arc<HostKernel>),
+    Cuda(Arc<CudaImage>),
+}
+
+impl Clone for Artifact {
+    fn clone(&self) -> Self {
+        match self {
+            Artifact::Host(k) => Artifact::Host(k.clone()),
+            Artifact::Cuda(i) => Artifact::Cuda(i.clone()),
+        }
+    }
+}
+
+type Slot = Arc<Mutex<Option<Artifact>>>;
+
+/// Compiles and caches kernels. Cheap to share (`Arc`); thread-safe; concurrent requests
+/// for one kernel compile it once.
+pub struct Generator {
+    disk: Option<DiskCache>,
+    loaded: Mutex<HashMap<String, Slot>>,
+}
+
+impl Generator {
+    /// A generator with the given disk cache (`None`: memory only).
+    pub fn new(disk: Option<DiskCache>) -> Self {
+        if let Some(d) = &disk {
+            tracing::debug!(dir = %d.dir().display(), "kernel disk cache");
+        }
+        Generator { disk, loaded: Mutex::new(HashMap::new()) }
+    }
+
+    /// The process-wide generator, with the disk cache from the environment.
+    pub fn global() -> &'static Generator {
+        static G: std::sync::OnceLock<Generator> = std::sync::OnceLock::new();
+        G.get_or_init(|| Generator::new(DiskCache::from_env()))
+    }
+
+    pub fn cache_dir(&self) -> Option<PathBuf> {
+        self.disk.as_ref().map(|d| d.dir().to_path_buf())
+    }
+
+    /// The host kernel for `spec`, compiled if needed.
+    pub fn host_kernel(&self, spec: &KernelSpec) -> Result<(Arc<HostKernel>, Provenance), CompileError> {
+        match self.get(spec, Target::Host, CudaOutput::Cubin)? {
+            (Artifact::Host(k), p) => Ok((k, p)),
+            (Artifact::Cuda(_), _) => unreachable!("host key holds a host kernel"),
+        }
+    }
+
+    /// The CUDA image (CUBIN or PTX) of `spec` for `arch`.
+    pub fn cuda_image(
+        &self,
+        spec: &KernelSpec,
+        arch: CudaArch,
+        output: CudaOutput,
+    ) -> Result<(Arc<CudaImage>, Provenance), CompileError> {
+        match self.get(spec, Target::Cuda(arch), output)? {
+            (Artifact::Cuda(i), p) => Ok((i, p)),
+            (Artifact::Host(_), _) => unreachable!("cuda key holds a cuda image"),
+        }
+    }
+
+    fn get(&self, spec: &KernelSpec, target: Target, output: CudaOutput) -> Result<(Artifact, Provenance), CompileError> {
+        spec.validate_for(target)?;
+        // Custom ops are keyed by their source too: an edited body is a different kernel.
+        let body = match spec.op {
+            Some(RedOp::Custom(c)) => c.body,
+            _ => "",
+        };
+        let key = format!("{spec}|{target}|{output:?}|{body}");
+        let slot = self.loaded.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone();
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = slot.as_ref() {
+            return Ok((a.clone(), Provenance::Memory));
+        }
+        let (artifact, prov) = self.build(spec, target, output)?;
+        *slot = Some(artifact.clone());
+        Ok((artifact, prov))
+    }
+
+    fn build(&self, spec: &KernelSpec, target: Target, output: CudaOutput) -> Result<(Artifact, Provenance), CompileError> {
+        let source = render(spec, target)?;
+        let name = spec.to_string();
+        let t0 = Instant::now();
+        match target {
+            Target::Host => {
+                let cc = host_cc()?;
+                let (path, _tmp);
+                match &self.disk {
+                    Some(d) => {
+                        path = d.path(&source, "host", &cc.id(), "so");
+                        _tmp = None;
+                    }
+                    None => {
+                        let t = tempfile::tempdir().map_err(|e| CompileError::io("creating a temporary folder", e))?;
+                        path = t.path().join("kernel.so");
+                        _tmp = Some(t);
+                    }
+                }
+                let prov = if path.exists() {
+                    Provenance::Disk
+                } else {
+                    cc.compile(&source, &name, &path)?;
+                    Provenance::Compiled
+                };
+                let k = HostKernel::load(&path, &spec.symbol())?;
+                tracing::debug!(kernel = %name, ?prov, ms = t0.elapsed().as_secs_f64() * 1e3, "host kernel ready");
+                Ok((Artifact::Host(Arc::new(k)), prov))
+            }
+            Target::Cuda(arch) => {
+                let nv = nvrtc()?;
+                let ext = match output {
+                    CudaOutput::Cubin => "cubin",
+                    CudaOutput::Ptx => "ptx",
+                };
+                let path = self.disk.as_ref().map(|d| d.path(&source, &target.to_string(), &nv.id(), ext));
+                if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+                    return Ok((Artifact::Cuda(Arc::new(CudaImage { arch, output, bytes })), Provenance::Disk));
+                }
+                let bytes = nv.compile(&source, &name, arch, output)?;
+                if let Some(p) = &path {
+                    write_atomic(p, &bytes)?;
+                }
+                tracing::debug!(kernel = %name, %arch, ms = t0.elapsed().as_secs_f64() * 1e3, "cuda kernel compiled");
+                Ok((Artifact::Cuda(Arc::new(CudaImage { arch, output, bytes })), Provenance::Compiled))
+            }
+        }
+    }
+}
+
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), CompileError> {
+    let dir = path.parent().expect("cache paths have a parent");
+    std::fs::create_dir_all(dir).map_err(|e| CompileError::io(format!("creating {}", dir.display()), e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| CompileError::io("creating a cache file", e))?;
+    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| CompileError::io("writing a cache file", e))?;
+    tmp.persist(path).map_err(|e| CompileError::io(format!("storing {}", path.display()), e.error))?;
+    Ok(())
+}

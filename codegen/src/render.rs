@@ -1,0 +1,143 @@
+//! Renders a kernel's source from the askama templates: the spec decides the datatype and
+//! op snippets and which protocol/algorithm files are included; the target decides the
+//! prelude and the primitives' flavour.
+
+use askama::Template;
+
+use crate::abi::AbiSizes;
+use crate::compile::CompileError;
+use crate::spec::{Algorithm, BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target};
+
+/// How a datatype is stored (`T`) and combined (`C`) in C.
+struct Dtype {
+    storage: &'static str,
+    compute: &'static str,
+    to_c: &'static str,
+    from_c: &'static str,
+}
+
+/// C bodies of the op's functions (see `templates/kernel.c`).
+struct OpSource {
+    combine: String,
+    pre: &'static str,
+    post: &'static str,
+    scalar: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "kernel.c", escape = "none")]
+struct KernelSource<'a> {
+    spec: String,
+    target: String,
+    symbol: String,
+    cuda: bool,
+    proto: &'static str,
+    algo_file: &'static str,
+    dtype: DataType,
+    d: Dtype,
+    op_name: String,
+    op: OpSource,
+    abi: &'a AbiSizes,
+}
+
+fn dtype(d: DataType) -> Dtype {
+    let plain = |ty: &'static str| Dtype { storage: ty, compute: ty, to_c: "v", from_c: "v" };
+    let narrow = |storage, to_c, from_c| Dtype { storage, compute: "float", to_c, from_c };
+    match d {
+        DataType::I8 => plain("jc_i8"),
+        DataType::U8 => plain("jc_u8"),
+        DataType::I32 => plain("jc_i32"),
+        DataType::U32 => plain("jc_u32"),
+        DataType::I64 => plain("jc_i64"),
+        DataType::U64 => plain("jc_u64"),
+        DataType::F32 => plain("float"),
+        DataType::F64 => plain("double"),
+        DataType::F16 => narrow("jc_u16", "jc_f16_to_f32(v)", "jc_f32_to_f16(v)"),
+        DataType::BF16 => narrow("jc_u16", "jc_bf16_to_f32(v)", "jc_f32_to_bf16(v)"),
+        DataType::F8E4M3 => narrow("jc_u8", "jc_e4m3_to_f32(v)", "jc_f32_to_e4m3(v)"),
+        DataType::F8E5M2 => narrow("jc_u8", "jc_e5m2_to_f32(v)", "jc_f32_to_e5m2(v)"),
+    }
+}
+
+/// The unsigned type of an integer's width: integer sums and products wrap, and signed
+/// overflow is undefined in C.
+fn unsigned_of(d: DataType) -> &'static str {
+    match d.size() {
+        1 => "jc_u8",
+        4 => "jc_u32",
+        _ => "jc_u64",
+    }
+}
+
+fn op_source(spec: &KernelSpec) -> OpSource {
+    let d = spec.dtype;
+    let int = d.is_integer();
+    let u = unsigned_of(d);
+    let wrap = |sym: &str| format!("return (C)(({u})a {sym} ({u})b);");
+    let mut src = OpSource {
+        combine: "return a + b;".into(),
+        pre: "return v;",
+        post: "return v;",
+        scalar: if int { "return (C)a->scalar_i;" } else { "return (C)a->scalar_f;" },
+    };
+    match spec.op {
+        // Copy kernels never combine.
+        None => src.combine = "return b;".into(),
+        Some(RedOp::Custom(c)) => src.combine = c.body.to_string(),
+        Some(RedOp::Builtin(b)) => match b {
+            BuiltinOp::Sum if int => src.combine = wrap("+"),
+            BuiltinOp::Sum => {}
+            BuiltinOp::Prod if int => src.combine = wrap("*"),
+            BuiltinOp::Prod => src.combine = "return a * b;".into(),
+            BuiltinOp::Min => src.combine = "return b < a ? b : a;".into(),
+            BuiltinOp::Max => src.combine = "return b > a ? b : a;".into(),
+            BuiltinOp::Avg if int => {
+                src.combine = wrap("+");
+                src.post = "return (C)(v / (C)x->args->nranks);";
+            }
+            BuiltinOp::Avg => src.pre = "return v * x->scalar;",
+            BuiltinOp::PreMulSum if int => {
+                src.combine = wrap("+");
+                src.pre = match d.size() {
+                    1 => "return (C)((jc_u8)v * (jc_u8)x->scalar);",
+                    4 => "return (C)((jc_u32)v * (jc_u32)x->scalar);",
+                    _ => "return (C)((jc_u64)v * (jc_u64)x->scalar);",
+                };
+            }
+            BuiltinOp::PreMulSum => src.pre = "return v * x->scalar;",
+        },
+    }
+    src
+}
+
+fn algo_file(spec: &KernelSpec) -> &'static str {
+    match (spec.coll, spec.algo) {
+        (Collective::AllReduce, Algorithm::Tree) => "all_reduce_tree",
+        (Collective::AllReduce, _) => "all_reduce_ring",
+        (Collective::Broadcast, _) => "broadcast_ring",
+        (Collective::Reduce, _) => "reduce_ring",
+        (Collective::AllGather, _) => "all_gather_ring",
+        (Collective::ReduceScatter, _) => "reduce_scatter_ring",
+        (Collective::SendRecv, _) => "sendrecv",
+    }
+}
+
+/// The complete source of one kernel for one target.
+pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError> {
+    spec.validate_for(target)?;
+    let abi = AbiSizes::of_this_build();
+    let src = KernelSource {
+        spec: spec.to_string(),
+        target: target.to_string(),
+        symbol: spec.symbol(),
+        cuda: matches!(target, Target::Cuda(_)),
+        proto: spec.proto.name(),
+        algo_file: algo_file(spec),
+        dtype: spec.dtype,
+        d: dtype(spec.dtype),
+        op_name: spec.op.map_or_else(|| "none (copy)".to_string(), |o| o.to_string()),
+        op: op_source(spec),
+        abi: &abi,
+    };
+    src.render().map_err(|e| CompileError::Render(e.to_string()))
+}

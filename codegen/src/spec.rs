@@ -1,0 +1,468 @@
+//! Typed kernel specifications: exactly one (collective, algorithm, protocol, datatype,
+//! reduction op) per generated kernel, and the rules that say which combinations exist.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Why a spec cannot be generated, or a name cannot be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSpec(pub String);
+
+fn invalid(msg: impl Into<String>) -> InvalidSpec {
+    InvalidSpec(msg.into())
+}
+
+/// Declares a fieldless enum with its canonical lowercase name, accepted aliases, `ALL`,
+/// `Display` and `FromStr` — the one place the name <-> variant mapping lives.
+macro_rules! named_enum {
+    ($(#[$m:meta])* $name:ident, $what:literal { $($(#[$vm:meta])* $v:ident = $s:literal $(| $alias:literal)*),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vm])* $v),+ }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+            /// Canonical lowercase name (used in spec names and kernel symbols).
+            pub fn name(self) -> &'static str { match self { $($name::$v => $s),+ } }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
+        }
+        impl FromStr for $name {
+            type Err = InvalidSpec;
+            fn from_str(s: &str) -> Result<Self, InvalidSpec> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($s $(| $alias)* => Ok($name::$v),)+
+                    _ => Err(invalid(format!(
+                        concat!("unknown ", $what, " '{}' (expected one of: {})"),
+                        s,
+                        [$($s),+].join(", ")
+                    ))),
+                }
+            }
+        }
+    };
+}
+
+named_enum!(
+    /// A collective operation.
+    Collective, "collective" {
+        AllReduce = "all_reduce" | "allreduce",
+        Broadcast = "broadcast" | "bcast",
+        Reduce = "reduce",
+        AllGather = "all_gather" | "allgather",
+        ReduceScatter = "reduce_scatter" | "reducescatter",
+        SendRecv = "sendrecv" | "send_recv",
+    }
+);
+
+named_enum!(
+    /// How data moves between ranks.
+    Algorithm, "algorithm" {
+        Ring = "ring",
+        Tree = "tree",
+    }
+);
+
+named_enum!(
+    /// Wire protocol of a connector FIFO (NCCL's Simple, LL and LL128).
+    Protocol, "protocol" {
+        /// Bulk slots; the sender posts a tail counter after a fence.
+        Simple = "simple",
+        /// 16-byte lines of two {4-byte data, 4-byte flag} halves: no fence, 50% efficiency.
+        LL = "ll",
+        /// 128-byte lines of 120 data bytes and one 8-byte flag.
+        LL128 = "ll128",
+    }
+);
+
+named_enum!(
+    /// Element type. Names follow Rust; nccl-tests' names are accepted too.
+    DataType, "datatype" {
+        I8 = "i8" | "int8" | "char",
+        U8 = "u8" | "uint8",
+        I32 = "i32" | "int32" | "int",
+        U32 = "u32" | "uint32",
+        I64 = "i64" | "int64",
+        U64 = "u64" | "uint64",
+        F16 = "f16" | "half" | "float16",
+        BF16 = "bf16" | "bfloat16",
+        F32 = "f32" | "float" | "float32",
+        F64 = "f64" | "double" | "float64",
+        /// fp8 e4m3 ("fn": no infinity, saturating conversion).
+        F8E4M3 = "f8e4m3" | "fp8_e4m3" | "e4m3",
+        /// fp8 e5m2 (saturating conversion).
+        F8E5M2 = "f8e5m2" | "fp8_e5m2" | "e5m2",
+    }
+);
+
+impl DataType {
+    pub const fn size(self) -> usize {
+        match self {
+            DataType::I8 | DataType::U8 | DataType::F8E4M3 | DataType::F8E5M2 => 1,
+            DataType::F16 | DataType::BF16 => 2,
+            DataType::I32 | DataType::U32 | DataType::F32 => 4,
+            DataType::I64 | DataType::U64 | DataType::F64 => 8,
+        }
+    }
+    pub fn is_float(self) -> bool {
+        !self.is_integer()
+    }
+    pub fn is_integer(self) -> bool {
+        matches!(
+            self,
+            DataType::I8 | DataType::U8 | DataType::I32 | DataType::U32 | DataType::I64 | DataType::U64
+        )
+    }
+    pub fn is_signed_integer(self) -> bool {
+        matches!(self, DataType::I8 | DataType::I32 | DataType::I64)
+    }
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DataType::F8E4M3 | DataType::F8E5M2)
+    }
+    /// The name nccl-tests prints in its `type` column.
+    pub fn nccl_name(self) -> &'static str {
+        match self {
+            DataType::I8 => "int8",
+            DataType::U8 => "uint8",
+            DataType::I32 => "int32",
+            DataType::U32 => "uint32",
+            DataType::I64 => "int64",
+            DataType::U64 => "uint64",
+            DataType::F16 => "half",
+            DataType::BF16 => "bfloat16",
+            DataType::F32 => "float",
+            DataType::F64 => "double",
+            DataType::F8E4M3 => "f8e4m3",
+            DataType::F8E5M2 => "f8e5m2",
+        }
+    }
+}
+
+named_enum!(
+    /// The built-in reduction operators (custom ones are [`CustomOp`]).
+    BuiltinOp, "reduction op" {
+        Sum = "sum",
+        Prod = "prod",
+        Min = "min",
+        Max = "max",
+        /// Sum divided by the number of ranks (floats: each input pre-scaled by 1/n;
+        /// integers: the sum divided at the end, truncating).
+        Avg = "avg",
+        /// Each rank's input multiplied by that rank's scalar, then summed.
+        PreMulSum = "premulsum",
+    }
+);
+
+/// A user-defined reduction: the extension point the `#[reduction]` proc-macro fills.
+///
+/// `body` is C source for the body of `C combine(C a, C b)` where `C` is the compute type
+/// (the element type itself, `float` for f16/bf16/fp8). The same text serves both targets.
+#[derive(Debug, PartialEq)]
+pub struct CustomOp {
+    /// Identifier-safe name; part of spec names and kernel symbols.
+    pub name: &'static str,
+    /// C statements forming the combine function body; must `return` a value.
+    pub body: &'static str,
+    /// Identity element as a C literal of the compute type (e.g. `0.0f`).
+    pub identity: &'static str,
+    /// Whether `combine(a, b) == combine(b, a)`; tree algorithms require it.
+    pub commutative: bool,
+    /// The element types the body is valid for.
+    pub dtypes: &'static [DataType],
+}
+
+/// A reduction operator: built in or custom.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RedOp {
+    Builtin(BuiltinOp),
+    Custom(&'static CustomOp),
+}
+
+impl RedOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            RedOp::Builtin(b) => b.name(),
+            RedOp::Custom(c) => c.name,
+        }
+    }
+}
+
+impl From<BuiltinOp> for RedOp {
+    fn from(b: BuiltinOp) -> Self {
+        RedOp::Builtin(b)
+    }
+}
+
+impl fmt::Display for RedOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedOp::Builtin(b) => write!(f, "{b}"),
+            RedOp::Custom(c) => write!(f, "custom:{}", c.name),
+        }
+    }
+}
+
+impl Collective {
+    /// Whether the collective combines values (and so needs a reduction op).
+    pub fn reduces(self) -> bool {
+        matches!(self, Collective::AllReduce | Collective::Reduce | Collective::ReduceScatter)
+    }
+    pub fn algorithms(self) -> &'static [Algorithm] {
+        match self {
+            Collective::AllReduce => &[Algorithm::Ring, Algorithm::Tree],
+            _ => &[Algorithm::Ring],
+        }
+    }
+}
+
+/// A CUDA compute capability, e.g. `sm_90` is `CudaArch(90)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CudaArch(pub u32);
+
+impl CudaArch {
+    /// The oldest architecture the CUDA templates support (bf16 conversions need sm_80).
+    pub const MIN: CudaArch = CudaArch(80);
+    /// fp8 conversion instructions exist from sm_89 on.
+    pub const FP8: CudaArch = CudaArch(89);
+}
+
+impl fmt::Display for CudaArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sm_{}", self.0)
+    }
+}
+
+impl FromStr for CudaArch {
+    type Err = InvalidSpec;
+    fn from_str(s: &str) -> Result<Self, InvalidSpec> {
+        let digits = s.trim_start_matches("sm_").trim_start_matches("compute_");
+        let n: u32 = digits
+            .parse()
+            .map_err(|_| invalid(format!("bad CUDA arch '{s}' (expected e.g. sm_90)")))?;
+        if CudaArch(n) < CudaArch::MIN {
+            return Err(invalid(format!("CUDA arch {s} is older than the minimum {}", CudaArch::MIN)));
+        }
+        Ok(CudaArch(n))
+    }
+}
+
+/// Where a kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// The system C compiler; one OS thread per CTA.
+    Host,
+    /// NVRTC for one GPU architecture.
+    Cuda(CudaArch),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Host => f.write_str("host"),
+            Target::Cuda(a) => write!(f, "cuda:{a}"),
+        }
+    }
+}
+
+/// One generated kernel: `coll.algo.proto.dtype[.op]`, e.g. `all_reduce.ring.ll.f32.sum`.
+///
+/// Collectives that only move data (broadcast, all_gather, sendrecv) are specialized for
+/// bytes: their kernels exist for `u8` only and the runtime runs every datatype through them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelSpec {
+    pub coll: Collective,
+    pub algo: Algorithm,
+    pub proto: Protocol,
+    pub dtype: DataType,
+    /// `Some` exactly for reducing collectives.
+    pub op: Option<RedOp>,
+}
+
+impl KernelSpec {
+    /// Builds a spec and checks it is one that can be generated.
+    pub fn new(
+        coll: Collective,
+        algo: Algorithm,
+        proto: Protocol,
+        dtype: DataType,
+        op: Option<RedOp>,
+    ) -> Result<Self, InvalidSpec> {
+        let spec = KernelSpec { coll, algo, proto, dtype, op };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks the combination, saying why it is not generated when it is not.
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        if !self.coll.algorithms().contains(&self.algo) {
+            return Err(invalid(format!(
+                "{} has no {} algorithm (available: {})",
+                self.coll,
+                self.algo,
+                names(self.coll.algorithms())
+            )));
+        }
+        match (self.coll.reduces(), self.op) {
+            (true, None) => {
+                return Err(invalid(format!("{} needs a reduction op", self.coll)));
+            }
+            (false, Some(_)) => {
+                return Err(invalid(format!("{} does not reduce: it takes no op", self.coll)));
+            }
+            (false, None) if self.dtype != DataType::U8 => {
+                return Err(invalid(format!(
+                    "{} only moves bytes: its kernel is specialized for u8 and serves every datatype",
+                    self.coll
+                )));
+            }
+            _ => {}
+        }
+        if let Some(RedOp::Custom(c)) = self.op {
+            if !c.dtypes.contains(&self.dtype) {
+                return Err(invalid(format!(
+                    "custom op '{}' is not defined for {} (defined for: {})",
+                    c.name,
+                    self.dtype,
+                    names(c.dtypes)
+                )));
+            }
+            if !c.commutative && self.algo == Algorithm::Tree {
+                return Err(invalid(format!(
+                    "custom op '{}' is not commutative: the tree algorithm combines in an order \
+                     that is not the rank order; use the ring algorithm",
+                    c.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `target` can compile this spec.
+    pub fn validate_for(&self, target: Target) -> Result<(), InvalidSpec> {
+        self.validate()?;
+        if let Target::Cuda(arch) = target {
+            if self.dtype.is_fp8() && arch < CudaArch::FP8 {
+                return Err(invalid(format!(
+                    "{} needs {} or newer on CUDA (asked for {arch})",
+                    self.dtype,
+                    CudaArch::FP8
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Identifier-safe name, used as the kernel's symbol suffix and cache key part.
+    pub fn symbol(&self) -> String {
+        format!("jitccl_{}", self.to_string().replace(['.', ':'], "_"))
+    }
+
+    /// Every valid spec with a built-in op (custom ops are added by their users).
+    pub fn all() -> Vec<KernelSpec> {
+        let mut out = Vec::new();
+        for &coll in Collective::ALL {
+            for &algo in coll.algorithms() {
+                for &proto in Protocol::ALL {
+                    if coll.reduces() {
+                        for &dtype in DataType::ALL {
+                            for &op in BuiltinOp::ALL {
+                                out.push(KernelSpec { coll, algo, proto, dtype, op: Some(op.into()) });
+                            }
+                        }
+                    } else {
+                        out.push(KernelSpec { coll, algo, proto, dtype: DataType::U8, op: None });
+                    }
+                }
+            }
+        }
+        debug_assert!(out.iter().all(|s| s.validate().is_ok()));
+        out
+    }
+}
+
+fn names<T: fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+impl fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}.{}", self.coll, self.algo, self.proto, self.dtype)?;
+        if let Some(op) = &self.op {
+            write!(f, ".{op}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for KernelSpec {
+    type Err = InvalidSpec;
+    /// Parses `coll.algo.proto.dtype[.op]` with a built-in op.
+    fn from_str(s: &str) -> Result<Self, InvalidSpec> {
+        let parts: Vec<&str> = s.split('.').collect();
+        if !(parts.len() == 4 || parts.len() == 5) {
+            return Err(invalid(format!(
+                "bad kernel spec '{s}': expected coll.algo.proto.dtype[.op], e.g. all_reduce.ring.ll.f32.sum"
+            )));
+        }
+        let op = match parts.get(4) {
+            Some(o) => Some(RedOp::Builtin(o.parse()?)),
+            None => None,
+        };
+        KernelSpec::new(parts[0].parse()?, parts[1].parse()?, parts[2].parse()?, parts[3].parse()?, op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for spec in KernelSpec::all() {
+            let parsed: KernelSpec = spec.to_string().parse().unwrap();
+            assert_eq!(parsed, spec);
+        }
+    }
+
+    #[test]
+    fn invalid_combinations_say_why() {
+        let e = "broadcast.tree.ll.u8".parse::<KernelSpec>().unwrap_err();
+        assert!(e.0.contains("no tree algorithm"), "{e}");
+        let e = "all_reduce.ring.ll.f32".parse::<KernelSpec>().unwrap_err();
+        assert!(e.0.contains("needs a reduction op"), "{e}");
+        let e = "all_gather.ring.ll.f32".parse::<KernelSpec>().unwrap_err();
+        assert!(e.0.contains("only moves bytes"), "{e}");
+        let e = "all_reduce.ring.xx.f32.sum".parse::<KernelSpec>().unwrap_err();
+        assert!(e.0.contains("unknown protocol 'xx'"), "{e}");
+        let fp8: KernelSpec = "all_reduce.ring.ll.f8e4m3.max".parse().unwrap();
+        assert!(fp8.validate_for(Target::Cuda(CudaArch(80))).is_err());
+        assert!(fp8.validate_for(Target::Cuda(CudaArch(90))).is_ok());
+        assert!(fp8.validate_for(Target::Host).is_ok());
+    }
+
+    #[test]
+    fn custom_op_rules() {
+        static NC: CustomOp = CustomOp {
+            name: "first",
+            body: "return a;",
+            identity: "0.0f",
+            commutative: false,
+            dtypes: &[DataType::F32],
+        };
+        let op = Some(RedOp::Custom(&NC));
+        let tree = KernelSpec::new(Collective::AllReduce, Algorithm::Tree, Protocol::LL, DataType::F32, op);
+        assert!(tree.unwrap_err().0.contains("not commutative"));
+        let ring = KernelSpec::new(Collective::AllReduce, Algorithm::Ring, Protocol::LL, DataType::F32, op);
+        assert_eq!(ring.unwrap().to_string(), "all_reduce.ring.ll.f32.custom:first");
+        let wrong = KernelSpec::new(Collective::Reduce, Algorithm::Ring, Protocol::LL, DataType::I32, op);
+        assert!(wrong.unwrap_err().0.contains("not defined for i32"));
+    }
+
+    #[test]
+    fn spec_count() {
+        // 3 reducing collectives (all_reduce with 2 algorithms) x 3 protos x 12 dtypes x 6 ops,
+        // plus 3 byte-moving collectives x 3 protos.
+        assert_eq!(KernelSpec::all().len(), 4 * 3 * 12 * 6 + 3 * 3);
+    }
+}

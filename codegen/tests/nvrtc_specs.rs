@@ -1,0 +1,182 @@
+//! Every valid kernel spec compiles with NVRTC for the CUDA target: CUBIN for sm_80 (fp8
+//! specs excluded: they need sm_89, and the spec rules must reject them) and for sm_90.
+//!
+//! Needs NVRTC (scripts/setup-nvrtc.sh, or JITCCL_NVRTC_PATH), not a GPU. Without NVRTC the
+//! tests are skipped with a message, unless JITCCL_REQUIRE_NVRTC=1 makes that a failure.
+//! Run with `--nocapture` to see the timing.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use jitccl_codegen::compile::nvrtc::{nvrtc, CudaOutput, Nvrtc};
+use jitccl_codegen::{CompileError, CudaArch, Generator, KernelSpec, Target};
+
+const SM80: CudaArch = CudaArch(80);
+const SM90: CudaArch = CudaArch(90);
+/// Parallel NVRTC compiles (the test machines have 2 cores).
+const WORKERS: usize = 2;
+/// Compiler logs shown when compiles fail.
+const SHOWN_LOGS: usize = 3;
+const MAX_LOG_CHARS: usize = 4000;
+
+/// NVRTC, or `None` (test skipped) unless JITCCL_REQUIRE_NVRTC=1.
+fn nvrtc_or_skip(test: &str) -> Option<&'static Nvrtc> {
+    match nvrtc() {
+        Ok(nv) => Some(nv),
+        Err(e) if std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+            panic!("JITCCL_REQUIRE_NVRTC=1 but {e}")
+        }
+        Err(e) => {
+            println!("skipping {test}: {e}");
+            None
+        }
+    }
+}
+
+/// Every (spec, arch) to compile; asserts on the way that sm_80 rejects exactly the fp8
+/// specs (and that the generator refuses them without compiling).
+fn jobs(generator: &Generator) -> Vec<(KernelSpec, CudaArch)> {
+    let mut jobs = Vec::new();
+    for spec in KernelSpec::all() {
+        assert!(
+            spec.validate_for(Target::Cuda(SM90)).is_ok(),
+            "{spec} rejected for {SM90}"
+        );
+        jobs.push((spec, SM90));
+        if spec.dtype.is_fp8() {
+            assert!(
+                spec.validate_for(Target::Cuda(SM80)).is_err(),
+                "{spec} accepted for {SM80}, which has no fp8 conversions"
+            );
+            match generator.cuda_image(&spec, SM80, CudaOutput::Cubin) {
+                Err(CompileError::Spec(_)) => {}
+                other => panic!("{spec} for {SM80}: expected a spec error, got {other:?}"),
+            }
+        } else {
+            assert!(
+                spec.validate_for(Target::Cuda(SM80)).is_ok(),
+                "{spec} rejected for {SM80}"
+            );
+            jobs.push((spec, SM80));
+        }
+    }
+    jobs
+}
+
+fn shorten(log: &str) -> String {
+    if log.chars().count() <= MAX_LOG_CHARS {
+        return log.to_owned();
+    }
+    let head: String = log.chars().take(MAX_LOG_CHARS).collect();
+    format!("{head}\n[... log truncated]")
+}
+
+#[test]
+fn every_spec_compiles_to_cubin_for_sm80_and_sm90() {
+    let Some(nv) = nvrtc_or_skip("every_spec_compiles_to_cubin_for_sm80_and_sm90") else {
+        return;
+    };
+    let generator = Generator::new(None);
+    let jobs = jobs(&generator);
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::<(String, String)>::new());
+    let busy = Mutex::new(Duration::ZERO);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..WORKERS {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(spec, arch)) = jobs.get(i) else {
+                    break;
+                };
+                let t0 = Instant::now();
+                let outcome = generator.cuda_image(&spec, arch, CudaOutput::Cubin);
+                *busy.lock().unwrap() += t0.elapsed();
+                let problem = match outcome {
+                    Ok((image, _)) if image.bytes.starts_with(b"\x7fELF") => continue,
+                    Ok(_) => "the CUBIN is not an ELF image".to_owned(),
+                    Err(CompileError::Failed { log, .. }) => log,
+                    Err(e) => e.to_string(),
+                };
+                failures
+                    .lock()
+                    .unwrap()
+                    .push((format!("{spec} for {arch}"), problem));
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    let busy = *busy.lock().unwrap();
+    println!(
+        "nvrtc {} ({}): {} kernels to CUBIN (sm_80 and sm_90) in {:.1} s with {WORKERS} workers, \
+         {:.0} ms per kernel",
+        nv.id(),
+        nv.location(),
+        jobs.len(),
+        elapsed.as_secs_f64(),
+        busy.as_secs_f64() * 1e3 / jobs.len() as f64
+    );
+    let mut failures = failures.into_inner().unwrap();
+    if !failures.is_empty() {
+        failures.sort();
+        let names: Vec<&str> = failures.iter().map(|(k, _)| k.as_str()).collect();
+        let logs: Vec<String> = failures
+            .iter()
+            .take(SHOWN_LOGS)
+            .map(|(k, log)| format!("--- {k}:\n{}", shorten(log)))
+            .collect();
+        panic!(
+            "{} of {} kernels failed to compile: {}\n\nfirst logs:\n{}",
+            failures.len(),
+            jobs.len(),
+            names.join(", "),
+            logs.join("\n")
+        );
+    }
+}
+
+#[test]
+fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
+    let Some(_) = nvrtc_or_skip("ptx_holds_the_kernel_entry_and_the_protocol_instructions") else {
+        return;
+    };
+    let generator = Generator::new(None);
+    let ptx_of = |name: &str| {
+        let spec: KernelSpec = name.parse().unwrap();
+        let (image, _) = generator
+            .cuda_image(&spec, SM90, CudaOutput::Ptx)
+            .unwrap_or_else(|e| panic!("{e}"));
+        (
+            spec,
+            String::from_utf8(image.bytes.clone()).expect("PTX is text"),
+        )
+    };
+
+    let (spec, ptx) = ptx_of("all_reduce.ring.ll.f32.sum");
+    assert!(
+        ptx.contains(&format!(".visible .entry {}(", spec.symbol())),
+        "no entry {} in\n{ptx}",
+        spec.symbol()
+    );
+    assert!(ptx.contains(".target sm_90"));
+    // LL: a line moves as one 16-byte access; the steps are posted with release order.
+    for insn in [
+        "ld.volatile.global.v2.u64",
+        "st.volatile.global.v2.u64",
+        "st.release.sys.u64",
+        "bar.sync",
+    ] {
+        assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
+    }
+
+    let (spec, ptx) = ptx_of("reduce.ring.ll128.f8e4m3.sum");
+    assert!(ptx.contains(&spec.symbol()));
+    for insn in [
+        "ld.acquire.sys.u64",
+        "cvt.rn.satfinite.e4m3x2.f32",
+        "cvt.rn.f16x2.e4m3x2",
+    ] {
+        assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
+    }
+}

@@ -1,0 +1,1 @@
+//! Procedural macros for jitccl (custom reductions arrive with `#[reduction]`).

@@ -1,0 +1,591 @@
+//! Communicators: a rank's view of a group, and the collectives it runs. Each operation is
+//! validated (an error changes nothing), tuned identically on every rank, compiled (once)
+//! by the generator, and launched on the caller's stream as one CTA per channel.
+
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use jitccl_codegen::abi::{self, Args, Channel, Conn, Status};
+use jitccl_codegen::{Collective, CustomOp, DataType, Generator, KernelSpec, RedOp};
+
+use crate::config::{Config, Resolved};
+use crate::device::{Device, DeviceBuffer};
+use crate::element::Element;
+use crate::error::{invalid, Error, Result};
+use crate::graph;
+use crate::stream::{Cta, Stream};
+use crate::transport::p2p::Fifo;
+use crate::tune;
+
+/// A reduction operator as the caller names it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Op {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    /// Sum divided by the number of ranks.
+    Avg,
+    /// Each rank's input multiplied by this rank's scalar, then summed. For integer types
+    /// the scalar must be a whole number.
+    PreMulSum(f64),
+    /// A user-defined reduction (see `#[jitccl::reduction]`).
+    Custom(&'static CustomOp),
+}
+
+impl Op {
+    pub fn custom(op: &'static CustomOp) -> Op {
+        Op::Custom(op)
+    }
+
+    fn red_op(self) -> RedOp {
+        use jitccl_codegen::BuiltinOp as B;
+        match self {
+            Op::Sum => B::Sum.into(),
+            Op::Prod => B::Prod.into(),
+            Op::Min => B::Min.into(),
+            Op::Max => B::Max.into(),
+            Op::Avg => B::Avg.into(),
+            Op::PreMulSum(_) => B::PreMulSum.into(),
+            Op::Custom(c) => RedOp::Custom(c),
+        }
+    }
+}
+
+/// A fixed table that kernels update in place (connector step counters, statuses).
+struct KernelTable<T>(UnsafeCell<Box<[T]>>);
+
+// SAFETY: the table is written only by the kernels of one communicator, which run one at
+// a time (CommInner::exec), and read by the runtime between them.
+unsafe impl<T> Send for KernelTable<T> {}
+unsafe impl<T> Sync for KernelTable<T> {}
+
+impl<T> KernelTable<T> {
+    fn new(v: Vec<T>) -> Self {
+        KernelTable(UnsafeCell::new(v.into_boxed_slice()))
+    }
+    fn ptr(&self) -> *mut T {
+        // SAFETY: see the Sync impl.
+        unsafe { (*self.0.get()).as_mut_ptr() }
+    }
+}
+
+/// Point-to-point connectors from one rank to another, created on first use.
+struct P2pLink {
+    _fifos: Vec<Fifo>,
+    send: KernelTable<Conn>,
+    recv: KernelTable<Conn>,
+}
+
+/// What the communicators created together share: connector memory and ring orders.
+struct World {
+    cfg: Resolved,
+    _fifos: Vec<Fifo>,
+    _ring_ranks: Vec<Box<[i32]>>,
+    p2p: Mutex<HashMap<(usize, usize), Arc<P2pLink>>>,
+}
+
+impl World {
+    fn p2p(&self, src: usize, dst: usize) -> Result<Arc<P2pLink>> {
+        let mut map = self.p2p.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = map.get(&(src, dst)) {
+            return Ok(l.clone());
+        }
+        let fifos = (0..self.cfg.nchannels).map(|_| Fifo::new(self.cfg.slot_bytes)).collect::<Result<Vec<_>>>()?;
+        let (send, recv): (Vec<Conn>, Vec<Conn>) = fifos.iter().map(|f| f.ends(src, dst)).unzip();
+        let link = Arc::new(P2pLink { _fifos: fifos, send: KernelTable::new(send), recv: KernelTable::new(recv) });
+        tracing::debug!("p2p connection {src} -> {dst} over {} channel(s)", self.cfg.nchannels);
+        map.insert((src, dst), link.clone());
+        Ok(link)
+    }
+}
+
+struct CommInner {
+    rank: usize,
+    nranks: usize,
+    device: Device,
+    world: Arc<World>,
+    channels: KernelTable<Channel>,
+    status: KernelTable<Status>,
+    abort: AtomicI32,
+    /// One kernel of this communicator at a time: they share connector state.
+    exec: Mutex<()>,
+}
+
+/// One rank of a communicator.
+#[derive(Clone)]
+pub struct Comm {
+    inner: Arc<CommInner>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Comm(rank {} of {})", self.inner.rank, self.inner.nranks)
+    }
+}
+
+/// Raw launch arguments moved to the stream thread.
+struct SendArgs(Args);
+// SAFETY: the pointers in Args stay valid until the task ends (buffers and connectors are
+// kept alive by the task), and kernels synchronize their own accesses.
+unsafe impl Send for SendArgs {}
+unsafe impl Sync for SendArgs {}
+
+/// One validated operation, ready to launch.
+struct Launch {
+    coll: Collective,
+    dtype: DataType,
+    op: Option<Op>,
+    /// `args.count`, in elements of `dtype`.
+    count: usize,
+    recv_count: usize,
+    root: usize,
+    send: *const u8,
+    recv: *mut u8,
+    keep: Vec<Arc<dyn Send + Sync>>,
+    /// Per-rank bytes, for tuning.
+    bytes: usize,
+    send_peer: Option<usize>,
+    recv_peer: Option<usize>,
+}
+
+fn elems_fit<T: Element>(what: &str, buf: &DeviceBuffer<T>, need: usize) -> Result<()> {
+    if buf.len() < need {
+        return invalid(format!("{what} holds {} elements, {need} are needed", buf.len()));
+    }
+    Ok(())
+}
+
+fn overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+impl Comm {
+    /// Creates `nranks` communicators in this process (one per rank, each with its own
+    /// host device), connected through shared memory.
+    pub fn init_all(nranks: usize, config: &Config) -> Result<Vec<Comm>> {
+        crate::logging::init();
+        if nranks == 0 {
+            return invalid("a communicator needs at least one rank");
+        }
+        let cfg = config.resolve()?;
+        let nch = cfg.nchannels;
+        let mut channels = vec![vec![Channel::default(); nch]; nranks];
+        let mut fifos = Vec::new();
+        let mut ring_ranks = Vec::new();
+        for c in 0..nch {
+            let order = graph::ring(nranks, c);
+            let ranks: Box<[i32]> = order.iter().map(|&r| r as i32).collect();
+            for (pos, &r) in order.iter().enumerate() {
+                channels[r][c].ring_index = pos as i32;
+                channels[r][c].ring_ranks = ranks.as_ptr();
+            }
+            ring_ranks.push(ranks);
+            if nranks > 1 {
+                for pos in 0..nranks {
+                    let (from, to) = (order[pos], order[(pos + 1) % nranks]);
+                    let f = Fifo::new(cfg.slot_bytes)?;
+                    (channels[from][c].ring_send, channels[to][c].ring_recv) = f.ends(from, to);
+                    fifos.push(f);
+                }
+            }
+            let tree = graph::tree(nranks, c);
+            for r in 0..nranks {
+                channels[r][c].tree_parent = tree.parent[r].map_or(-1, |p| p as i32);
+                channels[r][c].tree_nchildren = tree.children[r].len() as i32;
+                for (k, &child) in tree.children[r].iter().enumerate() {
+                    let up = Fifo::new(cfg.slot_bytes)?;
+                    (channels[child][c].tree_up_send, channels[r][c].tree_down_recv[k]) = up.ends(child, r);
+                    let down = Fifo::new(cfg.slot_bytes)?;
+                    (channels[r][c].tree_down_send[k], channels[child][c].tree_up_recv) = down.ends(r, child);
+                    fifos.extend([up, down]);
+                }
+            }
+        }
+        tracing::info!(
+            "init_all: {nranks} ranks in one process, {nch} channel(s), slots {:?} B, timeout {:?}",
+            cfg.slot_bytes,
+            cfg.timeout
+        );
+        let world = Arc::new(World { cfg, _fifos: fifos, _ring_ranks: ring_ranks, p2p: Mutex::new(HashMap::new()) });
+        Ok(channels
+            .into_iter()
+            .enumerate()
+            .map(|(rank, chans)| Comm {
+                inner: Arc::new(CommInner {
+                    rank,
+                    nranks,
+                    device: Device::host(rank),
+                    world: world.clone(),
+                    channels: KernelTable::new(chans),
+                    status: KernelTable::new(vec![Status::default(); nch]),
+                    abort: AtomicI32::new(0),
+                    exec: Mutex::new(()),
+                }),
+            })
+            .collect())
+    }
+
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+    pub fn nranks(&self) -> usize {
+        self.inner.nranks
+    }
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// Stops this rank's running operations (they end with [`Error::Aborted`]) and refuses
+    /// new ones. Peers waiting on this rank fail by their timeout.
+    pub fn abort(&self) {
+        tracing::warn!("rank {}: communicator aborted", self.inner.rank);
+        self.inner.abort.store(1, Ordering::Release);
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.inner.abort.load(Ordering::Acquire) != 0
+    }
+
+    /// `recv[i] = op over ranks of send[i]` for `i < count`. In place when `send` and
+    /// `recv` are the same buffer.
+    pub fn all_reduce<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        op: Op,
+        stream: &Stream,
+    ) -> Result<()> {
+        elems_fit("all_reduce send buffer", send, count)?;
+        elems_fit("all_reduce recv buffer", recv, count)?;
+        self.check_same_or_disjoint("all_reduce", send, recv)?;
+        self.submit(self.launch(Collective::AllReduce, Some(op), count, send, recv), stream)
+    }
+
+    /// Copies `count` elements of `send` on `root` into `recv` on every rank.
+    pub fn broadcast<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        elems_fit("broadcast recv buffer", recv, count)?;
+        if self.rank() == root {
+            elems_fit("broadcast send buffer", send, count)?;
+            self.check_same_or_disjoint("broadcast", send, recv)?;
+        }
+        let mut l = self.launch(Collective::Broadcast, None, count, send, recv);
+        l.root = root;
+        self.submit(l, stream)
+    }
+
+    /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
+    /// not touched elsewhere).
+    pub fn reduce<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        op: Op,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        elems_fit("reduce send buffer", send, count)?;
+        if self.rank() == root {
+            elems_fit("reduce recv buffer", recv, count)?;
+            self.check_same_or_disjoint("reduce", send, recv)?;
+        }
+        let mut l = self.launch(Collective::Reduce, Some(op), count, send, recv);
+        l.root = root;
+        self.submit(l, stream)
+    }
+
+    /// Gathers every rank's `count` elements of `send` into `recv` (rank r's at
+    /// `r * count`). In place when `send` is `recv`'s slice at `rank * count`.
+    pub fn all_gather<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        elems_fit("all_gather send buffer", send, count)?;
+        let total = self.total(count)?;
+        elems_fit("all_gather recv buffer", recv, total)?;
+        self.check_in_place_block("all_gather", send, recv, count)?;
+        let mut l = self.launch(Collective::AllGather, None, count, send, recv);
+        l.bytes = total * size_of::<T>();
+        self.submit(l, stream)
+    }
+
+    /// Reduces every rank's `send` (nranks blocks of `count`) and leaves block `rank` of the
+    /// result in `recv`. In place when `recv` is `send`'s slice at `rank * count`.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        op: Op,
+        stream: &Stream,
+    ) -> Result<()> {
+        let total = self.total(count)?;
+        elems_fit("reduce_scatter send buffer", send, total)?;
+        elems_fit("reduce_scatter recv buffer", recv, count)?;
+        self.check_in_place_block("reduce_scatter", recv, send, count)?;
+        let mut l = self.launch(Collective::ReduceScatter, Some(op), count, send, recv);
+        l.bytes = total * size_of::<T>();
+        self.submit(l, stream)
+    }
+
+    /// Sends `count` elements of `buf` to `peer` (which must post a matching receive).
+    pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.sendrecv_impl(Some((buf, count, peer)), None, stream)
+    }
+
+    /// Receives `count` elements from `peer` into `buf`.
+    pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.sendrecv_impl(None, Some((buf, count, peer)), stream)
+    }
+
+    /// Sends `send_count` elements of `send` to `to` while receiving `recv_count` from
+    /// `from` into `recv`, in one launch (so that exchanges in a cycle cannot deadlock).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        send_count: usize,
+        to: usize,
+        recv: &DeviceBuffer<T>,
+        recv_count: usize,
+        from: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.sendrecv_impl(Some((send, send_count, to)), Some((recv, recv_count, from)), stream)
+    }
+
+    fn sendrecv_impl<T: Element>(
+        &self,
+        send: Option<(&DeviceBuffer<T>, usize, usize)>,
+        recv: Option<(&DeviceBuffer<T>, usize, usize)>,
+        stream: &Stream,
+    ) -> Result<()> {
+        let size = size_of::<T>();
+        let mut l = Launch {
+            coll: Collective::SendRecv,
+            dtype: T::DTYPE,
+            op: None,
+            count: 0,
+            recv_count: 0,
+            root: 0,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            keep: Vec::new(),
+            bytes: 0,
+            send_peer: None,
+            recv_peer: None,
+        };
+        if let Some((buf, count, peer)) = send {
+            self.check_peer(peer)?;
+            elems_fit("send buffer", buf, count)?;
+            (l.count, l.send, l.send_peer) = (count, buf.as_ptr(), Some(peer));
+            l.keep.push(buf.keep_alive());
+            l.bytes = count * size;
+        }
+        if let Some((buf, count, peer)) = recv {
+            self.check_peer(peer)?;
+            elems_fit("recv buffer", buf, count)?;
+            (l.recv_count, l.recv, l.recv_peer) = (count, buf.as_ptr(), Some(peer));
+            l.keep.push(buf.keep_alive());
+            l.bytes = l.bytes.max(count * size);
+        }
+        if let (Some((s, sc, _)), Some((r, rc, _))) = (send, recv) {
+            let (sr, rr) = (s.byte_range(), r.byte_range());
+            if sc > 0 && rc > 0 && overlap(&(sr.start..sr.start + sc * size), &(rr.start..rr.start + rc * size)) {
+                return invalid("sendrecv send and recv buffers overlap");
+            }
+        }
+        self.submit(l, stream)
+    }
+
+    fn launch<T: Element>(
+        &self,
+        coll: Collective,
+        op: Option<Op>,
+        count: usize,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+    ) -> Launch {
+        Launch {
+            coll,
+            dtype: T::DTYPE,
+            op,
+            count,
+            recv_count: 0,
+            root: 0,
+            send: send.as_ptr(),
+            recv: recv.as_ptr(),
+            keep: vec![send.keep_alive(), recv.keep_alive()],
+            bytes: count * size_of::<T>(),
+            send_peer: None,
+            recv_peer: None,
+        }
+    }
+
+    fn total(&self, count: usize) -> Result<usize> {
+        count
+            .checked_mul(self.nranks())
+            .ok_or_else(|| Error::InvalidArgument(format!("count {count} x {} ranks overflows", self.nranks())))
+    }
+
+    fn check_root(&self, root: usize) -> Result<()> {
+        if root >= self.nranks() {
+            return invalid(format!("root {root} is not a rank of this {}-rank communicator", self.nranks()));
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        if peer >= self.nranks() {
+            return invalid(format!("peer {peer} is not a rank of this {}-rank communicator", self.nranks()));
+        }
+        Ok(())
+    }
+
+    /// In place means the very same start; any other overlap is an error.
+    fn check_same_or_disjoint<T: Element>(&self, what: &str, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>) -> Result<()> {
+        let (ra, rb) = (a.byte_range(), b.byte_range());
+        if ra.start != rb.start && overlap(&ra, &rb) {
+            return invalid(format!("{what}: send and recv buffers overlap without being the same (in place)"));
+        }
+        Ok(())
+    }
+
+    /// `small` may overlap `big` only as its block `rank` (NCCL's in-place convention).
+    fn check_in_place_block<T: Element>(
+        &self,
+        what: &str,
+        small: &DeviceBuffer<T>,
+        big: &DeviceBuffer<T>,
+        count: usize,
+    ) -> Result<()> {
+        let (rs, rb) = (small.byte_range(), big.byte_range());
+        let block = rb.start + self.rank() * count * size_of::<T>();
+        let rs = rs.start..rs.start + count * size_of::<T>();
+        if count > 0 && overlap(&rs, &rb) && rs.start != block {
+            return invalid(format!(
+                "{what}: buffers overlap; in place, the per-rank buffer must be block {} of the full one",
+                self.rank()
+            ));
+        }
+        Ok(())
+    }
+
+    fn submit(&self, l: Launch, stream: &Stream) -> Result<()> {
+        let me = &self.inner;
+        let name = l.coll.name();
+        if self.is_aborted() {
+            return Err(Error::InvalidUsage(format!("{name} on rank {}: the communicator was aborted", me.rank)));
+        }
+        if stream.device() != &me.device {
+            return invalid(format!("{name}: the stream is on {:?}, the communicator on {:?}", stream.device(), me.device));
+        }
+        if l.count == 0 && l.recv_count == 0 {
+            return Ok(());
+        }
+        if let (Some(Op::PreMulSum(s)), true) = (l.op, l.dtype.is_integer()) {
+            if s.fract() != 0.0 || !s.is_finite() {
+                return invalid(format!("PreMulSum scalar {s} is not a whole number, as {} needs", l.dtype));
+            }
+        }
+        // Collectives that only move data run as bytes.
+        let (kdtype, scale) = if l.coll.reduces() { (l.dtype, 1) } else { (DataType::U8, l.dtype.size()) };
+        let cfg = &me.world.cfg;
+        let choice = tune::choose(l.coll, l.bytes, kdtype.size(), me.nranks, cfg);
+        let spec = KernelSpec::new(l.coll, choice.algo, choice.proto, kdtype, l.op.map(Op::red_op))
+            .map_err(|e| Error::InvalidArgument(format!("{name} with {}: {e}", l.dtype)))?;
+        let (kernel, _) = Generator::global().host_kernel(&spec)?;
+
+        let (mut p2p_send, mut p2p_recv) = (std::ptr::null_mut(), std::ptr::null_mut());
+        let mut keep = l.keep;
+        if let Some(peer) = l.send_peer {
+            let link = me.world.p2p(me.rank, peer)?;
+            p2p_send = link.send.ptr();
+            keep.push(link);
+        }
+        if let Some(peer) = l.recv_peer {
+            let link = me.world.p2p(peer, me.rank)?;
+            p2p_recv = link.recv.ptr();
+            keep.push(link);
+        }
+        let scalar_f = match l.op {
+            Some(Op::PreMulSum(s)) => s,
+            Some(Op::Avg) => 1.0 / me.nranks as f64,
+            _ => 0.0,
+        };
+        let args = SendArgs(Args {
+            sendbuff: l.send,
+            recvbuff: l.recv,
+            count: (l.count * scale) as u64,
+            recv_count: (l.recv_count * scale) as u64,
+            chunk_elems: choice.chunk_elems,
+            timeout_ns: cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            channels: me.channels.ptr(),
+            p2p_send,
+            p2p_recv,
+            status: me.status.ptr(),
+            abort_flag: me.abort.as_ptr(),
+            scalar_f,
+            scalar_i: scalar_f as i64,
+            nranks: me.nranks as i32,
+            rank: me.rank as i32,
+            root: l.root as i32,
+            nchannels: choice.nchannels as i32,
+        });
+        let inner = self.inner.clone();
+        let nch = choice.nchannels;
+        tracing::trace!("rank {}: enqueue {spec} x {} elements", me.rank, l.count);
+        stream.enqueue(Box::new(move |pool| {
+            let _keep = keep;
+            let _one_at_a_time = inner.exec.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: statuses are only written by this communicator's kernels, not running now.
+            unsafe { std::slice::from_raw_parts_mut(inner.status.ptr(), nch) }.fill(Status::default());
+            let args = Arc::new(args);
+            let cta: Cta = Arc::new(move |c| {
+                // SAFETY: args describe live buffers and connectors (kept alive above); each
+                // channel runs on exactly one thread.
+                unsafe { kernel.run(&args.0, c as i32) }
+            });
+            let codes = pool.run(nch, cta)?;
+            match codes.iter().position(|&c| c != abi::OK) {
+                None => Ok(()),
+                Some(chan) => {
+                    // SAFETY: the kernels have finished.
+                    let st = unsafe { *inner.status.ptr().add(chan) };
+                    Err(kernel_error(name, inner.rank, chan, st, inner.world.cfg.timeout.as_secs_f64()))
+                }
+            }
+        }))
+    }
+}
+
+fn kernel_error(op: &str, rank: usize, channel: usize, st: Status, timeout_s: f64) -> Error {
+    match st.code {
+        abi::ERR_ABORTED => Error::Aborted { op: op.to_string(), rank },
+        abi::ERR_TIMEOUT => Error::Timeout {
+            op: op.to_string(),
+            rank,
+            channel,
+            peer: st.peer,
+            waiting: if st.what == abi::WAIT_SPACE { "a free FIFO slot at" } else { "data from" },
+            timeout_s,
+        },
+        code => Error::Internal(format!("{op} on rank {rank}: kernel returned unknown status {code}")),
+    }
+}

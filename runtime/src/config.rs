@@ -1,0 +1,114 @@
+//! Communicator configuration: what the caller sets, completed from the environment
+//! (JITCCL_* variables, as NCCL_* ones for NCCL) and checked once at init.
+
+use std::time::Duration;
+
+use jitccl_codegen::abi::NPROTOS;
+use jitccl_codegen::{Algorithm, Protocol};
+
+use crate::error::{Error, Result};
+
+/// What a communicator is created with. `None` fields come from the environment, then
+/// from defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Channels (CTAs) per rank; `JITCCL_NCHANNELS`. Default 2.
+    pub nchannels: Option<usize>,
+    /// Force an algorithm where the collective has it; `JITCCL_ALGO`.
+    pub algo: Option<Algorithm>,
+    /// Force a protocol; `JITCCL_PROTO`.
+    pub proto: Option<Protocol>,
+    /// Longest wait on a peer without progress before an operation fails; `JITCCL_TIMEOUT`
+    /// (seconds). Default 300 s.
+    pub timeout: Option<Duration>,
+    /// FIFO slot size in bytes per protocol (Simple, LL, LL128); `JITCCL_BUFFSIZE` sets
+    /// Simple's (the others scale with it).
+    pub slot_bytes: Option<[usize; NPROTOS]>,
+}
+
+/// A complete configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resolved {
+    pub nchannels: usize,
+    pub algo: Option<Algorithm>,
+    pub proto: Option<Protocol>,
+    pub timeout: Duration,
+    pub slot_bytes: [usize; NPROTOS],
+}
+
+/// Most channels a rank may use (each is a CTA: a thread on the host).
+pub const MAX_CHANNELS: usize = 32;
+const DEFAULT_SIMPLE_SLOT: usize = 128 << 10;
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse_env<T>(name: &str, parse: impl FnOnce(&str) -> std::result::Result<T, String>) -> Result<Option<T>> {
+    env(name)
+        .map(|v| parse(v.trim()).map_err(|e| Error::InvalidArgument(format!("{name}='{v}': {e}"))))
+        .transpose()
+}
+
+/// Slot sizes of the three protocols from Simple's: LL and LL128 slots carry less data
+/// per byte and are latency protocols, so they get smaller slots (NCCL's ratio is ~1:8).
+fn slots_from_simple(simple: usize) -> [usize; NPROTOS] {
+    let ll = (simple / 8).max(16) / 16 * 16;
+    let ll128 = (simple / 2).max(128) / 128 * 128;
+    [simple, ll, ll128]
+}
+
+impl Config {
+    pub(crate) fn resolve(&self) -> Result<Resolved> {
+        let nchannels = match self.nchannels {
+            Some(n) => Some(n),
+            None => parse_env("JITCCL_NCHANNELS", |v| v.parse::<usize>().map_err(|e| e.to_string()))?,
+        }
+        .unwrap_or(2);
+        if nchannels == 0 || nchannels > MAX_CHANNELS {
+            return Err(Error::InvalidArgument(format!("nchannels must be 1..={MAX_CHANNELS}, got {nchannels}")));
+        }
+        let algo = match self.algo {
+            Some(a) => Some(a),
+            None => parse_env("JITCCL_ALGO", |v| v.parse::<Algorithm>().map_err(|e| e.to_string()))?,
+        };
+        let proto = match self.proto {
+            Some(p) => Some(p),
+            None => parse_env("JITCCL_PROTO", |v| v.parse::<Protocol>().map_err(|e| e.to_string()))?,
+        };
+        let timeout = match self.timeout {
+            Some(t) => t,
+            None => parse_env("JITCCL_TIMEOUT", |v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|s| *s > 0.0 && s.is_finite())
+                    .map(Duration::from_secs_f64)
+                    .ok_or_else(|| "expected a positive number of seconds".to_string())
+            })?
+            .unwrap_or(Duration::from_secs(300)),
+        };
+        if timeout.is_zero() {
+            return Err(Error::InvalidArgument("timeout must be positive".into()));
+        }
+        let slot_bytes = match self.slot_bytes {
+            Some(s) => s,
+            None => slots_from_simple(
+                parse_env("JITCCL_BUFFSIZE", |v| v.parse::<usize>().map_err(|e| e.to_string()))?
+                    .map(|b| b / jitccl_codegen::abi::STEPS)
+                    .unwrap_or(DEFAULT_SIMPLE_SLOT),
+            ),
+        };
+        let min = [64, 16, 128];
+        for p in 0..NPROTOS {
+            if slot_bytes[p] < min[p] || slot_bytes[p] % min[p] != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "{} slot size {} must be a positive multiple of {} bytes",
+                    Protocol::ALL[p],
+                    slot_bytes[p],
+                    min[p]
+                )));
+            }
+        }
+        Ok(Resolved { nchannels, algo, proto, timeout, slot_bytes })
+    }
+}

@@ -1,0 +1,38 @@
+//! Errors, in NCCL's kinds: a caller mistake (InvalidArgument / InvalidUsage) changes
+//! nothing; a peer that stops answering, an abort or a failed compile end the operation.
+
+use jitccl_codegen::CompileError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad argument (count, buffer size, root, peer, op for a datatype, ...). Nothing was done.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A call that is not allowed in the communicator's state (destroyed, aborted, ...).
+    #[error("invalid usage: {0}")]
+    InvalidUsage(String),
+    /// A kernel could not be generated, compiled or loaded.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// A wait on a peer made no progress within the timeout.
+    #[error("{op} on rank {rank}: no progress for {timeout_s} s on channel {channel} waiting for {waiting} rank {peer}")]
+    Timeout { op: String, rank: usize, channel: usize, peer: i32, waiting: &'static str, timeout_s: f64 },
+    /// The communicator was aborted while the operation ran.
+    #[error("{op} on rank {rank} was aborted")]
+    Aborted { op: String, rank: usize },
+    /// The operation or target is not available in this build or on this machine.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// An OS call failed.
+    #[error("system error: {context}: {source}")]
+    System { context: String, source: std::io::Error },
+    /// A bug in jitccl.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn invalid<T>(msg: impl Into<String>) -> Result<T> {
+    Err(Error::InvalidArgument(msg.into()))
+}

@@ -1,0 +1,21 @@
+//! jitccl-runtime: host devices and streams, communicators and their collectives, graph
+//! search, transports and tuning. Kernels come from `jitccl-codegen`.
+
+mod comm;
+mod config;
+mod device;
+mod element;
+mod error;
+pub mod graph;
+mod logging;
+mod stream;
+mod transport;
+pub mod tune;
+
+pub use comm::{Comm, Op};
+pub use config::{Config, MAX_CHANNELS};
+pub use device::{Device, DeviceBuffer};
+pub use element::Element;
+pub use error::{Error, Result};
+pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
+pub use stream::Stream;

@@ -1,0 +1,53 @@
+//! Choosing how to run a collective: algorithm, protocol, channels and chunk size. For now
+//! a size rule (small: latency protocols on one channel; large: Simple on all channels),
+//! overridable by the configuration (JITCCL_ALGO / JITCCL_PROTO). The inputs are the same
+//! on every rank, so every rank makes the same choice.
+
+use jitccl_codegen::{Algorithm, Collective, Protocol};
+
+use crate::config::Resolved;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub algo: Algorithm,
+    pub proto: Protocol,
+    pub nchannels: usize,
+    /// Elements per FIFO step.
+    pub chunk_elems: u64,
+}
+
+/// Data bytes one FIFO step of `proto` carries.
+pub(crate) fn step_capacity(proto: Protocol, slot_bytes: usize) -> usize {
+    match proto {
+        Protocol::Simple => slot_bytes,
+        Protocol::LL => slot_bytes / 16 * 8,
+        Protocol::LL128 => slot_bytes / 128 * 120,
+    }
+}
+
+/// The choice for `coll` moving `bytes` (the per-rank buffer size) in elements of
+/// `elem_size` bytes.
+pub(crate) fn choose(coll: Collective, bytes: usize, elem_size: usize, nranks: usize, cfg: &Resolved) -> Choice {
+    let algo = match cfg.algo {
+        Some(a) if coll.algorithms().contains(&a) => a,
+        _ if coll == Collective::AllReduce && nranks > 2 && bytes <= 16 << 10 => Algorithm::Tree,
+        _ => Algorithm::Ring,
+    };
+    let proto = cfg.proto.unwrap_or(if bytes <= 64 << 10 {
+        Protocol::LL
+    } else if bytes <= 1 << 20 {
+        Protocol::LL128
+    } else {
+        Protocol::Simple
+    });
+    // Point-to-point always spreads over every channel: sender and receiver must split a
+    // message the same way although each launch may pair it with a different other half.
+    let nchannels = if coll == Collective::SendRecv || bytes > 256 << 10 { cfg.nchannels } else { 1 };
+    let chunk_elems = (step_capacity(proto, cfg.slot_bytes[proto as usize]) / elem_size) as u64;
+    let choice = Choice { algo, proto, nchannels, chunk_elems };
+    tracing::debug!(
+        "{coll} {bytes} B x {nranks} ranks: {algo}/{proto}, {nchannels} channel(s), {chunk_elems} elements/step ({})",
+        if cfg.algo.is_some() || cfg.proto.is_some() { "forced by config" } else { "size rule" }
+    );
+    choice
+}

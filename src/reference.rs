@@ -1,0 +1,182 @@
+//! Plain reference results for checking collectives (used by the tests and by `jitccl perf`
+//! to count wrong elements). Inputs are small whole numbers (and powers of two for
+//! products) chosen so that every datatype, fp8 included, holds every partial result
+//! exactly: any reduction order gives the same bits, and a mismatch is a real error.
+//! Float Avg scales by 1/n, which is inexact; it is compared within a tolerance.
+
+use jitccl_runtime::{DataType, Element, Op};
+
+/// An element type the reference can compute with.
+pub trait RefElement: Element {
+    /// Converts an exactly representable value.
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+    /// Wraps an integer result to the type (floats: plain conversion).
+    fn from_i128_wrapping(v: i128) -> Self;
+    /// The exact value of an integer (floats: truncated).
+    fn to_i128(self) -> i128;
+    /// Relative precision, for the Avg tolerance (0 for integers).
+    const EPS: f64;
+}
+
+macro_rules! int_ref {
+    ($($t:ty),+) => {$(
+        impl RefElement for $t {
+            fn from_f64(v: f64) -> Self { v as $t }
+            fn to_f64(self) -> f64 { self as f64 }
+            fn from_i128_wrapping(v: i128) -> Self { v as $t }
+            fn to_i128(self) -> i128 { self as i128 }
+            const EPS: f64 = 0.0;
+        }
+    )+};
+}
+int_ref!(i8, u8, i32, u32, i64, u64);
+
+macro_rules! float_ref {
+    ($($t:ty: $from:expr, $to:expr, $eps:expr);+ $(;)?) => {$(
+        impl RefElement for $t {
+            fn from_f64(v: f64) -> Self { $from(v) }
+            fn to_f64(self) -> f64 { $to(self) }
+            fn from_i128_wrapping(v: i128) -> Self { $from(v as f64) }
+            fn to_i128(self) -> i128 { $to(self) as i128 }
+            const EPS: f64 = $eps;
+        }
+    )+};
+}
+float_ref!(
+    f32: |v: f64| v as f32, |x: f32| x as f64, f32::EPSILON as f64;
+    f64: |v: f64| v, |x: f64| x, f64::EPSILON;
+    half::f16: half::f16::from_f64, half::f16::to_f64, 0.000977;
+    half::bf16: half::bf16::from_f64, half::bf16::to_f64, 0.0079;
+    float8::F8E4M3: float8::F8E4M3::from_f64, |x: float8::F8E4M3| float8::F8E4M3::to_f64(&x), 0.125;
+    float8::F8E5M2: float8::F8E5M2::from_f64, |x: float8::F8E5M2| float8::F8E5M2::to_f64(&x), 0.25;
+);
+
+/// The PreMulSum scalar rank `rank` uses in checks: +-2, exact in every type.
+pub fn premul_scalar(rank: usize) -> f64 {
+    if rank % 2 == 0 {
+        2.0
+    } else {
+        -2.0
+    }
+}
+
+/// The op rank `rank` passes in checks (PreMulSum carries that rank's scalar).
+pub fn op_for_rank(op: Op, rank: usize) -> Op {
+    match op {
+        Op::PreMulSum(_) => Op::PreMulSum(premul_scalar(rank)),
+        other => other,
+    }
+}
+
+/// Input element `i` of rank `rank` for a check of `op` over `T`.
+pub fn input<T: RefElement>(op: Option<Op>, rank: usize, i: usize) -> T {
+    let d = T::DTYPE;
+    let h = (i.wrapping_mul(7) + rank.wrapping_mul(13) + 3) as i64;
+    let v = match op {
+        Some(Op::Prod) => {
+            // Products of up to 8 ranks stay exact (and wrap alike for integers).
+            let pick: &[f64] = if d.is_float() {
+                &[1.0, -1.0, 2.0, 0.5, 1.0]
+            } else if d.is_signed_integer() {
+                &[1.0, -1.0, 2.0, 3.0, 1.0]
+            } else {
+                &[1.0, 2.0, 3.0, 1.0, 1.0]
+            };
+            pick[(h % 5) as usize]
+        }
+        _ => {
+            let span = match d {
+                DataType::F8E5M2 => 1,
+                DataType::F8E4M3 => 2,
+                _ => 5,
+            };
+            let v = (h % (2 * span + 1)) as f64;
+            if d.is_signed_integer() || d.is_float() {
+                v - span as f64
+            } else {
+                v
+            }
+        }
+    };
+    T::from_f64(v)
+}
+
+/// Rank `rank`'s `count` inputs.
+pub fn inputs<T: RefElement>(op: Option<Op>, rank: usize, count: usize) -> Vec<T> {
+    (0..count).map(|i| input(op, rank, i)).collect()
+}
+
+/// The reduction of element `i` over `nranks` ranks, as the kernels define it.
+pub fn reduced<T: RefElement>(op: Op, nranks: usize, i: usize) -> T {
+    let xs: Vec<T> = (0..nranks).map(|r| input(Some(op), r, i)).collect();
+    if T::DTYPE.is_integer() {
+        let v: Vec<i128> = xs.iter().map(|x| x.to_i128()).collect();
+        let wrap = |v: i128| T::from_i128_wrapping(v);
+        match op {
+            Op::Sum => wrap(v.iter().sum()),
+            Op::Prod => wrap(v.iter().product()),
+            Op::Min => wrap(*v.iter().min().expect("ranks")),
+            Op::Max => wrap(*v.iter().max().expect("ranks")),
+            Op::Avg => {
+                // The sum wraps in T, then divides (truncating) by the rank count.
+                let s = wrap(v.iter().sum()).to_i128();
+                wrap(s / nranks as i128)
+            }
+            Op::PreMulSum(_) => wrap(
+                (0..nranks)
+                    .map(|r| wrap(v[r] * premul_scalar(r) as i128).to_i128())
+                    .sum(),
+            ),
+            Op::Custom(c) => panic!("custom op {} has no built-in reference", c.name),
+        }
+    } else {
+        let v: Vec<f64> = xs.iter().map(|x| x.to_f64()).collect();
+        T::from_f64(match op {
+            Op::Sum => v.iter().sum(),
+            Op::Prod => v.iter().product(),
+            Op::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
+            Op::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            Op::Avg => v.iter().sum::<f64>() / nranks as f64,
+            Op::PreMulSum(_) => (0..nranks).map(|r| v[r] * premul_scalar(r)).sum(),
+            Op::Custom(c) => panic!("custom op {} has no built-in reference", c.name),
+        })
+    }
+}
+
+/// Whether `got` is the right result `want` of `op` over `nranks` ranks.
+pub fn matches<T: RefElement>(got: T, want: T, op: Option<Op>, nranks: usize) -> bool {
+    if matches!(op, Some(Op::Avg)) && T::DTYPE.is_float() {
+        // Each of n inputs is scaled by a rounded 1/n and each partial sum rounded.
+        let tol = T::EPS * 4.0 * (nranks as f64 + 1.0) * 5.0;
+        (got.to_f64() - want.to_f64()).abs() <= tol
+    } else {
+        got == want || (got.to_f64().is_nan() && want.to_f64().is_nan())
+    }
+}
+
+/// Number of positions where `got` differs from `want`.
+pub fn count_wrong<T: RefElement>(got: &[T], want: &[T], op: Option<Op>, nranks: usize) -> usize {
+    got.iter().zip(want).filter(|(g, w)| !matches(**g, **w, op, nranks)).count() + got.len().abs_diff(want.len())
+}
+
+/// Calls `$f::<T>($args)` with `T` the Rust type of the runtime datatype `$d`.
+#[macro_export]
+macro_rules! with_element_type {
+    ($d:expr, $f:ident ( $($args:expr),* )) => {
+        match $d {
+            $crate::DataType::I8 => $f::<i8>($($args),*),
+            $crate::DataType::U8 => $f::<u8>($($args),*),
+            $crate::DataType::I32 => $f::<i32>($($args),*),
+            $crate::DataType::U32 => $f::<u32>($($args),*),
+            $crate::DataType::I64 => $f::<i64>($($args),*),
+            $crate::DataType::U64 => $f::<u64>($($args),*),
+            $crate::DataType::F16 => $f::<$crate::half::f16>($($args),*),
+            $crate::DataType::BF16 => $f::<$crate::half::bf16>($($args),*),
+            $crate::DataType::F32 => $f::<f32>($($args),*),
+            $crate::DataType::F64 => $f::<f64>($($args),*),
+            $crate::DataType::F8E4M3 => $f::<$crate::float8::F8E4M3>($($args),*),
+            $crate::DataType::F8E5M2 => $f::<$crate::float8::F8E5M2>($($args),*),
+        }
+    };
+}

@@ -1,0 +1,26 @@
+/* SendRecv: `count` elements to the p2p_send peer and `recv_count` from the p2p_recv peer
+   (either may be absent), one step of each in turn so that any pattern of pairs (a ring,
+   an exchange, a send to self) progresses within the FIFO depth. */
+static JC_DEVICE int jc_run(struct jc_ctx* x) {
+  const struct jc_args* a = x->args;
+  const T* in = (const T*)a->sendbuff;
+  T* out = (T*)a->recvbuff;
+  struct jc_conn* s = a->p2p_send ? &a->p2p_send[x->chan] : 0;
+  struct jc_conn* r = a->p2p_recv ? &a->p2p_recv[x->chan] : 0;
+  jc_u64 sb = 0, se = 0, rb = 0, re = 0;
+  if (s) jc_channel_range(a->count, x->chan, a->nchannels, &sb, &se);
+  if (r) jc_channel_range(a->recv_count, x->chan, a->nchannels, &rb, &re);
+  while (sb < se || rb < re) {
+    if (sb < se) {
+      jc_u64 len = jc_min(a->chunk_elems, se - sb);
+      JC_CHECK(jc_send(x, s, in + sb, len, 0));
+      sb += len;
+    }
+    if (rb < re) {
+      jc_u64 len = jc_min(a->chunk_elems, re - rb);
+      JC_CHECK(jc_recv(x, r, out + rb, len));
+      rb += len;
+    }
+  }
+  return JC_OK;
+}

@@ -1,0 +1,67 @@
+/* The kernel ABI shared with the runtime (runtime/src/abi.rs mirrors it field by field; the
+   sizes are asserted at the end of every generated kernel). Independent of target and spec. */
+#define JC_STEPS 8
+#define JC_NPROTOS 3
+#define JC_MAX_TREE_ARITY 3
+
+/* Error codes a kernel returns (and records in its channel's jc_status). */
+#define JC_OK 0
+#define JC_ERR_ABORTED 1
+#define JC_ERR_TIMEOUT 2
+
+/* What a failed wait was waiting for. */
+#define JC_WAIT_DATA 1  /* data from the peer (its tail / line flags) */
+#define JC_WAIT_SPACE 2 /* the peer to free a FIFO slot (its head) */
+
+/* One end of a connector. The FIFO lives with the receiver; the sender writes into it.
+   head/tail point at the same two counters from both ends. */
+struct jc_conn {
+  char* buf[JC_NPROTOS];          /* per protocol: JC_STEPS slots of slot_bytes[p] bytes */
+  jc_u64* head;                   /* steps consumed by the receiver (the sender waits on it) */
+  jc_u64* tail;                   /* steps posted by the sender (Simple's receiver waits on it) */
+  jc_u64 slot_bytes[JC_NPROTOS];
+  jc_u64 step;                    /* this end's step count; kept across launches */
+  jc_i32 peer;                    /* the rank at the other end, for error reports */
+  jc_i32 connected;
+};
+
+struct jc_channel {
+  struct jc_conn ring_send;       /* to the next ring position */
+  struct jc_conn ring_recv;       /* from the previous ring position */
+  struct jc_conn tree_up_send;    /* to the tree parent */
+  struct jc_conn tree_up_recv;    /* from the tree parent (down phase) */
+  struct jc_conn tree_down_send[JC_MAX_TREE_ARITY];
+  struct jc_conn tree_down_recv[JC_MAX_TREE_ARITY];
+  const jc_i32* ring_ranks;       /* user rank at each ring position */
+  jc_i32 ring_index;              /* this rank's ring position */
+  jc_i32 tree_parent;             /* -1 at the tree root */
+  jc_i32 tree_nchildren;
+  jc_i32 pad;
+};
+
+struct jc_status {
+  jc_i32 code;                    /* JC_OK or JC_ERR_* */
+  jc_i32 peer;                    /* who the failed wait was waiting on */
+  jc_i32 what;                    /* JC_WAIT_* */
+  jc_i32 pad;
+};
+
+struct jc_args {
+  const void* sendbuff;
+  void* recvbuff;
+  jc_u64 count;                   /* elements; per rank for all_gather / reduce_scatter */
+  jc_u64 recv_count;              /* sendrecv: elements to receive */
+  jc_u64 chunk_elems;             /* elements per FIFO step, within every protocol's slot */
+  jc_u64 timeout_ns;              /* longest wait without progress */
+  struct jc_channel* channels;
+  struct jc_conn* p2p_send;       /* sendrecv: one per channel, or null */
+  struct jc_conn* p2p_recv;
+  struct jc_status* status;       /* one per channel */
+  const jc_i32* abort_flag;
+  double scalar_f;                /* PreMulSum / Avg multiplier, float types */
+  jc_i64 scalar_i;                /* PreMulSum multiplier, integer types */
+  jc_i32 nranks;
+  jc_i32 rank;
+  jc_i32 root;
+  jc_i32 nchannels;
+};

@@ -1,0 +1,67 @@
+/* Per-CTA context and the bounded wait every primitive uses: polls with the prelude's
+   jc_relax, and gives up on abort or after timeout_ns without progress, recording which peer
+   it waited for. Target-independent. */
+struct jc_ctx {
+  const struct jc_args* args;
+  int chan;
+  C scalar;                       /* pre-op multiplier (PreMulSum, float Avg) */
+  jc_u64 wait_start;              /* when the current wait started, 0 if not timing */
+};
+
+static JC_DEVICE JC_INLINE int jc_mod(int v, int n) { v %= n; return v < 0 ? v + n : v; }
+static JC_DEVICE JC_INLINE jc_u64 jc_min(jc_u64 a, jc_u64 b) { return a < b ? a : b; }
+
+/* Ring position of user rank `rank` on channel `ch`. */
+static JC_DEVICE int jc_ring_pos(const struct jc_channel* ch, int nranks, int rank) {
+  for (int i = 0; i < nranks; i++) if (ch->ring_ranks[i] == rank) return i;
+  return 0;
+}
+
+/* Called while a wait has not succeeded; nonzero (a JC_ERR_*) ends the kernel. */
+static JC_DEVICE int jc_check(struct jc_ctx* x, jc_u64 spins, int peer, int what) {
+  int code = JC_OK;
+  if ((spins & 255) != 0) return JC_OK;
+  if (jc_load_flag(x->args->abort_flag)) {
+    code = JC_ERR_ABORTED;
+  } else {
+    jc_u64 now = jc_now_ns();
+    if (x->wait_start == 0) x->wait_start = now;
+    else if (now - x->wait_start > x->args->timeout_ns) code = JC_ERR_TIMEOUT;
+  }
+  if (code != JC_OK) {
+    struct jc_status* st = &x->args->status[x->chan];
+    st->code = code;
+    st->peer = peer;
+    st->what = what;
+  }
+  return code;
+}
+
+/* Waits until *p >= v. */
+static JC_DEVICE int jc_wait_ge(struct jc_ctx* x, jc_u64* p, jc_u64 v, int peer, int what) {
+  jc_u64 spins = 0;
+  while (jc_load_acquire(p) < v) {
+    int e = jc_check(x, ++spins, peer, what);
+    if (e) return e;
+    jc_relax(spins);
+  }
+  x->wait_start = 0;
+  return JC_OK;
+}
+
+/* The sender may fill slot `step` once the receiver has consumed step - JC_STEPS. */
+static JC_DEVICE int jc_wait_space(struct jc_ctx* x, struct jc_conn* s) {
+  return jc_wait_ge(x, s->head, s->step + 1 > JC_STEPS ? s->step + 1 - JC_STEPS : 0, s->peer, JC_WAIT_SPACE);
+}
+
+static JC_DEVICE char* jc_slot(const struct jc_conn* c, int proto) {
+  return c->buf[proto] + (c->step % JC_STEPS) * c->slot_bytes[proto];
+}
+
+/* Element range [*beg, *end) of `count` that channel `chan` of `nch` handles. */
+static JC_DEVICE void jc_channel_range(jc_u64 count, int chan, int nch, jc_u64* beg, jc_u64* end) {
+  jc_u64 per = (count + nch - 1) / nch;
+  per = (per + 15) & ~(jc_u64)15;  /* keep channel boundaries aligned */
+  *beg = per * chan < count ? per * chan : count;
+  *end = per * (chan + 1) < count ? per * (chan + 1) : count;
+}

@@ -1,0 +1,108 @@
+/* Host prelude: C11 for the system C compiler. A CTA is one OS thread, so a block's thread
+   indices run serially (jc_tid() == 0, jc_nthreads() == 1), barriers are no-ops, and the
+   volatile loads/stores and fences of the CUDA side map to GCC's __atomic builtins. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+typedef signed char jc_i8;
+typedef unsigned char jc_u8;
+typedef unsigned short jc_u16;
+typedef int jc_i32;
+typedef unsigned int jc_u32;
+typedef long long jc_i64;
+typedef unsigned long long jc_u64;
+
+#define JC_DEVICE
+#define JC_INLINE inline __attribute__((always_inline))
+#define JC_STATIC_ASSERT(c, m) _Static_assert(c, m)
+
+static JC_INLINE int jc_tid(void) { return 0; }
+static JC_INLINE int jc_nthreads(void) { return 1; }
+static JC_INLINE void jc_barrier(void) {}
+
+static JC_INLINE jc_u64 jc_load_acquire(const jc_u64* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static JC_INLINE jc_u64 jc_load_relaxed(const jc_u64* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static JC_INLINE void jc_store_release(jc_u64* p, jc_u64 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static JC_INLINE void jc_store_relaxed(jc_u64* p, jc_u64 v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static JC_INLINE int jc_load_flag(const jc_i32* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+static JC_INLINE jc_u64 jc_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (jc_u64)t.tv_sec * 1000000000ull + (jc_u64)t.tv_nsec;
+}
+
+/* Back-off while waiting on a peer. Ranks oversubscribe the cores, so after a short spin
+   the waiter must give its core away, or it starves the very peer it waits for. */
+static inline void jc_relax(jc_u64 spins) {
+  if (spins < 32) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+  } else if (spins < 20000) {
+    sched_yield();
+  } else {
+    struct timespec t = {0, 50000};
+    nanosleep(&t, 0);
+  }
+}
+
+/* Software conversions for the narrow float types (the host has no native ones).
+   Round to nearest even, like the CUDA cvt.rn instructions. */
+static inline float jc_bits_f32(jc_u32 b) { float f; memcpy(&f, &b, 4); return f; }
+static inline jc_u32 jc_f32_bits(float f) { jc_u32 b; memcpy(&b, &f, 4); return b; }
+
+/* Widens an IEEE-like value with `eb` exponent and `mb` mantissa bits; `fn` marks e4m3's
+   "finite" encoding (no infinity; all-ones exponent and mantissa is NaN). Exact. */
+static inline float jc_narrow_to_f32(jc_u32 h, int eb, int mb, int fn) {
+  jc_u32 sign = (h >> (eb + mb)) & 1, e = (h >> mb) & ((1u << eb) - 1), m = h & ((1u << mb) - 1);
+  int bias = (1 << (eb - 1)) - 1;
+  jc_u32 s = sign << 31;
+  if (!fn && e == (1u << eb) - 1) return jc_bits_f32(s | 0x7f800000u | (m ? 0x400000u : 0));
+  if (fn && e == (1u << eb) - 1 && m == (1u << mb) - 1) return jc_bits_f32(s | 0x7fc00000u);
+  if (e == 0) { /* subnormal: m * 2^(1 - bias - mb), exact in float */
+    float v = (float)m * jc_bits_f32((jc_u32)(127 + 1 - bias - mb) << 23);
+    return sign ? -v : v;
+  }
+  return jc_bits_f32(s | ((e - bias + 127) << 23) | (m << (23 - mb)));
+}
+
+/* Rounds a float to the narrow format. `sat`: out-of-range values (and infinity) become
+   the largest finite value (CUDA's satfinite, used for fp8) instead of infinity. */
+static inline jc_u32 jc_f32_to_narrow(float f, int eb, int mb, int fn, int sat) {
+  jc_u32 x = jc_f32_bits(f), ax = x & 0x7fffffffu;
+  jc_u32 sign = (x >> 31) << (eb + mb);
+  int bias = (1 << (eb - 1)) - 1;
+  jc_u32 inf = ((1u << eb) - 1) << mb;
+  jc_u32 maxfin = fn ? inf | ((1u << mb) - 2) : inf - 1;
+  if (ax > 0x7f800000u) return sign | (fn ? inf | ((1u << mb) - 1) : inf | (1u << (mb - 1)));
+  if (ax == 0x7f800000u) return sign | (sat || fn ? maxfin : inf);
+  int e = (int)(ax >> 23) - 127;
+  if (e < -126) return sign; /* float subnormals are far below every narrow format */
+  jc_u32 mant = (ax & 0x7fffffu) | 0x800000u;
+  int emin = 1 - bias;
+  int shift = 23 - mb + (e < emin ? emin - e : 0);
+  if (shift > 25) return sign;
+  jc_u32 r = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1))) r++;
+  jc_u32 enc = e < emin ? r : ((jc_u32)(e + bias) << mb) + r - (1u << mb);
+  if (enc > maxfin) enc = (sat || fn) ? maxfin : inf;
+  return sign | enc;
+}
+
+static inline float jc_f16_to_f32(jc_u16 h) { return jc_narrow_to_f32(h, 5, 10, 0); }
+static inline jc_u16 jc_f32_to_f16(float f) { return (jc_u16)jc_f32_to_narrow(f, 5, 10, 0, 0); }
+static inline float jc_bf16_to_f32(jc_u16 h) { return jc_bits_f32((jc_u32)h << 16); }
+static inline jc_u16 jc_f32_to_bf16(float f) {
+  jc_u32 x = jc_f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (jc_u16)((x >> 16) | 0x40);
+  return (jc_u16)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+static inline float jc_e4m3_to_f32(jc_u8 h) { return jc_narrow_to_f32(h, 4, 3, 1); }
+static inline jc_u8 jc_f32_to_e4m3(float f) { return (jc_u8)jc_f32_to_narrow(f, 4, 3, 1, 1); }
+static inline float jc_e5m2_to_f32(jc_u8 h) { return jc_narrow_to_f32(h, 5, 2, 0); }
+static inline jc_u8 jc_f32_to_e5m2(float f) { return (jc_u8)jc_f32_to_narrow(f, 5, 2, 0, 1); }

@@ -1,0 +1,38 @@
+/* LL128 protocol, host: 128-byte lines of 15 data words and a flag word (the last). The
+   data are plain stores published by a release store of the flag (step + 1); the reader
+   acquires the flag before it reads the line. 120 data bytes per line. */
+#define JC_PROTO 2
+#define JC_LL128_ELEMS (120 / sizeof(T))
+
+static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
+                                const T* src, T* dst, jc_u64 n, int pre, int post) {
+  if (s) JC_CHECK(jc_wait_space(x, s));
+  jc_u64* rl = r ? (jc_u64*)jc_slot(r, JC_PROTO) : 0;
+  jc_u64* sl = s ? (jc_u64*)jc_slot(s, JC_PROTO) : 0;
+  jc_u64 rflag = r ? r->step + 1 : 0, sflag = s ? s->step + 1 : 0;
+  jc_u64 nlines = (n + JC_LL128_ELEMS - 1) / JC_LL128_ELEMS;
+  for (jc_u64 l = 0; l < nlines; l++) {
+    const T* in = 0;
+    if (r) {
+      jc_u64* line = rl + 16 * l;
+      jc_u64 spins = 0;
+      while (jc_load_acquire(line + 15) != rflag) {
+        JC_CHECK(jc_check(x, ++spins, r->peer, JC_WAIT_DATA));
+        jc_relax(spins);
+      }
+      x->wait_start = 0;
+      in = (const T*)line;
+    }
+    T* out = s ? (T*)(sl + 16 * l) : 0;
+    jc_u64 base = l * JC_LL128_ELEMS, k_end = jc_min(JC_LL128_ELEMS, n - base);
+    for (jc_u64 k = 0; k < k_end; k++) {
+      T v = jc_elem(x, in ? in[k] : (T)0, in != 0, src, base + k, pre, post);
+      if (dst) dst[base + k] = v;
+      if (out) out[k] = v;
+    }
+    if (s) jc_store_release(sl + 16 * l + 15, sflag);
+  }
+  if (r) jc_store_release(r->head, ++r->step);
+  if (s) jc_store_release(s->tail, ++s->step);
+  return JC_OK;
+}
