@@ -170,7 +170,7 @@ impl Comm {
         if nranks == 0 {
             return invalid("a communicator needs at least one rank");
         }
-        let cfg = config.resolve()?;
+        let cfg = config.resolve(nranks)?;
         let nch = cfg.nchannels;
         let mut channels = vec![vec![Channel::default(); nch]; nranks];
         let mut fifos = Vec::new();

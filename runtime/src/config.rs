@@ -12,7 +12,8 @@ use crate::error::{Error, Result};
 /// from defaults.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
-    /// Channels (CTAs) per rank; `JITCCL_NCHANNELS`. Default 2.
+    /// Channels (CTAs) per rank; `JITCCL_NCHANNELS`. Default: the cores per rank (each
+    /// host channel is a thread; more than the cores only adds switching), 1 to 4.
     pub nchannels: Option<usize>,
     /// Force an algorithm where the collective has it; `JITCCL_ALGO`.
     pub algo: Option<Algorithm>,
@@ -59,12 +60,16 @@ fn slots_from_simple(simple: usize) -> [usize; NPROTOS] {
 }
 
 impl Config {
-    pub(crate) fn resolve(&self) -> Result<Resolved> {
+    /// Completes the configuration for `nranks` ranks sharing this machine's cores.
+    pub(crate) fn resolve(&self, nranks: usize) -> Result<Resolved> {
         let nchannels = match self.nchannels {
             Some(n) => Some(n),
             None => parse_env("JITCCL_NCHANNELS", |v| v.parse::<usize>().map_err(|e| e.to_string()))?,
         }
-        .unwrap_or(2);
+        .unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / nranks.max(1)).clamp(1, 4)
+        });
         if nchannels == 0 || nchannels > MAX_CHANNELS {
             return Err(Error::InvalidArgument(format!("nchannels must be 1..={MAX_CHANNELS}, got {nchannels}")));
         }

@@ -9,8 +9,10 @@ use crate::abi::Args;
 use crate::compile::CompileError;
 
 /// Flags for every host kernel. No `-march=native`: cached objects may be shared between
-/// machines with different CPUs.
-const CFLAGS: &[&str] = &["-O3", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing"];
+/// machines with different CPUs. No FMA contraction: float results must match CUDA's
+/// (compiled with `--fmad=false`) bit for bit.
+const CFLAGS: &[&str] =
+    &["-O3", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off"];
 
 /// The system C compiler (`$CC`, else `cc`).
 #[derive(Debug)]

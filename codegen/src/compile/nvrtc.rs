@@ -123,7 +123,8 @@ impl Nvrtc {
             CudaOutput::Cubin => format!("--gpu-architecture=sm_{}", arch.0),
             CudaOutput::Ptx => format!("--gpu-architecture=compute_{}", arch.0),
         };
-        let mut options = vec![arch_flag.as_str(), "--std=c++17", "-default-device"];
+        // No multiply-add contraction: float results must match the host target's bits.
+        let mut options = vec![arch_flag.as_str(), "--std=c++17", "-default-device", "--fmad=false"];
         // NVRTC 12.4+: leave out what the kernels never use (texture/surface functions, the
         // device runtime, the runtime API's types): measured 5-25% faster compiles.
         if self.version >= (12, 4) {

@@ -1,0 +1,154 @@
+//! `jitccl kernels list | show | compile`.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use clap::{Subcommand, ValueEnum};
+use jitccl::codegen::compile::nvrtc::CudaOutput;
+use jitccl::codegen::{render, CudaArch, Generator, KernelSpec, Provenance, Target};
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum TargetKind {
+    Host,
+    Cuda,
+}
+
+#[derive(clap::Args)]
+pub(super) struct TargetArgs {
+    /// Compile target.
+    #[arg(long, value_enum, default_value = "host")]
+    target: TargetKind,
+    /// CUDA architecture (with --target cuda).
+    #[arg(long, default_value = "sm_90", value_parser = parse_arch)]
+    arch: CudaArch,
+}
+
+fn parse_arch(s: &str) -> Result<CudaArch, String> {
+    s.parse().map_err(|e: jitccl::codegen::InvalidSpec| e.to_string())
+}
+
+fn parse_spec(s: &str) -> Result<KernelSpec, String> {
+    s.parse().map_err(|e: jitccl::codegen::InvalidSpec| e.to_string())
+}
+
+impl TargetArgs {
+    fn target(&self) -> Target {
+        match self.target {
+            TargetKind::Host => Target::Host,
+            TargetKind::Cuda => Target::Cuda(self.arch),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub(super) enum KernelsCmd {
+    /// Every valid kernel spec (for the target), one per line.
+    List {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// The generated source of one kernel, e.g. all_reduce.ring.ll.f32.sum.
+    Show {
+        #[arg(value_parser = parse_spec)]
+        spec: KernelSpec,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Compile kernels (into the cache); prints failures with the compiler log.
+    Compile {
+        /// Kernel specs to compile.
+        #[arg(value_parser = parse_spec, required_unless_present = "all")]
+        specs: Vec<KernelSpec>,
+        /// Compile every valid spec for the target.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Produce PTX instead of CUBIN (CUDA).
+        #[arg(long)]
+        ptx: bool,
+        /// Parallel compiles (default: the number of cores).
+        #[arg(short = 'j', long)]
+        jobs: Option<usize>,
+    },
+}
+
+fn valid_for(target: Target) -> Vec<KernelSpec> {
+    KernelSpec::all().into_iter().filter(|s| s.validate_for(target).is_ok()).collect()
+}
+
+impl KernelsCmd {
+    pub(super) fn run(self) -> Result<ExitCode, String> {
+        match self {
+            KernelsCmd::List { target } => {
+                for s in valid_for(target.target()) {
+                    println!("{s}");
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            KernelsCmd::Show { spec, target } => {
+                print!("{}", render(&spec, target.target()).map_err(|e| e.to_string())?);
+                Ok(ExitCode::SUCCESS)
+            }
+            KernelsCmd::Compile { specs, all, target, ptx, jobs } => {
+                let target = target.target();
+                let specs = if all { valid_for(target) } else { specs };
+                for s in &specs {
+                    s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
+                }
+                let output = if ptx { CudaOutput::Ptx } else { CudaOutput::Cubin };
+                let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+                Ok(compile_all(&specs, target, output, jobs))
+            }
+        }
+    }
+}
+
+fn compile_all(specs: &[KernelSpec], target: Target, output: CudaOutput, jobs: usize) -> ExitCode {
+    let gen = Generator::global();
+    if let Some(d) = gen.cache_dir() {
+        eprintln!("# compiling {} kernel(s) for {target} with {jobs} job(s); cache {}", specs.len(), d.display());
+    }
+    let t0 = Instant::now();
+    let next = AtomicUsize::new(0);
+    let (compiled, cached, done) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(spec) = specs.get(i) else { break };
+                let res = match target {
+                    Target::Host => gen.host_kernel(spec).map(|(_, p)| p),
+                    Target::Cuda(arch) => gen.cuda_image(spec, arch, output).map(|(_, p)| p),
+                };
+                match res {
+                    Ok(Provenance::Compiled) => _ = compiled.fetch_add(1, Ordering::Relaxed),
+                    Ok(_) => _ = cached.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        println!("FAILED {spec}: {e}");
+                        failures.lock().unwrap_or_else(|e| e.into_inner()).push(spec.to_string());
+                    }
+                }
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if d % 100 == 0 && d < specs.len() {
+                    eprintln!("# {d}/{} kernels, {:.1} s", specs.len(), t0.elapsed().as_secs_f64());
+                }
+            });
+        }
+    });
+    let failed = failures.into_inner().unwrap_or_else(|e| e.into_inner()).len();
+    println!(
+        "compiled {}, failed {failed}, cached {} in {:.2} s",
+        compiled.into_inner(),
+        cached.into_inner(),
+        t0.elapsed().as_secs_f64()
+    );
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,41 @@
+//! Command-line interface: `jitccl kernels ...` and `jitccl perf ...`.
+
+mod kernels;
+mod perf;
+mod size;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "jitccl", version, about = "Collective communication with run-time specialized kernels")]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List, show or compile generated kernels.
+    #[command(subcommand)]
+    Kernels(kernels::KernelsCmd),
+    /// Benchmark a collective over a range of sizes (nccl-tests layout).
+    Perf(perf::PerfArgs),
+}
+
+impl Cli {
+    pub fn run(self) -> ExitCode {
+        let res = match self.cmd {
+            Command::Kernels(k) => k.run(),
+            Command::Perf(p) => p.run(),
+        };
+        match res {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("jitccl: error: {e}");
+                ExitCode::from(2)
+            }
+        }
+    }
+}
