@@ -171,3 +171,47 @@ fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), CompileError
     tmp.persist(path).map_err(|e| CompileError::io(format!("storing {}", path.display()), e.error))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Algorithm, Collective, CustomOp, DataType, Protocol};
+
+    #[test]
+    fn memory_then_disk_then_recompile_on_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec: KernelSpec = "all_reduce.ring.ll.i32.max".parse().unwrap();
+        let g = Generator::new(Some(DiskCache::new(dir.path())));
+        assert_eq!(g.host_kernel(&spec).unwrap().1, Provenance::Compiled);
+        assert_eq!(g.host_kernel(&spec).unwrap().1, Provenance::Memory);
+        // A new generator (as in another process) finds it on disk.
+        let g2 = Generator::new(Some(DiskCache::new(dir.path())));
+        assert_eq!(g2.host_kernel(&spec).unwrap().1, Provenance::Disk);
+
+        // A custom op with the same name but another body is another kernel.
+        static A: CustomOp =
+            CustomOp { name: "pick", body: "return a;", identity: "0", commutative: false, dtypes: &[DataType::I32] };
+        static B: CustomOp =
+            CustomOp { name: "pick", body: "return b;", identity: "0", commutative: false, dtypes: &[DataType::I32] };
+        let with = |op: &'static CustomOp| {
+            KernelSpec::new(Collective::Reduce, Algorithm::Ring, Protocol::LL, DataType::I32, Some(RedOp::Custom(op)))
+                .unwrap()
+        };
+        assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Compiled);
+        assert_eq!(g2.host_kernel(&with(&B)).unwrap().1, Provenance::Compiled);
+        assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Memory);
+    }
+
+    #[test]
+    fn compile_errors_carry_the_log() {
+        static BAD: CustomOp =
+            CustomOp { name: "bad", body: "return a +* b;", identity: "0", commutative: true, dtypes: &[DataType::F32] };
+        let spec =
+            KernelSpec::new(Collective::AllReduce, Algorithm::Ring, Protocol::Simple, DataType::F32, Some(RedOp::Custom(&BAD)))
+                .unwrap();
+        match Generator::new(None).host_kernel(&spec) {
+            Err(CompileError::Failed { compiler: "cc", log, .. }) => assert!(log.contains("error"), "{log}"),
+            other => panic!("expected a compile failure, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The main job: sets up, builds, and runs the `jitccl perf` AllReduce sweep on the default
+# target (the host without a GPU). Extra arguments go to `jitccl perf`.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/setup.sh
+cargo build --release --quiet
+if [ $# -eq 0 ]; then
+  set -- -n 2 -b 8 -e 64M -f 2
+fi
+exec ./target/release/jitccl perf all_reduce "$@"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Everything jitccl needs beyond a Rust toolchain: a C compiler (the host target's kernel
+# compiler) and NVRTC (CUDA kernels, from PyPI wheels; no GPU needed). Idempotent.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cc=${CC:-cc}
+if ! command -v "$cc" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: no C compiler ('$cc'); installing gcc"
+    apt-get update -qq && apt-get install -y -qq gcc >/dev/null
+  else
+    echo "setup: no C compiler ('$cc'): install gcc or clang, or set CC" >&2
+    exit 1
+  fi
+fi
+echo "setup: C compiler: $("$cc" --version | head -n 1)"
+command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
+bash "$root/scripts/setup-nvrtc.sh"

@@ -1,0 +1,145 @@
+//! The `jitccl` command line as a user runs it: kernel listing, source, compiling (with the
+//! disk cache reused by a second process), the perf table, and errors on bad input.
+
+use std::process::{Command, Output};
+
+use jitccl::codegen::KernelSpec;
+
+fn jitccl(args: &[&str], cache: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_jitccl"))
+        .args(args)
+        .env("JITCCL_CACHE_DIR", cache)
+        .output()
+        .expect("run jitccl")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn kernels_list_and_show() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = jitccl(&["kernels", "list"], cache.path());
+    assert!(out.status.success());
+    let listed: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    let all: Vec<String> = KernelSpec::all().iter().map(|s| s.to_string()).collect();
+    assert_eq!(listed, all);
+    // fp8 needs sm_89: an sm_80 listing leaves it out.
+    let sm80 = text(&jitccl(&["kernels", "list", "--target", "cuda", "--arch", "sm_80"], cache.path()).stdout);
+    assert!(!sm80.contains("f8e4m3") && sm80.contains("all_reduce.tree.ll128.bf16.avg"));
+
+    let out = jitccl(&["kernels", "show", "all_reduce.tree.ll.bf16.max"], cache.path());
+    let src = text(&out.stdout);
+    assert!(out.status.success());
+    assert!(src.contains("jitccl_all_reduce_tree_ll_bf16_max") && src.contains("jc_f32_to_bf16"), "{src}");
+    let cuda = text(&jitccl(&["kernels", "show", "all_reduce.tree.ll.bf16.max", "--target", "cuda"], cache.path()).stdout);
+    assert!(cuda.contains("__global__") && cuda.contains("cvt.rn.bf16.f32"));
+
+    for (bad, why) in [
+        ("all_reduce.ring.ll.f32.xx", "unknown reduction op 'xx'"),
+        ("broadcast.tree.ll.u8", "no tree algorithm"),
+        ("all_gather.ring.simple.f32", "only moves bytes"),
+    ] {
+        let out = jitccl(&["kernels", "show", bad], cache.path());
+        assert!(!out.status.success());
+        assert!(text(&out.stderr).contains(why), "{bad}: {}", text(&out.stderr));
+    }
+}
+
+/// The summary line `compiled N, failed F, cached C in T s` as (N, F, C).
+fn summary(out: &Output) -> (usize, usize, usize) {
+    let stdout = text(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let nums: Vec<usize> = line
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(line.starts_with("compiled ") && nums.len() >= 3, "bad summary: {stdout}");
+    (nums[0], nums[1], nums[2])
+}
+
+#[test]
+fn compile_uses_the_disk_cache_across_processes() {
+    let cache = tempfile::tempdir().unwrap();
+    let specs = ["all_reduce.ring.ll.f32.sum", "reduce_scatter.ring.simple.f16.avg", "sendrecv.ring.ll128.u8"];
+    let mut args = vec!["kernels", "compile", "--target", "host"];
+    args.extend(specs);
+    let first = jitccl(&args, cache.path());
+    assert!(first.status.success(), "{}", text(&first.stdout));
+    assert_eq!(summary(&first), (3, 0, 0));
+    let second = jitccl(&args, cache.path());
+    assert_eq!(summary(&second), (0, 0, 3), "the second process must hit the disk cache");
+
+    // CUDA too, when NVRTC is installed (required in CI).
+    let cuda = jitccl(&["kernels", "compile", "--target", "cuda", "--arch", "sm_90", specs[0]], cache.path());
+    if !cuda.status.success() && std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() != Ok("1") {
+        eprintln!("skipping the CUDA part: {}", text(&cuda.stdout));
+        return;
+    }
+    assert_eq!(summary(&cuda), (1, 0, 0), "{}", text(&cuda.stdout));
+    let again = jitccl(&["kernels", "compile", "--target", "cuda", "--arch", "sm_90", specs[0]], cache.path());
+    assert_eq!(summary(&again), (0, 0, 1));
+}
+
+#[test]
+fn compile_reports_a_failure_with_nonzero_exit() {
+    let cache = tempfile::tempdir().unwrap();
+    // A compiler that always fails stands in for a broken toolchain.
+    let out = Command::new(env!("CARGO_BIN_EXE_jitccl"))
+        .args(["kernels", "compile", "--target", "host", "reduce.ring.ll.i8.min"])
+        .env("JITCCL_CACHE_DIR", cache.path())
+        .env("CC", "false")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stdout).contains("FAILED reduce.ring.ll.i8.min"), "{}", text(&out.stdout));
+    assert_eq!(summary(&out), (0, 1, 0));
+}
+
+#[test]
+fn perf_prints_a_checked_table() {
+    let cache = tempfile::tempdir().unwrap();
+    for coll in ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "sendrecv"] {
+        let out = jitccl(
+            &["perf", coll, "-n", "3", "-b", "1K", "-e", "64K", "-f", "8", "-d", "bfloat16", "-o", "max", "-w", "1", "-i", "2"],
+            cache.path(),
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{coll}: {stdout}\n{}", text(&out.stderr));
+        let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rows.len(), 3, "{coll}: sizes 1K, 8K, 64K:\n{stdout}");
+        for row in &rows {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[2], "bfloat16", "{row}");
+            assert_eq!(cols[8], "0", "{coll}: wrong elements: {row}");
+        }
+        assert!(stdout.contains("# Avg bus bandwidth"), "{stdout}");
+        assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
+    }
+}
+
+#[test]
+fn perf_rejects_bad_input() {
+    let cache = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["perf", "all_reduce", "-d", "float7"], "unknown datatype 'float7'"),
+        (&["perf", "all_reduce", "-b", "1X"], "bad size '1X'"),
+        (&["perf", "alltoall"], "unknown collective 'alltoall'"),
+        (&["perf", "reduce", "-n", "2", "-r", "2"], "root 2 is not one of the 2 ranks"),
+        (&["perf", "all_reduce", "-b", "1M", "-e", "1K"], "larger than maxbytes"),
+    ];
+    for (args, why) in cases {
+        let out = jitccl(args, cache.path());
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(text(&out.stderr).contains(why), "{args:?}: {}", text(&out.stderr));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_jitccl"))
+        .args(["perf", "all_reduce", "-e", "1K"])
+        .env("JITCCL_CACHE_DIR", cache.path())
+        .env("JITCCL_PROTO", "ll64")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("JITCCL_PROTO='ll64'"), "{}", text(&out.stderr));
+}
