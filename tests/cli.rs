@@ -143,3 +143,40 @@ fn perf_rejects_bad_input() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("JITCCL_PROTO='ll64'"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn every_spec_compiles_for_the_host() {
+    // Shares the run's cache (JITCCL_CACHE_DIR, set by scripts/test.sh) with the collective
+    // sweeps, which execute these same kernels: whichever runs first compiles them.
+    let cache = std::env::var_os("JITCCL_CACHE_DIR").map(std::path::PathBuf::from);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = jitccl(&["kernels", "compile", "--target", "host", "--all"], cache.as_deref().unwrap_or(tmp.path()));
+    let (compiled, failed, cached) = summary(&out);
+    assert!(out.status.success() && failed == 0, "{}", text(&out.stdout));
+    assert_eq!(compiled + cached, KernelSpec::all().len());
+}
+
+#[test]
+fn missing_nvrtc_is_a_clear_error() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_jitccl"))
+        .args(["kernels", "compile", "--target", "cuda", "all_reduce.ring.ll.f32.sum"])
+        .env("JITCCL_CACHE_DIR", cache.path())
+        .env("JITCCL_NVRTC_PATH", "/nonexistent/nvrtc")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success());
+    assert!(stdout.contains("nvrtc is not available") && stdout.contains("/nonexistent/nvrtc"), "{stdout}");
+    assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
+    assert_eq!(summary(&out), (0, 1, 0));
+    // The host target does not need NVRTC.
+    let host = Command::new(env!("CARGO_BIN_EXE_jitccl"))
+        .args(["perf", "all_reduce", "-n", "2", "-b", "64", "-e", "64", "-i", "1", "-w", "0"])
+        .env("JITCCL_CACHE_DIR", cache.path())
+        .env("JITCCL_NVRTC_PATH", "/nonexistent/nvrtc")
+        .output()
+        .unwrap();
+    assert!(host.status.success(), "{}", text(&host.stderr));
+    assert!(text(&host.stdout).contains("on the host target ("), "{}", text(&host.stdout));
+}

@@ -151,6 +151,26 @@ struct Launch {
     recv_peer: Option<usize>,
 }
 
+impl Launch {
+    /// A launch that moves nothing yet.
+    fn new(coll: Collective, dtype: DataType, op: Option<Op>) -> Launch {
+        Launch {
+            coll,
+            dtype,
+            op,
+            count: 0,
+            recv_count: 0,
+            root: 0,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            keep: Vec::new(),
+            bytes: 0,
+            send_peer: None,
+            recv_peer: None,
+        }
+    }
+}
+
 fn elems_fit<T: Element>(what: &str, buf: &DeviceBuffer<T>, need: usize) -> Result<()> {
     if buf.len() < need {
         return invalid(format!("{what} holds {} elements, {need} are needed", buf.len()));
@@ -377,20 +397,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let size = size_of::<T>();
-        let mut l = Launch {
-            coll: Collective::SendRecv,
-            dtype: T::DTYPE,
-            op: None,
-            count: 0,
-            recv_count: 0,
-            root: 0,
-            send: std::ptr::null(),
-            recv: std::ptr::null_mut(),
-            keep: Vec::new(),
-            bytes: 0,
-            send_peer: None,
-            recv_peer: None,
-        };
+        let mut l = Launch::new(Collective::SendRecv, T::DTYPE, None);
         if let Some((buf, count, peer)) = send {
             self.check_peer(peer)?;
             elems_fit("send buffer", buf, count)?;
@@ -423,18 +430,12 @@ impl Comm {
         recv: &DeviceBuffer<T>,
     ) -> Launch {
         Launch {
-            coll,
-            dtype: T::DTYPE,
-            op,
             count,
-            recv_count: 0,
-            root: 0,
             send: send.as_ptr(),
             recv: recv.as_ptr(),
             keep: vec![send.keep_alive(), recv.keep_alive()],
             bytes: count * size_of::<T>(),
-            send_peer: None,
-            recv_peer: None,
+            ..Launch::new(coll, T::DTYPE, op)
         }
     }
 

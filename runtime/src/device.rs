@@ -11,6 +11,21 @@ use crate::element::Element;
 use crate::error::{invalid, Error, Result};
 use crate::stream::Stream;
 
+/// How many CUDA devices this machine has, or why it has none usable. Never panics: the
+/// driver library is looked for before cudarc touches it.
+pub fn cuda_device_count() -> std::result::Result<usize, String> {
+    // SAFETY: only tries to open the library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no CUDA driver library (libcuda.so) on this machine".into());
+    }
+    cudarc::driver::result::init().map_err(|e| format!("the CUDA driver did not initialize: {e}"))?;
+    match cudarc::driver::result::device::get_count() {
+        Ok(0) => Err("the CUDA driver reports no device".into()),
+        Ok(n) => Ok(n as usize),
+        Err(e) => Err(format!("cannot count CUDA devices: {e}")),
+    }
+}
+
 /// Buffers are aligned like GPU allocations (and cache lines).
 const ALIGN: usize = 256;
 

@@ -14,7 +14,7 @@ pub mod tune;
 
 pub use comm::{Comm, Op};
 pub use config::{Config, MAX_CHANNELS};
-pub use device::{Device, DeviceBuffer};
+pub use device::{cuda_device_count, Device, DeviceBuffer};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};

@@ -139,8 +139,13 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
         .collect::<Result<Vec<_>, jitccl::Error>>()
         .map_err(|e| e.to_string())?;
 
+    // Collectives run on the host target; say why when there is a GPU too.
+    let why_host = match jitccl::cuda_device_count() {
+        Ok(g) => format!("{g} CUDA device(s) present, but this build launches collectives on the host target only"),
+        Err(e) => e,
+    };
     println!(
-        "# jitccl perf: {} on the host target, {n} ranks in one process, {} warmup + {} timed iterations, check {}",
+        "# jitccl perf: {} on the host target ({why_host}), {n} ranks in one process, {} warmup + {} timed iterations, check {}",
         a.coll, a.warmup, a.iters, a.check
     );
     println!("#");
