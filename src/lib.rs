@@ -16,6 +16,7 @@
 
 pub use jitccl_codegen as codegen;
 pub use jitccl_runtime::*;
+pub use jitccl_macros::reduction;
 #[doc(hidden)]
 pub use {float8, half};
 

@@ -4,9 +4,7 @@
 //! method's receiver type must be known where it is called, and `as` gives an unsuffixed
 //! literal the target type when the kinds agree.
 
-use proc_macro2::Span;
-
-use crate::ir::{Bin, Block, Body, Expr, Kind, Method, TyRef, Un};
+use crate::ir::{Bin, Block, Body, Expr, Kind, Method, Sp, TyRef, Un};
 use crate::types::Prim;
 
 /// A final type.
@@ -47,11 +45,22 @@ enum VarKind {
 /// Checks that can only be made once types are final.
 enum Check {
     /// An operator's operand type must be acceptable for the operator.
-    Operand { span: Span, ty: Ty, what: &'static str, ok: fn(FTy) -> bool, need: &'static str },
+    Operand {
+        span: Sp,
+        ty: Ty,
+        what: &'static str,
+        ok: fn(FTy) -> bool,
+        need: &'static str,
+    },
     /// An integer literal must fit its type; a float literal must be finite in it.
-    Lit { span: Span, ty: Ty, int: Option<(u128, bool)>, digits: Option<(String, bool)> },
+    Lit {
+        span: Sp,
+        ty: Ty,
+        int: Option<(u128, bool)>,
+        digits: Option<(String, bool)>,
+    },
     /// `as` between numeric types (and bool to integer).
-    Cast { span: Span, from: Ty, to: Prim },
+    Cast { span: Sp, from: Ty, to: Prim },
 }
 
 struct Inf {
@@ -60,21 +69,20 @@ struct Inf {
     nodes: Vec<Option<Ty>>,
     bindings: Vec<Option<Ty>>,
     checks: Vec<Check>,
-}
-
-fn err(span: Span, msg: impl std::fmt::Display) -> syn::Error {
-    syn::Error::new(span, msg)
+    /// Prepended to errors (which type parameter instance failed).
+    context: String,
 }
 
 /// Infers the types of `body` with its type parameter (and the argument and result type)
-/// equal to `t`.
-pub fn infer(body: &Body, t: Prim) -> syn::Result<Typed> {
+/// equal to `t`; `context` starts every error message.
+pub fn infer(body: &Body, t: Prim, context: String) -> syn::Result<Typed> {
     let mut inf = Inf {
         t,
         vars: Vec::new(),
         nodes: vec![None; body.nodes],
         bindings: vec![None; body.bindings.len()],
         checks: Vec::new(),
+        context,
     };
     inf.bindings[0] = Some(Ty::P(t));
     inf.bindings[1] = Some(Ty::P(t));
@@ -84,8 +92,16 @@ pub fn infer(body: &Body, t: Prim) -> syn::Result<Typed> {
     for c in checks {
         inf.check(c)?;
     }
-    let nodes = inf.nodes.iter().map(|t| inf.fin(t.expect("every node is typed"))).collect();
-    let bindings = inf.bindings.iter().map(|t| inf.fin(t.expect("every binding is typed"))).collect();
+    let nodes = inf
+        .nodes
+        .iter()
+        .map(|t| inf.fin(t.expect("every node is typed")))
+        .collect();
+    let bindings = inf
+        .bindings
+        .iter()
+        .map(|t| inf.fin(t.expect("every binding is typed")))
+        .collect();
     Ok(Typed { nodes, bindings })
 }
 
@@ -101,6 +117,10 @@ fn describe(t: Ty, inf: &Inf) -> String {
 }
 
 impl Inf {
+    fn err(&self, span: Sp, msg: impl std::fmt::Display) -> syn::Error {
+        span.error(format!("{}{msg}", self.context))
+    }
+
     fn resolve(&self, mut t: Ty) -> Ty {
         while let Ty::Var(v) = t {
             match self.vars[v].1 {
@@ -128,19 +148,15 @@ impl Inf {
         Ty::Var(self.vars.len() - 1)
     }
 
-    fn unify(&mut self, a: Ty, b: Ty, span: Span, what: &str) -> syn::Result<()> {
+    fn unify(&mut self, a: Ty, b: Ty, span: Sp, what: &str) -> syn::Result<()> {
         let (ra, rb) = (self.resolve(a), self.resolve(b));
         if ra == rb {
             return Ok(());
         }
         let ok = match (ra, rb) {
-            (Ty::Var(x), Ty::Var(y)) => {
-                if self.vars[x].0 == self.vars[y].0 {
-                    self.vars[x].1 = Some(rb);
-                    true
-                } else {
-                    false
-                }
+            (Ty::Var(x), Ty::Var(y)) if self.vars[x].0 == self.vars[y].0 => {
+                self.vars[x].1 = Some(rb);
+                true
             }
             (Ty::Var(x), Ty::P(p)) | (Ty::P(p), Ty::Var(x)) => {
                 let fits = match self.vars[x].0 {
@@ -158,14 +174,21 @@ impl Inf {
             return Ok(());
         }
         let hint = match (ra, rb) {
-            (Ty::Var(x), Ty::P(p)) | (Ty::P(p), Ty::Var(x)) if p.is_float() && self.vars[x].0 == VarKind::Int => {
+            (Ty::Var(x), Ty::P(p)) | (Ty::P(p), Ty::Var(x))
+                if p.is_float() && self.vars[x].0 == VarKind::Int =>
+            {
                 " (write integer-valued float literals with a decimal point, e.g. `1.0`)"
             }
+            (Ty::Bool, _) | (_, Ty::Bool) => "",
             _ => " (Rust does not convert between numeric types implicitly: use `as`)",
         };
-        Err(err(
+        Err(self.err(
             span,
-            format!("mismatched types in {what}: {} and {}{hint}", describe(ra, self), describe(rb, self)),
+            format!(
+                "mismatched types in {what}: {} and {}{hint}",
+                describe(ra, self),
+                describe(rb, self)
+            ),
         ))
     }
 
@@ -197,8 +220,21 @@ impl Inf {
         }
     }
 
-    fn operand(&mut self, span: Span, ty: Ty, what: &'static str, ok: fn(FTy) -> bool, need: &'static str) {
-        self.checks.push(Check::Operand { span, ty, what, ok, need });
+    fn operand(
+        &mut self,
+        span: Sp,
+        ty: Ty,
+        what: &'static str,
+        ok: fn(FTy) -> bool,
+        need: &'static str,
+    ) {
+        self.checks.push(Check::Operand {
+            span,
+            ty,
+            what,
+            ok,
+            need,
+        });
     }
 
     fn expr(&mut self, e: &Expr) -> syn::Result<Ty> {
@@ -209,15 +245,29 @@ impl Inf {
                     Some(p) => Ty::P(*p),
                     None => self.var(VarKind::Int),
                 };
-                self.checks.push(Check::Lit { span: e.span, ty: t, int: Some((*value, *neg)), digits: None });
+                self.checks.push(Check::Lit {
+                    span: e.span,
+                    ty: t,
+                    int: Some((*value, *neg)),
+                    digits: None,
+                });
                 t
             }
-            Kind::Float { digits, neg, suffix } => {
+            Kind::Float {
+                digits,
+                neg,
+                suffix,
+            } => {
                 let t = match suffix {
                     Some(p) => Ty::P(*p),
                     None => self.var(VarKind::Float),
                 };
-                self.checks.push(Check::Lit { span: e.span, ty: t, int: None, digits: Some((digits.clone(), *neg)) });
+                self.checks.push(Check::Lit {
+                    span: e.span,
+                    ty: t,
+                    int: None,
+                    digits: Some((digits.clone(), *neg)),
+                });
                 t
             }
             Kind::Bool(_) => Ty::Bool,
@@ -231,7 +281,13 @@ impl Inf {
                         |t| matches!(t, FTy::P(p) if p.is_signed()),
                         "a signed integer or float",
                     ),
-                    Un::Not => self.operand(e.span, t, "`!`", |t| t == FTy::Bool || matches!(t, FTy::P(p) if p.is_int()), "bool or an integer"),
+                    Un::Not => self.operand(
+                        e.span,
+                        t,
+                        "`!`",
+                        |t| t == FTy::Bool || matches!(t, FTy::P(p) if p.is_int()),
+                        "bool or an integer",
+                    ),
                 }
                 t
             }
@@ -258,7 +314,13 @@ impl Inf {
                                     "integers (float `%` would need libm's fmod, which kernels do not link)",
                                 );
                             } else if op.is_arith() {
-                                self.operand(e.span, tl, "arithmetic", |t| matches!(t, FTy::P(_)), "numbers");
+                                self.operand(
+                                    e.span,
+                                    tl,
+                                    "arithmetic",
+                                    |t| matches!(t, FTy::P(_)),
+                                    "numbers",
+                                );
                             } else if op.is_bitwise() {
                                 self.operand(
                                     e.span,
@@ -294,17 +356,29 @@ impl Inf {
                 if lit_kind == Some(true) {
                     self.unify(tx, Ty::P(to), x.span, "a cast")?;
                 }
-                self.checks.push(Check::Cast { span: e.span, from: tx, to });
+                self.checks.push(Check::Cast {
+                    span: e.span,
+                    from: tx,
+                    to,
+                });
                 Ty::P(to)
             }
             Kind::Method(m, recv, args) => {
                 let tr = self.expr(recv)?;
                 let p = match self.resolve(tr) {
                     Ty::P(p) => p,
-                    Ty::Bool => return Err(err(recv.span, format!("no method `{}` on `bool`", m.name()))),
+                    Ty::Bool => {
+                        return Err(
+                            self.err(recv.span, format!("no method `{}` on `bool`", m.name()))
+                        )
+                    }
                     Ty::Var(v) => {
-                        let k = if self.vars[v].0 == VarKind::Int { "{integer}" } else { "{float}" };
-                        return Err(err(
+                        let k = if self.vars[v].0 == VarKind::Int {
+                            "{integer}"
+                        } else {
+                            "{float}"
+                        };
+                        return Err(self.err(
                             recv.span,
                             format!(
                                 "can't call method `{}` on ambiguous numeric type `{k}`: give the literal a suffix (e.g. `2.0f32`) or the binding a type",
@@ -319,11 +393,23 @@ impl Inf {
                     _ => None,
                 };
                 if let Some(need) = bad {
-                    return Err(err(e.span, format!("`{}` is defined for {need}, not for `{}`", m.name(), p.name())));
+                    return Err(self.err(
+                        e.span,
+                        format!(
+                            "`{}` is defined for {need}, not for `{}`",
+                            m.name(),
+                            p.name()
+                        ),
+                    ));
                 }
                 for a in args {
                     let ta = self.expr(a)?;
-                    self.unify(ta, Ty::P(p), a.span, &format!("the argument of `{}`", m.name()))?;
+                    self.unify(
+                        ta,
+                        Ty::P(p),
+                        a.span,
+                        &format!("the argument of `{}`", m.name()),
+                    )?;
                 }
                 Ty::P(p)
             }
@@ -333,26 +419,51 @@ impl Inf {
 
     fn check(&self, c: Check) -> syn::Result<()> {
         match c {
-            Check::Operand { span, ty, what, ok, need } => {
+            Check::Operand {
+                span,
+                ty,
+                what,
+                ok,
+                need,
+            } => {
                 let t = self.fin(ty);
                 if !ok(t) {
                     let name = match t {
                         FTy::P(p) => p.name(),
                         FTy::Bool => "bool",
                     };
-                    return Err(err(span, format!("{what} is not defined for `{name}`: it needs {need}")));
+                    return Err(self.err(
+                        span,
+                        format!("{what} is not defined for `{name}`: it needs {need}"),
+                    ));
                 }
             }
-            Check::Lit { span, ty, int, digits } => {
-                let FTy::P(p) = self.fin(ty) else { unreachable!("literals are numbers") };
+            Check::Lit {
+                span,
+                ty,
+                int,
+                digits,
+            } => {
+                let FTy::P(p) = self.fin(ty) else {
+                    unreachable!("literals are numbers")
+                };
                 if let Some((v, neg)) = int {
                     if neg && !p.is_signed() {
-                        return Err(err(span, format!("cannot negate a `{}`: it is unsigned", p.name())));
+                        return Err(self.err(
+                            span,
+                            format!("cannot negate a `{}`: it is unsigned", p.name()),
+                        ));
                     }
                     let (lo, hi) = p.int_range();
-                    let fits = if neg { v <= lo.unsigned_abs() } else { v <= hi as u128 };
+                    let fits = if neg {
+                        v <= lo.unsigned_abs()
+                    } else {
+                        v <= hi as u128
+                    };
                     if !fits {
-                        return Err(err(span, format!("literal out of range for `{}`", p.name())));
+                        return Err(
+                            self.err(span, format!("literal out of range for `{}`", p.name()))
+                        );
                     }
                 }
                 if let Some((d, _)) = digits {
@@ -361,7 +472,9 @@ impl Inf {
                         _ => d.parse::<f64>().is_ok_and(f64::is_finite),
                     };
                     if !finite {
-                        return Err(err(span, format!("literal out of range for `{}`", p.name())));
+                        return Err(
+                            self.err(span, format!("literal out of range for `{}`", p.name()))
+                        );
                     }
                 }
             }
@@ -371,7 +484,7 @@ impl Inf {
                     FTy::Bool => to.is_int(),
                 };
                 if !ok {
-                    return Err(err(span, format!("cannot cast `bool` as `{}`", to.name())));
+                    return Err(self.err(span, format!("cannot cast `bool` as `{}`", to.name())));
                 }
             }
         }

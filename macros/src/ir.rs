@@ -2,8 +2,8 @@
 //! binding, every node has an id (for its inferred type) and a span (for errors).
 //! Anything outside the subset is reported here, at its span.
 
-use proc_macro2::Span;
-use syn::spanned::Spanned;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
 
 use crate::types::{Prim, PRIM_NAMES};
 
@@ -11,6 +11,34 @@ pub const SUPPORTED: &str = "a #[jitccl::reduction] body may contain `let` bindi
      arithmetic (+ - * / %), comparison (== != < <= > >=), logical (&& || !) and bitwise (& | ^) \
      operators, `if`/`else` expressions, `as` casts between numeric types, and the methods \
      abs, min, max, sqrt, mul_add and clamp";
+
+/// Where a piece of source is: its first and last tokens, so that an error underlines all
+/// of it (a single `Span` cannot be joined on stable Rust).
+#[derive(Debug, Clone, Copy)]
+pub struct Sp {
+    start: Span,
+    end: Span,
+}
+
+impl Sp {
+    pub fn of(t: &impl ToTokens) -> Sp {
+        let mut tokens = t.to_token_stream().into_iter();
+        let start = tokens.next().map_or_else(Span::call_site, |t| t.span());
+        let end = tokens.last().map_or(start, |t| t.span());
+        Sp { start, end }
+    }
+
+    pub fn error(self, msg: impl std::fmt::Display) -> syn::Error {
+        let mut a = proc_macro2::Punct::new('+', proc_macro2::Spacing::Alone);
+        a.set_span(self.start);
+        let mut b = a.clone();
+        b.set_span(self.end);
+        let ts: TokenStream = [TokenTree::Punct(a), TokenTree::Punct(b)]
+            .into_iter()
+            .collect();
+        syn::Error::new_spanned(ts, msg)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Un {
@@ -40,7 +68,10 @@ pub enum Bin {
 
 impl Bin {
     pub fn is_comparison(self) -> bool {
-        matches!(self, Bin::Eq | Bin::Ne | Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge)
+        matches!(
+            self,
+            Bin::Eq | Bin::Ne | Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge
+        )
     }
     pub fn is_arith(self) -> bool {
         matches!(self, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div | Bin::Rem)
@@ -121,7 +152,7 @@ pub enum TyRef {
 #[derive(Debug)]
 pub struct Expr {
     pub id: usize,
-    pub span: Span,
+    pub span: Sp,
     pub kind: Kind,
 }
 
@@ -130,9 +161,17 @@ pub enum Kind {
     /// A parameter or `let` binding (index into `Body::bindings`).
     Var(usize),
     /// An integer literal; `neg` when written with a leading `-`.
-    Int { value: u128, neg: bool, suffix: Option<Prim> },
+    Int {
+        value: u128,
+        neg: bool,
+        suffix: Option<Prim>,
+    },
     /// A float literal's decimal digits (without suffix or underscores).
-    Float { digits: String, neg: bool, suffix: Option<Prim> },
+    Float {
+        digits: String,
+        neg: bool,
+        suffix: Option<Prim>,
+    },
     Bool(bool),
     Unary(Un, Box<Expr>),
     Binary(Bin, Box<Expr>, Box<Expr>),
@@ -151,7 +190,7 @@ pub struct Block {
 #[derive(Debug)]
 pub struct Let {
     pub binding: usize,
-    pub ty: Option<(TyRef, Span)>,
+    pub ty: Option<(TyRef, Sp)>,
     pub init: Expr,
 }
 
@@ -182,24 +221,40 @@ struct Conv<'a> {
     scopes: Vec<Vec<(String, usize)>>,
     nodes: usize,
     errors: Vec<syn::Error>,
-}
-
-fn err(span: Span, msg: impl std::fmt::Display) -> syn::Error {
-    syn::Error::new(span, msg)
+    /// A `let` failed: its names are unknown, so unknown names are not reported again.
+    poisoned: bool,
 }
 
 /// Checks and resolves `block`, the body of `fn f(p0, p1)`.
-pub fn convert(params: [&syn::Ident; 2], block: &syn::Block, names: &TypeNames) -> syn::Result<Body> {
-    let mut c = Conv { names, bindings: Vec::new(), scopes: vec![Vec::new()], nodes: 0, errors: Vec::new() };
+pub fn convert(
+    params: [&syn::Ident; 2],
+    block: &syn::Block,
+    names: &TypeNames,
+) -> syn::Result<Body> {
+    let mut c = Conv {
+        names,
+        bindings: Vec::new(),
+        scopes: vec![Vec::new()],
+        nodes: 0,
+        errors: Vec::new(),
+        poisoned: false,
+    };
     for p in params {
         c.bind(p);
     }
     let block = c.block(block, block.brace_token.span.join());
-    match (block, c.errors.into_iter().reduce(|mut a, b| {
-        a.combine(b);
-        a
-    })) {
-        (Some(block), None) => Ok(Body { bindings: c.bindings, block, nodes: c.nodes }),
+    match (
+        block,
+        c.errors.into_iter().reduce(|mut a, b| {
+            a.combine(b);
+            a
+        }),
+    ) {
+        (Some(block), None) => Ok(Body {
+            bindings: c.bindings,
+            block,
+            nodes: c.nodes,
+        }),
         (_, Some(e)) => Err(e),
         (None, None) => unreachable!("a failed conversion records an error"),
     }
@@ -215,17 +270,31 @@ impl Conv<'_> {
     }
 
     fn lookup(&self, name: &str) -> Option<usize> {
-        self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|&(_, b)| b)
+        self.scopes
+            .iter()
+            .rev()
+            .flat_map(|s| s.iter().rev())
+            .find(|(n, _)| n == name)
+            .map(|&(_, b)| b)
     }
 
-    fn fail<T>(&mut self, span: Span, msg: impl std::fmt::Display) -> Option<T> {
-        self.errors.push(err(span, msg));
+    fn fail<T>(&mut self, at: &impl ToTokens, msg: impl std::fmt::Display) -> Option<T> {
+        self.errors.push(Sp::of(at).error(msg));
         None
     }
 
-    fn node(&mut self, span: Span, kind: Kind) -> Expr {
+    fn fail_at<T>(&mut self, span: Span, msg: impl std::fmt::Display) -> Option<T> {
+        self.errors.push(syn::Error::new(span, msg));
+        None
+    }
+
+    fn node(&mut self, span: Sp, kind: Kind) -> Expr {
         self.nodes += 1;
-        Expr { id: self.nodes - 1, span, kind }
+        Expr {
+            id: self.nodes - 1,
+            span,
+            kind,
+        }
     }
 
     fn block(&mut self, b: &syn::Block, span: Span) -> Option<Block> {
@@ -244,7 +313,10 @@ impl Conv<'_> {
             match s {
                 syn::Stmt::Local(l) => match self.local(l) {
                     Some(l) => lets.push(l),
-                    None => ok = false,
+                    None => {
+                        ok = false;
+                        self.poisoned = true;
+                    }
                 },
                 syn::Stmt::Expr(e, None) if i + 1 == n => {
                     tail = self.expr(e);
@@ -264,20 +336,32 @@ impl Conv<'_> {
                             format!("loops are not supported; {SUPPORTED}")
                         }
                         syn::Expr::Macro(m) => format!("macro `{}!` is not supported; {SUPPORTED}", path_str(&m.mac.path)),
+                        _ if e.to_token_stream().into_iter().any(|t| is_return(&t)) => {
+                            "`return` is not supported: the body's last expression is the result".to_string()
+                        }
                         _ if semi.is_some() && i + 1 == n => {
                             "this block has no value: remove the `;` after its last expression".to_string()
                         }
                         _ => "only `let` statements and a final expression are supported in a reduction body".to_string(),
                     };
-                    self.fail::<()>(e.span(), msg);
+                    self.fail::<()>(e, msg);
                 }
                 syn::Stmt::Item(it) => {
                     ok = false;
-                    self.fail::<()>(it.span(), format!("items are not supported inside a reduction body; {SUPPORTED}"));
+                    self.fail::<()>(
+                        it,
+                        format!("items are not supported inside a reduction body; {SUPPORTED}"),
+                    );
                 }
                 syn::Stmt::Macro(m) => {
                     ok = false;
-                    self.fail::<()>(m.span(), format!("macro `{}!` is not supported; {SUPPORTED}", path_str(&m.mac.path)));
+                    self.fail::<()>(
+                        m,
+                        format!(
+                            "macro `{}!` is not supported; {SUPPORTED}",
+                            path_str(&m.mac.path)
+                        ),
+                    );
                 }
             }
         }
@@ -286,7 +370,7 @@ impl Conv<'_> {
         }
         match tail {
             Some(t) => Some(Block { lets, tail: Box::new(t) }),
-            None => self.fail(span, "this block has no value: it must end with an expression (without `;`) that gives the result"),
+            None => self.fail_at(span, "this block has no value: it must end with an expression (without `;`) that gives the result"),
         }
     }
 
@@ -298,19 +382,29 @@ impl Conv<'_> {
         let ident = match pat {
             syn::Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
                 if let Some(m) = &pi.mutability {
-                    return self.fail(m.span(), "mutable bindings are not supported: bind a new name with `let` instead");
+                    return self.fail(
+                        m,
+                        "mutable bindings are not supported: bind a new name with `let` instead",
+                    );
                 }
                 &pi.ident
             }
-            p => return self.fail(p.span(), "only simple `let name = ...;` bindings are supported (no patterns)"),
+            p => {
+                return self.fail(
+                    p,
+                    "only simple `let name = ...;` bindings are supported (no patterns)",
+                )
+            }
         };
         let ty = match ty {
-            Some(t) => Some((self.ty(t)?, t.span())),
+            Some(t) => Some((self.ty(t)?, Sp::of(t))),
             None => None,
         };
         let init = match &l.init {
-            None => return self.fail(l.span(), "a `let` binding needs a value: `let name = ...;`"),
-            Some(i) if i.diverge.is_some() => return self.fail(l.span(), "`let ... else` is not supported"),
+            None => return self.fail(l, "a `let` binding needs a value: `let name = ...;`"),
+            Some(i) if i.diverge.is_some() => {
+                return self.fail(l, "`let ... else` is not supported")
+            }
             Some(i) => self.expr(&i.expr)?,
         };
         // Bound after its initializer: `let x = x + 1;` refers to the outer `x`.
@@ -320,10 +414,16 @@ impl Conv<'_> {
 
     fn ty(&mut self, t: &syn::Type) -> Option<TyRef> {
         let bad = |c: &mut Self, what: &str| {
-            c.fail(t.span(), format!("unsupported type {what}: the body computes with {PRIM_NAMES}{}", match c.names.param {
-                Some(p) => format!(" and the type parameter `{p}`"),
-                None => String::new(),
-            }))
+            c.fail(
+                t,
+                format!(
+                    "unsupported type {what}: the body computes with {PRIM_NAMES}{}",
+                    match c.names.param {
+                        Some(p) => format!(" and the type parameter `{p}`"),
+                        None => String::new(),
+                    }
+                ),
+            )
         };
         let p = match t {
             syn::Type::Path(p) if p.qself.is_none() => p,
@@ -343,8 +443,7 @@ impl Conv<'_> {
             return Some(TyRef::Prim(p));
         }
         if Some(s.as_str()) == self.names.narrow_elem {
-            return self.fail(
-                t.span(),
+            return self.fail(t,
                 format!("`{s}` is not a compute type: {s} values are widened to f32, combined, and rounded back; write f32"),
             );
         }
@@ -352,7 +451,7 @@ impl Conv<'_> {
     }
 
     fn expr(&mut self, e: &syn::Expr) -> Option<Expr> {
-        let span = e.span();
+        let span = Sp::of(e);
         use syn::Expr as E;
         let kind = match e {
             E::Paren(p) => return self.expr(&p.expr),
@@ -364,16 +463,15 @@ impl Conv<'_> {
                         let name = syn::ext::IdentExt::unraw(id).to_string();
                         return match self.lookup(&name) {
                             Some(b) => Some(self.node(span, Kind::Var(b))),
-                            None => self.fail(
-                                span,
+                            None if self.poisoned => None,
+                            None => self.fail(e,
                                 format!("unknown name `{name}`: a reduction body may only use its two arguments and its `let` bindings"),
                             ),
                         };
                     }
                 }
                 let s = path_str(&p.path);
-                return self.fail(
-                    span,
+                return self.fail(e,
                     format!("paths such as `{s}` are not supported: a reduction body may only use its two arguments, its `let` bindings and literals"),
                 );
             }
@@ -381,7 +479,7 @@ impl Conv<'_> {
                 let op = match u.op {
                     syn::UnOp::Neg(_) => Un::Neg,
                     syn::UnOp::Not(_) => Un::Not,
-                    _ => return self.fail(span, format!("dereference is not supported; {SUPPORTED}")),
+                    _ => return self.fail(e, format!("dereference is not supported; {SUPPORTED}")),
                 };
                 // `-literal` is one literal (so that `-128i8` is in range, as in Rust).
                 if op == Un::Neg {
@@ -412,12 +510,12 @@ impl Conv<'_> {
                     syn::BinOp::Gt(_) => Bin::Gt,
                     syn::BinOp::Ge(_) => Bin::Ge,
                     syn::BinOp::Shl(_) | syn::BinOp::Shr(_) => {
-                        return self.fail(b.op.span(), format!("shift operators are not supported; {SUPPORTED}"))
+                        return self.fail(&b.op, format!("shift operators are not supported; {SUPPORTED}"))
                     }
                     ref op if is_compound_assign(op) => {
-                        return self.fail(span, "compound assignment is not supported: bind a new name with `let` instead")
+                        return self.fail(e, "compound assignment is not supported: bind a new name with `let` instead")
                     }
-                    _ => return self.fail(b.op.span(), format!("this operator is not supported; {SUPPORTED}")),
+                    _ => return self.fail(&b.op, format!("this operator is not supported; {SUPPORTED}")),
                 };
                 let l = self.expr(&b.left);
                 let r = self.expr(&b.right);
@@ -427,7 +525,7 @@ impl Conv<'_> {
                 let cond = self.expr(&i.cond);
                 let then = self.block(&i.then_branch, i.then_branch.brace_token.span.join());
                 let Some((_, els)) = &i.else_branch else {
-                    return self.fail(span, "an `if` without `else` has no value: add an `else` branch");
+                    return self.fail(e, "an `if` without `else` has no value: add an `else` branch");
                 };
                 let els = match &**els {
                     E::Block(b) if b.label.is_none() && b.attrs.is_empty() => {
@@ -441,7 +539,7 @@ impl Conv<'_> {
                 };
                 Kind::If(Box::new(cond?), then?, els?)
             }
-            E::Block(b) if b.label.is_none() => Kind::Block(self.block(&b.block, span)?),
+            E::Block(b) if b.label.is_none() => Kind::Block(self.block(&b.block, b.block.brace_token.span.join())?),
             E::Cast(c) => {
                 let x = self.expr(&c.expr);
                 let t = self.ty(&c.ty);
@@ -450,55 +548,61 @@ impl Conv<'_> {
             E::MethodCall(m) => {
                 let name = m.method.to_string();
                 let Some(method) = Method::from_name(&name) else {
-                    return self.fail(
-                        m.method.span(),
+                    return self.fail(&m.method,
                         format!("method `{name}` is not supported; the supported methods are abs, min, max, sqrt, mul_add and clamp"),
                     );
                 };
                 if let Some(t) = &m.turbofish {
-                    return self.fail(t.span(), "type arguments on methods are not supported");
+                    return self.fail(t, "type arguments on methods are not supported");
                 }
                 if m.args.len() != method.nargs() {
-                    return self.fail(
-                        m.span(),
+                    return self.fail(m,
                         format!("`{name}` takes {} argument(s), found {}", method.nargs(), m.args.len()),
                     );
                 }
                 let recv = self.expr(&m.receiver);
                 let args: Vec<Option<Expr>> = m.args.iter().map(|a| self.expr(a)).collect();
                 let args: Option<Vec<Expr>> = args.into_iter().collect();
+                if let (Method::Clamp, Some([lo, hi])) = (method, args.as_deref()) {
+                    if let (Some(l), Some(h)) = (lit_value(lo), lit_value(hi)) {
+                        if l > h {
+                            return self.fail(m,
+                                "`clamp` with a minimum above its maximum: Rust panics on this call",
+                            );
+                        }
+                    }
+                }
                 Kind::Method(method, Box::new(recv?), args?)
             }
             E::Call(_) => {
-                return self.fail(
-                    span,
+                return self.fail(e,
                     format!("function calls are not supported (use method syntax for abs, min, max, sqrt, mul_add, clamp: `x.abs()`); {SUPPORTED}"),
                 )
             }
             E::Macro(m) => {
-                return self.fail(span, format!("macro `{}!` is not supported; {SUPPORTED}", path_str(&m.mac.path)))
+                return self.fail(e, format!("macro `{}!` is not supported; {SUPPORTED}", path_str(&m.mac.path)))
             }
-            E::Match(_) => return self.fail(span, format!("`match` is not supported: use `if`/`else`; {SUPPORTED}")),
+            E::Match(_) => return self.fail(e, format!("`match` is not supported: use `if`/`else`; {SUPPORTED}")),
             E::ForLoop(_) | E::While(_) | E::Loop(_) => {
-                return self.fail(span, format!("loops are not supported; {SUPPORTED}"))
+                return self.fail(e, format!("loops are not supported; {SUPPORTED}"))
             }
             E::Return(_) => {
-                return self.fail(span, "`return` is not supported: the body's last expression is the result")
+                return self.fail(e, "`return` is not supported: the body's last expression is the result")
             }
             E::Assign(_) => {
-                return self.fail(span, "assignment is not supported: bind a new name with `let` instead")
+                return self.fail(e, "assignment is not supported: bind a new name with `let` instead")
             }
-            E::Let(_) => return self.fail(span, format!("`if let` and `let` expressions are not supported; {SUPPORTED}")),
-            E::Closure(_) => return self.fail(span, format!("closures are not supported; {SUPPORTED}")),
-            E::Reference(_) => return self.fail(span, format!("references are not supported; {SUPPORTED}")),
+            E::Let(_) => return self.fail(e, format!("`if let` and `let` expressions are not supported; {SUPPORTED}")),
+            E::Closure(_) => return self.fail(e, format!("closures are not supported; {SUPPORTED}")),
+            E::Reference(_) => return self.fail(e, format!("references are not supported; {SUPPORTED}")),
             E::Index(_) | E::Array(_) | E::Repeat(_) => {
-                return self.fail(span, format!("arrays and indexing are not supported; {SUPPORTED}"))
+                return self.fail(e, format!("arrays and indexing are not supported; {SUPPORTED}"))
             }
             E::Tuple(_) | E::Field(_) | E::Struct(_) => {
-                return self.fail(span, format!("tuples, structs and fields are not supported; {SUPPORTED}"))
+                return self.fail(e, format!("tuples, structs and fields are not supported; {SUPPORTED}"))
             }
-            E::Unsafe(_) => return self.fail(span, format!("`unsafe` blocks are not supported; {SUPPORTED}")),
-            _ => return self.fail(span, format!("this expression is not supported; {SUPPORTED}")),
+            E::Unsafe(_) => return self.fail(e, format!("`unsafe` blocks are not supported; {SUPPORTED}")),
+            _ => return self.fail(e, format!("this expression is not supported; {SUPPORTED}")),
         };
         Some(self.node(span, kind))
     }
@@ -516,19 +620,26 @@ impl Conv<'_> {
                 }
                 let value = match i.base10_parse::<u128>() {
                     Ok(v) => v,
-                    Err(e) => return self.fail(i.span(), e),
+                    Err(e) => return self.fail(i, e),
                 };
                 Some(Kind::Int { value, neg, suffix })
             }
             syn::Lit::Float(f) => {
                 let suffix = self.suffix(f.suffix(), f.span())?;
                 if suffix.is_some_and(Prim::is_int) {
-                    return self.fail(f.span(), "an integer suffix on a float literal");
+                    return self.fail(f, "an integer suffix on a float literal");
                 }
-                Some(Kind::Float { digits: f.base10_digits().to_string(), neg, suffix })
+                Some(Kind::Float {
+                    digits: f.base10_digits().to_string(),
+                    neg,
+                    suffix,
+                })
             }
             syn::Lit::Bool(b) if !neg => Some(Kind::Bool(b.value)),
-            _ => self.fail(l.span(), format!("only numeric and bool literals are supported; {SUPPORTED}")),
+            _ => self.fail(
+                l,
+                format!("only numeric and bool literals are supported; {SUPPORTED}"),
+            ),
         }
     }
 
@@ -538,7 +649,10 @@ impl Conv<'_> {
         }
         match Prim::from_name(s) {
             Some(p) => Some(Some(p)),
-            None => self.fail(span, format!("unsupported literal suffix `{s}`: the body computes with {PRIM_NAMES}")),
+            None => self.fail_at(
+                span,
+                format!("unsupported literal suffix `{s}`: the body computes with {PRIM_NAMES}"),
+            ),
         }
     }
 }
@@ -570,5 +684,27 @@ fn is_compound_assign(op: &syn::BinOp) -> bool {
 
 pub fn path_str(p: &syn::Path) -> String {
     let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
-    format!("{}{}", if p.leading_colon.is_some() { "::" } else { "" }, segs.join("::"))
+    format!(
+        "{}{}",
+        if p.leading_colon.is_some() { "::" } else { "" },
+        segs.join("::")
+    )
+}
+
+/// The value of a literal node, for checks that do not depend on its type.
+fn lit_value(e: &Expr) -> Option<f64> {
+    let (v, neg) = match &e.kind {
+        Kind::Int { value, neg, .. } => (*value as f64, *neg),
+        Kind::Float { digits, neg, .. } => (digits.parse::<f64>().ok()?, *neg),
+        _ => return None,
+    };
+    Some(if neg { -v } else { v })
+}
+
+fn is_return(t: &TokenTree) -> bool {
+    match t {
+        TokenTree::Ident(i) => i == "return",
+        TokenTree::Group(g) => g.stream().into_iter().any(|t| is_return(&t)),
+        _ => false,
+    }
 }

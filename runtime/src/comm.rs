@@ -285,7 +285,8 @@ impl Comm {
         self.submit(self.launch(Collective::AllReduce, Some(op), count, send, recv), stream)
     }
 
-    /// Copies `count` elements of `send` on `root` into `recv` on every rank.
+    /// Copies `count` elements of `send` on `root` into `recv` on every rank (`send` is
+    /// not read elsewhere).
     pub fn broadcast<T: Element>(
         &self,
         send: &DeviceBuffer<T>,
@@ -294,15 +295,7 @@ impl Comm {
         root: usize,
         stream: &Stream,
     ) -> Result<()> {
-        self.check_root(root)?;
-        elems_fit("broadcast recv buffer", recv, count)?;
-        if self.rank() == root {
-            elems_fit("broadcast send buffer", send, count)?;
-            self.check_same_or_disjoint("broadcast", send, recv)?;
-        }
-        let mut l = self.launch(Collective::Broadcast, None, count, send, recv);
-        l.root = root;
-        self.submit(l, stream)
+        self.rooted(Collective::Broadcast, None, send, recv, count, root, stream)
     }
 
     /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
@@ -316,13 +309,35 @@ impl Comm {
         root: usize,
         stream: &Stream,
     ) -> Result<()> {
+        self.rooted(Collective::Reduce, Some(op), send, recv, count, root, stream)
+    }
+
+    /// Broadcast and Reduce: the root's `send` (broadcast) or `recv` (reduce) is the only
+    /// buffer of its side that matters, so only it is checked.
+    #[allow(clippy::too_many_arguments)]
+    fn rooted<T: Element>(
+        &self,
+        coll: Collective,
+        op: Option<Op>,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         self.check_root(root)?;
-        elems_fit("reduce send buffer", send, count)?;
-        if self.rank() == root {
-            elems_fit("reduce recv buffer", recv, count)?;
-            self.check_same_or_disjoint("reduce", send, recv)?;
+        let is_root = self.rank() == root;
+        let (send_used, recv_used) = if coll == Collective::Broadcast { (is_root, true) } else { (true, is_root) };
+        if send_used {
+            elems_fit(&format!("{coll} send buffer"), send, count)?;
         }
-        let mut l = self.launch(Collective::Reduce, Some(op), count, send, recv);
+        if recv_used {
+            elems_fit(&format!("{coll} recv buffer"), recv, count)?;
+        }
+        if is_root {
+            self.check_same_or_disjoint(coll.name(), send, recv)?;
+        }
+        let mut l = self.launch(coll, op, count, send, recv);
         l.root = root;
         self.submit(l, stream)
     }
@@ -508,7 +523,8 @@ impl Comm {
         // Collectives that only move data run as bytes.
         let (kdtype, scale) = if l.coll.reduces() { (l.dtype, 1) } else { (DataType::U8, l.dtype.size()) };
         let cfg = &me.world.cfg;
-        let choice = tune::choose(l.coll, l.bytes, kdtype.size(), me.nranks, cfg);
+        let commutative = !matches!(l.op, Some(Op::Custom(c)) if !c.commutative);
+        let choice = tune::choose(l.coll, l.bytes, kdtype.size(), me.nranks, commutative, cfg);
         let spec = KernelSpec::new(l.coll, choice.algo, choice.proto, kdtype, l.op.map(Op::red_op))
             .map_err(|e| Error::InvalidArgument(format!("{name} with {}: {e}", l.dtype)))?;
         let (kernel, _) = Generator::global().host_kernel(&spec)?;

@@ -26,11 +26,20 @@ pub(crate) fn step_capacity(proto: Protocol, slot_bytes: usize) -> usize {
 }
 
 /// The choice for `coll` moving `bytes` (the per-rank buffer size) in elements of
-/// `elem_size` bytes.
-pub(crate) fn choose(coll: Collective, bytes: usize, elem_size: usize, nranks: usize, cfg: &Resolved) -> Choice {
+/// `elem_size` bytes. A non-`commutative` op is only ever given the ring (the tree would
+/// combine in an order that is not the ring's); forcing the tree for it is refused later,
+/// with the reason, by the kernel spec.
+pub(crate) fn choose(
+    coll: Collective,
+    bytes: usize,
+    elem_size: usize,
+    nranks: usize,
+    commutative: bool,
+    cfg: &Resolved,
+) -> Choice {
     let algo = match cfg.algo {
         Some(a) if coll.algorithms().contains(&a) => a,
-        _ if coll == Collective::AllReduce && nranks > 2 && bytes <= 16 << 10 => Algorithm::Tree,
+        _ if coll == Collective::AllReduce && commutative && nranks > 2 && bytes <= 16 << 10 => Algorithm::Tree,
         _ => Algorithm::Ring,
     };
     let proto = cfg.proto.unwrap_or(if bytes <= 64 << 10 {

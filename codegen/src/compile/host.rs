@@ -61,6 +61,9 @@ impl HostCompiler {
             .arg("-o")
             .arg(&so)
             .arg(&c)
+            // Templates avoid libm, but a custom op's C may not: link it rather than fail
+            // at load time with an undefined symbol.
+            .arg("-lm")
             .output()
             .map_err(|e| CompileError::io(format!("running {}", self.cc.display()), e))?;
         let log = String::from_utf8_lossy(&res.stderr).into_owned();
