@@ -3,7 +3,6 @@
 //! by the generator, and launched on the caller's stream as one CTA per channel.
 
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,9 +13,10 @@ use crate::config::{Config, Resolved};
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
 use crate::error::{invalid, Error, Result};
-use crate::graph;
 use crate::stream::{Cta, Stream};
-use crate::transport::p2p::Fifo;
+use crate::transport::connect::{connect, RankConns};
+use crate::transport::layout::Layout;
+use crate::transport::p2p::LocalSegments;
 use crate::tune;
 
 /// A reduction operator as the caller names it.
@@ -72,46 +72,44 @@ impl<T> KernelTable<T> {
     }
 }
 
-/// Point-to-point connectors from one rank to another, created on first use.
-struct P2pLink {
-    _fifos: Vec<Fifo>,
-    send: KernelTable<Conn>,
-    recv: KernelTable<Conn>,
-}
-
-/// What the communicators created together share: connector memory and ring orders.
-struct World {
-    cfg: Resolved,
-    _fifos: Vec<Fifo>,
-    _ring_ranks: Vec<Box<[i32]>>,
-    p2p: Mutex<HashMap<(usize, usize), Arc<P2pLink>>>,
-}
-
-impl World {
-    fn p2p(&self, src: usize, dst: usize) -> Result<Arc<P2pLink>> {
-        let mut map = self.p2p.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(l) = map.get(&(src, dst)) {
-            return Ok(l.clone());
-        }
-        let fifos = (0..self.cfg.nchannels).map(|_| Fifo::new(self.cfg.slot_bytes)).collect::<Result<Vec<_>>>()?;
-        let (send, recv): (Vec<Conn>, Vec<Conn>) = fifos.iter().map(|f| f.ends(src, dst)).unzip();
-        let link = Arc::new(P2pLink { _fifos: fifos, send: KernelTable::new(send), recv: KernelTable::new(recv) });
-        tracing::debug!("p2p connection {src} -> {dst} over {} channel(s)", self.cfg.nchannels);
-        map.insert((src, dst), link.clone());
-        Ok(link)
-    }
-}
-
 struct CommInner {
     rank: usize,
     nranks: usize,
     device: Device,
-    world: Arc<World>,
+    cfg: Resolved,
     channels: KernelTable<Channel>,
+    /// Per peer, one connector end per channel.
+    p2p_send: Vec<KernelTable<Conn>>,
+    p2p_recv: Vec<KernelTable<Conn>>,
     status: KernelTable<Status>,
     abort: AtomicI32,
     /// One kernel of this communicator at a time: they share connector state.
     exec: Mutex<()>,
+    /// Ring orders the channels point into.
+    _ring_ranks: Vec<Box<[i32]>>,
+    /// Keeps every segment the connectors point into alive.
+    _segments: Arc<dyn Send + Sync>,
+}
+
+impl CommInner {
+    /// A rank wired by `conns`, whose pointers stay valid while `segments` lives.
+    fn new(rank: usize, device: Device, cfg: Resolved, conns: RankConns, segments: Arc<dyn Send + Sync>) -> CommInner {
+        let table = |v: Vec<Vec<Conn>>| v.into_iter().map(KernelTable::new).collect();
+        CommInner {
+            rank,
+            nranks: conns.p2p_send.len(),
+            device,
+            status: KernelTable::new(vec![Status::default(); cfg.nchannels]),
+            cfg,
+            channels: KernelTable::new(conns.channels),
+            p2p_send: table(conns.p2p_send),
+            p2p_recv: table(conns.p2p_recv),
+            abort: AtomicI32::new(0),
+            exec: Mutex::new(()),
+            _ring_ranks: conns.ring_ranks,
+            _segments: segments,
+        }
+    }
 }
 
 /// One rank of a communicator.
@@ -191,59 +189,24 @@ impl Comm {
             return invalid("a communicator needs at least one rank");
         }
         let cfg = config.resolve(nranks)?;
-        let nch = cfg.nchannels;
-        let mut channels = vec![vec![Channel::default(); nch]; nranks];
-        let mut fifos = Vec::new();
-        let mut ring_ranks = Vec::new();
-        for c in 0..nch {
-            let order = graph::ring(nranks, c);
-            let ranks: Box<[i32]> = order.iter().map(|&r| r as i32).collect();
-            for (pos, &r) in order.iter().enumerate() {
-                channels[r][c].ring_index = pos as i32;
-                channels[r][c].ring_ranks = ranks.as_ptr();
-            }
-            ring_ranks.push(ranks);
-            if nranks > 1 {
-                for pos in 0..nranks {
-                    let (from, to) = (order[pos], order[(pos + 1) % nranks]);
-                    let f = Fifo::new(cfg.slot_bytes)?;
-                    (channels[from][c].ring_send, channels[to][c].ring_recv) = f.ends(from, to);
-                    fifos.push(f);
-                }
-            }
-            let tree = graph::tree(nranks, c);
-            for r in 0..nranks {
-                channels[r][c].tree_parent = tree.parent[r].map_or(-1, |p| p as i32);
-                channels[r][c].tree_nchildren = tree.children[r].len() as i32;
-                for (k, &child) in tree.children[r].iter().enumerate() {
-                    let up = Fifo::new(cfg.slot_bytes)?;
-                    (channels[child][c].tree_up_send, channels[r][c].tree_down_recv[k]) = up.ends(child, r);
-                    let down = Fifo::new(cfg.slot_bytes)?;
-                    (channels[r][c].tree_down_send[k], channels[child][c].tree_up_recv) = down.ends(r, child);
-                    fifos.extend([up, down]);
-                }
-            }
-        }
+        let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
+        let segments = Arc::new(LocalSegments::new(&layout)?);
+        let bases = segments.bases();
         tracing::info!(
-            "init_all: {nranks} ranks in one process, {nch} channel(s), slots {:?} B, timeout {:?}",
+            "init_all: {nranks} ranks in one process, {} channel(s), slots {:?} B, timeout {:?}",
+            cfg.nchannels,
             cfg.slot_bytes,
             cfg.timeout
         );
-        let world = Arc::new(World { cfg, _fifos: fifos, _ring_ranks: ring_ranks, p2p: Mutex::new(HashMap::new()) });
-        Ok(channels
-            .into_iter()
-            .enumerate()
-            .map(|(rank, chans)| Comm {
-                inner: Arc::new(CommInner {
+        Ok((0..nranks)
+            .map(|rank| Comm {
+                inner: Arc::new(CommInner::new(
                     rank,
-                    nranks,
-                    device: Device::host(rank),
-                    world: world.clone(),
-                    channels: KernelTable::new(chans),
-                    status: KernelTable::new(vec![Status::default(); nch]),
-                    abort: AtomicI32::new(0),
-                    exec: Mutex::new(()),
-                }),
+                    Device::host(rank),
+                    cfg.clone(),
+                    connect(&layout, rank, &bases),
+                    segments.clone(),
+                )),
             })
             .collect())
     }
@@ -522,25 +485,16 @@ impl Comm {
         }
         // Collectives that only move data run as bytes.
         let (kdtype, scale) = if l.coll.reduces() { (l.dtype, 1) } else { (DataType::U8, l.dtype.size()) };
-        let cfg = &me.world.cfg;
+        let cfg = &me.cfg;
         let commutative = !matches!(l.op, Some(Op::Custom(c)) if !c.commutative);
         let choice = tune::choose(l.coll, l.bytes, kdtype.size(), me.nranks, commutative, cfg);
         let spec = KernelSpec::new(l.coll, choice.algo, choice.proto, kdtype, l.op.map(Op::red_op))
             .map_err(|e| Error::InvalidArgument(format!("{name} with {}: {e}", l.dtype)))?;
         let (kernel, _) = Generator::global().host_kernel(&spec)?;
 
-        let (mut p2p_send, mut p2p_recv) = (std::ptr::null_mut(), std::ptr::null_mut());
-        let mut keep = l.keep;
-        if let Some(peer) = l.send_peer {
-            let link = me.world.p2p(me.rank, peer)?;
-            p2p_send = link.send.ptr();
-            keep.push(link);
-        }
-        if let Some(peer) = l.recv_peer {
-            let link = me.world.p2p(peer, me.rank)?;
-            p2p_recv = link.recv.ptr();
-            keep.push(link);
-        }
+        let p2p_send = l.send_peer.map_or(std::ptr::null_mut(), |peer| me.p2p_send[peer].ptr());
+        let p2p_recv = l.recv_peer.map_or(std::ptr::null_mut(), |peer| me.p2p_recv[peer].ptr());
+        let keep = l.keep;
         let scalar_f = match l.op {
             Some(Op::PreMulSum(s)) => s,
             Some(Op::Avg) => 1.0 / me.nranks as f64,
@@ -585,7 +539,7 @@ impl Comm {
                 Some(chan) => {
                     // SAFETY: the kernels have finished.
                     let st = unsafe { *inner.status.ptr().add(chan) };
-                    Err(kernel_error(name, inner.rank, chan, st, inner.world.cfg.timeout.as_secs_f64()))
+                    Err(kernel_error(name, inner.rank, chan, st, inner.cfg.timeout.as_secs_f64()))
                 }
             }
         }))

@@ -1,0 +1,58 @@
+//! Builds one rank's connector tables from the receive segments of all ranks: a rank
+//! receives in its own segment and sends into its peers'.
+
+use jitccl_codegen::abi::{Channel, Conn};
+
+use crate::graph;
+use crate::transport::layout::{Edge, Layout};
+
+/// What the kernels of one rank use to reach the others.
+pub(crate) struct RankConns {
+    pub channels: Vec<Channel>,
+    /// Per peer, one end per channel.
+    pub p2p_send: Vec<Vec<Conn>>,
+    pub p2p_recv: Vec<Vec<Conn>>,
+    /// Per channel, the user rank at each ring position (`Channel::ring_ranks` points here).
+    pub ring_ranks: Vec<Box<[i32]>>,
+}
+
+/// The connector tables of `rank`, given every rank's segment as mapped in this process.
+pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8]) -> RankConns {
+    let n = layout.nranks;
+    let mut channels = vec![Channel::default(); layout.nchannels];
+    let mut ring_ranks = Vec::with_capacity(layout.nchannels);
+    for (c, ch) in channels.iter_mut().enumerate() {
+        let order = graph::ring(n, c);
+        let ranks: Box<[i32]> = order.iter().map(|&r| r as i32).collect();
+        let pos = order.iter().position(|&r| r == rank).expect("every rank is on the ring");
+        ch.ring_index = pos as i32;
+        ch.ring_ranks = ranks.as_ptr();
+        ring_ranks.push(ranks);
+        if n > 1 {
+            let (prev, next) = (order[(pos + n - 1) % n], order[(pos + 1) % n]);
+            ch.ring_send = layout.end(segments[next], c, Edge::Ring, next);
+            ch.ring_recv = layout.end(segments[rank], c, Edge::Ring, prev);
+        }
+        let tree = graph::tree(n, c);
+        if let Some(p) = tree.parent[rank] {
+            let k = tree.children[p].iter().position(|&x| x == rank).expect("a child of its parent");
+            ch.tree_parent = p as i32;
+            ch.tree_up_send = layout.end(segments[p], c, Edge::FromChild(k), p);
+            ch.tree_up_recv = layout.end(segments[rank], c, Edge::FromParent, p);
+        }
+        ch.tree_nchildren = tree.children[rank].len() as i32;
+        for (k, &child) in tree.children[rank].iter().enumerate() {
+            ch.tree_down_send[k] = layout.end(segments[child], c, Edge::FromParent, child);
+            ch.tree_down_recv[k] = layout.end(segments[rank], c, Edge::FromChild(k), child);
+        }
+    }
+    let per_peer = |f: &dyn Fn(usize, usize) -> Conn| -> Vec<Vec<Conn>> {
+        (0..n).map(|peer| (0..layout.nchannels).map(|c| f(peer, c)).collect()).collect()
+    };
+    RankConns {
+        p2p_send: per_peer(&|peer, c| layout.end(segments[peer], c, Edge::P2p(rank), peer)),
+        p2p_recv: per_peer(&|peer, c| layout.end(segments[rank], c, Edge::P2p(peer), peer)),
+        channels,
+        ring_ranks,
+    }
+}

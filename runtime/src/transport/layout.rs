@@ -1,0 +1,80 @@
+//! The layout of a rank's receive segment: one FIFO per (channel, incoming edge), each FIFO
+//! the head and tail counters then every protocol's slots. Fixed slots per channel (ring,
+//! tree parent, tree children, one per p2p sender) keep offsets independent of the graph,
+//! so a sender finds its FIFO in a peer's segment without asking. Unused FIFOs cost
+//! address space only: their pages are never touched.
+
+use jitccl_codegen::abi::{Conn, MAX_TREE_ARITY, NPROTOS, STEPS};
+
+/// Counters get a cache line each so sender and receiver do not false-share.
+const COUNTER_BYTES: usize = 128;
+const PAGE: usize = 4096;
+
+/// Which FIFO of a receiver's segment, on a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Edge {
+    /// From the previous ring position.
+    Ring,
+    /// From the tree parent (down phase).
+    FromParent,
+    /// From tree child number `k` (up phase).
+    FromChild(usize),
+    /// Point-to-point from rank `sender`.
+    P2p(usize),
+}
+
+/// Per-channel FIFOs for the ring and tree edges.
+const GRAPH_FIFOS: usize = 2 + MAX_TREE_ARITY;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub nranks: usize,
+    pub nchannels: usize,
+    pub slot_bytes: [usize; NPROTOS],
+}
+
+impl Layout {
+    /// Bytes of one FIFO, page-aligned.
+    fn fifo_bytes(&self) -> usize {
+        let b = 2 * COUNTER_BYTES + self.slot_bytes.iter().map(|s| s * STEPS).sum::<usize>();
+        b.div_ceil(PAGE) * PAGE
+    }
+
+    /// Bytes of a rank's receive segment.
+    pub fn segment_bytes(&self) -> usize {
+        self.fifo_bytes() * self.nchannels * (GRAPH_FIFOS + self.nranks)
+    }
+
+    fn offset(&self, chan: usize, edge: Edge) -> usize {
+        let index = match edge {
+            Edge::Ring => chan * GRAPH_FIFOS,
+            Edge::FromParent => chan * GRAPH_FIFOS + 1,
+            Edge::FromChild(k) => chan * GRAPH_FIFOS + 2 + k,
+            Edge::P2p(sender) => self.nchannels * GRAPH_FIFOS + sender * self.nchannels + chan,
+        };
+        index * self.fifo_bytes()
+    }
+
+    /// A connector end on the FIFO of `edge` on `chan` in the receiver's segment at `base`
+    /// (as mapped in this process); `peer` is the rank at the other end.
+    pub fn end(&self, base: *mut u8, chan: usize, edge: Edge, peer: usize) -> Conn {
+        // SAFETY: every offset computed here lies within segment_bytes() of `base`.
+        let fifo = unsafe { base.add(self.offset(chan, edge)) };
+        let mut conn = Conn {
+            head: fifo as *mut u64,
+            // SAFETY: as above.
+            tail: unsafe { fifo.add(COUNTER_BYTES) } as *mut u64,
+            peer: peer as i32,
+            connected: 1,
+            ..Conn::default()
+        };
+        let mut off = 2 * COUNTER_BYTES;
+        for p in 0..NPROTOS {
+            // SAFETY: as above.
+            conn.buf[p] = unsafe { fifo.add(off) };
+            conn.slot_bytes[p] = self.slot_bytes[p] as u64;
+            off += self.slot_bytes[p] * STEPS;
+        }
+        conn
+    }
+}
