@@ -3,13 +3,15 @@
 //! by the generator, and launched on the caller's stream as one CTA per channel.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use jitccl_codegen::abi::{self, Args, Channel, Conn, Status};
 use jitccl_codegen::{Collective, CustomOp, DataType, Generator, KernelSpec, RedOp};
 
+use crate::bootstrap::Bootstrap;
 use crate::config::{Config, Resolved};
+use crate::store::Server;
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
 use crate::error::{invalid, Error, Result};
@@ -72,7 +74,7 @@ impl<T> KernelTable<T> {
     }
 }
 
-struct CommInner {
+pub(crate) struct CommInner {
     rank: usize,
     nranks: usize,
     device: Device,
@@ -89,11 +91,21 @@ struct CommInner {
     _ring_ranks: Vec<Box<[i32]>>,
     /// Keeps every segment the connectors point into alive.
     _segments: Arc<dyn Send + Sync>,
+    /// Ranks in other processes: the bootstrap (kept for later exchanges) and its abort
+    /// flag, and the rendezvous store this rank serves, if any.
+    bootstrap: Option<(Bootstrap, Arc<AtomicBool>)>,
+    _store_server: Option<Server>,
 }
 
 impl CommInner {
     /// A rank wired by `conns`, whose pointers stay valid while `segments` lives.
-    fn new(rank: usize, device: Device, cfg: Resolved, conns: RankConns, segments: Arc<dyn Send + Sync>) -> CommInner {
+    pub(crate) fn new(
+        rank: usize,
+        device: Device,
+        cfg: Resolved,
+        conns: RankConns,
+        segments: Arc<dyn Send + Sync>,
+    ) -> CommInner {
         let table = |v: Vec<Vec<Conn>>| v.into_iter().map(KernelTable::new).collect();
         CommInner {
             rank,
@@ -108,7 +120,13 @@ impl CommInner {
             exec: Mutex::new(()),
             _ring_ranks: conns.ring_ranks,
             _segments: segments,
+            bootstrap: None,
+            _store_server: None,
         }
+    }
+
+    pub(crate) fn with_bootstrap(self, bs: Bootstrap, abort: Arc<AtomicBool>, store_server: Option<Server>) -> CommInner {
+        CommInner { bootstrap: Some((bs, abort)), _store_server: store_server, ..self }
     }
 }
 
@@ -181,6 +199,10 @@ fn overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
 }
 
 impl Comm {
+    pub(crate) fn from_inner(inner: CommInner) -> Comm {
+        Comm { inner: Arc::new(inner) }
+    }
+
     /// Creates `nranks` communicators in this process (one per rank, each with its own
     /// host device), connected through shared memory.
     pub fn init_all(nranks: usize, config: &Config) -> Result<Vec<Comm>> {
@@ -226,6 +248,10 @@ impl Comm {
     pub fn abort(&self) {
         tracing::warn!("rank {}: communicator aborted", self.inner.rank);
         self.inner.abort.store(1, Ordering::Release);
+        if let Some((bs, flag)) = &self.inner.bootstrap {
+            flag.store(true, Ordering::Release);
+            bs.abort();
+        }
     }
 
     pub fn is_aborted(&self) -> bool {

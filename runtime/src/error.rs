@@ -3,6 +3,9 @@
 
 use jitccl_codegen::CompileError;
 
+use crate::bootstrap::BootstrapError;
+use crate::store::StoreError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A bad argument (count, buffer size, root, peer, op for a datatype, ...). Nothing was done.
@@ -14,6 +17,12 @@ pub enum Error {
     /// A kernel could not be generated, compiled or loaded.
     #[error(transparent)]
     Compile(#[from] CompileError),
+    /// Ranks could not find each other (wrong id, duplicate rank, a rank missing, ...).
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// The rendezvous store failed or timed out.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// A wait on a peer made no progress within the timeout.
     #[error("{op} on rank {rank}: no progress for {timeout_s} s on channel {channel} waiting for {waiting} rank {peer}")]
     Timeout { op: String, rank: usize, channel: usize, peer: i32, waiting: &'static str, timeout_s: f64 },

@@ -1,17 +1,21 @@
 //! jitccl-runtime: host devices and streams, communicators and their collectives, graph
 //! search, transports and tuning. Kernels come from `jitccl-codegen`.
 
+pub mod bootstrap;
 mod comm;
 mod config;
 mod device;
 mod element;
 mod error;
+mod init;
 pub mod graph;
 mod logging;
+pub mod store;
 mod stream;
 mod transport;
 pub mod tune;
 
+pub use bootstrap::UniqueId;
 pub use comm::{Comm, Op};
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{cuda_device_count, Device, DeviceBuffer};

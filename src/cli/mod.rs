@@ -1,8 +1,10 @@
-//! Command-line interface: `jitccl kernels ...` and `jitccl perf ...`.
+//! Command-line interface: `jitccl kernels | perf | launch | store`.
 
 mod kernels;
+mod launch;
 mod perf;
 mod size;
+mod store;
 
 use std::process::ExitCode;
 
@@ -22,6 +24,11 @@ enum Command {
     Kernels(kernels::KernelsCmd),
     /// Benchmark a collective over a range of sizes (nccl-tests layout).
     Perf(perf::PerfArgs),
+    /// Start N local rank processes (torchrun's environment), failing fast.
+    Launch(launch::LaunchArgs),
+    /// Run the rendezvous key-value store server.
+    #[command(subcommand)]
+    Store(store::StoreCmd),
 }
 
 impl Cli {
@@ -29,6 +36,8 @@ impl Cli {
         let res = match self.cmd {
             Command::Kernels(k) => k.run(),
             Command::Perf(p) => p.run(),
+            Command::Launch(l) => l.run(),
+            Command::Store(s) => s.run(),
         };
         match res {
             Ok(code) => code,

@@ -2,13 +2,17 @@
 //! busbw, #wrong for out-of-place and in-place), checked against the reference. Without a
 //! GPU it runs on the host target; it also measures this machine's single-thread memcpy
 //! bandwidth so the host figures have a yardstick.
+//!
+//! Ranks are separate processes by default: `jitccl perf` relaunches itself as N ranks
+//! (torchrun's environment), which join through `Comm::init_from_env`; rank 0 prints.
+//! `--threads` runs all ranks as threads of this process instead.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use jitccl::codegen::BuiltinOp;
 use jitccl::reference::{count_wrong, inputs, op_for_rank, reduced, RefElement};
 use jitccl::{with_element_type, Algorithm, Collective, Comm, Config, DataType, DeviceBuffer, Op, Protocol, Stream};
-use jitccl::codegen::BuiltinOp;
 
 use super::size::parse_size;
 
@@ -56,6 +60,9 @@ pub struct PerfArgs {
     /// Timed iterations.
     #[arg(short = 'i', long = "iters", default_value_t = 20)]
     iters: usize,
+    /// Run the ranks as threads of this process instead of separate processes.
+    #[arg(long)]
+    threads: bool,
 }
 
 /// Per-size outcome of one placement.
@@ -70,15 +77,49 @@ impl PerfArgs {
             return Err("the step factor (-f) must be at least 2".into());
         }
         if self.min_bytes > self.max_bytes {
-            return Err(format!("minbytes {} is larger than maxbytes {}", self.min_bytes, self.max_bytes));
+            return Err(format!(
+                "minbytes {} is larger than maxbytes {}",
+                self.min_bytes, self.max_bytes
+            ));
         }
         if self.root >= self.nranks {
             return Err(format!("root {} is not one of the {} ranks", self.root, self.nranks));
         }
-        let cfg = Config { nchannels: self.channels, algo: self.algo, proto: self.proto, ..Config::default() };
-        let comms = Comm::init_all(self.nranks, &cfg).map_err(|e| e.to_string())?;
-        let streams = comms.iter().map(|c| c.device().stream()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
-        with_element_type!(self.dtype, sweep(&self, &comms, &streams))
+        let cfg = Config {
+            nchannels: self.channels,
+            algo: self.algo,
+            proto: self.proto,
+            ..Config::default()
+        };
+        let in_rank_process = std::env::var_os("RANK").is_some() && std::env::var_os("WORLD_SIZE").is_some();
+        if self.threads {
+            let comms = Comm::init_all(self.nranks, &cfg).map_err(|e| e.to_string())?;
+            let streams = comms
+                .iter()
+                .map(|c| c.device().stream())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            with_element_type!(self.dtype, sweep(&self, &comms, &streams))
+        } else if in_rank_process {
+            let comm = Comm::init_from_env(&cfg).map_err(|e| e.to_string())?;
+            if comm.nranks() != self.nranks {
+                return Err(format!(
+                    "WORLD_SIZE is {}, but -n asks for {} ranks",
+                    comm.nranks(),
+                    self.nranks
+                ));
+            }
+            let stream = comm.device().stream().map_err(|e| e.to_string())?;
+            with_element_type!(
+                self.dtype,
+                sweep(&self, std::slice::from_ref(&comm), std::slice::from_ref(&stream))
+            )
+        } else {
+            let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+            let mut command = vec![exe.to_string_lossy().into_owned()];
+            command.extend(std::env::args().skip(1));
+            super::launch::run_ranks(self.nranks, None, &command, None, false)
+        }
     }
 
     fn op(&self) -> Option<Op> {
@@ -134,35 +175,66 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
         .iter()
         .map(|c| {
             let dev = c.device();
-            Ok(RankBufs { send: dev.alloc::<T>(full.max(1))?, recv: dev.alloc::<T>(full.max(1))? })
+            Ok(RankBufs {
+                send: dev.alloc::<T>(full.max(1))?,
+                recv: dev.alloc::<T>(full.max(1))?,
+            })
         })
         .collect::<Result<Vec<_>, jitccl::Error>>()
         .map_err(|e| e.to_string())?;
 
+    // Only rank 0 prints (with threads, this process holds rank 0).
+    let printer = comms.iter().any(|c| c.rank() == 0);
+    let say = |line: String| {
+        if printer {
+            println!("{line}");
+        }
+    };
     // Collectives run on the host target; say why when there is a GPU too.
     let why_host = match jitccl::cuda_device_count() {
         Ok(g) => format!("{g} CUDA device(s) present, but this build launches collectives on the host target only"),
         Err(e) => e,
     };
-    println!(
-        "# jitccl perf: {} on the host target ({why_host}), {n} ranks in one process, {} warmup + {} timed iterations, check {}",
+    let how = if comms.len() == n {
+        "ranks as threads of one process"
+    } else {
+        "rank processes"
+    };
+    say(format!(
+        "# jitccl perf: {} on the host target ({why_host}), {n} {how}, {} warmup + {} timed iterations, check {}",
         a.coll, a.warmup, a.iters, a.check
-    );
-    println!("#");
-    println!("# {:>66}{:>34}", "out-of-place", "in-place");
-    println!(
+    ));
+    say("#".into());
+    say(format!("# {:>66}{:>34}", "out-of-place", "in-place"));
+    say(format!(
         "# {:>10} {:>12} {:>9} {:>7} {:>6} {:>8} {:>7} {:>7} {:>6} {:>8} {:>7} {:>7} {:>6}",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
-    );
-    println!(
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
+    ));
+    say(format!(
         "# {:>10} {:>12} {:>9} {:>7} {:>6} {:>8} {:>7} {:>7} {:>6} {:>8} {:>7} {:>7} {:>6}",
         "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
-    );
+    ));
     let (mut bus_sum, mut rows, mut wrong_total, mut peak_bus) = (0.0, 0usize, 0usize, 0.0f64);
     let mut bytes = a.min_bytes;
     loop {
         let (count, size) = a.shape(bytes, esize);
-        let root = if matches!(a.coll, Collective::Broadcast | Collective::Reduce) { a.root as i64 } else { -1 };
+        let root = if matches!(a.coll, Collective::Broadcast | Collective::Reduce) {
+            a.root as i64
+        } else {
+            -1
+        };
         let redop = a.op().map_or("none".to_string(), |_| a.op.to_string());
         let mut line = format!(
             "  {:>10} {:>12} {:>9} {:>7} {:>6}",
@@ -187,20 +259,35 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
             let wrong = if a.check > 0 { t.wrong.to_string() } else { "N/A".into() };
             line.push_str(&format!(" {:>8.2} {:>7.2} {:>7.2} {:>6}", t.us, algbw, busbw, wrong));
         }
-        println!("{line}");
+        say(line);
         match bytes.checked_mul(a.factor) {
             Some(b) if b <= a.max_bytes => bytes = b,
             _ => break,
         }
     }
-    println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
-    println!("# Avg bus bandwidth    : {:.4}", bus_sum / rows.max(1) as f64);
-    let memcpy = memcpy_gbps(a.max_bytes.clamp(1 << 20, 256 << 20));
-    println!(
+    say(format!(
+        "# Out of bounds values : {wrong_total} {}",
+        if wrong_total == 0 { "OK" } else { "FAILED" }
+    ));
+    say(format!("# Avg bus bandwidth    : {:.4}", bus_sum / rows.max(1) as f64));
+    if !printer {
+        return Ok(if wrong_total == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    // At least 64 MiB, so that the copy runs from memory, not from the last-level cache.
+    let memcpy = memcpy_gbps(a.max_bytes.clamp(64 << 20, 256 << 20));
+    say(format!(
         "# Single-thread memcpy bandwidth on this machine: {memcpy:.2} GB/s; peak busbw above is {:.0}% of it",
         100.0 * peak_bus / memcpy
-    );
-    Ok(if wrong_total == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    ));
+    Ok(if wrong_total == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// The buffers one rank passes for one call.
@@ -214,9 +301,15 @@ fn views<T: jitccl::Element>(
     let n = a.nranks;
     Ok(match (a.coll, in_place) {
         (Collective::AllGather, false) => (b.send.slice(0..count)?, b.recv.slice(0..count * n)?),
-        (Collective::AllGather, true) => (b.recv.slice(rank * count..(rank + 1) * count)?, b.recv.slice(0..count * n)?),
+        (Collective::AllGather, true) => (
+            b.recv.slice(rank * count..(rank + 1) * count)?,
+            b.recv.slice(0..count * n)?,
+        ),
         (Collective::ReduceScatter, false) => (b.send.slice(0..count * n)?, b.recv.slice(0..count)?),
-        (Collective::ReduceScatter, true) => (b.send.slice(0..count * n)?, b.send.slice(rank * count..(rank + 1) * count)?),
+        (Collective::ReduceScatter, true) => (
+            b.send.slice(0..count * n)?,
+            b.send.slice(rank * count..(rank + 1) * count)?,
+        ),
         (_, false) => (b.send.slice(0..count)?, b.recv.slice(0..count)?),
         (_, true) => (b.send.slice(0..count)?, b.send.slice(0..count)?),
     })
@@ -230,8 +323,8 @@ fn launch_all<T: jitccl::Element>(
     count: usize,
 ) -> jitccl::Result<()> {
     let n = a.nranks;
-    for (r, (c, s)) in comms.iter().zip(streams).enumerate() {
-        let (send, recv) = &views[r];
+    for ((c, s), (send, recv)) in comms.iter().zip(streams).zip(views) {
+        let r = c.rank();
         let op = a.op().map(|o| op_for_rank(o, r));
         match a.coll {
             Collective::AllReduce => c.all_reduce(send, recv, count, op.expect("reduces"), s)?,
@@ -257,7 +350,11 @@ fn measure<T: RefElement>(
     count: usize,
     in_place: bool,
 ) -> jitccl::Result<Timing> {
-    let v = (0..a.nranks).map(|r| views(a, &bufs[r], r, count, in_place)).collect::<jitccl::Result<Vec<_>>>()?;
+    let v = comms
+        .iter()
+        .zip(bufs)
+        .map(|(c, b)| views(a, b, c.rank(), count, in_place))
+        .collect::<jitccl::Result<Vec<_>>>()?;
     for _ in 0..a.warmup {
         launch_all(a, comms, streams, &v, count)?;
     }
@@ -272,7 +369,21 @@ fn measure<T: RefElement>(
     for _ in 0..a.check {
         wrong += check(a, comms, streams, &v, count)?;
     }
+    // A collective takes as long as its slowest rank; wrong elements add up.
+    let us = over_ranks(a, comms, streams, us, Op::Max)?;
+    let wrong = over_ranks(a, comms, streams, wrong as f64, Op::Sum)? as usize;
     Ok(Timing { us, wrong })
+}
+
+/// Combines one value of every rank process (with threads, `local` already covers all).
+fn over_ranks(a: &PerfArgs, comms: &[Comm], streams: &[Stream], local: f64, op: Op) -> jitccl::Result<f64> {
+    if comms.len() == a.nranks {
+        return Ok(local);
+    }
+    let buf = comms[0].device().alloc_from(&[local])?;
+    comms[0].all_reduce(&buf, &buf, 1, op, &streams[0])?;
+    streams[0].synchronize()?;
+    Ok(buf.to_vec()[0])
 }
 
 /// Runs the collective once on reference inputs and counts wrong elements on all ranks.
@@ -285,20 +396,23 @@ fn check<T: RefElement>(
 ) -> jitccl::Result<usize> {
     let n = a.nranks;
     let op = a.op();
-    for (r, (send, _)) in v.iter().enumerate() {
-        send.copy_from_host(&inputs::<T>(op, r, send.len()))?;
+    for (c, (send, _)) in comms.iter().zip(v) {
+        send.copy_from_host(&inputs::<T>(op, c.rank(), send.len()))?;
     }
     launch_all(a, comms, streams, v, count)?;
     sync_all(streams)?;
     let mut wrong = 0;
-    for (r, (_, recv)) in v.iter().enumerate() {
+    for (c, (_, recv)) in comms.iter().zip(v) {
+        let r = c.rank();
         let want: Vec<T> = match a.coll {
             Collective::AllReduce => (0..count).map(|i| reduced(op.expect("reduces"), n, i)).collect(),
             Collective::Reduce if r != a.root => continue,
             Collective::Reduce => (0..count).map(|i| reduced(op.expect("reduces"), n, i)).collect(),
             Collective::Broadcast => inputs(op, a.root, count),
             Collective::AllGather => (0..n).flat_map(|q| inputs::<T>(op, q, count)).collect(),
-            Collective::ReduceScatter => (0..count).map(|i| reduced(op.expect("reduces"), n, r * count + i)).collect(),
+            Collective::ReduceScatter => (0..count)
+                .map(|i| reduced(op.expect("reduces"), n, r * count + i))
+                .collect(),
             Collective::SendRecv => inputs(op, (r + n - 1) % n, count),
         };
         wrong += count_wrong(&recv.to_vec(), &want, op, n);

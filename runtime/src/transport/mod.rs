@@ -6,3 +6,4 @@
 pub(crate) mod connect;
 pub(crate) mod layout;
 pub(crate) mod p2p;
+pub(crate) mod shm;

@@ -1,0 +1,207 @@
+//! [`UniqueId`]: the 128 bytes every rank of one communicator is given, naming the root.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::SystemTime;
+
+use super::env::COMM_ID_VAR;
+use super::error::{BootstrapError, Result};
+use super::root::Root;
+use super::wire::{decode_addr, encode_addr, u64_at, ADDR_BYTES, MAGIC};
+use super::BootstrapConfig;
+
+/// Size of a [`UniqueId`] in bytes (as NCCL_UNIQUE_ID_BYTES).
+pub const UNIQUE_ID_BYTES: usize = 128;
+
+/// Identifies one communicator's bootstrap: the root's address and a session nonce.
+///
+/// Bytes (see [`to_bytes`](Self::to_bytes)): 0..8 magic `b"JTCCLBS1"`, 8..16 nonce (u64
+/// LE), 16..36 the root's address (family u8, 0, port u16 LE, 16 address bytes), then
+/// zeros. The nonce is repeated in every bootstrap message, so a rank or stray message of
+/// another communicator (a stale job on the same port) is rejected.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UniqueId {
+    nonce: u64,
+    root: SocketAddr,
+}
+
+impl UniqueId {
+    /// NCCL's `ncclGetUniqueId`: starts a root thread in this process, listening on the
+    /// chosen interface (`JITCCL_SOCKET_IFNAME`, see [`super::iface`]) at an ephemeral
+    /// port, and returns its id. The root serves one communicator, then exits (also on
+    /// its timeout, `JITCCL_BOOTSTRAP_TIMEOUT`). Pass the id to every rank (e.g. with
+    /// [`to_bytes`](Self::to_bytes) through a store).
+    pub fn new() -> Result<Self> {
+        Self::with_config(&BootstrapConfig::from_env()?)
+    }
+
+    /// As [`new`](Self::new) with an explicit configuration for the root (timeout, abort
+    /// flag, interface). Use [`Root::start`] to keep a handle on the root.
+    pub fn with_config(config: &BootstrapConfig) -> Result<Self> {
+        Ok(Root::start(config)?.detach())
+    }
+
+    /// The id of a root at `root`, without starting anything. Every process computes the
+    /// same id from the same address (the nonce is derived from it).
+    pub fn for_address(root: SocketAddr) -> Self {
+        // FNV-1a over the encoded address: deterministic across processes.
+        let mut b = Vec::with_capacity(ADDR_BYTES);
+        encode_addr(&root, &mut b);
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for x in b {
+            h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        Self { nonce: h, root }
+    }
+
+    /// An id with a fresh random nonce for a root at `root`.
+    pub(crate) fn random(root: SocketAddr) -> Self {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        h.write_u32(std::process::id());
+        h.write(root.to_string().as_bytes());
+        Self { nonce: h.finish(), root }
+    }
+
+    /// `JITCCL_COMM_ID` style start: `spec` is `host:port` (or `[v6]:port`); every rank
+    /// computes the same id from it ([`for_address`](Self::for_address)). With
+    /// `is_root` (normally on rank 0) this process also starts the root thread listening on
+    /// exactly that address (an error if it cannot bind it, e.g. it is not local or in use).
+    pub fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
+        let addr = resolve(spec, COMM_ID_VAR)?;
+        let id = Self::for_address(addr);
+        if is_root {
+            Root::start_for(&id, config)?.detach();
+        }
+        Ok(id)
+    }
+
+    /// [`from_comm_id`](Self::from_comm_id) with `JITCCL_COMM_ID`; `None` when it is not set.
+    pub fn from_env(is_root: bool, config: &BootstrapConfig) -> Result<Option<Self>> {
+        match std::env::var(COMM_ID_VAR) {
+            Ok(v) if !v.trim().is_empty() => Self::from_comm_id(v.trim(), is_root, config).map(Some),
+            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(BootstrapError::EnvVar { var: COMM_ID_VAR, problem: "is not valid UTF-8".into() })
+            }
+        }
+    }
+
+    /// The root's listening address.
+    pub fn root_addr(&self) -> SocketAddr {
+        self.root
+    }
+
+    pub(crate) fn nonce(&self) -> u64 {
+        self.nonce
+    }
+
+    /// The 128 bytes of the id.
+    pub fn to_bytes(&self) -> [u8; UNIQUE_ID_BYTES] {
+        let mut b = [0u8; UNIQUE_ID_BYTES];
+        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&self.nonce.to_le_bytes());
+        let mut a = Vec::with_capacity(ADDR_BYTES);
+        encode_addr(&self.root, &mut a);
+        b[16..16 + ADDR_BYTES].copy_from_slice(&a);
+        b
+    }
+
+    /// Parses bytes made by [`to_bytes`](Self::to_bytes): `WrongMagic` if they do not start
+    /// with the magic, `InvalidArgument` if the length or the address is wrong.
+    pub fn from_bytes(b: &[u8]) -> Result<Self> {
+        if b.len() != UNIQUE_ID_BYTES {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "a unique id is {UNIQUE_ID_BYTES} bytes, got {}",
+                b.len()
+            )));
+        }
+        let magic = u64_at(b, 0);
+        if magic != MAGIC {
+            return Err(BootstrapError::WrongMagic { from: "unique id bytes".into(), got: magic });
+        }
+        let root = decode_addr(&b[16..16 + ADDR_BYTES])
+            .filter(|a| a.port() != 0)
+            .ok_or_else(|| BootstrapError::InvalidArgument("unique id holds no valid root address".into()))?;
+        Ok(Self { nonce: u64_at(b, 8), root })
+    }
+
+    /// The id as 256 lowercase hex digits (to pass in an environment variable or a file).
+    pub fn to_hex(&self) -> String {
+        self.to_bytes().iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    /// Parses [`to_hex`](Self::to_hex).
+    pub fn from_hex(s: &str) -> Result<Self> {
+        let s = s.trim();
+        if s.len() != 2 * UNIQUE_ID_BYTES || !s.is_ascii() {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "a hex unique id is {} hex digits, got {} characters",
+                2 * UNIQUE_ID_BYTES,
+                s.len()
+            )));
+        }
+        let bytes = (0..UNIQUE_ID_BYTES)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16))
+            .collect::<std::result::Result<Vec<u8>, _>>()
+            .map_err(|e| BootstrapError::InvalidArgument(format!("hex unique id: {e}")))?;
+        Self::from_bytes(&bytes)
+    }
+}
+
+impl fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UniqueId {{ root: {}, nonce: {:#018x} }}", self.root, self.nonce)
+    }
+}
+
+/// Resolves `host:port` / `[v6]:port` to one socket address (IPv4 preferred).
+pub(crate) fn resolve(spec: &str, var: &'static str) -> Result<SocketAddr> {
+    let bad = |problem: String| BootstrapError::EnvVar { var, problem };
+    let (host, port) = spec.rsplit_once(':').ok_or_else(|| bad(format!("{spec:?} is not host:port")))?;
+    let port: u16 = port.parse().map_err(|_| bad(format!("{spec:?}: port {port:?} is not a number in 0..65536")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad(format!("{spec:?} has no host")));
+    }
+    let addrs: Vec<SocketAddr> =
+        (host, port).to_socket_addrs().map_err(|e| bad(format!("cannot resolve host {host:?}: {e}")))?.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| bad(format!("host {host:?} has no address")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_roundtrip() {
+        for a in ["127.0.0.1:29500", "[::1]:80"] {
+            let id = UniqueId::random(a.parse().unwrap());
+            assert_eq!(UniqueId::from_bytes(&id.to_bytes()).unwrap(), id);
+            assert_eq!(UniqueId::from_hex(&id.to_hex()).unwrap(), id);
+        }
+        let id = UniqueId::for_address("10.0.0.1:1234".parse().unwrap());
+        assert_eq!(id, UniqueId::for_address("10.0.0.1:1234".parse().unwrap()));
+        let mut b = id.to_bytes();
+        b[3] ^= 0xff;
+        assert!(matches!(UniqueId::from_bytes(&b), Err(BootstrapError::WrongMagic { .. })));
+        assert!(matches!(UniqueId::from_bytes(&b[..64]), Err(BootstrapError::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn resolve_specs() {
+        assert_eq!(resolve("127.0.0.1:5", "X").unwrap(), "127.0.0.1:5".parse().unwrap());
+        assert_eq!(resolve("[::1]:6", "X").unwrap(), "[::1]:6".parse().unwrap());
+        assert!(resolve("localhost:7", "X").unwrap().ip().is_loopback());
+        for bad in ["127.0.0.1", "127.0.0.1:x", ":5", "127.0.0.1:70000"] {
+            assert!(matches!(resolve(bad, "X"), Err(BootstrapError::EnvVar { .. })), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! Socket helpers: every blocking operation is a loop of `poll` calls no longer than
+//! [`SLICE`], checking the abort flag and the deadline between them, so no wait outlives
+//! its timeout and an abort is seen within one slice. Sockets are socket2 sockets in
+//! non-blocking mode; writes use `send` (MSG_NOSIGNAL on Linux: a closed peer is an error,
+//! not a SIGPIPE).
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::error::{BootstrapError, Result};
+use super::wire::{Header, HEADER_BYTES};
+
+/// Longest single sleep or poll: the latency of noticing an abort.
+pub const SLICE: Duration = Duration::from_millis(50);
+
+/// The deadline and abort flag of one operation, and what to name in its errors.
+pub struct Waiter<'a> {
+    pub op: &'static str,
+    pub peer: Option<usize>,
+    start: Instant,
+    deadline: Instant,
+    abort: &'a AtomicBool,
+}
+
+impl<'a> Waiter<'a> {
+    pub fn new(op: &'static str, peer: Option<usize>, timeout: Duration, abort: &'a AtomicBool) -> Self {
+        let start = Instant::now();
+        Self {
+            op,
+            peer,
+            start,
+            deadline: start.checked_add(timeout).unwrap_or(start + Duration::from_secs(1 << 40)),
+            abort,
+        }
+    }
+
+    /// A waiter for a different op/peer sharing this one's start and deadline.
+    pub fn sub(&self, op: &'static str, peer: Option<usize>) -> Waiter<'a> {
+        Waiter { op, peer, start: self.start, deadline: self.deadline, abort: self.abort }
+    }
+
+    /// A waiter like this one whose deadline is at most `max` from now.
+    pub fn capped(&self, op: &'static str, max: Duration) -> Waiter<'a> {
+        let d = Instant::now() + max;
+        Waiter { op, peer: self.peer, start: Instant::now(), deadline: d.min(self.deadline), abort: self.abort }
+    }
+
+    pub fn extend(&mut self, by: Duration) {
+        self.deadline += by;
+    }
+
+    pub fn aborted(&self) -> bool {
+        self.abort.load(Ordering::Acquire)
+    }
+
+    /// `Aborted` if the flag is set, `Timeout` if the deadline has passed.
+    pub fn check(&self) -> Result<()> {
+        if self.aborted() {
+            return Err(BootstrapError::Aborted { op: self.op });
+        }
+        if Instant::now() >= self.deadline {
+            return Err(self.timeout_error());
+        }
+        Ok(())
+    }
+
+    pub fn timeout_error(&self) -> BootstrapError {
+        BootstrapError::Timeout { op: self.op, peer: self.peer, after: self.start.elapsed() }
+    }
+
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The next wait: at most one slice, at most what is left, at least 1 ms.
+    pub fn slice(&self) -> Duration {
+        self.remaining().min(SLICE).max(Duration::from_millis(1))
+    }
+
+    /// Sleeps `d` in slices, failing early on abort or deadline.
+    pub fn sleep(&self, d: Duration) -> Result<()> {
+        let end = Instant::now() + d;
+        loop {
+            self.check()?;
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            std::thread::sleep(left.min(self.slice()));
+        }
+    }
+}
+
+/// `poll(2)` over `fds` for at most `timeout`; EINTR counts as "nothing ready".
+pub fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` is a valid, exclusively borrowed slice of pollfd for the whole call.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}
+
+pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd { fd, events, revents: 0 }
+}
+
+/// Waits up to one slice for `events` on `fd`.
+fn wait_fd(fd: RawFd, events: libc::c_short, w: &Waiter) -> Result<()> {
+    let mut p = [pollfd(fd, events)];
+    poll(&mut p, w.slice()).map_err(|e| BootstrapError::io(format!("{}: poll", w.op), e))?;
+    Ok(())
+}
+
+fn is_closed(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::NotConnected
+    )
+}
+
+/// Reads exactly `buf.len()` bytes.
+pub fn read_exact(s: &Socket, buf: &mut [u8], w: &Waiter) -> Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        match (&*s).read(&mut buf[off..]) {
+            Ok(0) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                w.check()?;
+                wait_fd(s.as_raw_fd(), libc::POLLIN, w)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_closed(&e) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Err(e) => return Err(BootstrapError::io(format!("{}: read", w.op), e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads a payload of `len` bytes, growing the buffer as bytes arrive (a corrupt length
+/// cannot make us allocate it up front).
+pub fn read_payload(s: &Socket, len: u64, w: &Waiter) -> Result<Vec<u8>> {
+    const CHUNK: usize = 1 << 20;
+    let len = usize::try_from(len).map_err(|_| BootstrapError::Protocol {
+        from: describe(s),
+        detail: format!("payload length {len} does not fit in memory"),
+    })?;
+    let mut v = Vec::with_capacity(len.min(CHUNK));
+    while v.len() < len {
+        let old = v.len();
+        let n = (len - old).min(CHUNK);
+        v.resize(old + n, 0);
+        read_exact(s, &mut v[old..], w)?;
+    }
+    Ok(v)
+}
+
+/// Reads and checks one message header.
+pub fn read_header(s: &Socket, nonce: u64, w: &Waiter) -> Result<Header> {
+    let mut b = [0u8; HEADER_BYTES];
+    read_exact(s, &mut b, w)?;
+    Header::decode(&b, nonce, &|| describe(s))
+}
+
+/// Writes all of `buf`.
+pub fn write_all(s: &Socket, buf: &[u8], w: &Waiter) -> Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        match (&*s).write(&buf[off..]) {
+            Ok(0) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                w.check()?;
+                wait_fd(s.as_raw_fd(), libc::POLLOUT, w)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_closed(&e) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Err(e) => return Err(BootstrapError::io(format!("{}: write", w.op), e)),
+        }
+    }
+    Ok(())
+}
+
+fn new_socket(addr: &SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(*addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// A non-blocking listening socket bound to `addr` (port 0: an ephemeral port).
+pub fn listen(addr: SocketAddr) -> Result<Socket> {
+    let ctx = || format!("listen on {addr}");
+    let s = new_socket(&addr).map_err(|e| BootstrapError::io(ctx(), e))?;
+    s.set_reuse_address(true).map_err(|e| BootstrapError::io(ctx(), e))?;
+    s.bind(&addr.into()).map_err(|e| BootstrapError::io(ctx(), e))?;
+    s.listen(libc::SOMAXCONN).map_err(|e| BootstrapError::io(ctx(), e))?;
+    Ok(s)
+}
+
+pub fn local_addr(s: &Socket) -> Result<SocketAddr> {
+    s.local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .ok_or_else(|| BootstrapError::io("local address of a socket", io::Error::other("not an inet socket")))
+}
+
+/// A readable name of the remote end of `s`, for errors and logs.
+pub fn describe(s: &Socket) -> String {
+    match s.peer_addr().ok().and_then(|a: SockAddr| a.as_socket()) {
+        Some(a) => format!("the peer at {a}"),
+        None => "a peer".to_string(),
+    }
+}
+
+fn setup_stream(s: &Socket, w: &Waiter) -> Result<()> {
+    s.set_nonblocking(true).map_err(|e| BootstrapError::io(format!("{}: set non-blocking", w.op), e))?;
+    s.set_tcp_nodelay(true).map_err(|e| BootstrapError::io(format!("{}: set TCP_NODELAY", w.op), e))?;
+    Ok(())
+}
+
+/// Accepts one connection, waiting at most one slice. `None`: nothing arrived (the caller
+/// checks its own mailbox and loops).
+pub fn accept_once(l: &Socket, w: &Waiter) -> Result<Option<Socket>> {
+    if let Some(s) = try_accept(l, w)? {
+        return Ok(Some(s));
+    }
+    w.check()?;
+    wait_fd(l.as_raw_fd(), libc::POLLIN, w)?;
+    try_accept(l, w)
+}
+
+fn try_accept(l: &Socket, w: &Waiter) -> Result<Option<Socket>> {
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                setup_stream(&s, w)?;
+                return Ok(Some(s));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
+            Err(e) => return Err(BootstrapError::io(format!("{}: accept", w.op), e)),
+        }
+    }
+}
+
+/// Connects to a listener that is up already (a rank's, once it has told the root): a
+/// refused or failed connection is an error at once (the rank is gone).
+pub fn connect(addr: SocketAddr, w: &Waiter) -> Result<Socket> {
+    connect_with(addr, w, false)
+}
+
+/// Connects to `addr`, retrying refused / unreachable attempts (the listener may not be up
+/// yet: the root, when ranks start before it) until the waiter's deadline.
+pub fn connect_retry(addr: SocketAddr, w: &Waiter) -> Result<Socket> {
+    connect_with(addr, w, true)
+}
+
+fn connect_with(addr: SocketAddr, w: &Waiter, retry_refused: bool) -> Result<Socket> {
+    let mut backoff = Duration::from_millis(2);
+    loop {
+        w.check()?;
+        let s = new_socket(&addr).map_err(|e| BootstrapError::io(format!("{}: socket", w.op), e))?;
+        let err = match s.connect(&addr.into()) {
+            Ok(()) => None,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == io::ErrorKind::WouldBlock => {
+                // Wait for the handshake to finish (writable) or fail.
+                loop {
+                    w.check()?;
+                    let mut p = [pollfd(s.as_raw_fd(), libc::POLLOUT)];
+                    let n = poll(&mut p, w.slice()).map_err(|e| BootstrapError::io(format!("{}: poll", w.op), e))?;
+                    if n > 0 {
+                        break;
+                    }
+                }
+                match s.take_error() {
+                    Ok(None) => None,
+                    Ok(Some(e)) | Err(e) => Some(e),
+                }
+            }
+            Err(e) => Some(e),
+        };
+        match err {
+            None => {
+                setup_stream(&s, w)?;
+                return Ok(s);
+            }
+            Some(e) if e.raw_os_error() == Some(libc::EAGAIN) || (retry_refused && retryable(&e)) => {
+                tracing::trace!(op = w.op, %addr, error = %e, "bootstrap connect: retrying");
+                w.sleep(backoff)?;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+            Some(e) => {
+                let who = w.peer.map(|p| format!("rank {p} at ")).unwrap_or_default();
+                return Err(BootstrapError::io(format!("{}: connect to {who}{addr}", w.op), e));
+            }
+        }
+    }
+}
+
+fn retryable(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNREFUSED)
+            | Some(libc::ECONNRESET)
+            | Some(libc::ETIMEDOUT)
+            | Some(libc::EHOSTUNREACH)
+            | Some(libc::ENETUNREACH)
+            | Some(libc::EAGAIN)
+            | Some(libc::EADDRNOTAVAIL)
+    )
+}

@@ -1,0 +1,429 @@
+//! The root: a thread that collects every rank's `Hello` (rank, nranks, listen address),
+//! checks them, and then connects back to each rank to tell it its ring successor's
+//! address. It serves one communicator and exits.
+//!
+//! The root is event-driven (one `poll` over the listener and the connections that have
+//! not finished their `Hello` yet), so a stray connection that sends nothing or garbage
+//! never delays the real ranks: a wrong magic, another communicator's nonce, another
+//! message kind or a malformed `Hello` is logged and dropped; a connection silent for
+//! [`STRAY_TIMEOUT`] is dropped.
+//!
+//! Communicator-wide errors (a duplicate rank, an nranks mismatch, a rank out of range,
+//! ranks missing at the deadline, the root's abort flag) are sent to every rank that
+//! reached the root, and to every rank that reaches it afterwards until the deadline.
+//! The deadline is the root's timeout from its start until the first `Hello`, then the
+//! smaller of the root's and that rank's timeout from the first `Hello` on.
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::Socket;
+
+use super::error::{BootstrapError, Result};
+use super::id::UniqueId;
+use super::iface::choose_interface;
+use super::net::{self, Waiter};
+use super::wire::{self, Header, Hello, Kind, RootReply, HEADER_BYTES, MAX_CONTROL_PAYLOAD, ROOT_RANK};
+use super::BootstrapConfig;
+
+/// A connection that has not sent a whole `Hello` within this time is dropped.
+pub const STRAY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest time the root spends connecting back to one rank.
+const TELL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a root that served its communicator saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RootReport {
+    pub nranks: usize,
+    /// Each rank's listen address, by rank.
+    pub addrs: Vec<SocketAddr>,
+    /// Connections dropped as not being well-formed ranks of this communicator.
+    pub rejected: usize,
+}
+
+/// A running root thread. Dropping the handle leaves the thread running until it has served
+/// its communicator, timed out or been aborted (as [`detach`](Self::detach)).
+pub struct Root {
+    id: UniqueId,
+    thread: JoinHandle<Result<RootReport>>,
+}
+
+impl Root {
+    /// Starts a root listening on the chosen interface (`config.ifname`, see
+    /// [`super::iface`]) at an ephemeral port, with a fresh random id.
+    pub fn start(config: &BootstrapConfig) -> Result<Root> {
+        let iface = choose_interface(config.ifname.as_deref(), None)?;
+        let listener = net::listen(SocketAddr::new(iface.addr, 0))?;
+        let id = UniqueId::random(net::local_addr(&listener)?);
+        Self::spawn(listener, id, config)
+    }
+
+    /// Starts a root for `id`, listening on exactly `id.root_addr()`.
+    pub fn start_for(id: &UniqueId, config: &BootstrapConfig) -> Result<Root> {
+        if id.root_addr().port() == 0 {
+            return Err(BootstrapError::InvalidArgument(format!("root address {} has port 0", id.root_addr())));
+        }
+        let listener = net::listen(id.root_addr())?;
+        Self::spawn(listener, *id, config)
+    }
+
+    fn spawn(listener: Socket, id: UniqueId, config: &BootstrapConfig) -> Result<Root> {
+        let timeout = config.timeout;
+        let abort = config.abort.clone();
+        tracing::debug!(root = %id.root_addr(), "jitccl bootstrap: root started");
+        let thread = std::thread::Builder::new()
+            .name("jitccl-bootstrap-root".into())
+            .spawn(move || {
+                let r = RootState::new(listener, id, timeout, abort).serve();
+                match &r {
+                    Ok(rep) => tracing::debug!(nranks = rep.nranks, "jitccl bootstrap: root done"),
+                    Err(e) => tracing::error!(root = %id.root_addr(), error = %e, "jitccl bootstrap: root failed"),
+                }
+                r
+            })
+            .map_err(|e| BootstrapError::io("spawn the bootstrap root thread", e))?;
+        Ok(Root { id, thread })
+    }
+
+    /// The id the ranks must use.
+    pub fn id(&self) -> UniqueId {
+        self.id
+    }
+
+    /// True once the root thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Waits for the root thread: the ranks it served, or the error it ended with.
+    pub fn join(self) -> Result<RootReport> {
+        self.thread.join().unwrap_or_else(|_| {
+            Err(BootstrapError::io("bootstrap root thread", std::io::Error::other("the root thread panicked")))
+        })
+    }
+
+    /// Lets the root run on its own; returns its id.
+    pub fn detach(self) -> UniqueId {
+        self.id
+    }
+}
+
+/// A connection whose `Hello` is still arriving.
+struct Pending {
+    s: Socket,
+    buf: Vec<u8>,
+    since: Instant,
+    from: String,
+}
+
+enum Step {
+    /// Keep reading.
+    More,
+    /// Drop the connection (already logged).
+    Drop,
+    /// A complete, well-formed hello from `rank`.
+    Hello(usize, Hello),
+}
+
+struct RootState {
+    listener: Socket,
+    id: UniqueId,
+    timeout: Duration,
+    abort: Arc<AtomicBool>,
+    start: Instant,
+    deadline: Instant,
+    first_hello: Option<Instant>,
+    nranks: Option<usize>,
+    by_rank: Vec<Option<SocketAddr>>,
+    /// Every accepted hello's listen address (duplicates included): who to tell an error.
+    arrivals: Vec<SocketAddr>,
+    failed: Option<BootstrapError>,
+    told: usize,
+    rejected: usize,
+}
+
+impl RootState {
+    fn new(listener: Socket, id: UniqueId, timeout: Duration, abort: Arc<AtomicBool>) -> Self {
+        let start = Instant::now();
+        Self {
+            listener,
+            id,
+            timeout,
+            abort,
+            start,
+            deadline: start + timeout,
+            first_hello: None,
+            nranks: None,
+            by_rank: Vec::new(),
+            arrivals: Vec::new(),
+            failed: None,
+            told: 0,
+            rejected: 0,
+        }
+    }
+
+    fn serve(mut self) -> Result<RootReport> {
+        let mut pending: Vec<Pending> = Vec::new();
+        loop {
+            if self.abort.load(Ordering::Acquire) {
+                let e = BootstrapError::Aborted { op: "root" };
+                self.tell_all(&e, Duration::from_millis(500));
+                return Err(e);
+            }
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(self.on_deadline());
+            }
+            // Drop connections that stayed silent too long.
+            pending.retain(|p| {
+                let keep = now.duration_since(p.since) < STRAY_TIMEOUT;
+                if !keep {
+                    tracing::warn!(from = %p.from, "jitccl bootstrap root: dropping a connection that sent no complete hello");
+                }
+                keep
+            });
+            let mut fds = Vec::with_capacity(1 + pending.len());
+            fds.push(net::pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+            fds.extend(pending.iter().map(|p| net::pollfd(p.s.as_raw_fd(), libc::POLLIN)));
+            let wait = self.deadline.saturating_duration_since(now).min(net::SLICE).max(Duration::from_millis(1));
+            net::poll(&mut fds, wait).map_err(|e| BootstrapError::io("bootstrap root: poll", e))?;
+
+            // Read what arrived on pending connections, last first: swap_remove(i) then
+            // moves an already handled connection into slot i. `fds[i + 1]` is pending[i].
+            for i in (0..pending.len()).rev() {
+                if fds[i + 1].revents == 0 {
+                    continue;
+                }
+                match self.read_pending(&mut pending[i]) {
+                    Step::More => {}
+                    Step::Drop => {
+                        pending.swap_remove(i);
+                    }
+                    Step::Hello(rank, hello) => {
+                        let p = pending.swap_remove(i);
+                        self.ack(&p);
+                        if let Some(done) = self.on_hello(rank, hello) {
+                            return done;
+                        }
+                    }
+                }
+            }
+            if fds[0].revents != 0 {
+                self.accept_all(&mut pending)?;
+            }
+        }
+    }
+
+    fn accept_all(&mut self, pending: &mut Vec<Pending>) -> Result<()> {
+        loop {
+            match self.listener.accept() {
+                Ok((s, addr)) => {
+                    let from = addr.as_socket().map(|a| a.to_string()).unwrap_or_else(|| "?".into());
+                    if let Err(e) = s.set_nonblocking(true) {
+                        tracing::warn!(%from, error = %e, "jitccl bootstrap root: dropping a connection");
+                        continue;
+                    }
+                    pending.push(Pending {
+                        s,
+                        buf: Vec::with_capacity(HEADER_BYTES + 64),
+                        since: Instant::now(),
+                        from,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+                    // Out of descriptors: leave the rest in the backlog until some close.
+                    tracing::warn!(error = %e, "jitccl bootstrap root: accept");
+                    return Ok(());
+                }
+                Err(e) => return Err(BootstrapError::io("bootstrap root: accept", e)),
+            }
+        }
+    }
+
+    /// Reads what is available on `p` and tells whether its hello is complete.
+    fn read_pending(&mut self, p: &mut Pending) -> Step {
+        use std::io::Read;
+        loop {
+            let need = if p.buf.len() < HEADER_BYTES {
+                HEADER_BYTES
+            } else {
+                HEADER_BYTES + wire::u64_at(&p.buf, 32) as usize
+            };
+            if p.buf.len() == need {
+                break;
+            }
+            let mut tmp = [0u8; 256];
+            let want = (need - p.buf.len()).min(tmp.len());
+            match (&p.s).read(&mut tmp[..want]) {
+                Ok(0) => {
+                    if !p.buf.is_empty() {
+                        tracing::warn!(from = %p.from, "jitccl bootstrap root: connection closed in the middle of a hello");
+                        self.rejected += 1;
+                    }
+                    return Step::Drop;
+                }
+                Ok(n) => p.buf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::More,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!(from = %p.from, error = %e, "jitccl bootstrap root: dropping a connection");
+                    return Step::Drop;
+                }
+            }
+            if p.buf.len() == HEADER_BYTES {
+                let b: &[u8; HEADER_BYTES] = p.buf[..HEADER_BYTES].try_into().unwrap();
+                let from = p.from.clone();
+                let reject = match Header::decode(b, self.id.nonce(), &|| format!("connection from {from}")) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(h) if h.kind != Kind::Hello => Some(format!("expected a hello, got {:?}", h.kind)),
+                    Ok(h) if h.len > MAX_CONTROL_PAYLOAD => Some(format!("hello of {} bytes", h.len)),
+                    Ok(_) => None,
+                };
+                if let Some(why) = reject {
+                    tracing::warn!(from = %p.from, "jitccl bootstrap root: rejected connection: {why}");
+                    self.rejected += 1;
+                    return Step::Drop;
+                }
+            }
+        }
+        let rank = wire::u32_at(&p.buf, 20) as usize;
+        match Hello::decode(&p.buf[HEADER_BYTES..]) {
+            Some(h) => Step::Hello(rank, h),
+            None => {
+                tracing::warn!(from = %p.from, "jitccl bootstrap root: rejected a malformed hello");
+                self.rejected += 1;
+                Step::Drop
+            }
+        }
+    }
+
+    /// Acknowledges a well-formed hello on its own connection (best effort: 40 bytes on a
+    /// fresh socket do not block; a rank that misses it times out).
+    fn ack(&self, p: &Pending) {
+        use std::io::Write;
+        let h = Header::new(self.id.nonce(), Kind::HelloAck, ROOT_RANK, 0, 0).encode();
+        if let Err(e) = (&p.s).write_all(&h) {
+            tracing::warn!(from = %p.from, error = %e, "jitccl bootstrap root: cannot acknowledge a hello");
+        }
+    }
+
+    /// Handles one hello; `Some` when the root is done (served, or failed for good).
+    fn on_hello(&mut self, rank: usize, hello: Hello) -> Option<Result<RootReport>> {
+        let got = hello.nranks as usize;
+        tracing::debug!(rank, nranks = got, listen = %hello.listen, "jitccl bootstrap root: hello");
+        if let Some(e) = &self.failed {
+            let e = clone_err(e);
+            self.tell(hello.listen, &e, TELL_TIMEOUT);
+            self.told += 1;
+            return (self.told >= self.nranks.unwrap_or(0)).then_some(Err(e));
+        }
+        if self.first_hello.is_none() {
+            let now = Instant::now();
+            self.first_hello = Some(now);
+            self.deadline = now + self.timeout.min(Duration::from_millis(hello.timeout_ms));
+            self.nranks = Some(got);
+            self.by_rank = vec![None; got];
+        }
+        self.arrivals.push(hello.listen);
+        let expected = self.nranks.unwrap_or(got);
+        let err = if got != expected {
+            Some(BootstrapError::NranksMismatch { expected, got, rank })
+        } else if rank >= expected {
+            Some(BootstrapError::InvalidRank { rank, nranks: got })
+        } else if self.by_rank[rank].is_some() {
+            Some(BootstrapError::DuplicateRank { rank })
+        } else {
+            self.by_rank[rank] = Some(hello.listen);
+            None
+        };
+        if let Some(e) = err {
+            tracing::error!(error = %e, "jitccl bootstrap root: failing the communicator");
+            self.tell_all(&e, TELL_TIMEOUT);
+            self.told = self.arrivals.len();
+            let done = self.told >= expected;
+            self.failed = Some(clone_err(&e));
+            return done.then_some(Err(e));
+        }
+        if self.by_rank.iter().all(Option::is_some) {
+            return Some(self.reply_all());
+        }
+        None
+    }
+
+    /// Everyone is here: tell each rank its successor.
+    fn reply_all(&mut self) -> Result<RootReport> {
+        let addrs: Vec<SocketAddr> = self.by_rank.iter().map(|a| a.unwrap()).collect();
+        let n = addrs.len();
+        let mut first_err = None;
+        for (r, addr) in addrs.iter().enumerate() {
+            let reply = RootReply { nranks: n as u32, next: addrs[(r + 1) % n] }.encode();
+            if let Err(e) = self.send(*addr, Kind::RootReply, &reply, TELL_TIMEOUT) {
+                tracing::error!(rank = r, %addr, error = %e, "jitccl bootstrap root: cannot reach a rank");
+                first_err.get_or_insert(e);
+            }
+        }
+        tracing::debug!(nranks = n, after = ?self.start.elapsed(), "jitccl bootstrap root: all ranks connected");
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(RootReport { nranks: n, addrs, rejected: self.rejected }),
+        }
+    }
+
+    fn on_deadline(&mut self) -> BootstrapError {
+        if let Some(e) = self.failed.take() {
+            return e;
+        }
+        let Some(nranks) = self.nranks else {
+            return BootstrapError::Timeout {
+                op: "root: waiting for the first rank",
+                peer: None,
+                after: self.start.elapsed(),
+            };
+        };
+        let missing: Vec<usize> = (0..nranks).filter(|&r| self.by_rank[r].is_none()).collect();
+        let after = self.first_hello.map(|t| t.elapsed()).unwrap_or_else(|| self.start.elapsed());
+        let e = BootstrapError::MissingRanks { missing, nranks, after };
+        self.tell_all(&e, TELL_TIMEOUT);
+        e
+    }
+
+    fn tell_all(&mut self, e: &BootstrapError, limit: Duration) {
+        for addr in self.arrivals.clone() {
+            self.tell(addr, e, limit);
+        }
+    }
+
+    fn tell(&self, addr: SocketAddr, e: &BootstrapError, limit: Duration) {
+        if let Some(payload) = wire::encode_error(e) {
+            if let Err(err) = self.send(addr, Kind::RootError, &payload, limit) {
+                tracing::warn!(%addr, error = %err, "jitccl bootstrap root: cannot tell a rank the error");
+            }
+        }
+    }
+
+    /// Connects to a rank's listener and sends one message (not abortable: the root uses
+    /// it to report errors, aborts included; bounded by `limit`).
+    fn send(&self, addr: SocketAddr, kind: Kind, payload: &[u8], limit: Duration) -> Result<()> {
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        let w = Waiter::new("root: connect back to a rank", None, limit.min(self.timeout), &NEVER);
+        let s = net::connect(addr, &w)?;
+        let msg = wire::message(Header::new(self.id.nonce(), kind, ROOT_RANK, 0, payload.len()), payload);
+        net::write_all(&s, &msg, &w)
+    }
+}
+
+/// The errors the root forwards are plain data; rebuild one (BootstrapError holds an
+/// io::Error and so is not Clone).
+fn clone_err(e: &BootstrapError) -> BootstrapError {
+    match wire::encode_error(e) {
+        Some(p) => wire::decode_error(&p, "root"),
+        None => BootstrapError::Protocol { from: "root".into(), detail: e.to_string() },
+    }
+}

@@ -1,0 +1,170 @@
+//! Creating a communicator whose ranks are separate processes: bootstrap (from a unique id,
+//! a store, JITCCL_COMM_ID or the torchrun environment), agreement on the configuration,
+//! then each rank's receive segment in shared memory, mapped by every peer.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::bootstrap::{Bootstrap, BootstrapConfig, TorchrunEnv, UniqueId};
+use crate::comm::{Comm, CommInner};
+use crate::config::Config;
+use crate::device::Device;
+use crate::error::{invalid, Error, Result};
+use crate::store::{Server, Store, TcpStore};
+use crate::transport::connect::connect;
+use crate::transport::layout::Layout;
+use crate::transport::shm::ShmSegment;
+
+/// Every rank's receive segment, mapped in this process.
+struct Segments {
+    _all: Vec<ShmSegment>,
+}
+
+/// What identifies this machine: ranks with the same id share /dev/shm.
+fn host_id() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    format!(
+        "{}/{}",
+        read("/proc/sys/kernel/hostname"),
+        read("/proc/sys/kernel/random/boot_id")
+    )
+}
+
+/// Where the id of `rank`'s next store-based communicator lives. Every rank creates its
+/// communicators in the same order and counts them in the store itself, so the n-th
+/// communicator of every rank finds the n-th key, whether ranks are processes or threads.
+fn next_store_key(store: &dyn Store, rank: usize) -> Result<String> {
+    let seq = store.add(&format!("jitccl/inits/{rank}"), 1)?;
+    Ok(format!("jitccl/unique_id/{seq}"))
+}
+
+impl Comm {
+    /// Joins communicator `id` as `rank` of `nranks` (NCCL's ncclCommInitRank); every rank
+    /// calls it, each in its own process, with the same id and configuration.
+    pub fn init_rank(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
+        Self::init_rank_with(id, nranks, rank, config, None)
+    }
+
+    /// Joins a communicator through `store`: rank 0 creates the unique id (its process runs
+    /// the bootstrap root) and publishes it; the others read it (waiting up to the store's
+    /// timeout), as framework process groups do.
+    pub fn init_from_store(store: &dyn Store, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
+        let key = next_store_key(store, rank)?;
+        let id = if rank == 0 {
+            let id = UniqueId::new()?;
+            store.set(&key, &id.to_bytes())?;
+            id
+        } else {
+            UniqueId::from_bytes(&store.get(&key)?)?
+        };
+        Self::init_rank(&id, nranks, rank, config)
+    }
+
+    /// Joins the communicator the environment describes: `JITCCL_COMM_ID=host:port` (rank 0
+    /// runs the root there), else torchrun's MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE
+    /// (rank 0 serves a store at MASTER_ADDR:MASTER_PORT, the others connect to it).
+    pub fn init_from_env(config: &Config) -> Result<Comm> {
+        crate::logging::init();
+        let env = TorchrunEnv::from_env()?;
+        let (rank, nranks) = (env.rank, env.world_size);
+        let bcfg = BootstrapConfig::from_env()?;
+        if let Some(id) = UniqueId::from_env(rank == 0, &bcfg)? {
+            return Self::init_rank(&id, nranks, rank, config);
+        }
+        let addr = env.master_socket_addr()?;
+        let server = if rank == 0 { Some(Server::bind(addr)?) } else { None };
+        let store = TcpStore::connect(addr, bcfg.timeout)?;
+        tracing::info!("rank {rank} of {nranks}: rendezvous through the store at {addr}");
+        let key = next_store_key(&store, rank)?;
+        let id = if rank == 0 {
+            let id = UniqueId::new()?;
+            store.set(&key, &id.to_bytes())?;
+            id
+        } else {
+            UniqueId::from_bytes(&store.get(&key)?)?
+        };
+        Self::init_rank_with(&id, nranks, rank, config, server)
+    }
+
+    fn init_rank_with(
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        config: &Config,
+        store_server: Option<Server>,
+    ) -> Result<Comm> {
+        crate::logging::init();
+        if rank >= nranks {
+            return invalid(format!("rank {rank} is not below nranks {nranks}"));
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        let bs = Bootstrap::init(
+            id,
+            rank,
+            nranks,
+            &BootstrapConfig::from_env()?.with_abort(abort.clone()),
+        )?;
+
+        // Where every rank runs: one host for now (shared memory between all ranks).
+        let me = host_id();
+        let hosts = bs.all_gather(me.as_bytes())?;
+        if let Some(q) = hosts.iter().position(|h| h.as_slice() != me.as_bytes()) {
+            return Err(Error::Unsupported(format!(
+                "rank {q} runs on another host ({}) than rank {rank} ({me}); ranks on several hosts need \
+                 the net transport, which is not available yet",
+                String::from_utf8_lossy(&hosts[q])
+            )));
+        }
+        // Every rank must have been given the same configuration, or their kernels would
+        // not agree on channels, protocols or FIFO slots.
+        let cfg = config.resolve(nranks)?;
+        let mine = format!("{cfg:?}");
+        for (q, theirs) in bs.all_gather(mine.as_bytes())?.iter().enumerate() {
+            if theirs.as_slice() != mine.as_bytes() {
+                return Err(Error::InvalidUsage(format!(
+                    "rank {q} has another configuration ({}) than rank {rank} ({mine})",
+                    String::from_utf8_lossy(theirs)
+                )));
+            }
+        }
+
+        let layout = Layout {
+            nranks,
+            nchannels: cfg.nchannels,
+            slot_bytes: cfg.slot_bytes,
+        };
+        let bytes = layout.segment_bytes();
+        let own = ShmSegment::create(bytes)?;
+        let names = bs.all_gather(own.name().as_bytes())?;
+        let mut all = Vec::with_capacity(nranks);
+        for (q, name) in names.iter().enumerate() {
+            if q == rank {
+                continue;
+            }
+            all.push((q, ShmSegment::open(&String::from_utf8_lossy(name), bytes)?));
+        }
+        // Once everyone has mapped every segment, the names can go: nothing is left behind
+        // in /dev/shm even if a process dies later.
+        bs.barrier()?;
+        own.unlink();
+        all.push((rank, own));
+        all.sort_by_key(|(q, _)| *q);
+        let bases: Vec<*mut u8> = all.iter().map(|(_, s)| s.ptr()).collect();
+        let conns = connect(&layout, rank, &bases);
+        tracing::info!(
+            "init_rank: rank {rank} of {nranks} (pid {}), {} channel(s), shared memory transport",
+            std::process::id(),
+            cfg.nchannels
+        );
+        let segments = Arc::new(Segments {
+            _all: all.into_iter().map(|(_, s)| s).collect(),
+        });
+        let inner =
+            CommInner::new(rank, Device::host(rank), cfg, conns, segments).with_bootstrap(bs, abort, store_server);
+        Ok(Comm::from_inner(inner))
+    }
+}

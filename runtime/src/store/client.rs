@@ -1,0 +1,464 @@
+//! The store client: a blocking socket that carries one request at a time, every call
+//! bounded by a deadline. A call that fails mid-request drops the connection (its reply
+//! could still arrive and be taken for the next call's) and the next call reconnects; a
+//! WAIT that times out is cancelled with CANCEL_WAIT instead, keeping the connection.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use super::protocol::{
+    Command, Put, MAX_FRAME_LEN, MAX_KEYS_PER_COMMAND, MAX_KEY_LEN, MAX_VALUE_LEN, NOT_READY, READY, STOP_WAITING,
+    VALIDATION_MAGIC, WAIT_CANCELED,
+};
+use super::{Result, Store, StoreError};
+
+/// Prepended to every key on the wire, as PyTorch's TCPStore client does, so a key set
+/// here is the key a PyTorch process reads from the same server, and the other way round.
+const KEY_PREFIX: &str = "/";
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A connection to a store [`Server`](super::Server) (or a PyTorch TCPStore server).
+/// Calls from several threads take turns on the one connection.
+pub struct TcpStore {
+    addrs: Vec<SocketAddr>,
+    timeout: Duration,
+    /// `None` after a failed call, until the next call reconnects.
+    link: Mutex<Option<TcpStream>>,
+}
+
+impl TcpStore {
+    /// Connects to the server at `addr`, retrying with exponential backoff until `timeout`
+    /// (the server may not be up yet). `timeout` also bounds every later call, and is how
+    /// long `get` and `multi_get` wait for missing keys.
+    pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<TcpStore> {
+        crate::logging::init();
+        let addrs: Vec<SocketAddr> =
+            addr.to_socket_addrs().map_err(|source| StoreError::Io { op: "connect", source })?.collect();
+        if addrs.is_empty() {
+            return Err(StoreError::InvalidArgument { op: "connect", msg: "the address resolves to nothing".into() });
+        }
+        let store = TcpStore { addrs, timeout, link: Mutex::new(None) };
+        let stream = store.open(Instant::now() + timeout)?;
+        *store.session() = Some(stream);
+        Ok(store)
+    }
+
+    /// The timeout given to `connect`.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Checks that the server answers.
+    pub fn ping(&self) -> Result<()> {
+        let nonce = std::process::id();
+        let mut frame = Frame::new("ping", Command::Ping);
+        frame.bytes.put_u32(nonce);
+        let frame = frame.finish()?;
+        self.request(&mut self.session(), "ping", &[], |w| {
+            w.send(&frame)?;
+            expect_nonce(w.u32()?, nonce)
+        })
+    }
+
+    fn session(&self) -> MutexGuard<'_, Option<TcpStream>> {
+        self.link.lock().unwrap_or_else(|poisoned| {
+            // A call panicked mid-request: its connection may be out of step.
+            self.link.clear_poison();
+            let mut link = poisoned.into_inner();
+            *link = None;
+            link
+        })
+    }
+
+    /// Opens and validates a connection, retrying until `deadline`.
+    fn open(&self, deadline: Instant) -> Result<TcpStream> {
+        let started = Instant::now();
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let err = match self.try_open(deadline) {
+                Ok(stream) => return Ok(stream),
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                let addr = self.addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", ");
+                return Err(StoreError::Connect { addr, after: now - started, source: err });
+            }
+            // Jitter spreads out the retries of many ranks started together.
+            let delay = (backoff / 2 + jitter(backoff / 2)).min(deadline - now);
+            debug!("store: connecting to {:?} failed ({err}); retrying in {delay:?}", self.addrs);
+            std::thread::sleep(delay);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One attempt: connect, VALIDATE, then PING to learn that a store server is there.
+    fn try_open(&self, deadline: Instant) -> io::Result<TcpStream> {
+        let mut last = io::Error::new(io::ErrorKind::TimedOut, "no time left to connect");
+        for addr in &self.addrs {
+            let Some(left) = remaining(deadline) else { break };
+            match TcpStream::connect_timeout(addr, left) {
+                Ok(mut stream) => {
+                    stream.set_nodelay(true)?;
+                    let nonce = std::process::id();
+                    let mut hello = Vec::new();
+                    hello.put_u8(Command::Validate as u8);
+                    hello.put_u32(VALIDATION_MAGIC);
+                    hello.put_u8(Command::Ping as u8);
+                    hello.put_u32(nonce);
+                    let mut wire = Wire { stream: &mut stream, deadline };
+                    wire.send(&hello)?;
+                    expect_nonce(wire.u32()?, nonce)?;
+                    return Ok(stream);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Runs one request on the connection (reconnecting first if needed) within the
+    /// store's timeout. On failure the connection is dropped: it may be out of step.
+    fn request<T>(
+        &self,
+        link: &mut Option<TcpStream>,
+        op: &'static str,
+        keys: &[&str],
+        exchange: impl FnOnce(&mut Wire<'_>) -> io::Result<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + self.timeout;
+        let stream = match link {
+            Some(stream) => stream,
+            None => link.insert(self.open(deadline)?),
+        };
+        exchange(&mut Wire { stream, deadline }).map_err(|e| {
+            *link = None;
+            self.error(op, keys, e)
+        })
+    }
+
+    /// WAIT for `keys` up to `timeout`; on timeout, cancels the WAIT so the connection
+    /// stays usable.
+    fn wait_in(&self, link: &mut Option<TcpStream>, op: &'static str, keys: &[&str], timeout: Duration) -> Result<()> {
+        let frame = key_list(op, Command::Wait, keys)?.finish()?;
+        let reply = self.request(link, op, keys, |w| {
+            w.send(&frame)?;
+            w.deadline = Instant::now() + timeout;
+            match w.u8() {
+                Ok(byte) => Ok(Some(byte)),
+                Err(e) if is_timeout(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?;
+        match reply {
+            Some(STOP_WAITING) => Ok(()),
+            Some(byte) => {
+                *link = None;
+                Err(StoreError::Protocol { op, msg: format!("WAIT reply {byte}, expected STOP_WAITING") })
+            }
+            None => {
+                let cancel = [Command::CancelWait as u8];
+                // The keys may have arrived just before the cancel: then STOP_WAITING
+                // comes first. Any failure here drops the connection instead.
+                let cancelled = self.request(link, "cancel wait", keys, |w| {
+                    w.send(&cancel)?;
+                    let mut byte = w.u8()?;
+                    if byte == STOP_WAITING {
+                        byte = w.u8()?;
+                    }
+                    if byte != WAIT_CANCELED {
+                        return Err(invalid(format!("CANCEL_WAIT reply {byte}, expected WAIT_CANCELED")));
+                    }
+                    Ok(())
+                });
+                if let Err(e) = cancelled {
+                    debug!("store: cancelling a timed-out wait failed ({e}); reconnecting on the next call");
+                }
+                Err(StoreError::Timeout { op, keys: keys.iter().map(|k| k.to_string()).collect(), after: timeout })
+            }
+        }
+    }
+
+    fn error(&self, op: &'static str, keys: &[&str], e: io::Error) -> StoreError {
+        use io::ErrorKind::*;
+        match e.kind() {
+            WouldBlock | TimedOut => {
+                StoreError::Timeout { op, keys: keys.iter().map(|k| k.to_string()).collect(), after: self.timeout }
+            }
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => StoreError::Closed { op },
+            InvalidData => StoreError::Protocol { op, msg: e.to_string() },
+            _ => StoreError::Io { op, source: e },
+        }
+    }
+}
+
+impl Store for TcpStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut frame = Frame::new("set", Command::Set);
+        frame.key(key)?;
+        frame.value(value)?;
+        let frame = frame.finish()?;
+        self.request(&mut self.session(), "set", &[key], |w| w.send(&frame))
+    }
+
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let mut frame = Frame::new("get", Command::Get);
+        frame.key(key)?;
+        let frame = frame.finish()?;
+        let mut link = self.session();
+        self.wait_in(&mut link, "get", &[key], self.timeout)?;
+        self.request(&mut link, "get", &[key], |w| {
+            w.send(&frame)?;
+            w.bytes()
+        })
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        let mut frame = Frame::new("add", Command::Add);
+        frame.key(key)?;
+        frame.bytes.put_i64(delta);
+        let frame = frame.finish()?;
+        self.request(&mut self.session(), "add", &[key], |w| {
+            w.send(&frame)?;
+            w.i64()
+        })
+    }
+
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        let mut frame = Frame::new("compare_set", Command::CompareSet);
+        frame.key(key)?;
+        frame.value(expected)?;
+        frame.value(desired)?;
+        let frame = frame.finish()?;
+        self.request(&mut self.session(), "compare_set", &[key], |w| {
+            w.send(&frame)?;
+            w.bytes()
+        })
+    }
+
+    fn check(&self, keys: &[&str]) -> Result<bool> {
+        let frame = key_list("check", Command::Check, keys)?.finish()?;
+        self.request(&mut self.session(), "check", keys, |w| {
+            w.send(&frame)?;
+            match w.u8()? {
+                READY => Ok(true),
+                NOT_READY => Ok(false),
+                other => Err(invalid(format!("CHECK reply {other}, expected READY or NOT_READY"))),
+            }
+        })
+    }
+
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        self.wait_in(&mut self.session(), "wait", keys, timeout)
+    }
+
+    fn delete(&self, key: &str) -> Result<bool> {
+        let mut frame = Frame::new("delete", Command::DeleteKey);
+        frame.key(key)?;
+        let frame = frame.finish()?;
+        self.request(&mut self.session(), "delete", &[key], |w| {
+            w.send(&frame)?;
+            Ok(w.i64()? == 1)
+        })
+    }
+
+    fn num_keys(&self) -> Result<u64> {
+        let frame = Frame::new("num_keys", Command::GetNumKeys).finish()?;
+        self.request(&mut self.session(), "num_keys", &[], |w| {
+            w.send(&frame)?;
+            let n = w.i64()?;
+            u64::try_from(n).map_err(|_| invalid(format!("GETNUMKEYS reply {n}")))
+        })
+    }
+
+    fn append(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut frame = Frame::new("append", Command::Append);
+        frame.key(key)?;
+        frame.value(value)?;
+        let frame = frame.finish()?;
+        self.request(&mut self.session(), "append", &[key], |w| w.send(&frame))
+    }
+
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
+        let frame = key_list("multi_get", Command::MultiGet, keys)?.finish()?;
+        let mut link = self.session();
+        self.wait_in(&mut link, "multi_get", keys, self.timeout)?;
+        self.request(&mut link, "multi_get", keys, |w| {
+            w.send(&frame)?;
+            keys.iter().map(|_| w.bytes()).collect()
+        })
+    }
+
+    fn multi_set(&self, pairs: &[(&str, &[u8])]) -> Result<()> {
+        let mut frame = Frame::new("multi_set", Command::MultiSet);
+        frame.count(pairs.len())?;
+        for (key, value) in pairs {
+            frame.key(key)?;
+            frame.value(value)?;
+        }
+        let frame = frame.finish()?;
+        let keys: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+        self.request(&mut self.session(), "multi_set", &keys, |w| w.send(&frame))
+    }
+}
+
+/// A request being encoded, checked against the protocol's limits as it grows so that a
+/// call breaking them fails before anything is sent.
+struct Frame {
+    op: &'static str,
+    bytes: Vec<u8>,
+}
+
+impl Frame {
+    fn new(op: &'static str, command: Command) -> Frame {
+        Frame { op, bytes: vec![command as u8] }
+    }
+
+    fn refuse(&self, msg: String) -> StoreError {
+        StoreError::InvalidArgument { op: self.op, msg }
+    }
+
+    fn key(&mut self, key: &str) -> Result<()> {
+        let len = KEY_PREFIX.len() + key.len();
+        if len > MAX_KEY_LEN {
+            return Err(self.refuse(format!("a key of {len} bytes on the wire (limit {MAX_KEY_LEN})")));
+        }
+        self.bytes.put_u64(len as u64);
+        self.bytes.extend_from_slice(KEY_PREFIX.as_bytes());
+        self.bytes.extend_from_slice(key.as_bytes());
+        Ok(())
+    }
+
+    fn value(&mut self, value: &[u8]) -> Result<()> {
+        if value.len() > MAX_VALUE_LEN {
+            return Err(self.refuse(format!("a value of {} bytes (limit {MAX_VALUE_LEN})", value.len())));
+        }
+        self.bytes.put_bytes(value);
+        Ok(())
+    }
+
+    fn count(&mut self, n: usize) -> Result<()> {
+        if n > MAX_KEYS_PER_COMMAND {
+            return Err(self.refuse(format!("{n} keys (limit {MAX_KEYS_PER_COMMAND})")));
+        }
+        self.bytes.put_u64(n as u64);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Vec<u8>> {
+        if self.bytes.len() > MAX_FRAME_LEN {
+            return Err(self.refuse(format!("a request of {} bytes (limit {MAX_FRAME_LEN})", self.bytes.len())));
+        }
+        Ok(self.bytes)
+    }
+}
+
+/// The frame of a command whose argument is a key list.
+fn key_list(op: &'static str, command: Command, keys: &[&str]) -> Result<Frame> {
+    let mut frame = Frame::new(op, command);
+    frame.count(keys.len())?;
+    for key in keys {
+        frame.key(key)?;
+    }
+    Ok(frame)
+}
+
+/// The connection during one call: every read and write fails with `TimedOut` once
+/// `deadline` has passed.
+struct Wire<'a> {
+    stream: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl Wire<'_> {
+    fn left(&self) -> io::Result<Duration> {
+        remaining(self.deadline).ok_or_else(|| io::ErrorKind::TimedOut.into())
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        self.stream.write_all(bytes)
+    }
+
+    fn exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            self.stream.set_read_timeout(Some(self.left()?))?;
+            match self.stream.read(&mut buf[filled..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+        let mut out = [0; N];
+        self.exact(&mut out)?;
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> io::Result<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn i64(&mut self) -> io::Result<i64> {
+        self.array().map(i64::from_le_bytes)
+    }
+
+    /// A length-prefixed value, allocated as its bytes arrive, never from the length alone.
+    fn bytes(&mut self) -> io::Result<Vec<u8>> {
+        const CHUNK: usize = 64 << 10;
+        let len = u64::from_le_bytes(self.array()?);
+        if len > MAX_VALUE_LEN as u64 {
+            return Err(invalid(format!("a reply value of {len} bytes (limit {MAX_VALUE_LEN})")));
+        }
+        let len = len as usize;
+        let mut value = Vec::new();
+        while value.len() < len {
+            let start = value.len();
+            value.resize(len.min(start + CHUNK), 0);
+            self.exact(&mut value[start..])?;
+        }
+        Ok(value)
+    }
+}
+
+fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+fn expect_nonce(echoed: u32, nonce: u32) -> io::Result<()> {
+    if echoed == nonce {
+        Ok(())
+    } else {
+        Err(invalid(format!("PING reply {echoed:#x}, expected {nonce:#x}: not a store server")))
+    }
+}
+
+/// A random duration up to `max`, from the standard library's per-process random hash keys.
+fn jitter(max: Duration) -> Duration {
+    let r = RandomState::new().build_hasher().finish();
+    max.mul_f64((r % 1024) as f64 / 1024.0)
+}

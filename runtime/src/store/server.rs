@@ -1,0 +1,317 @@
+//! The store server: one background thread running a mio event loop over non-blocking
+//! sockets. Each connection decodes its frames as they arrive; a WAIT whose keys are missing
+//! parks the connection (which keeps serving its other commands, CANCEL_WAIT among them)
+//! until later writes complete it. A connection that breaks the protocol is closed with a
+//! warning; the server and the other connections carry on.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use socket2::{Domain, Protocol, Socket, Type};
+use tracing::{debug, warn};
+
+use super::conn::{Conn, Fill};
+use super::protocol::{self, Command, ProtocolError, Request, STOP_WAITING, VALIDATION_MAGIC};
+use super::state::{ConnId, State};
+use super::StoreError;
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const FIRST_CONN: ConnId = 2;
+/// A connection stops decoding requests while this many reply bytes wait to be sent, so a
+/// client that never reads its replies cannot make the server buffer without bound.
+const OUTPUT_HIGH_WATER: usize = 4 << 20;
+
+/// A running store server; dropping it stops the server and closes every connection.
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl Server {
+    /// Listens on `addr` (port 0 picks a free port; see [`Server::local_addr`]) and serves
+    /// on a background thread.
+    pub fn bind(addr: impl ToSocketAddrs) -> Result<Server, StoreError> {
+        crate::logging::init();
+        let io_err = |op| move |source| StoreError::Io { op, source };
+        let listener = listen(addr).map_err(io_err("bind"))?;
+        listener.set_nonblocking(true).map_err(io_err("bind"))?;
+        let addr = listener.local_addr().map_err(io_err("bind"))?;
+        let mut listener = TcpListener::from_std(listener);
+        let poll = Poll::new().map_err(io_err("bind"))?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(io_err("bind"))?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_err("bind"))?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("jitccl-store".into())
+                .spawn(move || EventLoop::new(poll, listener)?.run(&stop))
+                .map_err(io_err("bind"))?
+        };
+        debug!("store: serving on {addr}");
+        Ok(Server { addr, stop, waker, thread: Some(thread) })
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Blocks for as long as the server runs: only a fatal error of its event loop (returned
+    /// here) ends it, since nothing else can stop a `Server` but dropping it.
+    pub fn join(mut self) -> Result<(), StoreError> {
+        let thread = self.thread.take().expect("only Drop and join take the thread");
+        match thread.join() {
+            Ok(res) => res.map_err(|source| StoreError::Io { op: "serve", source }),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        self.stop.store(true, Ordering::Release);
+        if let Err(e) = self.waker.wake() {
+            // The loop cannot be told to stop; leave it rather than block forever.
+            warn!("store: cannot wake the server thread on {} to stop it: {e}", self.addr);
+            return;
+        }
+        // Not re-raised: a panic in drop may abort the process.
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!("store: the server on {} failed: {e}", self.addr),
+            Err(_) => warn!("store: the server thread on {} panicked", self.addr),
+        }
+    }
+}
+
+/// Binds the first of `addr`'s addresses that works, with SO_REUSEADDR (a restarted
+/// server gets its port back at once) and a long accept queue: every rank of a job
+/// connects at about the same time, and std's 128 would drop the SYNs of a large job.
+fn listen(addr: impl ToSocketAddrs) -> io::Result<std::net::TcpListener> {
+    const BACKLOG: i32 = 4096; // the kernel caps it at net.core.somaxconn
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "the address resolves to nothing");
+    for addr in addr.to_socket_addrs()? {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        match socket.bind(&addr.into()).and_then(|()| socket.listen(BACKLOG)) {
+            Ok(()) => return Ok(socket.into()),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Why a connection is being closed.
+enum Close {
+    /// The peer closed its side.
+    Eof,
+    Io(io::Error),
+    Protocol(ProtocolError),
+}
+
+impl From<ProtocolError> for Close {
+    fn from(e: ProtocolError) -> Close {
+        Close::Protocol(e)
+    }
+}
+
+impl From<io::Error> for Close {
+    fn from(e: io::Error) -> Close {
+        Close::Io(e)
+    }
+}
+
+struct EventLoop {
+    poll: Poll,
+    registry: Registry,
+    listener: TcpListener,
+    conns: HashMap<ConnId, Conn>,
+    next_id: ConnId,
+    state: State,
+    /// Reusable buffers: socket reads, one request's reply, the WAITs it completed.
+    scratch: Box<[u8]>,
+    reply: Vec<u8>,
+    woken: Vec<ConnId>,
+    /// Connections that were sent STOP_WAITING by another connection's request.
+    dirty: Vec<ConnId>,
+}
+
+impl EventLoop {
+    fn new(poll: Poll, listener: TcpListener) -> io::Result<EventLoop> {
+        Ok(EventLoop {
+            registry: poll.registry().try_clone()?,
+            poll,
+            listener,
+            conns: HashMap::new(),
+            next_id: FIRST_CONN,
+            state: State::default(),
+            scratch: vec![0; 64 << 10].into_boxed_slice(),
+            reply: Vec::new(),
+            woken: Vec::new(),
+            dirty: Vec::new(),
+        })
+    }
+
+    fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            if let Err(e) = self.poll.poll(&mut events, None) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    WAKER if stop.load(Ordering::Acquire) => return Ok(()),
+                    WAKER => {}
+                    Token(id) => self.drive(id),
+                }
+            }
+            while let Some(id) = self.dirty.pop() {
+                self.drive(id);
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, peer)) => {
+                    // Requests and replies are small and latency-bound.
+                    if let Err(e) = stream.set_nodelay(true) {
+                        debug!("store: TCP_NODELAY on the connection from {peer}: {e}");
+                    }
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    if let Err(e) = self.registry.register(&mut stream, Token(id), Interest::READABLE) {
+                        warn!("store: cannot watch the connection from {peer}: {e}");
+                        continue;
+                    }
+                    debug!("store: connection from {peer}");
+                    self.conns.insert(id, Conn::new(stream, peer));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
+                Err(e) => {
+                    // E.g. out of file descriptors: the peer stays in the backlog, and the
+                    // next connection attempt triggers another accept.
+                    warn!("store: accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves one connection as far as it can go without blocking.
+    fn drive(&mut self, id: ConnId) {
+        // Taken out of the map while it is served, so requests can reach other connections.
+        let Some(mut conn) = self.conns.remove(&id) else { return };
+        match self.pump(id, &mut conn).and_then(|()| self.watch(id, &mut conn)) {
+            Ok(()) => {
+                self.conns.insert(id, conn);
+            }
+            Err(why) => self.close(id, conn, why),
+        }
+    }
+
+    fn pump(&mut self, id: ConnId, conn: &mut Conn) -> Result<(), Close> {
+        let mut drained = false;
+        loop {
+            conn.flush()?;
+            if conn.pending_output() >= OUTPUT_HIGH_WATER {
+                // Resumed by the WRITABLE event once the client reads.
+                return Ok(());
+            }
+            if self.serve_one(id, conn)? {
+                continue;
+            }
+            if drained {
+                return Ok(());
+            }
+            match conn.fill(&mut self.scratch)? {
+                Fill::Data { drained: d } => drained = d,
+                Fill::Empty => return Ok(()),
+                Fill::Eof => {
+                    // Best effort: the client may have half-closed and still read.
+                    let _ = conn.flush();
+                    return Err(Close::Eof);
+                }
+            }
+        }
+    }
+
+    /// Decodes and runs the next complete request, if one has arrived.
+    fn serve_one(&mut self, id: ConnId, conn: &mut Conn) -> Result<bool, ProtocolError> {
+        let Some(&first) = conn.unparsed().first() else { return Ok(false) };
+        if !conn.validated && first != Command::Validate as u8 {
+            // Refused before the rest arrives: a stranger's stream is not buffered.
+            return Err(ProtocolError::NotValidated(first));
+        }
+        let Some((req, len)) = protocol::parse(conn.unparsed())? else { return Ok(false) };
+        self.reply.clear();
+        self.woken.clear();
+        let validates = if conn.validated {
+            self.state.apply(id, req, &mut self.reply, &mut self.woken)?;
+            false
+        } else {
+            match req {
+                Request::Validate { magic } if magic == VALIDATION_MAGIC => true,
+                Request::Validate { magic } => return Err(ProtocolError::BadMagic(magic)),
+                _ => return Err(ProtocolError::NotValidated(first)),
+            }
+        };
+        conn.consume(len);
+        conn.validated |= validates;
+        for &w in &self.woken {
+            if w == id {
+                conn.queue(&[STOP_WAITING]);
+            } else if let Some(other) = self.conns.get_mut(&w) {
+                other.queue(&[STOP_WAITING]);
+                self.dirty.push(w);
+            }
+        }
+        conn.queue(&self.reply);
+        Ok(true)
+    }
+
+    /// Asks for WRITABLE events exactly while replies wait to be sent.
+    fn watch(&mut self, id: ConnId, conn: &mut Conn) -> Result<(), Close> {
+        let wants_write = conn.pending_output() > 0;
+        if wants_write != conn.wants_write {
+            let interest = if wants_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+            self.registry.reregister(&mut conn.stream, Token(id), interest)?;
+            conn.wants_write = wants_write;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, id: ConnId, mut conn: Conn, why: Close) {
+        let peer = conn.peer;
+        let unparsed = conn.unparsed().len();
+        match why {
+            Close::Protocol(e) => warn!("store: closing the connection from {peer}: {e}"),
+            Close::Eof if unparsed > 0 => {
+                warn!("store: connection from {peer} closed in the middle of a message ({unparsed} bytes received)")
+            }
+            Close::Eof => debug!("store: connection from {peer} closed"),
+            Close::Io(e) => debug!("store: connection from {peer} failed: {e}"),
+        }
+        self.state.disconnect(id);
+        if let Err(e) = self.registry.deregister(&mut conn.stream) {
+            debug!("store: deregistering the connection from {peer}: {e}");
+        }
+    }
+}

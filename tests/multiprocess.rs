@@ -1,0 +1,112 @@
+//! Ranks in separate processes: every collective and protocol through `jitccl perf` (which
+//! runs its ranks as processes over shared memory and counts wrong elements against the
+//! reference on every rank), the launcher's fail-fast behaviour, a missing rank process,
+//! and a store-based init.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use jitccl::store::{Server, TcpStore};
+use jitccl::{Comm, Config, Op};
+
+fn jitccl(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run jitccl")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn every_collective_and_protocol_across_processes() {
+    // (collective, ranks, datatype, op): datatypes and ops vary so that each protocol meets
+    // several; every row is checked on every rank.
+    let runs: &[(&str, &str, &str, &str)] = &[
+        ("all_reduce", "2", "float", "sum"),
+        ("all_reduce", "3", "bfloat16", "max"),
+        ("all_reduce", "4", "int32", "avg"),
+        ("broadcast", "3", "int8", "sum"),
+        ("reduce", "4", "half", "prod"),
+        ("all_gather", "3", "double", "sum"),
+        ("reduce_scatter", "2", "f8e4m3", "min"),
+        ("reduce_scatter", "5", "uint64", "premulsum"),
+        ("sendrecv", "4", "float", "sum"),
+    ];
+    let mut failures = Vec::new();
+    for proto in ["simple", "ll", "ll128"] {
+        for (coll, n, dtype, op) in runs {
+            let args = [
+                "perf", coll, "-n", n, "-b", "4", "-e", "96K", "-f", "5", "-d", dtype, "-o", op, "--proto", proto, "-w", "1",
+                "-i", "2",
+            ];
+            // Tiny FIFO slots: many steps and FIFO wrap-arounds even at these sizes.
+            let out = jitccl(&args, &[("JITCCL_BUFFSIZE", "2048"), ("JITCCL_TIMEOUT", "60")]);
+            let stdout = text(&out.stdout);
+            let ok = out.status.success()
+                && stdout.contains("rank processes")
+                && stdout.contains("# Out of bounds values : 0 OK")
+                && stdout.lines().filter(|l| !l.starts_with('#')).count() == 7;
+            if !ok {
+                failures.push(format!("{coll} {proto} n={n} {dtype} {op}:\n{stdout}\n{}", text(&out.stderr)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn launch_prefixes_output_and_fails_fast() {
+    let t0 = Instant::now();
+    let out = jitccl(
+        &["launch", "-n", "3", "--", "sh", "-c", r#"echo "rank $RANK of $WORLD_SIZE"; [ "$RANK" = 1 ] && sleep 1 && exit 3; sleep 60"#],
+        &[],
+    );
+    assert!(!out.status.success());
+    let stdout = text(&out.stdout);
+    for r in 0..3 {
+        assert!(stdout.contains(&format!("[{r}] rank {r} of 3")), "{stdout}");
+    }
+    assert!(text(&out.stderr).contains("rank 1 exited"), "{}", text(&out.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(20), "the other ranks were not terminated");
+}
+
+#[test]
+fn a_missing_rank_process_is_named() {
+    let exe = env!("CARGO_BIN_EXE_jitccl");
+    // Rank 1 never joins: rank 0 must fail with an error naming it, not hang.
+    let script = format!(r#"[ "$RANK" = 1 ] && exit 0; exec "{exe}" perf all_reduce -n 2 -b 8 -e 8"#);
+    let t0 = Instant::now();
+    let out = jitccl(&["launch", "-n", "2", "--", "sh", "-c", &script], &[("JITCCL_BOOTSTRAP_TIMEOUT", "2")]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("rank(s) 1 of 2 never connected"), "{stderr}");
+    assert!(t0.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn init_from_store_connects_ranks_over_shared_memory() {
+    let server = Server::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    let n = 3;
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let store = TcpStore::connect(addr, Duration::from_secs(30)).unwrap();
+                let comm = Comm::init_from_store(&store, n, rank, &Config::default()).unwrap();
+                let s = comm.device().stream().unwrap();
+                let buf = comm.device().alloc_from(&[rank as i64 + 1; 1000]).unwrap();
+                comm.all_reduce(&buf, &buf, 1000, Op::Sum, &s).unwrap();
+                s.synchronize().unwrap();
+                buf.to_vec()
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), vec![6i64; 1000]);
+    }
+}
