@@ -8,16 +8,30 @@ use std::sync::Arc;
 use crate::bootstrap::{Bootstrap, BootstrapConfig, TorchrunEnv, UniqueId};
 use crate::comm::{Comm, CommInner};
 use crate::config::Config;
-use crate::device::Device;
+use crate::device::{Device, Memory};
 use crate::error::{invalid, Error, Result};
 use crate::store::{Server, Store, TcpStore};
 use crate::transport::connect::connect;
 use crate::transport::layout::Layout;
+use crate::transport::net::{NetListener, Proxy};
 use crate::transport::shm::ShmSegment;
 
-/// Every rank's receive segment, mapped in this process.
+/// What the connectors point into: the proxy (if any peer is over the network; declared
+/// first so it stops before the memory goes), every shared segment mapped here, and the
+/// local shadows of net peers' FIFOs.
 struct Segments {
-    _all: Vec<ShmSegment>,
+    _proxy: Option<Proxy>,
+    _shm: Vec<ShmSegment>,
+    _shadows: Vec<Memory>,
+}
+
+/// How ranks on one host connect (`JITCCL_TRANSPORT`): shared memory unless `net` is forced.
+fn force_net() -> Result<bool> {
+    match std::env::var("JITCCL_TRANSPORT").unwrap_or_default().to_ascii_lowercase().as_str() {
+        "" | "auto" | "shm" => Ok(false),
+        "net" => Ok(true),
+        other => invalid(format!("JITCCL_TRANSPORT='{other}': expected auto, shm or net")),
+    }
 }
 
 /// What identifies this machine: ranks with the same id share /dev/shm.
@@ -109,16 +123,12 @@ impl Comm {
             &BootstrapConfig::from_env()?.with_abort(abort.clone()),
         )?;
 
-        // Where every rank runs: one host for now (shared memory between all ranks).
+        // Where every rank runs: peers on this host share memory, the others (or all, with
+        // JITCCL_TRANSPORT=net) are reached over the network.
         let me = host_id();
         let hosts = bs.all_gather(me.as_bytes())?;
-        if let Some(q) = hosts.iter().position(|h| h.as_slice() != me.as_bytes()) {
-            return Err(Error::Unsupported(format!(
-                "rank {q} runs on another host ({}) than rank {rank} ({me}); ranks on several hosts need \
-                 the net transport, which is not available yet",
-                String::from_utf8_lossy(&hosts[q])
-            )));
-        }
+        let forced = force_net()?;
+        let net: Vec<bool> = (0..nranks).map(|q| q != rank && (forced || hosts[q] != me.as_bytes())).collect();
         // Every rank must have been given the same configuration, or their kernels would
         // not agree on channels, protocols or FIFO slots.
         let cfg = config.resolve(nranks)?;
@@ -132,37 +142,53 @@ impl Comm {
             }
         }
 
-        let layout = Layout {
-            nranks,
-            nchannels: cfg.nchannels,
-            slot_bytes: cfg.slot_bytes,
-        };
+        let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
         let bytes = layout.segment_bytes();
         let own = ShmSegment::create(bytes)?;
         let names = bs.all_gather(own.name().as_bytes())?;
-        let mut all = Vec::with_capacity(nranks);
-        for (q, name) in names.iter().enumerate() {
-            if q == rank {
-                continue;
+        let mut bases = vec![std::ptr::null_mut(); nranks];
+        bases[rank] = own.ptr();
+        let (mut shm, mut shadows) = (Vec::new(), Vec::new());
+        for q in (0..nranks).filter(|&q| q != rank) {
+            if net[q] {
+                let shadow = Memory::zeroed(bytes)?;
+                bases[q] = shadow.ptr();
+                shadows.push(shadow);
+            } else {
+                let seg = ShmSegment::open(&String::from_utf8_lossy(&names[q]), bytes)?;
+                bases[q] = seg.ptr();
+                shm.push(seg);
             }
-            all.push((q, ShmSegment::open(&String::from_utf8_lossy(name), bytes)?));
         }
         // Once everyone has mapped every segment, the names can go: nothing is left behind
         // in /dev/shm even if a process dies later.
         bs.barrier()?;
         own.unlink();
-        all.push((rank, own));
-        all.sort_by_key(|(q, _)| *q);
-        let bases: Vec<*mut u8> = all.iter().map(|(_, s)| s.ptr()).collect();
+        shm.push(own);
         let conns = connect(&layout, rank, &bases);
+        let proxy = if net.iter().any(|&n| n) {
+            let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
+            let listener = NetListener::bind(ip)?;
+            let addrs = bs
+                .all_gather(listener.addr()?.to_string().as_bytes())?
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).parse().map_err(|e| Error::Internal(format!("bad peer address: {e}"))))
+                .collect::<Result<Vec<std::net::SocketAddr>>>()?;
+            let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
+            let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
+            Some(Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, cfg.timeout)?)
+        } else {
+            None
+        };
+        let nnet = net.iter().filter(|&&n| n).count();
         tracing::info!(
-            "init_rank: rank {rank} of {nranks} (pid {}), {} channel(s), shared memory transport",
+            "init_rank: rank {rank} of {nranks} (pid {}), {} channel(s), {} peer(s) over shared memory, {nnet} over the network{}",
             std::process::id(),
-            cfg.nchannels
+            cfg.nchannels,
+            nranks - 1 - nnet,
+            if forced { " (JITCCL_TRANSPORT=net)" } else { "" }
         );
-        let segments = Arc::new(Segments {
-            _all: all.into_iter().map(|(_, s)| s).collect(),
-        });
+        let segments = Arc::new(Segments { _proxy: proxy, _shm: shm, _shadows: shadows });
         let inner =
             CommInner::new(rank, Device::host(rank), cfg, conns, segments).with_bootstrap(bs, abort, store_server);
         Ok(Comm::from_inner(inner))

@@ -13,12 +13,15 @@
 #define JC_WAIT_DATA 1  /* data from the peer (its tail / line flags) */
 #define JC_WAIT_SPACE 2 /* the peer to free a FIFO slot (its head) */
 
-/* One end of a connector. The FIFO lives with the receiver; the sender writes into it.
-   head/tail point at the same two counters from both ends. */
+/* One end of a connector. The FIFO lives with the receiver and the sender writes into it
+   (same process, or shared memory), and head/tail/sizes are the same counters at both
+   ends; over a network each end has its own FIFO and a proxy thread moves the posted
+   steps and the consumed counts between them. */
 struct jc_conn {
   char* buf[JC_NPROTOS];          /* per protocol: JC_STEPS slots of slot_bytes[p] bytes */
   jc_u64* head;                   /* steps consumed by the receiver (the sender waits on it) */
   jc_u64* tail;                   /* steps posted by the sender (Simple's receiver waits on it) */
+  jc_u64* sizes;                  /* bytes of each of the JC_STEPS slots, written before tail */
   jc_u64 slot_bytes[JC_NPROTOS];
   jc_u64 step;                    /* this end's step count; kept across launches */
   jc_i32 peer;                    /* the rank at the other end, for error reports */

@@ -54,6 +54,13 @@ static JC_DEVICE int jc_wait_space(struct jc_ctx* x, struct jc_conn* s) {
   return jc_wait_ge(x, s->head, s->step + 1 > JC_STEPS ? s->step + 1 - JC_STEPS : 0, s->peer, JC_WAIT_SPACE);
 }
 
+/* Publishes the sender's step: which protocol's slot it filled and how many bytes (a
+   network proxy forwards exactly those), then the tail counter with release order. */
+static JC_DEVICE JC_INLINE void jc_post_step(struct jc_conn* s, int proto, jc_u64 bytes) {
+  s->sizes[s->step % JC_STEPS] = bytes | ((jc_u64)proto << 56);
+  jc_store_release(s->tail, ++s->step);
+}
+
 static JC_DEVICE char* jc_slot(const struct jc_conn* c, int proto) {
   return c->buf[proto] + (c->step % JC_STEPS) * c->slot_bytes[proto];
 }

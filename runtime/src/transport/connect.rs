@@ -6,6 +6,15 @@ use jitccl_codegen::abi::{Channel, Conn};
 use crate::graph;
 use crate::transport::layout::{Edge, Layout};
 
+/// One connector between this rank and `peer`, named by the FIFO it uses in the
+/// receiver's segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Link {
+    pub peer: usize,
+    pub chan: usize,
+    pub edge: Edge,
+}
+
 /// What the kernels of one rank use to reach the others.
 pub(crate) struct RankConns {
     pub channels: Vec<Channel>,
@@ -14,6 +23,9 @@ pub(crate) struct RankConns {
     pub p2p_recv: Vec<Vec<Conn>>,
     /// Per channel, the user rank at each ring position (`Channel::ring_ranks` points here).
     pub ring_ranks: Vec<Box<[i32]>>,
+    /// Every connector this rank sends on and receives on (peers other than itself).
+    pub sends: Vec<Link>,
+    pub recvs: Vec<Link>,
 }
 
 /// The connector tables of `rank`, given every rank's segment as mapped in this process.
@@ -21,6 +33,7 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8]) -> Ran
     let n = layout.nranks;
     let mut channels = vec![Channel::default(); layout.nchannels];
     let mut ring_ranks = Vec::with_capacity(layout.nchannels);
+    let (mut sends, mut recvs) = (Vec::new(), Vec::new());
     for (c, ch) in channels.iter_mut().enumerate() {
         let order = graph::ring(n, c);
         let ranks: Box<[i32]> = order.iter().map(|&r| r as i32).collect();
@@ -32,6 +45,8 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8]) -> Ran
             let (prev, next) = (order[(pos + n - 1) % n], order[(pos + 1) % n]);
             ch.ring_send = layout.end(segments[next], c, Edge::Ring, next);
             ch.ring_recv = layout.end(segments[rank], c, Edge::Ring, prev);
+            sends.push(Link { peer: next, chan: c, edge: Edge::Ring });
+            recvs.push(Link { peer: prev, chan: c, edge: Edge::Ring });
         }
         let tree = graph::tree(n, c);
         if let Some(p) = tree.parent[rank] {
@@ -39,17 +54,29 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8]) -> Ran
             ch.tree_parent = p as i32;
             ch.tree_up_send = layout.end(segments[p], c, Edge::FromChild(k), p);
             ch.tree_up_recv = layout.end(segments[rank], c, Edge::FromParent, p);
+            sends.push(Link { peer: p, chan: c, edge: Edge::FromChild(k) });
+            recvs.push(Link { peer: p, chan: c, edge: Edge::FromParent });
         }
         ch.tree_nchildren = tree.children[rank].len() as i32;
         for (k, &child) in tree.children[rank].iter().enumerate() {
             ch.tree_down_send[k] = layout.end(segments[child], c, Edge::FromParent, child);
             ch.tree_down_recv[k] = layout.end(segments[rank], c, Edge::FromChild(k), child);
+            sends.push(Link { peer: child, chan: c, edge: Edge::FromParent });
+            recvs.push(Link { peer: child, chan: c, edge: Edge::FromChild(k) });
         }
     }
     let per_peer = |f: &dyn Fn(usize, usize) -> Conn| -> Vec<Vec<Conn>> {
         (0..n).map(|peer| (0..layout.nchannels).map(|c| f(peer, c)).collect()).collect()
     };
+    for peer in (0..n).filter(|&q| q != rank) {
+        for c in 0..layout.nchannels {
+            sends.push(Link { peer, chan: c, edge: Edge::P2p(rank) });
+            recvs.push(Link { peer, chan: c, edge: Edge::P2p(peer) });
+        }
+    }
     RankConns {
+        sends,
+        recvs,
         p2p_send: per_peer(&|peer, c| layout.end(segments[peer], c, Edge::P2p(rank), peer)),
         p2p_recv: per_peer(&|peer, c| layout.end(segments[rank], c, Edge::P2p(peer), peer)),
         channels,

@@ -45,7 +45,9 @@ impl Layout {
         self.fifo_bytes() * self.nchannels * (GRAPH_FIFOS + self.nranks)
     }
 
-    fn offset(&self, chan: usize, edge: Edge) -> usize {
+    /// Byte offset of the FIFO of `edge` on `chan` in a receiver's segment (also the FIFO's
+    /// identity on the wire).
+    pub fn offset(&self, chan: usize, edge: Edge) -> usize {
         let index = match edge {
             Edge::Ring => chan * GRAPH_FIFOS,
             Edge::FromParent => chan * GRAPH_FIFOS + 1,
@@ -64,6 +66,8 @@ impl Layout {
             head: fifo as *mut u64,
             // SAFETY: as above.
             tail: unsafe { fifo.add(COUNTER_BYTES) } as *mut u64,
+            // SAFETY: as above; the slot sizes share the tail's cache line.
+            sizes: unsafe { fifo.add(COUNTER_BYTES + 8) } as *mut u64,
             peer: peer as i32,
             connected: 1,
             ..Conn::default()

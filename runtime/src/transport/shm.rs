@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use memmap2::MmapMut;
 
-use crate::error::{Error, Result};
+use crate::error::{sys, Error, Result};
 
 const DIR: &str = "/dev/shm";
 
@@ -19,10 +19,6 @@ pub(crate) struct ShmSegment {
     name: String,
     /// Whether this process created the name and must unlink it.
     owned_link: AtomicBool,
-}
-
-fn sys(context: String) -> impl FnOnce(std::io::Error) -> Error {
-    move |source| Error::System { context, source }
 }
 
 impl ShmSegment {

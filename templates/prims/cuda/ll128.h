@@ -55,7 +55,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   if (e) return e;
   if (jc_tid() == 0) {
     if (r) jc_store_release(r->head, ++r->step);
-    if (s) jc_store_release(s->tail, ++s->step);
+    if (s) jc_post_step(s, JC_PROTO, nlines * 128);
   }
   jc_barrier();
   return JC_OK;

@@ -30,7 +30,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   if (jc_tid() == 0) {
     __threadfence_system();       /* the block's slot writes (and reads) before head/tail */
     if (r) jc_store_release(r->head, ++r->step);
-    if (s) jc_store_release(s->tail, ++s->step);
+    if (s) jc_post_step(s, JC_PROTO, n * sizeof(T));
   }
   jc_barrier();
   return JC_OK;

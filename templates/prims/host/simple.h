@@ -21,6 +21,6 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
     }
   }
   if (r) jc_store_release(r->head, ++r->step);
-  if (s) jc_store_release(s->tail, ++s->step);
+  if (s) jc_post_step(s, JC_PROTO, n * sizeof(T));
   return JC_OK;
 }
