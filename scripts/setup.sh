@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything jitccl needs beyond a Rust toolchain: a C compiler (the host target's kernel
-# compiler) and NVRTC (CUDA kernels, from PyPI wheels; no GPU needed). Idempotent.
+# compiler), NVRTC (CUDA kernels, from PyPI wheels; no GPU needed) and, for the tests,
+# iproute2. Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cc=${CC:-cc}
@@ -14,5 +15,10 @@ if ! command -v "$cc" >/dev/null 2>&1; then
   fi
 fi
 echo "setup: C compiler: $("$cc" --version | head -n 1)"
+# iproute2's `ip` builds the two-host test (network namespaces joined by a veth pair).
+if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing iproute2 (for the two-host test)"
+  apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+fi
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
 bash "$root/scripts/setup-nvrtc.sh"

@@ -34,15 +34,14 @@ fn force_net() -> Result<bool> {
     }
 }
 
-/// What identifies this machine: ranks with the same id share /dev/shm.
+/// What identifies this machine as seen from here: ranks with the same id share /dev/shm
+/// and reach each other through memory. Hosts in separate network namespaces on one
+/// kernel (test hosts) count as different machines: they talk over the network.
 fn host_id() -> String {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    };
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
     format!(
-        "{}/{}",
+        "{}/{}/{netns}",
         read("/proc/sys/kernel/hostname"),
         read("/proc/sys/kernel/random/boot_id")
     )
