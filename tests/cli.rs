@@ -180,3 +180,29 @@ fn missing_nvrtc_is_a_clear_error() {
     assert!(host.status.success(), "{}", text(&host.stderr));
     assert!(text(&host.stdout).contains("on the host target ("), "{}", text(&host.stdout));
 }
+
+#[test]
+fn store_serve_answers_a_client() {
+    use jitccl::store::{Store, TcpStore};
+    use std::io::{BufRead, BufReader};
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_jitccl"))
+        .args(["store", "serve", "--host", "127.0.0.1", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let result = std::panic::catch_unwind(|| {
+        let a = TcpStore::connect(&addr, std::time::Duration::from_secs(10)).unwrap();
+        let b = TcpStore::connect(&addr, std::time::Duration::from_secs(10)).unwrap();
+        a.set("k", b"v").unwrap();
+        assert_eq!(b.get("k").unwrap(), b"v");
+        assert_eq!(a.add("n", 5).unwrap(), 5);
+        assert_eq!(b.add("n", -2).unwrap(), 3);
+    });
+    server.kill().unwrap();
+    let _ = server.wait();
+    result.unwrap();
+}
