@@ -37,7 +37,7 @@ static JC_DEVICE JC_INLINE T jc_elem(const struct jc_ctx* x, T rv, int has_recv,
 {% if cuda %}{% if proto == "simple" %}{% include "prims/cuda/simple.h" %}{% else if proto == "ll" %}{% include "prims/cuda/ll.h" %}{% else %}{% include "prims/cuda/ll128.h" %}{% endif %}{% else %}{% if proto == "simple" %}{% include "prims/host/simple.h" %}{% else if proto == "ll" %}{% include "prims/host/ll.h" %}{% else %}{% include "prims/host/ll128.h" %}{% endif %}{% endif %}
 {% include "prims/common.h" %}
 
-{% if algo_file == "all_reduce_ring" %}{% include "algo/all_reduce_ring.h" %}{% else if algo_file == "all_reduce_tree" %}{% include "algo/all_reduce_tree.h" %}{% else if algo_file == "broadcast_ring" %}{% include "algo/broadcast_ring.h" %}{% else if algo_file == "reduce_ring" %}{% include "algo/reduce_ring.h" %}{% else if algo_file == "all_gather_ring" %}{% include "algo/all_gather_ring.h" %}{% else if algo_file == "reduce_scatter_ring" %}{% include "algo/reduce_scatter_ring.h" %}{% else %}{% include "algo/sendrecv.h" %}{% endif %}
+{% if algo_file == "all_reduce_ring" %}{% include "algo/all_reduce_ring.h" %}{% else if algo_file == "all_reduce_tree" %}{% include "algo/all_reduce_tree.h" %}{% else if algo_file == "all_reduce_oneshot" %}{% include "algo/all_reduce_oneshot.h" %}{% else if algo_file == "broadcast_ring" %}{% include "algo/broadcast_ring.h" %}{% else if algo_file == "reduce_ring" %}{% include "algo/reduce_ring.h" %}{% else if algo_file == "all_gather_ring" %}{% include "algo/all_gather_ring.h" %}{% else if algo_file == "reduce_scatter_ring" %}{% include "algo/reduce_scatter_ring.h" %}{% else %}{% include "algo/sendrecv.h" %}{% endif %}
 
 static JC_DEVICE void jc_ctx_init(struct jc_ctx* x, const struct jc_args* args, int chan) {
   x->args = args;

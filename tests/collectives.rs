@@ -168,6 +168,9 @@ sweep_tests! {
     all_reduce_tree_simple: AllReduce Tree Simple [1, 2, 4, 7], ALL_TYPES;
     all_reduce_tree_ll: AllReduce Tree LL [3, 5, 8], ALL_TYPES;
     all_reduce_tree_ll128: AllReduce Tree LL128 [2, 6, 8], ALL_TYPES;
+    all_reduce_oneshot_simple: AllReduce OneShot Simple [1, 2, 5], ALL_TYPES;
+    all_reduce_oneshot_ll: AllReduce OneShot LL [2, 3, 8], ALL_TYPES;
+    all_reduce_oneshot_ll128: AllReduce OneShot LL128 [4, 6, 7], ALL_TYPES;
     reduce_ring_simple: Reduce Ring Simple [1, 2, 5], ALL_TYPES;
     reduce_ring_ll: Reduce Ring LL [3, 4, 8], ALL_TYPES;
     reduce_ring_ll128: Reduce Ring LL128 [2, 7], ALL_TYPES;

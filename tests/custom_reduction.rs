@@ -450,7 +450,7 @@ fn non_commutative_ops_combine_in_ring_order() {
 
 #[test]
 fn the_tuner_gives_non_commutative_ops_the_ring() {
-    // 4 ranks and 16 bytes: a commutative op would get the tree here.
+    // 4 ranks and 16 bytes: a commutative op would get the one-shot algorithm here.
     let w = world(4, None, None);
     let got = run(&w, Collective::AllReduce, Op::custom(&DIGITS), 4, 0, &digit::<i32>).unwrap();
     let want: Vec<i32> = (0..4)
@@ -460,7 +460,17 @@ fn the_tuner_gives_non_commutative_ops_the_ring() {
 }
 
 #[test]
-fn tree_refuses_non_commutative_ops() {
+fn tree_and_oneshot_refuse_non_commutative_ops() {
+    let oneshot = world(3, Some(Algorithm::OneShot), None);
+    let buf = oneshot.comms[1].device().alloc_from(&[7i32; 8]).unwrap();
+    let e = oneshot.comms[1].all_reduce(&buf, &buf, 8, Op::custom(&DIGITS), &oneshot.streams[1]).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("'digits' is not commutative") && m.contains("oneshot")),
+        "{e}"
+    );
+    oneshot.streams[1].synchronize().unwrap();
+    assert_eq!(buf.to_vec(), vec![7; 8], "a refused call changed the buffer");
+
     let w = world(4, Some(Algorithm::Tree), None);
     let c = &w.comms[0];
     let buf = c.device().alloc_from(&[7i32; 8]).unwrap();

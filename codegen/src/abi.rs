@@ -24,6 +24,7 @@ pub struct Conn {
     pub sizes: *mut u64,
     pub slot_bytes: [u64; NPROTOS],
     pub step: u64,
+    pub credit: u64,
     pub peer: i32,
     pub connected: i32,
 }
@@ -37,6 +38,7 @@ impl Default for Conn {
             sizes: std::ptr::null_mut(),
             slot_bytes: [0; NPROTOS],
             step: 0,
+            credit: 0,
             peer: -1,
             connected: 0,
         }
@@ -101,6 +103,9 @@ pub struct Args {
     pub channels: *mut Channel,
     pub p2p_send: *mut Conn,
     pub p2p_recv: *mut Conn,
+    /// One-shot: per rank (self included), that peer's per-channel `p2p_send` ends.
+    pub peer_send: *const *mut Conn,
+    pub peer_recv: *const *mut Conn,
     pub status: *mut Status,
     pub abort_flag: *const i32,
     pub scalar_f: f64,

@@ -1,17 +1,18 @@
 //! The kernel generator's front door: spec + target -> loaded kernel, compiled lazily and
 //! cached in memory (per process) and on disk (across processes).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use rustc_hash::FxHashMap;
 
 use crate::cache::DiskCache;
 use crate::compile::host::{host_cc, HostKernel};
 use crate::compile::nvrtc::{nvrtc, CudaOutput};
 use crate::compile::CompileError;
 use crate::render::render;
-use crate::spec::{CudaArch, KernelSpec, RedOp, Target};
+use crate::spec::{CudaArch, KernelSpec, Target};
 
 /// Where a kernel came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,7 @@ type Slot = Arc<Mutex<Option<Artifact>>>;
 /// for one kernel compile it once.
 pub struct Generator {
     disk: Option<DiskCache>,
-    loaded: Mutex<HashMap<String, Slot>>,
+    loaded: Mutex<FxHashMap<(KernelSpec, Target, CudaOutput), Slot>>,
 }
 
 impl Generator {
@@ -61,7 +62,7 @@ impl Generator {
         if let Some(d) = &disk {
             tracing::debug!(dir = %d.dir().display(), "kernel disk cache");
         }
-        Generator { disk, loaded: Mutex::new(HashMap::new()) }
+        Generator { disk, loaded: Mutex::new(FxHashMap::default()) }
     }
 
     /// The process-wide generator, with the disk cache from the environment.
@@ -96,13 +97,8 @@ impl Generator {
     }
 
     fn get(&self, spec: &KernelSpec, target: Target, output: CudaOutput) -> Result<(Artifact, Provenance), CompileError> {
-        spec.validate_for(target)?;
-        // Custom ops are keyed by their source too: an edited body is a different kernel.
-        let body = match spec.op {
-            Some(RedOp::Custom(c)) => c.body,
-            _ => "",
-        };
-        let key = format!("{spec}|{target}|{output:?}|{body}");
+        // A typed key and a fast hash: this lookup is on every launch's path.
+        let key = (*spec, target, output);
         let slot = self.loaded.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone();
         let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(a) = slot.as_ref() {
@@ -114,6 +110,7 @@ impl Generator {
     }
 
     fn build(&self, spec: &KernelSpec, target: Target, output: CudaOutput) -> Result<(Artifact, Provenance), CompileError> {
+        spec.validate_for(target)?;
         let source = render(spec, target)?;
         let name = spec.to_string();
         let t0 = Instant::now();
@@ -175,7 +172,7 @@ fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), CompileError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Algorithm, Collective, CustomOp, DataType, Protocol};
+    use crate::spec::{Algorithm, Collective, CustomOp, DataType, Protocol, RedOp};
 
     #[test]
     fn memory_then_disk_then_recompile_on_change() {

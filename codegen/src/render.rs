@@ -113,6 +113,7 @@ fn op_source(spec: &KernelSpec) -> OpSource {
 fn algo_file(spec: &KernelSpec) -> &'static str {
     match (spec.coll, spec.algo) {
         (Collective::AllReduce, Algorithm::Tree) => "all_reduce_tree",
+        (Collective::AllReduce, Algorithm::OneShot) => "all_reduce_oneshot",
         (Collective::AllReduce, _) => "all_reduce_ring",
         (Collective::Broadcast, _) => "broadcast_ring",
         (Collective::Reduce, _) => "reduce_ring",

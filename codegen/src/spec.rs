@@ -61,6 +61,9 @@ named_enum!(
     Algorithm, "algorithm" {
         Ring = "ring",
         Tree = "tree",
+        /// Every rank sends its input to every rank and folds all of them in rank order:
+        /// one hop of latency, n times the data; for small AllReduce.
+        OneShot = "oneshot" | "one_shot",
     }
 );
 
@@ -158,7 +161,8 @@ named_enum!(
 ///
 /// `body` is C source for the body of `C combine(C a, C b)` where `C` is the compute type
 /// (the element type itself, `float` for f16/bf16/fp8). The same text serves both targets.
-#[derive(Debug, PartialEq)]
+/// Equal and hashed by content, so an edited body is a different kernel.
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct CustomOp {
     /// Identifier-safe name; part of spec names and kernel symbols.
     pub name: &'static str,
@@ -173,7 +177,7 @@ pub struct CustomOp {
 }
 
 /// A reduction operator: built in or custom.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RedOp {
     Builtin(BuiltinOp),
     Custom(&'static CustomOp),
@@ -210,7 +214,7 @@ impl Collective {
     }
     pub fn algorithms(self) -> &'static [Algorithm] {
         match self {
-            Collective::AllReduce => &[Algorithm::Ring, Algorithm::Tree],
+            Collective::AllReduce => &[Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot],
             _ => &[Algorithm::Ring],
         }
     }
@@ -269,7 +273,7 @@ impl fmt::Display for Target {
 ///
 /// Collectives that only move data (broadcast, all_gather, sendrecv) are specialized for
 /// bytes: their kernels exist for `u8` only and the runtime runs every datatype through them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KernelSpec {
     pub coll: Collective,
     pub algo: Algorithm,
@@ -327,11 +331,11 @@ impl KernelSpec {
                     names(c.dtypes)
                 )));
             }
-            if !c.commutative && self.algo == Algorithm::Tree {
+            if !c.commutative && self.algo != Algorithm::Ring {
                 return Err(invalid(format!(
-                    "custom op '{}' is not commutative: the tree algorithm combines in an order \
-                     that is not the rank order; use the ring algorithm",
-                    c.name
+                    "custom op '{}' is not commutative: the {} algorithm combines in an order \
+                     that is not the ring's; use the ring algorithm",
+                    c.name, self.algo
                 )));
             }
         }
@@ -461,8 +465,8 @@ mod tests {
 
     #[test]
     fn spec_count() {
-        // 3 reducing collectives (all_reduce with 2 algorithms) x 3 protos x 12 dtypes x 6 ops,
+        // 3 reducing collectives (all_reduce with 3 algorithms) x 3 protos x 12 dtypes x 6 ops,
         // plus 3 byte-moving collectives x 3 protos.
-        assert_eq!(KernelSpec::all().len(), 4 * 3 * 12 * 6 + 3 * 3);
+        assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3);
     }
 }

@@ -6,7 +6,10 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
+
 use jitccl_codegen::abi::{self, Args, Channel, Conn, Status};
+use jitccl_codegen::compile::host::HostKernel;
 use jitccl_codegen::{Collective, CustomOp, DataType, Generator, KernelSpec, RedOp};
 
 use crate::bootstrap::Bootstrap;
@@ -15,7 +18,8 @@ use crate::store::Server;
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
 use crate::error::{invalid, Error, Result};
-use crate::stream::{Cta, Stream};
+use crate::affinity::{self, CpuSet};
+use crate::stream::{CtaPool, Stream};
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::layout::Layout;
 use crate::transport::p2p::LocalSegments;
@@ -83,10 +87,18 @@ pub(crate) struct CommInner {
     /// Per peer, one connector end per channel.
     p2p_send: Vec<KernelTable<Conn>>,
     p2p_recv: Vec<KernelTable<Conn>>,
+    /// Per peer, its `p2p_send` / `p2p_recv` table: what one-shot kernels index by rank.
+    peer_send: KernelTable<*mut Conn>,
+    peer_recv: KernelTable<*mut Conn>,
     status: KernelTable<Status>,
     abort: AtomicI32,
     /// One kernel of this communicator at a time: they share connector state.
     exec: Mutex<()>,
+    /// The CPUs this rank's kernel threads are bound to, if any.
+    cpus: Option<Arc<CpuSet>>,
+    /// The kernels this communicator has launched: a launch looks its kernel up here, without
+    /// the generator's process-wide locks.
+    kernels: Mutex<FxHashMap<KernelSpec, Arc<HostKernel>>>,
     /// Ring orders the channels point into.
     _ring_ranks: Vec<Box<[i32]>>,
     /// Keeps every segment the connectors point into alive.
@@ -105,19 +117,26 @@ impl CommInner {
         cfg: Resolved,
         conns: RankConns,
         segments: Arc<dyn Send + Sync>,
+        cpus: Option<Arc<CpuSet>>,
     ) -> CommInner {
-        let table = |v: Vec<Vec<Conn>>| v.into_iter().map(KernelTable::new).collect();
+        let table = |v: Vec<Vec<Conn>>| v.into_iter().map(KernelTable::new).collect::<Vec<_>>();
+        let ptrs = |t: &[KernelTable<Conn>]| KernelTable::new(t.iter().map(KernelTable::ptr).collect());
+        let (p2p_send, p2p_recv) = (table(conns.p2p_send), table(conns.p2p_recv));
         CommInner {
             rank,
-            nranks: conns.p2p_send.len(),
+            nranks: p2p_send.len(),
             device,
             status: KernelTable::new(vec![Status::default(); cfg.nchannels]),
             cfg,
             channels: KernelTable::new(conns.channels),
-            p2p_send: table(conns.p2p_send),
-            p2p_recv: table(conns.p2p_recv),
+            peer_send: ptrs(&p2p_send),
+            peer_recv: ptrs(&p2p_recv),
+            p2p_send,
+            p2p_recv,
             abort: AtomicI32::new(0),
             exec: Mutex::new(()),
+            cpus,
+            kernels: Mutex::default(),
             _ring_ranks: conns.ring_ranks,
             _segments: segments,
             bootstrap: None,
@@ -160,7 +179,9 @@ struct Launch {
     root: usize,
     send: *const u8,
     recv: *mut u8,
-    keep: Vec<Arc<dyn Send + Sync>>,
+    /// The send and recv memory, kept alive while the operation is queued (no heap
+    /// allocation per launch).
+    keep: [Option<Arc<dyn Send + Sync>>; 2],
     /// Per-rank bytes, for tuning.
     bytes: usize,
     send_peer: Option<usize>,
@@ -179,7 +200,7 @@ impl Launch {
             root: 0,
             send: std::ptr::null(),
             recv: std::ptr::null_mut(),
-            keep: Vec::new(),
+            keep: [None, None],
             bytes: 0,
             send_peer: None,
             recv_peer: None,
@@ -228,6 +249,7 @@ impl Comm {
                     cfg.clone(),
                     connect(&layout, rank, &bases),
                     segments.clone(),
+                    affinity::for_local_rank(rank, nranks),
                 )),
             })
             .collect())
@@ -406,14 +428,14 @@ impl Comm {
             self.check_peer(peer)?;
             elems_fit("send buffer", buf, count)?;
             (l.count, l.send, l.send_peer) = (count, buf.as_ptr(), Some(peer));
-            l.keep.push(buf.keep_alive());
+            l.keep[0] = Some(buf.keep_alive());
             l.bytes = count * size;
         }
         if let Some((buf, count, peer)) = recv {
             self.check_peer(peer)?;
             elems_fit("recv buffer", buf, count)?;
             (l.recv_count, l.recv, l.recv_peer) = (count, buf.as_ptr(), Some(peer));
-            l.keep.push(buf.keep_alive());
+            l.keep[1] = Some(buf.keep_alive());
             l.bytes = l.bytes.max(count * size);
         }
         if let (Some((s, sc, _)), Some((r, rc, _))) = (send, recv) {
@@ -437,7 +459,7 @@ impl Comm {
             count,
             send: send.as_ptr(),
             recv: recv.as_ptr(),
-            keep: vec![send.keep_alive(), recv.keep_alive()],
+            keep: [Some(send.keep_alive()), Some(recv.keep_alive())],
             bytes: count * size_of::<T>(),
             ..Launch::new(coll, T::DTYPE, op)
         }
@@ -492,6 +514,20 @@ impl Comm {
         Ok(())
     }
 
+    /// The host kernel for one launch: from this communicator's table, else validated and
+    /// fetched (compiled if need be) from the generator.
+    fn kernel(&self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>) -> Result<Arc<HostKernel>> {
+        let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op };
+        if let Some(k) = self.inner.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
+            return Ok(k.clone());
+        }
+        let spec = KernelSpec::new(coll, choice.algo, choice.proto, dtype, op)
+            .map_err(|e| Error::InvalidArgument(format!("{} with {dtype}: {e}", coll.name())))?;
+        let (kernel, _) = Generator::global().host_kernel(&spec)?;
+        self.inner.kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(spec, kernel.clone());
+        Ok(kernel)
+    }
+
     fn submit(&self, l: Launch, stream: &Stream) -> Result<()> {
         let me = &self.inner;
         let name = l.coll.name();
@@ -514,9 +550,7 @@ impl Comm {
         let cfg = &me.cfg;
         let commutative = !matches!(l.op, Some(Op::Custom(c)) if !c.commutative);
         let choice = tune::choose(l.coll, l.bytes, kdtype.size(), me.nranks, commutative, cfg);
-        let spec = KernelSpec::new(l.coll, choice.algo, choice.proto, kdtype, l.op.map(Op::red_op))
-            .map_err(|e| Error::InvalidArgument(format!("{name} with {}: {e}", l.dtype)))?;
-        let (kernel, _) = Generator::global().host_kernel(&spec)?;
+        let kernel = self.kernel(l.coll, choice, kdtype, l.op.map(Op::red_op))?;
 
         let p2p_send = l.send_peer.map_or(std::ptr::null_mut(), |peer| me.p2p_send[peer].ptr());
         let p2p_recv = l.recv_peer.map_or(std::ptr::null_mut(), |peer| me.p2p_recv[peer].ptr());
@@ -536,6 +570,8 @@ impl Comm {
             channels: me.channels.ptr(),
             p2p_send,
             p2p_recv,
+            peer_send: me.peer_send.ptr(),
+            peer_recv: me.peer_recv.ptr(),
             status: me.status.ptr(),
             abort_flag: me.abort.as_ptr(),
             scalar_f,
@@ -545,30 +581,53 @@ impl Comm {
             root: l.root as i32,
             nchannels: choice.nchannels as i32,
         });
-        let inner = self.inner.clone();
-        let nch = choice.nchannels;
-        tracing::trace!("rank {}: enqueue {spec} x {} elements", me.rank, l.count);
-        stream.enqueue(Box::new(move |pool| {
-            let _keep = keep;
-            let _one_at_a_time = inner.exec.lock().unwrap_or_else(|e| e.into_inner());
-            // SAFETY: statuses are only written by this communicator's kernels, not running now.
-            unsafe { std::slice::from_raw_parts_mut(inner.status.ptr(), nch) }.fill(Status::default());
-            let args = Arc::new(args);
-            let cta: Cta = Arc::new(move |c| {
-                // SAFETY: args describe live buffers and connectors (kept alive above); each
-                // channel runs on exactly one thread.
-                unsafe { kernel.run(&args.0, c as i32) }
-            });
-            let codes = pool.run(nch, cta)?;
-            match codes.iter().position(|&c| c != abi::OK) {
-                None => Ok(()),
-                Some(chan) => {
-                    // SAFETY: the kernels have finished.
-                    let st = unsafe { *inner.status.ptr().add(chan) };
-                    Err(kernel_error(name, inner.rank, chan, st, inner.cfg.timeout.as_secs_f64()))
-                }
+        tracing::trace!("rank {}: enqueue {name} {choice:?} x {} elements", me.rank, l.count);
+        stream.enqueue(KernelLaunch {
+            comm: self.inner.clone(),
+            kernel,
+            args,
+            nchannels: choice.nchannels,
+            name,
+            _keep: keep,
+        });
+        Ok(())
+    }
+}
+
+/// One queued kernel launch, owning everything its CTAs touch until it is released.
+pub(crate) struct KernelLaunch {
+    comm: Arc<CommInner>,
+    kernel: Arc<HostKernel>,
+    args: SendArgs,
+    nchannels: usize,
+    name: &'static str,
+    _keep: [Option<Arc<dyn Send + Sync>>; 2],
+}
+
+impl KernelLaunch {
+    /// Runs one CTA per channel on the stream's pool; a failing channel's status becomes
+    /// the error.
+    pub(crate) fn run(&self, pool: &mut CtaPool) -> Result<()> {
+        let inner = &self.comm;
+        let _one_at_a_time = inner.exec.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: statuses are only written by this communicator's kernels, not running now.
+        unsafe { std::slice::from_raw_parts_mut(inner.status.ptr(), self.nchannels) }.fill(Status::default());
+        let failed = pool.run(self.nchannels, &|c| {
+            if let Some(set) = &inner.cpus {
+                affinity::bind_current(set);
             }
-        }))
+            // SAFETY: args describe live buffers and connectors (kept alive by this launch);
+            // each channel runs on exactly one thread.
+            unsafe { self.kernel.run(&self.args.0, c as i32) }
+        })?;
+        match failed {
+            None => Ok(()),
+            Some(chan) => {
+                // SAFETY: the kernels have finished.
+                let st = unsafe { *inner.status.ptr().add(chan) };
+                Err(kernel_error(self.name, inner.rank, chan, st, inner.cfg.timeout.as_secs_f64()))
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use crate::affinity;
 use crate::bootstrap::{Bootstrap, BootstrapConfig, TorchrunEnv, UniqueId};
 use crate::comm::{Comm, CommInner};
 use crate::config::Config;
@@ -38,13 +39,14 @@ fn force_net() -> Result<bool> {
 /// and reach each other through memory. Hosts in separate network namespaces on one
 /// kernel (test hosts) count as different machines: they talk over the network.
 fn host_id() -> String {
-    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
     let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
-    format!(
-        "{}/{}/{netns}",
-        read("/proc/sys/kernel/hostname"),
-        read("/proc/sys/kernel/random/boot_id")
-    )
+    format!("{}/{netns}", machine_id())
+}
+
+/// What identifies the machine itself (its CPUs), namespaces aside.
+fn machine_id() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
 }
 
 /// Where the id of `rank`'s next store-based communicator lives. Every rank creates its
@@ -126,6 +128,11 @@ impl Comm {
         // JITCCL_TRANSPORT=net) are reached over the network.
         let me = host_id();
         let hosts = bs.all_gather(me.as_bytes())?;
+        // Ranks on one machine share its CPUs, whatever namespace each runs in.
+        let machine = machine_id();
+        let machines = bs.all_gather(machine.as_bytes())?;
+        let same_machine = |q: &usize| machines[*q] == machine.as_bytes();
+        let cpus = affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
         let forced = force_net()?;
         let net: Vec<bool> = (0..nranks).map(|q| q != rank && (forced || hosts[q] != me.as_bytes())).collect();
         // Every rank must have been given the same configuration, or their kernels would
@@ -189,7 +196,7 @@ impl Comm {
         );
         let segments = Arc::new(Segments { _proxy: proxy, _shm: shm, _shadows: shadows });
         let inner =
-            CommInner::new(rank, Device::host(rank), cfg, conns, segments).with_bootstrap(bs, abort, store_server);
+            CommInner::new(rank, Device::host(rank), cfg, conns, segments, cpus).with_bootstrap(bs, abort, store_server);
         Ok(Comm::from_inner(inner))
     }
 }

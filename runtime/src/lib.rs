@@ -1,6 +1,7 @@
 //! jitccl-runtime: host devices and streams, communicators and their collectives, graph
 //! search, transports and tuning. Kernels come from `jitccl-codegen`.
 
+mod affinity;
 pub mod bootstrap;
 mod comm;
 mod config;

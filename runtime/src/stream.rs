@@ -1,36 +1,272 @@
-//! Streams: ordered, asynchronous work queues. On the host a stream is a dispatcher thread
-//! with persistent CTA worker threads: a kernel launch hands CTA 0 to the dispatcher itself
-//! and CTA i > 0 to worker i, so no thread is spawned per launch.
+//! Streams: ordered, asynchronous queues of kernel launches (cf. CUDA streams). On the host
+//! a stream is a dispatcher thread with persistent CTA worker threads: a launch runs CTA 0
+//! on the dispatcher itself and CTA i > 0 on worker i, so no thread is spawned per launch.
+//!
+//! The queue is a fixed ring of `DEPTH` launch slots, like a GPU's command queue: callers
+//! write launches into it, the dispatcher runs them in place, and a finished launch's
+//! references (buffers, kernel, communicator) are released by the next caller or by
+//! `synchronize`. So nothing is allocated per launch, and reference counts are only touched
+//! on the callers' side instead of bouncing between the caller's and the dispatcher's core.
 
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::comm::KernelLaunch;
 use crate::device::Device;
 use crate::error::{Error, Result};
 
-/// One CTA's body: takes the CTA index, returns its status code.
-pub(crate) type Cta = Arc<dyn Fn(usize) -> i32 + Send + Sync>;
-/// A queued operation; it runs its CTAs through the pool.
-pub(crate) type Task = Box<dyn FnOnce(&mut CtaPool) -> Result<()> + Send>;
+/// How long an idle dispatcher, or a caller waiting for it, polls before it sleeps: a
+/// launch or completion within this window is picked up without a futex round trip (a few
+/// microseconds each), which is most of a small collective's latency.
+const POLL: Duration = Duration::from_micros(20);
 
-#[derive(Default)]
-struct State {
-    pending: usize,
-    error: Option<Error>,
+/// Launch slots per stream. A caller that runs this far ahead waits until half of them
+/// have finished.
+const DEPTH: u64 = 256;
+
+/// One slot of the ring, on cache lines of its own. Written by a caller only while the
+/// dispatcher is not at it (see the protocol on `Shared`).
+#[repr(align(64))]
+struct Slot(UnsafeCell<Option<KernelLaunch>>);
+
+/// The ring and its counters. Slot `i % DEPTH` holds launch `i`. A caller (holding
+/// `produce`) writes launch `i` once `i < completed + DEPTH`, then publishes `submitted =
+/// i + 1`; the dispatcher reads launch `completed` by reference while `completed <
+/// submitted`, then publishes `completed + 1`; a caller empties slots below `completed`.
+/// Sleeping sides are woken as `push`, `next`, `complete` and `idle` say.
+struct Shared {
+    slots: Box<[Slot]>,
+    /// The callers' side (see `Producer`).
+    produce: Padded<Mutex<Producer>>,
+    /// Each hot word on cache lines of its own, so that one side's writes do not evict
+    /// what the other side reads.
+    submitted: Padded<AtomicU64>,
+    completed: Padded<AtomicU64>,
+    /// The smallest completion count a sleeping waiter needs (`u64::MAX`: none sleeps).
+    wake_at: Padded<AtomicU64>,
+    dispatcher_asleep: Padded<AtomicBool>,
+    /// Every `Stream` handle is gone: the dispatcher exits once the queue is empty.
+    closed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    sleep: Mutex<()>,
+    done: Condvar,
+    work: Condvar,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    done: Condvar,
+/// Polls `ready` until it gives a value or `end` passes: spinning first, for a hand-off
+/// between two running threads, then yielding the core, for when they share one.
+fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+    const SPINS: u32 = 64;
+    let mut polls = 0u32;
+    loop {
+        if let Some(v) = ready() {
+            return Some(v);
+        }
+        if polls < SPINS {
+            polls += 1;
+            std::hint::spin_loop();
+        } else if Instant::now() >= end {
+            return None;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Keeps a value on cache lines of its own.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What the callers know, under `Shared::produce`.
+struct Producer {
+    /// Launches below this index have been emptied. Callers read the dispatcher's
+    /// completion count only to advance this, not on every launch.
+    emptied: u64,
+}
+
+// SAFETY: slots are accessed as the protocol above says: a slot is written (or emptied) by
+// one caller under `produce` only while the dispatcher cannot be reading it.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Whether `target` launches have completed.
+    fn reached(&self, target: u64) -> bool {
+        self.completed.load(SeqCst) >= target
+    }
+
+    /// Records launch `i` as finished and wakes the sleepers whose target it meets. A plain
+    /// store and load, no fence: a waiter that registers concurrently is seen by the next
+    /// completion, or by `idle` when there is none.
+    fn complete(&self, i: u64, res: Result<()>) {
+        if let Err(e) = res {
+            tracing::warn!("stream operation failed: {e}");
+            self.error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+        }
+        self.completed.store(i + 1, Release);
+        if i + 1 >= self.wake_at.load(Acquire) {
+            self.wake_waiters();
+        }
+    }
+
+    /// The dispatcher ran out of work: with a full fence, so that a waiter registering now
+    /// either sees the last completion or is seen here.
+    fn idle(&self) {
+        fence(SeqCst);
+        if self.completed.load(Relaxed) >= self.wake_at.load(SeqCst) {
+            self.wake_waiters();
+        }
+    }
+
+    fn wake_waiters(&self) {
+        let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake_at.store(u64::MAX, SeqCst);
+        self.done.notify_all();
+    }
+
+    /// Waits until `target` launches have completed or `deadline` passes; true if reached.
+    fn wait(&self, target: u64, deadline: Option<Instant>) -> bool {
+        let poll_end = (Instant::now() + POLL).min(deadline.unwrap_or(Instant::now() + POLL));
+        poll(poll_end, || self.reached(target).then_some(())).is_some() || self.sleep_until(target, deadline)
+    }
+
+    fn sleep_until(&self, target: u64, deadline: Option<Instant>) -> bool {
+        let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            self.wake_at.fetch_min(target, SeqCst);
+            if self.reached(target) {
+                return true;
+            }
+            g = match deadline {
+                None => self.done.wait(g).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    self.done.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+    }
+
+    /// Empties the slots of finished launches, releasing what they hold, on this thread.
+    fn reclaim(&self, p: &mut Producer) {
+        let completed = self.completed.load(Acquire);
+        while p.emptied < completed {
+            // SAFETY: launch `emptied` has completed, so the dispatcher is past its slot, and
+            // the caller holds `produce`.
+            unsafe { *self.slot(p.emptied) = None };
+            p.emptied += 1;
+        }
+    }
+
+    fn slot(&self, i: u64) -> *mut Option<KernelLaunch> {
+        self.slots[(i % DEPTH) as usize].0.get()
+    }
+
+    fn push(&self, launch: KernelLaunch) {
+        let mut p = self.produce.lock().unwrap_or_else(|e| e.into_inner());
+        let i = self.submitted.load(Relaxed);
+        // Slot i is free once launch i - DEPTH is emptied. Emptying in batches, well ahead,
+        // leaves the slots in this core's cache, ready to be written without a miss.
+        if i + DEPTH / 4 >= p.emptied + DEPTH {
+            self.reclaim(&mut p);
+            if i >= p.emptied + DEPTH {
+                self.wait(i - DEPTH / 2, None);
+                self.reclaim(&mut p);
+            }
+        }
+        // SAFETY: launch i - DEPTH, the slot's last occupant, has completed and was emptied
+        // above; the dispatcher does not read the slot before `submitted` exceeds i.
+        unsafe { *self.slot(i) = Some(launch) };
+        // SeqCst store, then load: pairs with the dispatcher's flag-then-check in `next`.
+        self.submitted.store(i + 1, SeqCst);
+        if self.dispatcher_asleep.load(SeqCst) {
+            let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits for launch `i` to be submitted, given that `known` launches were: polls, then
+    /// sleeps. Returns the submitted count, or `None` once the stream is closed with nothing
+    /// left to run.
+    fn next(&self, i: u64, known: u64) -> Option<u64> {
+        if known > i {
+            return Some(known);
+        }
+        let submitted = || Some(self.submitted.load(SeqCst)).filter(|&s| s > i);
+        if let Some(s) = submitted() {
+            return Some(s);
+        }
+        self.idle();
+        if let Some(s) = poll(Instant::now() + POLL, submitted) {
+            return Some(s);
+        }
+        let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        self.dispatcher_asleep.store(true, SeqCst);
+        let mut got = submitted();
+        while got.is_none() && !self.closed.load(SeqCst) {
+            g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+            got = submitted();
+        }
+        self.dispatcher_asleep.store(false, SeqCst);
+        got
+    }
+
+    /// The dispatcher: runs every launch in order until the stream is closed.
+    fn dispatch(&self) {
+        let mut pool = CtaPool { workers: Vec::new() };
+        let (mut i, mut known) = (0, 0);
+        while let Some(s) = self.next(i, known) {
+            known = s;
+            if known > i + 1 {
+                // The next launch was written on the caller's core: start fetching it now.
+                prefetch(self.slot(i + 1));
+            }
+            // SAFETY: launch i was submitted and is not emptied before it completes.
+            let res = match unsafe { (*self.slot(i)).as_ref() } {
+                Some(l) => catch_unwind(AssertUnwindSafe(|| l.run(&mut pool)))
+                    .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
+                None => Err(Error::Internal("empty stream slot".into())),
+            };
+            self.complete(i, res);
+            i += 1;
+        }
+    }
+
+    fn take_error(&self) -> Result<()> {
+        self.error.lock().unwrap_or_else(|e| e.into_inner()).take().map_or(Ok(()), Err)
+    }
+}
+
+/// Closes the queue when the last `Stream` handle goes.
+struct Handle(Arc<Shared>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.0.closed.store(true, SeqCst);
+        let _g = self.0.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        self.0.work.notify_one();
+    }
 }
 
 /// An ordered queue of operations on a device (cf. a CUDA stream).
 #[derive(Clone)]
 pub struct Stream {
     device: Device,
-    tx: mpsc::Sender<Task>,
-    shared: Arc<Shared>,
+    handle: Arc<Handle>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -41,78 +277,91 @@ impl std::fmt::Debug for Stream {
 
 impl Stream {
     pub(crate) fn new(device: Device) -> Result<Stream> {
-        let (tx, rx) = mpsc::channel::<Task>();
-        let shared = Arc::new(Shared { state: Mutex::new(State::default()), done: Condvar::new() });
+        let shared = Arc::new(Shared {
+            slots: (0..DEPTH).map(|_| Slot(UnsafeCell::new(None))).collect(),
+            produce: Padded(Mutex::new(Producer { emptied: 0 })),
+            submitted: Padded(AtomicU64::new(0)),
+            completed: Padded(AtomicU64::new(0)),
+            wake_at: Padded(AtomicU64::new(u64::MAX)),
+            dispatcher_asleep: Padded(AtomicBool::new(false)),
+            closed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            sleep: Mutex::new(()),
+            done: Condvar::new(),
+            work: Condvar::new(),
+        });
         let sh = shared.clone();
         std::thread::Builder::new()
             .name("jitccl-stream".into())
-            .spawn(move || {
-                let mut pool = CtaPool { workers: Vec::new() };
-                for task in rx {
-                    let res = task(&mut pool);
-                    let mut st = sh.state.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Err(e) = res {
-                        tracing::warn!("stream operation failed: {e}");
-                        st.error.get_or_insert(e);
-                    }
-                    st.pending -= 1;
-                    // Waiters only care about an empty queue: waking them per task costs
-                    // a context switch per operation on busy cores.
-                    if st.pending == 0 {
-                        sh.done.notify_all();
-                    }
-                }
-            })
+            .spawn(move || sh.dispatch())
             .map_err(|e| Error::System { context: "starting a stream thread".into(), source: e })?;
-        Ok(Stream { device, tx, shared })
+        Ok(Stream { device, handle: Arc::new(Handle(shared)) })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.handle.0
     }
 
     pub fn device(&self) -> &Device {
         &self.device
     }
 
-    pub(crate) fn enqueue(&self, task: Task) -> Result<()> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).pending += 1;
-        self.tx.send(task).map_err(|_| Error::Internal("stream thread is gone".into()))
+    pub(crate) fn enqueue(&self, launch: KernelLaunch) {
+        self.shared().push(launch);
     }
 
     /// Waits for every queued operation; returns the first error since the last call.
     /// Operations end by themselves (every kernel wait is bounded), so this returns.
     pub fn synchronize(&self) -> Result<()> {
-        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        while st.pending > 0 {
-            st = self.shared.done.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        st.error.take().map_or(Ok(()), Err)
+        let sh = self.shared();
+        sh.wait(sh.submitted.load(SeqCst), None);
+        sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
+        sh.take_error()
     }
 
     /// Like [`Stream::synchronize`], giving up after `timeout` with `Ok(false)`.
     pub fn synchronize_timeout(&self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        while st.pending > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            st = self.shared.done.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+        let sh = self.shared();
+        if !sh.wait(sh.submitted.load(SeqCst), Some(Instant::now() + timeout)) {
+            return Ok(false);
         }
-        st.error.take().map_or(Ok(true), Err)
+        sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
+        sh.take_error().map(|()| true)
     }
 
     /// Whether all queued work has finished.
     pub fn is_idle(&self) -> bool {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).pending == 0
+        let sh = self.shared();
+        sh.reached(sh.submitted.load(SeqCst))
     }
 }
+
+/// Asks the cache for the lines of `p`'s first 256 bytes (a launch's hot part).
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..size_of::<T>().min(256)).step_by(64) {
+        // SAFETY: a prefetch is only a hint; the address lies within *p.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((p as *const i8).add(off)) };
+    }
+}
+
+/// A CTA body borrowed for one `CtaPool::run`, which does not return before every worker
+/// is done with it.
+#[derive(Clone, Copy)]
+struct CtaRef(*const (dyn Fn(usize) -> i32 + Sync));
+// SAFETY: the body is Sync, and `run` keeps it alive until every worker has finished.
+unsafe impl Send for CtaRef {}
 
 struct Latch {
     left: Mutex<(usize, Vec<i32>)>,
     done: Condvar,
 }
 
+/// Status of a CTA that panicked.
+const PANICKED: i32 = -1;
+
 struct Worker {
-    tx: mpsc::Sender<(Cta, usize, Arc<Latch>)>,
+    tx: mpsc::Sender<(CtaRef, usize, Arc<Latch>)>,
 }
 
 /// The stream's CTA worker threads, grown on demand.
@@ -121,15 +370,20 @@ pub(crate) struct CtaPool {
 }
 
 impl CtaPool {
-    /// Runs `ncta` CTAs concurrently, CTA 0 on the calling thread; returns their codes.
-    pub(crate) fn run(&mut self, ncta: usize, cta: Cta) -> Result<Vec<i32>> {
+    /// Runs `ncta` CTAs concurrently, CTA 0 on the calling thread; returns the first CTA
+    /// that returned a nonzero code. One CTA runs without any allocation or handoff.
+    pub(crate) fn run(&mut self, ncta: usize, cta: &(dyn Fn(usize) -> i32 + Sync)) -> Result<Option<usize>> {
+        if ncta <= 1 {
+            return Ok((ncta == 1 && cta(0) != 0).then_some(0));
+        }
         while self.workers.len() + 1 < ncta {
-            let (tx, rx) = mpsc::channel::<(Cta, usize, Arc<Latch>)>();
+            let (tx, rx) = mpsc::channel::<(CtaRef, usize, Arc<Latch>)>();
             std::thread::Builder::new()
                 .name(format!("jitccl-cta{}", self.workers.len() + 1))
                 .spawn(move || {
                     for (f, i, latch) in rx {
-                        let code = f(i);
+                        // SAFETY: `run` waits on the latch below before `f` can go away.
+                        let code = catch_unwind(AssertUnwindSafe(|| unsafe { (*f.0)(i) })).unwrap_or(PANICKED);
                         let mut l = latch.left.lock().unwrap_or_else(|e| e.into_inner());
                         l.1[i] = code;
                         l.0 -= 1;
@@ -139,21 +393,28 @@ impl CtaPool {
                 .map_err(|e| Error::System { context: "starting a CTA thread".into(), source: e })?;
             self.workers.push(Worker { tx });
         }
-        let latch = Arc::new(Latch { left: Mutex::new((ncta.saturating_sub(1), vec![0; ncta])), done: Condvar::new() });
+        // SAFETY (of the lifetime erasure): every worker given `f` reports on the latch, and
+        // this function waits for all of them, panics included, before returning.
+        let f = CtaRef(unsafe {
+            std::mem::transmute::<*const (dyn Fn(usize) -> i32 + Sync + '_), *const (dyn Fn(usize) -> i32 + Sync)>(cta)
+        });
+        let latch = Arc::new(Latch { left: Mutex::new((0, vec![0; ncta])), done: Condvar::new() });
+        let mut sent = Ok(());
         for i in 1..ncta {
-            self.workers[i - 1]
-                .tx
-                .send((cta.clone(), i, latch.clone()))
-                .map_err(|_| Error::Internal("CTA worker is gone".into()))?;
+            latch.left.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+            if self.workers[i - 1].tx.send((f, i, latch.clone())).is_err() {
+                latch.left.lock().unwrap_or_else(|e| e.into_inner()).0 -= 1;
+                sent = Err(Error::Internal("CTA worker is gone".into()));
+                break;
+            }
         }
-        let first = if ncta > 0 { cta(0) } else { 0 };
+        let first = if sent.is_ok() { catch_unwind(AssertUnwindSafe(|| cta(0))).unwrap_or(PANICKED) } else { 0 };
         let mut l = latch.left.lock().unwrap_or_else(|e| e.into_inner());
         while l.0 > 0 {
             l = latch.done.wait(l).unwrap_or_else(|e| e.into_inner());
         }
-        if ncta > 0 {
-            l.1[0] = first;
-        }
-        Ok(std::mem::take(&mut l.1))
+        sent?;
+        l.1[0] = first;
+        Ok(l.1.iter().position(|&c| c != 0))
     }
 }

@@ -1,5 +1,6 @@
 //! Choosing how to run a collective: algorithm, protocol, channels and chunk size. For now
-//! a size rule (small: latency protocols on one channel; large: Simple on all channels),
+//! a size rule (small: one-shot AllReduce, latency protocols, one channel; large: the ring,
+//! Simple, all channels),
 //! overridable by the configuration (JITCCL_ALGO / JITCCL_PROTO). The inputs are the same
 //! on every rank, so every rank makes the same choice.
 
@@ -15,6 +16,10 @@ pub struct Choice {
     /// Elements per FIFO step.
     pub chunk_elems: u64,
 }
+
+/// Largest AllReduce (bytes per rank times ranks, what each rank receives) that takes
+/// the one-shot algorithm.
+const ONESHOT_MAX_BYTES: usize = 64 << 10;
 
 /// Data bytes one FIFO step of `proto` carries.
 pub(crate) fn step_capacity(proto: Protocol, slot_bytes: usize) -> usize {
@@ -39,6 +44,8 @@ pub(crate) fn choose(
 ) -> Choice {
     let algo = match cfg.algo {
         Some(a) if coll.algorithms().contains(&a) => a,
+        // One hop instead of the ring's 2(n-1), for n times the data per rank.
+        _ if coll == Collective::AllReduce && commutative && bytes * nranks <= ONESHOT_MAX_BYTES => Algorithm::OneShot,
         _ if coll == Collective::AllReduce && commutative && nranks > 2 && bytes <= 16 << 10 => Algorithm::Tree,
         _ => Algorithm::Ring,
     };

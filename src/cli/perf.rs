@@ -42,7 +42,7 @@ pub struct PerfArgs {
     /// Root rank of broadcast and reduce.
     #[arg(short = 'r', long, default_value_t = 0)]
     root: usize,
-    /// Force the algorithm (ring, tree).
+    /// Force the algorithm (ring, tree, oneshot).
     #[arg(long)]
     algo: Option<Algorithm>,
     /// Force the protocol (simple, ll, ll128).

@@ -24,6 +24,8 @@ struct jc_conn {
   jc_u64* sizes;                  /* bytes of each of the JC_STEPS slots, written before tail */
   jc_u64 slot_bytes[JC_NPROTOS];
   jc_u64 step;                    /* this end's step count; kept across launches */
+  jc_u64 credit;                  /* sender: the head last read, so that a send with room
+                                     does not fetch the receiver's counter line */
   jc_i32 peer;                    /* the rank at the other end, for error reports */
   jc_i32 connected;
 };
@@ -59,6 +61,8 @@ struct jc_args {
   struct jc_channel* channels;
   struct jc_conn* p2p_send;       /* sendrecv: one per channel, or null */
   struct jc_conn* p2p_recv;
+  struct jc_conn* const* peer_send; /* one-shot: per rank (self included), its p2p_send */
+  struct jc_conn* const* peer_recv;
   struct jc_status* status;       /* one per channel */
   const jc_i32* abort_flag;
   double scalar_f;                /* PreMulSum / Avg multiplier, float types */

@@ -49,9 +49,15 @@ static JC_DEVICE int jc_wait_ge(struct jc_ctx* x, jc_u64* p, jc_u64 v, int peer,
   return JC_OK;
 }
 
-/* The sender may fill slot `step` once the receiver has consumed step - JC_STEPS. */
+/* The sender may fill slot `step` once the receiver has consumed step - JC_STEPS. The head
+   is read only when the last value read does not already allow it: reading it misses in
+   the cache whenever the receiver has moved on, which costs as much as the data itself. */
 static JC_DEVICE int jc_wait_space(struct jc_ctx* x, struct jc_conn* s) {
-  return jc_wait_ge(x, s->head, s->step + 1 > JC_STEPS ? s->step + 1 - JC_STEPS : 0, s->peer, JC_WAIT_SPACE);
+  jc_u64 need = s->step + 1 > JC_STEPS ? s->step + 1 - JC_STEPS : 0;
+  if (s->credit >= need) return JC_OK;
+  int e = jc_wait_ge(x, s->head, need, s->peer, JC_WAIT_SPACE);
+  if (!e) s->credit = jc_load_acquire(s->head);
+  return e;
 }
 
 /* Publishes the sender's step: which protocol's slot it filled and how many bytes (a
