@@ -25,6 +25,7 @@ fn world(nranks: usize, algo: Algorithm, proto: Protocol, nchannels: usize) -> W
         timeout: Some(Duration::from_secs(60)),
         // Simple: 64 f32 per step; LL: 4 lines (32 data bytes); LL128: 2 lines (240 bytes).
         slot_bytes: Some([256, 64, 256]),
+        ..Config::default()
     };
     let comms = Comm::init_all(nranks, &cfg).expect("init_all");
     let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();

@@ -139,6 +139,7 @@ fn world(nranks: usize, algo: Option<Algorithm>, proto: Option<Protocol>) -> Wor
         timeout: Some(Duration::from_secs(60)),
         // Tiny slots: the counts below take many FIFO steps.
         slot_bytes: Some([256, 64, 256]),
+        ..Config::default()
     };
     let comms = Comm::init_all(nranks, &cfg).expect("init_all");
     let streams = comms

@@ -67,6 +67,12 @@ fn bad_configuration_is_refused() {
     assert!(matches!(Comm::init_all(2, &bad), Err(Error::InvalidArgument(m)) if m.contains("nchannels")));
     let bad = Config { slot_bytes: Some([100, 64, 256]), ..Config::default() };
     assert!(matches!(Comm::init_all(2, &bad), Err(Error::InvalidArgument(m)) if m.contains("multiple of 64")));
+    for nsocks in [0, 17] {
+        let bad = Config { nsocks: Some(nsocks), ..Config::default() };
+        assert!(
+            matches!(Comm::init_all(2, &bad), Err(Error::InvalidArgument(m)) if m.contains("JITCCL_NSOCKS_PERTHREAD"))
+        );
+    }
     assert!(matches!(Comm::init_all(0, &Config::default()), Err(Error::InvalidArgument(_))));
 }
 

@@ -1,7 +1,8 @@
 //! Ranks in separate processes: every collective and protocol through `jitccl perf` (which
 //! runs its ranks as processes over shared memory and counts wrong elements against the
-//! reference on every rank), the launcher's fail-fast behaviour, a missing rank process,
-//! and a store-based init.
+//! reference on every rank), also with several sockets per network connection, a refused
+//! socket count, the launcher's fail-fast behaviour, a missing rank process, and a
+//! store-based init.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -71,6 +72,34 @@ fn every_collective_and_protocol_over_shared_memory() {
 fn every_collective_and_protocol_over_the_network() {
     // Larger slots than over shared memory: every step is a round trip through the proxies.
     every_collective_and_protocol(&[("JITCCL_TRANSPORT", "net"), ("JITCCL_BUFFSIZE", "16384")], "16K");
+}
+
+#[test]
+fn every_collective_and_protocol_over_several_sockets_per_connection() {
+    // Three sockets per connector take steps round-robin; slots small enough that most runs
+    // keep several steps in flight, so they arrive out of order across sockets.
+    every_collective_and_protocol(
+        &[("JITCCL_TRANSPORT", "net"), ("JITCCL_BUFFSIZE", "8192"), ("JITCCL_NSOCKS_PERTHREAD", "3")],
+        "16K",
+    );
+}
+
+#[test]
+fn a_bad_socket_count_is_refused_naming_the_variable() {
+    for bad in ["0", "17", "x"] {
+        let out = jitccl(
+            &["perf", "all_reduce", "-n", "2", "-b", "8", "-e", "8"],
+            &[("JITCCL_TRANSPORT", "net"), ("JITCCL_NSOCKS_PERTHREAD", bad)],
+        );
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "JITCCL_NSOCKS_PERTHREAD={bad} was accepted");
+        assert!(
+            stderr.contains("invalid argument")
+                && stderr.contains("JITCCL_NSOCKS_PERTHREAD")
+                && stderr.contains("1..=16"),
+            "JITCCL_NSOCKS_PERTHREAD={bad}: {stderr}"
+        );
+    }
 }
 
 #[test]

@@ -25,6 +25,10 @@ pub struct Config {
     /// FIFO slot size in bytes per protocol (Simple, LL, LL128); `JITCCL_BUFFSIZE` sets
     /// Simple's (the others scale with it).
     pub slot_bytes: Option<[usize; NPROTOS]>,
+    /// TCP sockets per connector of the network transport, steps striped across them;
+    /// `JITCCL_NSOCKS_PERTHREAD` (NCCL's NCCL_NSOCKS_PERTHREAD: jitccl has one proxy thread
+    /// per rank). Default 1, at most 16.
+    pub nsocks: Option<usize>,
 }
 
 /// A complete configuration.
@@ -35,11 +39,14 @@ pub(crate) struct Resolved {
     pub proto: Option<Protocol>,
     pub timeout: Duration,
     pub slot_bytes: [usize; NPROTOS],
+    pub nsocks: usize,
 }
 
 /// Most channels a rank may use (each is a CTA: a thread on the host).
 pub const MAX_CHANNELS: usize = 32;
 const DEFAULT_SIMPLE_SLOT: usize = 128 << 10;
+/// Most sockets per net connector.
+const MAX_NSOCKS: usize = 16;
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
@@ -114,6 +121,18 @@ impl Config {
                 )));
             }
         }
-        Ok(Resolved { nchannels, algo, proto, timeout, slot_bytes })
+        let nsocks = match self.nsocks {
+            Some(n) => n,
+            None => parse_env("JITCCL_NSOCKS_PERTHREAD", |v| {
+                v.parse::<usize>().map_err(|_| format!("expected a number of sockets per connector, 1..={MAX_NSOCKS}"))
+            })?
+            .unwrap_or(1),
+        };
+        if nsocks == 0 || nsocks > MAX_NSOCKS {
+            return Err(Error::InvalidArgument(format!(
+                "nsocks (JITCCL_NSOCKS_PERTHREAD) must be 1..={MAX_NSOCKS} sockets per connector, got {nsocks}"
+            )));
+        }
+        Ok(Resolved { nchannels, algo, proto, timeout, slot_bytes, nsocks })
     }
 }

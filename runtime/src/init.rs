@@ -182,7 +182,7 @@ impl Comm {
                 .collect::<Result<Vec<std::net::SocketAddr>>>()?;
             let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
             let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
-            Some(Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, cfg.timeout)?)
+            Some(Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg)?)
         } else {
             None
         };

@@ -1,0 +1,333 @@
+//! The network transport: TCP connections (socket2) between ranks that do not share
+//! memory, moved by one proxy thread per rank (NCCL's proxy: posted -> transmitted -> done).
+//!
+//! A sender's kernel writes into a local shadow of the receiver's FIFO (same layout). The
+//! proxy forwards each posted step (the protocol slot and byte count its size word names)
+//! once the receiver's FIFO has room, and counts the slot free locally as soon as it is
+//! copied out. The receiving proxy writes arriving steps into its rank's own FIFO — LL lines
+//! as atomic 8-byte words, LL128 flags after their data — posts the tail, and reports the
+//! kernel's head back as credits. Kernels see ordinary connectors and need no change.
+//!
+//! Each connector has `nsocks` TCP sockets (JITCCL_NSOCKS_PERTHREAD) that its steps are
+//! striped over. This module opens them; `wire` is what they carry and `proxy` moves it.
+
+mod proxy;
+mod wire;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Socket, Type};
+
+use crate::config::Resolved;
+use crate::error::{sys, Error, Result};
+use crate::transport::connect::Link;
+use crate::transport::layout::Layout;
+use proxy::{RecvSide, SendSide};
+use wire::{Hello, Wire};
+
+/// A listening socket for the connections peers open to this rank.
+pub(crate) struct NetListener {
+    listener: TcpListener,
+}
+
+impl NetListener {
+    /// Listens on `ip` (the bootstrap's interface) at an ephemeral port.
+    pub(crate) fn bind(ip: std::net::IpAddr) -> Result<NetListener> {
+        let addr = SocketAddr::new(ip, 0);
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(sys("creating a socket"))?;
+        sock.set_reuse_address(true).map_err(sys("configuring a socket"))?;
+        sock.bind(&addr.into()).map_err(sys(format!("binding {addr}")))?;
+        // Peers connect all their sockets at once; a deep backlog spares them SYN retries.
+        sock.listen(4096).map_err(sys(format!("listening on {addr}")))?;
+        Ok(NetListener { listener: sock.into() })
+    }
+
+    pub(crate) fn addr(&self) -> Result<SocketAddr> {
+        self.listener.local_addr().map_err(sys("reading the listen address"))
+    }
+}
+
+/// The proxy thread of one rank; stops when dropped.
+pub(crate) struct Proxy {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Per connector, its sockets in socket order.
+type Sockets = Vec<Vec<TcpStream>>;
+
+/// What opening a rank's connections needs, shared by its connecting and accepting halves.
+struct Setup<'a> {
+    layout: &'a Layout,
+    rank: usize,
+    nsocks: usize,
+    deadline: Instant,
+    timeout: Duration,
+    /// Set when either half fails, so that the other stops instead of waiting it out.
+    failed: AtomicBool,
+}
+
+impl Proxy {
+    /// Opens `cfg.nsocks` TCP connections per link: this rank connects for its sends (to
+    /// `addrs`) and accepts its receives on `listener`; then starts the proxy thread.
+    /// `bases` are the segment bases the links' FIFOs live in (shadows for net peers).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start(
+        layout: &Layout,
+        rank: usize,
+        sends: &[Link],
+        recvs: &[Link],
+        bases: &[*mut u8],
+        listener: NetListener,
+        addrs: &[SocketAddr],
+        cfg: &Resolved,
+    ) -> Result<Proxy> {
+        let setup = Setup {
+            layout,
+            rank,
+            nsocks: cfg.nsocks,
+            deadline: Instant::now() + cfg.timeout,
+            timeout: cfg.timeout,
+            failed: AtomicBool::new(false),
+        };
+        // Connect while accepting: peers connect to this rank while it connects to them, and
+        // neither must wait for the other to finish first.
+        let (sent, received) = std::thread::scope(|scope| {
+            let connecting = scope.spawn(|| setup.failing(setup.connect_all(sends, addrs)));
+            let received = setup.failing(setup.accept_all(&listener.listener, recvs));
+            let sent =
+                connecting.join().unwrap_or_else(|_| Err(Error::Internal("the net connecting thread panicked".into())));
+            (sent, received)
+        });
+        let (sent, received) = match (sent, received) {
+            (Ok(Some(s)), Ok(Some(r))) => (s, r),
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+            _ => return Err(Error::Internal("net connection setup gave up without an error".into())),
+        };
+        let wires = |streams: Vec<TcpStream>| {
+            streams
+                .into_iter()
+                .map(Wire::new)
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(sys("configuring a connection"))
+        };
+        let send_sides = sends
+            .iter()
+            .zip(sent)
+            .map(|(&l, s)| Ok(SendSide::new(l, layout.end(bases[l.peer], l.chan, l.edge, l.peer), wires(s)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let recv_sides = recvs
+            .iter()
+            .zip(received)
+            .map(|(&l, s)| Ok(RecvSide::new(l, layout.end(bases[rank], l.chan, l.edge, l.peer), wires(s)?)))
+            .collect::<Result<Vec<_>>>()?;
+        tracing::info!(
+            "rank {rank}: net transport up, {} send and {} receive connector(s), {} socket(s) each",
+            send_sides.len(),
+            recv_sides.len(),
+            cfg.nsocks
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = proxy::spawn(rank, send_sides, recv_sides, stop.clone())?;
+        Ok(Proxy { stop, thread: Some(thread) })
+    }
+}
+
+impl Setup<'_> {
+    /// Passes `r` on, telling the other half to stop if it is an error.
+    fn failing<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.failed.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    }
+
+    /// Opens every socket of every link in `links`, each greeted with its hello; None if the
+    /// accepting half failed.
+    fn connect_all(&self, links: &[Link], addrs: &[SocketAddr]) -> Result<Option<Sockets>> {
+        let mut all = Vec::with_capacity(links.len());
+        for link in links {
+            let addr = addrs[link.peer];
+            let fifo = self.layout.offset(link.chan, link.edge);
+            let mut socks = Vec::with_capacity(self.nsocks);
+            for socket in 0..self.nsocks {
+                if self.failed.load(Ordering::Acquire) {
+                    return Ok(None);
+                }
+                let what = || {
+                    format!(
+                        "rank {}: connecting socket {socket} of {} (channel {}) to rank {} at {addr}",
+                        self.rank, self.nsocks, link.chan, link.peer
+                    )
+                };
+                let mut stream = TcpStream::connect_timeout(&addr, self.left()).map_err(|e| sys(what())(e))?;
+                let hello = Hello { rank: self.rank, fifo, socket, nsocks: self.nsocks };
+                stream.write_all(&hello.encode()).map_err(|e| sys(what())(e))?;
+                socks.push(stream);
+            }
+            all.push(socks);
+        }
+        Ok(Some(all))
+    }
+
+    /// Accepts every socket of every link in `links`, in whatever order they come; None if
+    /// the connecting half failed.
+    fn accept_all(&self, listener: &TcpListener, links: &[Link]) -> Result<Option<Sockets>> {
+        let rank = self.rank;
+        let mut socks: Vec<Vec<Option<TcpStream>>> =
+            links.iter().map(|_| (0..self.nsocks).map(|_| None).collect()).collect();
+        let mut missing = links.len() * self.nsocks;
+        listener.set_nonblocking(true).map_err(sys("configuring the listener"))?;
+        while missing > 0 {
+            if self.failed.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+            let (mut stream, from) = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() > self.deadline {
+                        let i = socks.iter().position(|s| s.iter().any(Option::is_none)).expect("a socket is missing");
+                        return Err(Error::Timeout {
+                            op: format!("net connection setup ({missing} socket(s) missing)"),
+                            rank,
+                            channel: links[i].chan,
+                            peer: links[i].peer as i32,
+                            waiting: "a connection from",
+                            timeout_s: self.timeout.as_secs_f64(),
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                Err(e) => return Err(sys(format!("rank {rank}: accepting a connection"))(e)),
+            };
+            stream.set_nonblocking(false).map_err(sys("configuring a connection"))?;
+            stream.set_read_timeout(Some(self.left())).map_err(sys("configuring a connection"))?;
+            let mut b = [0u8; Hello::LEN];
+            let Some(hello) = stream.read_exact(&mut b).ok().and_then(|()| Hello::decode(&b)) else {
+                tracing::warn!("rank {rank}: dropped a connection from {from} that is not a jitccl peer");
+                continue;
+            };
+            let i = self.place(&hello, links, &socks).map_err(|why| {
+                Error::InvalidUsage(format!(
+                    "rank {rank}: refused a net connection from rank {} ({from}): {why}",
+                    hello.rank
+                ))
+            })?;
+            socks[i][hello.socket] = Some(stream);
+            missing -= 1;
+        }
+        Ok(Some(socks.into_iter().map(|s| s.into_iter().map(|s| s.expect("every socket arrived")).collect()).collect()))
+    }
+
+    /// Which of `links` the socket `hello` names is for, if it is one still missing.
+    fn place(
+        &self,
+        hello: &Hello,
+        links: &[Link],
+        socks: &[Vec<Option<TcpStream>>],
+    ) -> std::result::Result<usize, String> {
+        if hello.nsocks != self.nsocks {
+            return Err(format!(
+                "it opens {} socket(s) per connector, this rank {} (JITCCL_NSOCKS_PERTHREAD differs)",
+                hello.nsocks, self.nsocks
+            ));
+        }
+        let Some(i) =
+            links.iter().position(|l| l.peer == hello.rank && self.layout.offset(l.chan, l.edge) == hello.fifo)
+        else {
+            return Err(format!("this rank receives from it on no FIFO at offset {}", hello.fifo));
+        };
+        if hello.socket >= self.nsocks || socks[i][hello.socket].is_some() {
+            return Err(format!(
+                "socket {} of {} for channel {} is {}",
+                hello.socket,
+                self.nsocks,
+                links[i].chan,
+                if hello.socket >= self.nsocks { "out of range" } else { "a duplicate" }
+            ));
+        }
+        Ok(i)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::device::Memory;
+    use crate::transport::layout::Edge;
+
+    /// Rank 0 (2 sockets per connector) sets up its one receive connector, the ring from
+    /// rank 1, while a peer opens one socket per hello in `hellos`, in that order.
+    fn accept(hellos: &[Hello]) -> Result<()> {
+        let cfg = Config {
+            nchannels: Some(1),
+            slot_bytes: Some([256, 64, 256]),
+            timeout: Some(Duration::from_secs(5)),
+            nsocks: Some(2),
+            ..Config::default()
+        }
+        .resolve(2)
+        .unwrap();
+        let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: cfg.slot_bytes };
+        let own = Memory::zeroed(layout.segment_bytes()).unwrap();
+        let listener = NetListener::bind(Ipv4Addr::LOCALHOST.into()).unwrap();
+        let addr = listener.addr().unwrap();
+        let peer: Vec<TcpStream> = hellos
+            .iter()
+            .map(|h| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(&h.encode()).unwrap();
+                s
+            })
+            .collect();
+        let ring = Link { peer: 1, chan: 0, edge: Edge::Ring };
+        let proxy = Proxy::start(&layout, 0, &[], &[ring], &[own.ptr(), std::ptr::null_mut()], listener, &[], &cfg);
+        drop(peer);
+        // The proxy stops before the segment goes.
+        proxy.map(drop)
+    }
+
+    fn refused(r: Result<()>) -> String {
+        match r {
+            Err(Error::InvalidUsage(m)) => m,
+            other => panic!("expected a refused connection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sockets_are_matched_by_their_hello_and_mismatches_refused() {
+        let fifo = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256] }.offset(0, Edge::Ring);
+        let hello = |socket, nsocks| Hello { rank: 1, fifo, socket, nsocks };
+        accept(&[hello(1, 2), hello(0, 2)]).expect("sockets in any order");
+        let m = refused(accept(&[hello(0, 2), hello(0, 2)]));
+        assert!(m.contains("from rank 1") && m.contains("socket 0 of 2 for channel 0 is a duplicate"), "{m}");
+        let m = refused(accept(&[hello(2, 2)]));
+        assert!(m.contains("socket 2 of 2 for channel 0 is out of range"), "{m}");
+        let m = refused(accept(&[hello(0, 3)]));
+        assert!(m.contains("opens 3 socket(s) per connector, this rank 2 (JITCCL_NSOCKS_PERTHREAD differs)"), "{m}");
+        let m = refused(accept(&[Hello { fifo: fifo + 1, ..hello(0, 2) }]));
+        assert!(m.contains("no FIFO at offset"), "{m}");
+    }
+}
