@@ -18,8 +18,9 @@ pub struct Choice {
 }
 
 /// Largest AllReduce (bytes per rank times ranks, what each rank receives) that takes
-/// the one-shot algorithm.
-const ONESHOT_MAX_BYTES: usize = 64 << 10;
+/// the one-shot algorithm: measured on the host target, LL moves data slowly enough that
+/// beyond this the tree's fewer bytes win.
+const ONESHOT_MAX_BYTES: usize = 4 << 10;
 
 /// Data bytes one FIFO step of `proto` carries.
 pub(crate) fn step_capacity(proto: Protocol, slot_bytes: usize) -> usize {
@@ -42,12 +43,15 @@ pub(crate) fn choose(
     commutative: bool,
     cfg: &Resolved,
 ) -> Choice {
-    let algo = match cfg.algo {
-        Some(a) if coll.algorithms().contains(&a) => a,
-        // One hop instead of the ring's 2(n-1), for n times the data per rank.
-        _ if coll == Collective::AllReduce && commutative && bytes * nranks <= ONESHOT_MAX_BYTES => Algorithm::OneShot,
-        _ if coll == Collective::AllReduce && commutative && nranks > 2 && bytes <= 16 << 10 => Algorithm::Tree,
-        _ => Algorithm::Ring,
+    let small_allreduce = coll == Collective::AllReduce && commutative && nranks > 2;
+    let (algo, why) = match cfg.algo {
+        Some(a) if coll.algorithms().contains(&a) => (a, "forced by configuration"),
+        // One hop instead of the ring's 2(n-1), for n times the data per rank. At 2 ranks
+        // the ring's 2 steps cost no more than one-shot's extra copy through its own FIFO.
+        _ if small_allreduce && bytes * nranks <= ONESHOT_MAX_BYTES => (Algorithm::OneShot, "bytes x ranks <= 4 KiB"),
+        _ if small_allreduce && bytes <= 16 << 10 => (Algorithm::Tree, "<= 16 KiB"),
+        _ if coll == Collective::AllReduce && !commutative => (Algorithm::Ring, "the op is not commutative"),
+        _ => (Algorithm::Ring, "size rule"),
     };
     let proto = cfg.proto.unwrap_or(if bytes <= 64 << 10 {
         Protocol::LL
@@ -62,8 +66,8 @@ pub(crate) fn choose(
     let chunk_elems = (step_capacity(proto, cfg.slot_bytes[proto as usize]) / elem_size) as u64;
     let choice = Choice { algo, proto, nchannels, chunk_elems };
     tracing::debug!(
-        "{coll} {bytes} B x {nranks} ranks: {algo}/{proto}, {nchannels} channel(s), {chunk_elems} elements/step ({})",
-        if cfg.algo.is_some() || cfg.proto.is_some() { "forced by config" } else { "size rule" }
+        "{coll} {bytes} B x {nranks} ranks: {algo} ({why}), {proto} ({}), {nchannels} channel(s), {chunk_elems} elements/step",
+        if cfg.proto.is_some() { "forced by configuration" } else { "size rule" }
     );
     choice
 }
