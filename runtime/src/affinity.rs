@@ -47,25 +47,40 @@ pub(crate) fn for_local_rank(local_rank: usize, local_nranks: usize) -> Option<A
         tracing::info!("CPU binding off (JITCCL_IGNORE_CPU_AFFINITY=1)");
         return None;
     }
-    let all = allowed()?;
-    if all.len() < online() {
-        tracing::info!("CPU binding off: this process is already bound to CPUs {all:?}");
-        return None;
+    let cpus = match share(&allowed()?, online(), local_rank, local_nranks) {
+        Ok(cpus) => cpus,
+        Err(why) => {
+            tracing::info!("CPU binding off: {why}");
+            return None;
+        }
+    };
+    tracing::info!("local rank {local_rank} of {local_nranks}: kernel threads bound to CPUs {cpus:?}");
+    Some(Arc::new(CpuSet::new(cpus)))
+}
+
+impl CpuSet {
+    fn new(cpus: Vec<usize>) -> CpuSet {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        // SAFETY: as in `allowed`; CPU_SET writes a bit below CPU_SETSIZE.
+        let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &c in &cpus {
+            unsafe { libc::CPU_SET(c, &mut mask) };
+        }
+        CpuSet { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), cpus, mask }
     }
-    if local_nranks == 0 || local_nranks > all.len() {
-        tracing::info!("CPU binding off: {local_nranks} ranks share {} CPUs", all.len());
-        return None;
+}
+
+/// A rank's equal, contiguous share of the process's CPUs `all` (of `online` on the
+/// machine), or why it gets none.
+fn share(all: &[usize], online: usize, local_rank: usize, local_nranks: usize) -> Result<Vec<usize>, String> {
+    if all.len() < online {
+        return Err(format!("this process is already bound to CPUs {all:?}"));
+    }
+    if local_rank >= local_nranks || local_nranks > all.len() {
+        return Err(format!("{local_nranks} ranks share {} CPUs", all.len()));
     }
     let per = all.len() / local_nranks;
-    let cpus = all[local_rank * per..(local_rank + 1) * per].to_vec();
-    // SAFETY: as in `allowed`; CPU_SET writes a bit below CPU_SETSIZE.
-    let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in &cpus {
-        unsafe { libc::CPU_SET(c, &mut mask) };
-    }
-    tracing::info!("local rank {local_rank} of {local_nranks}: kernel threads bound to CPUs {cpus:?}");
-    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    Some(Arc::new(CpuSet { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), cpus, mask }))
+    Ok(all[local_rank * per..(local_rank + 1) * per].to_vec())
 }
 
 thread_local! {
@@ -85,4 +100,34 @@ pub(crate) fn bind_current(set: &CpuSet) {
         tracing::warn!("binding a kernel thread to {set:?}: {}", std::io::Error::last_os_error());
     }
     BOUND.set(set.id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_get_disjoint_equal_shares() {
+        let all: Vec<usize> = (0..8).collect();
+        assert_eq!(share(&all, 8, 0, 1).unwrap(), all);
+        assert_eq!(share(&all, 8, 1, 2).unwrap(), vec![4, 5, 6, 7]);
+        // 3 ranks on 8 CPUs: 2 each, the rest unused rather than shared.
+        let shares: Vec<_> = (0..3).map(|r| share(&all, 8, r, 3).unwrap()).collect();
+        assert_eq!(shares, vec![vec![0, 1], vec![2, 3], vec![4, 5]]);
+        assert!(share(&all, 8, 0, 9).unwrap_err().contains("9 ranks share 8 CPUs"));
+        assert!(share(&[2, 3], 8, 0, 1).unwrap_err().contains("already bound"));
+    }
+
+    #[test]
+    fn binding_applies_to_the_calling_thread() {
+        let all = allowed().expect("sched_getaffinity");
+        let first = share(&all, all.len(), 0, all.len()).unwrap();
+        let set = CpuSet::new(first.clone());
+        std::thread::spawn(move || {
+            bind_current(&set);
+            assert_eq!(allowed().unwrap(), first);
+        })
+        .join()
+        .unwrap();
+    }
 }
