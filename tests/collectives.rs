@@ -188,3 +188,29 @@ sweep_tests! {
     sendrecv_ll: SendRecv Ring LL [2, 4, 5], COPY_TYPES;
     sendrecv_ll128: SendRecv Ring LL128 [3, 6, 7], COPY_TYPES;
 }
+
+/// More launches than a stream's queue holds, without synchronizing: the queue wraps and
+/// makes the caller wait, every launch still runs on its own buffers, and send buffers
+/// whose handles are dropped right after the launch stay alive until it has run.
+#[test]
+fn deep_queues_wrap_and_keep_buffers_alive() {
+    let (n, launches, count) = (3, 1000, 5);
+    let w = world(n, Algorithm::Ring, Protocol::LL, 1);
+    let input = |r: usize, k: usize, i: usize| (r * 1000 + k * 7 + i) as i64;
+    let mut outs = vec![Vec::new(); n];
+    for k in 0..launches {
+        for (r, (c, s)) in w.comms.iter().zip(&w.streams).enumerate() {
+            let send = c.device().alloc_from(&(0..count).map(|i| input(r, k, i)).collect::<Vec<_>>()).unwrap();
+            let recv = c.device().alloc::<i64>(count).unwrap();
+            c.all_reduce(&send, &recv, count, Op::Sum, s).unwrap();
+            outs[r].push(recv);
+        }
+    }
+    w.sync().unwrap();
+    for (r, bufs) in outs.iter().enumerate() {
+        for (k, b) in bufs.iter().enumerate() {
+            let want: Vec<i64> = (0..count).map(|i| (0..n).map(|q| input(q, k, i)).sum()).collect();
+            assert_eq!(b.to_vec(), want, "rank {r}, launch {k}");
+        }
+    }
+}
