@@ -21,6 +21,7 @@ use crate::error::{invalid, Error, Result};
 use crate::affinity::{self, CpuSet};
 use crate::stream::{CtaPool, Stream};
 use crate::transport::connect::{connect, RankConns};
+use crate::transport::net::Activity;
 use crate::transport::layout::Layout;
 use crate::transport::p2p::LocalSegments;
 use crate::tune;
@@ -107,6 +108,9 @@ pub(crate) struct CommInner {
     /// flag, and the rendezvous store this rank serves, if any.
     bootstrap: Option<(Bootstrap, Arc<AtomicBool>)>,
     _store_server: Option<Server>,
+    /// The net proxy serving this rank's connectors, if any: it watches the FIFOs only
+    /// while a kernel runs.
+    net: Option<Arc<Activity>>,
 }
 
 impl CommInner {
@@ -141,11 +145,16 @@ impl CommInner {
             _segments: segments,
             bootstrap: None,
             _store_server: None,
+            net: None,
         }
     }
 
     pub(crate) fn with_bootstrap(self, bs: Bootstrap, abort: Arc<AtomicBool>, store_server: Option<Server>) -> CommInner {
         CommInner { bootstrap: Some((bs, abort)), _store_server: store_server, ..self }
+    }
+
+    pub(crate) fn with_net(self, net: Option<Arc<Activity>>) -> CommInner {
+        CommInner { net, ..self }
     }
 }
 
@@ -612,6 +621,7 @@ impl KernelLaunch {
         let _one_at_a_time = inner.exec.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: statuses are only written by this communicator's kernels, not running now.
         unsafe { std::slice::from_raw_parts_mut(inner.status.ptr(), self.nchannels) }.fill(Status::default());
+        let _net = inner.net.as_ref().map(|a| a.kernel_running());
         let failed = pool.run(self.nchannels, &|c| {
             if let Some(set) = &inner.cpus {
                 affinity::bind_current(set);

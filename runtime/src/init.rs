@@ -194,9 +194,11 @@ impl Comm {
             nranks - 1 - nnet,
             if forced { " (JITCCL_TRANSPORT=net)" } else { "" }
         );
+        let net = proxy.as_ref().map(Proxy::activity);
         let segments = Arc::new(Segments { _proxy: proxy, _shm: shm, _shadows: shadows });
-        let inner =
-            CommInner::new(rank, Device::host(rank), cfg, conns, segments, cpus).with_bootstrap(bs, abort, store_server);
+        let inner = CommInner::new(rank, Device::host(rank), cfg, conns, segments, cpus)
+            .with_bootstrap(bs, abort, store_server)
+            .with_net(net);
         Ok(Comm::from_inner(inner))
     }
 }

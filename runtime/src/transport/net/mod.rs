@@ -9,9 +9,14 @@
 //! kernel's head back as credits. Kernels see ordinary connectors and need no change.
 //!
 //! Each connector has `nsocks` TCP sockets (JITCCL_NSOCKS_PERTHREAD) that its steps are
-//! striped over. This module opens them; `wire` is what they carry and `proxy` moves it.
+//! striped over. This module opens them; `wire` is what they carry, `send` and `recv` the
+//! two ends of a connector, `fifo` how those touch the FIFOs, and `proxy` the thread that
+//! moves it all.
 
+mod fifo;
 mod proxy;
+mod recv;
+mod send;
 mod wire;
 
 use std::io::{ErrorKind, Read, Write};
@@ -27,7 +32,9 @@ use crate::config::Resolved;
 use crate::error::{sys, Error, Result};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
-use proxy::{RecvSide, SendSide};
+pub(crate) use proxy::Activity;
+use recv::RecvSide;
+use send::SendSide;
 use wire::{Hello, Wire};
 
 /// A listening socket for the connections peers open to this rank.
@@ -54,7 +61,7 @@ impl NetListener {
 
 /// The proxy thread of one rank; stops when dropped.
 pub(crate) struct Proxy {
-    stop: Arc<AtomicBool>,
+    activity: Arc<Activity>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -132,9 +139,13 @@ impl Proxy {
             recv_sides.len(),
             cfg.nsocks
         );
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = proxy::spawn(rank, send_sides, recv_sides, stop.clone())?;
-        Ok(Proxy { stop, thread: Some(thread) })
+        let (thread, activity) = proxy::spawn(rank, send_sides, recv_sides)?;
+        Ok(Proxy { activity, thread: Some(thread) })
+    }
+
+    /// What this rank's kernels tell the proxy when they run.
+    pub(crate) fn activity(&self) -> Arc<Activity> {
+        self.activity.clone()
     }
 }
 
@@ -262,7 +273,7 @@ impl Setup<'_> {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        self.activity.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

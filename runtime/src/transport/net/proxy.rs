@@ -2,63 +2,81 @@
 //! local shadows of its peers' FIFOs, stores arriving steps into the rank's own FIFOs, and
 //! returns the kernels' progress as credits.
 //!
-//! A connector's steps are dealt round-robin over its sockets (step k on socket k % n), so
-//! the steps in flight (up to STEPS) travel in parallel. Each socket stays in step order;
-//! the receiver stores a step as soon as its frame is complete and posts the tail only up to
-//! the first step still missing. Credits travel on socket 0.
+//! It waits on its sockets' readiness (mio, edge-triggered) rather than trying each one, and
+//! polls the FIFOs, which only kernels change, only while a kernel of its rank runs: then it
+//! spins briefly after each piece of work and yields its core after that. With no kernel
+//! running it sleeps until a socket has something, a kernel starts, or it is stopped.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use jitccl_codegen::abi::{Conn, STEPS};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::wire::{frame_header, linger, parse_frame_header, split_size_word, Wire, CREDIT, FRAME_HEADER};
+use super::recv::RecvSide;
+use super::send::SendSide;
+use super::wire::linger;
 use crate::error::{sys, Result};
 use crate::transport::connect::Link;
 
 /// How long a closing proxy keeps forwarding steps its kernels already posted (a send
 /// completes once its data is in the local shadow FIFO, so they must still go out).
 const DRAIN: Duration = Duration::from_secs(10);
+/// Idle passes spent spinning (a reply is often microseconds away), then yielding while a
+/// kernel runs, before sleeping on the sockets.
+const SPINS: u32 = 64;
+const YIELDS: u32 = 20_000;
+/// The longest sleep while a kernel runs: it may post a step without any socket stirring.
+const BUSY_SLEEP: Duration = Duration::from_millis(1);
+/// The longest sleep with no kernel running: a bound, not a mechanism (whatever the proxy
+/// must act on wakes it).
+const IDLE_SLEEP: Duration = Duration::from_millis(100);
+const WAKE: Token = Token(usize::MAX);
 
-/// The side of one connector this rank sends on.
-pub(super) struct SendSide {
-    link: Link,
-    /// The local shadow of the receiver's FIFO.
-    fifo: Conn,
-    socks: Vec<Wire>,
-    /// Steps copied out of the shadow FIFO.
-    sent: u64,
-    /// Steps the receiver's kernel has consumed.
-    remote_head: u64,
-    /// The connection failed; the connector is no longer served.
-    dead: bool,
+/// What wakes the proxy besides its sockets: kernels of its rank starting, and stopping.
+pub(crate) struct Activity {
+    /// Kernels of this rank running now.
+    running: AtomicUsize,
+    /// The proxy is (about to be) asleep and must be woken.
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    waker: Waker,
 }
 
-impl SendSide {
-    pub fn new(link: Link, fifo: Conn, socks: Vec<Wire>) -> SendSide {
-        SendSide { link, fifo, socks, sent: 0, remote_head: 0, dead: false }
+impl Activity {
+    /// Marks a kernel running until the guard drops, waking the proxy if it sleeps.
+    pub(crate) fn kernel_running(&self) -> Running<'_> {
+        // SeqCst with the proxy's own pair (set `sleeping`, then read `running`): one of
+        // the two sees the other, so no start goes unnoticed.
+        self.running.fetch_add(1, Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake();
+        }
+        Running(self)
+    }
+
+    /// Stops the proxy: it drains what its kernels posted, then closes.
+    pub(super) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Err(e) = self.waker.wake() {
+            tracing::warn!("waking the net proxy failed: {e}");
+        }
     }
 }
 
-/// The side of one connector this rank receives on.
-pub(super) struct RecvSide {
-    link: Link,
-    fifo: Conn,
-    socks: Vec<Wire>,
-    /// Per socket, the next step it carries.
-    expect: Vec<u64>,
-    /// Steps posted to the kernel (the tail).
-    posted: u64,
-    reported_head: u64,
-    dead: bool,
-}
+/// A kernel running on a rank with a proxy (see `Activity::kernel_running`).
+pub(crate) struct Running<'a>(&'a Activity);
 
-impl RecvSide {
-    pub fn new(link: Link, fifo: Conn, socks: Vec<Wire>) -> RecvSide {
-        let expect = (0..socks.len() as u64).collect();
-        RecvSide { link, fifo, socks, expect, posted: 0, reported_head: 0, dead: false }
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        // Release: what the kernel posted is visible to a proxy that sees it ended.
+        self.0.running.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -67,174 +85,92 @@ impl RecvSide {
 struct Sides(Vec<SendSide>, Vec<RecvSide>);
 unsafe impl Send for Sides {}
 
-/// Starts the proxy thread of `rank`; it runs until `stop` is set, then drains and closes.
+/// Which socket a token stands for: (receive side?, side, socket).
+type Place = (bool, usize, usize);
+
+/// Starts the proxy thread of `rank`; it runs until stopped through the returned
+/// `Activity`, then drains and closes.
 pub(super) fn spawn(
     rank: usize,
     sends: Vec<SendSide>,
     recvs: Vec<RecvSide>,
-    stop: Arc<AtomicBool>,
-) -> Result<JoinHandle<()>> {
+) -> Result<(JoinHandle<()>, Arc<Activity>)> {
+    let poll = Poll::new().map_err(sys("creating the net proxy's poller"))?;
+    let mut places = Vec::new();
+    let sockets = sends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.socks.iter().enumerate().map(move |(j, w)| ((false, i, j), w)))
+        .chain(
+            recvs.iter().enumerate().flat_map(|(i, r)| r.socks.iter().enumerate().map(move |(j, w)| ((true, i, j), w))),
+        );
+    for (place, w) in sockets {
+        use std::os::fd::AsRawFd;
+        let fd = w.stream.as_raw_fd();
+        poll.registry()
+            .register(&mut SourceFd(&fd), Token(places.len()), Interest::READABLE | Interest::WRITABLE)
+            .map_err(sys("registering a net socket"))?;
+        places.push(place);
+    }
+    let waker = Waker::new(poll.registry(), WAKE).map_err(sys("creating the net proxy's waker"))?;
+    let activity = Arc::new(Activity {
+        running: AtomicUsize::new(0),
+        sleeping: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+        waker,
+    });
     let sides = Sides(sends, recvs);
-    std::thread::Builder::new()
+    let act = activity.clone();
+    let thread = std::thread::Builder::new()
         .name(format!("jitccl-proxy{rank}"))
         .spawn(move || {
             let sides = sides;
-            run(rank, sides.0, sides.1, &stop)
+            run(rank, sides.0, sides.1, &act, poll, &places)
         })
-        .map_err(sys("starting the proxy thread"))
+        .map_err(sys("starting the proxy thread"))?;
+    Ok((thread, activity))
 }
 
-fn atomic(p: *mut u64) -> &'static AtomicU64 {
-    // SAFETY: FIFO counters and LL words are 8-byte aligned and live as long as the proxy.
-    unsafe { AtomicU64::from_ptr(p) }
-}
-
-/// Whether a size word names a protocol of `fifo` and fits its slot.
-fn fits(fifo: &Conn, word: u64) -> bool {
-    let (proto, bytes) = split_size_word(word);
-    proto < fifo.buf.len() && bytes as u64 <= fifo.slot_bytes[proto]
-}
-
-/// Moves posted steps out of the shadow FIFO and credits in; true if anything happened.
-fn pump_send(s: &mut SendSide, scratch: &mut [u8]) -> std::result::Result<bool, String> {
-    // Credits come on socket 0 only, and a peer closes all its sockets together: reading
-    // socket 0 also notices the close.
-    let credits = &mut s.socks[0];
-    let mut progressed = credits.fill(scratch)?;
-    if credits.eof {
-        return Err("closed the connection".into());
-    }
-    let whole = credits.inbuf.len() / CREDIT * CREDIT;
-    for c in credits.inbuf[..whole].chunks_exact(CREDIT) {
-        s.remote_head = s.remote_head.max(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-    }
-    credits.inbuf.drain(..whole);
-    for w in &mut s.socks {
-        w.flush()?;
-    }
-    let n = s.socks.len() as u64;
-    loop {
-        let w = &mut s.socks[(s.sent % n) as usize];
-        if !w.flushed()
-            || s.sent >= atomic(s.fifo.tail).load(Ordering::Acquire)
-            || s.sent >= s.remote_head + STEPS as u64
-        {
-            break;
-        }
-        let slot = (s.sent % STEPS as u64) as usize;
-        // SAFETY: sizes has STEPS entries; written before the tail we acquired.
-        let word = unsafe { *s.fifo.sizes.add(slot) };
-        if !fits(&s.fifo, word) {
-            return Err(format!("step {} has a bad size word {word:#x}", s.sent));
-        }
-        let (proto, bytes) = split_size_word(word);
-        // SAFETY: the slot holds `bytes` posted bytes of protocol `proto`.
-        let data = unsafe {
-            std::slice::from_raw_parts(s.fifo.buf[proto].add(slot * s.fifo.slot_bytes[proto] as usize), bytes)
-        };
-        w.queue(&frame_header(s.sent, word));
-        w.queue(data);
-        s.sent += 1;
-        // Copied out: the kernel may refill the slot.
-        atomic(s.fifo.head).store(s.sent, Ordering::Release);
-        progressed = true;
-        w.flush()?;
-    }
-    Ok(progressed)
-}
-
-/// Stores an arriving step into the rank's FIFO as its protocol's reader expects. LL and
-/// LL128 readers poll the data's own flags, not the tail, so a step may land before the
-/// steps ahead of it are complete.
-fn store(fifo: &Conn, step: u64, word: u64, data: &[u8]) {
-    let slot = (step % STEPS as u64) as usize;
-    let (proto, _) = split_size_word(word);
-    // SAFETY: the sender only sends step k once the kernel has consumed step k - STEPS, so
-    // the slot is free; sizes were checked on receipt.
-    unsafe {
-        let dst = fifo.buf[proto].add(slot * fifo.slot_bytes[proto] as usize);
-        match proto {
-            // LL: each 8-byte {data, flag} half must appear whole.
-            1 => {
-                for (i, w) in data.chunks_exact(8).enumerate() {
-                    atomic(dst.add(8 * i) as *mut u64)
-                        .store(u64::from_le_bytes(w.try_into().expect("8 bytes")), Ordering::Relaxed);
-                }
-            }
-            // LL128: a line's data before its flag word (the last of 16).
-            2 => {
-                for (l, line) in data.chunks_exact(128).enumerate() {
-                    let d = dst.add(128 * l);
-                    std::ptr::copy_nonoverlapping(line.as_ptr(), d, 120);
-                    atomic(d.add(120) as *mut u64)
-                        .store(u64::from_le_bytes(line[120..].try_into().expect("8 bytes")), Ordering::Release);
-                }
-            }
-            _ => std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()),
-        }
-        *fifo.sizes.add(slot) = word;
-    }
-}
-
-/// Moves arriving steps into the FIFO and the kernel's progress back; true if anything happened.
-fn pump_recv(r: &mut RecvSide, scratch: &mut [u8]) -> std::result::Result<bool, String> {
-    let mut progressed = false;
-    let n = r.socks.len() as u64;
-    for (i, w) in r.socks.iter_mut().enumerate() {
-        // The peer's last steps may have come with its close: store them first.
-        progressed |= w.fill(scratch)?;
-        let mut at = 0;
-        while w.inbuf.len() - at >= FRAME_HEADER {
-            let (step, word) = parse_frame_header(&w.inbuf[at..]);
-            if step != r.expect[i] || !fits(&r.fifo, word) {
-                return Err(format!(
-                    "sent a bad frame on socket {i} (step {step}, expected {}; size word {word:#x})",
-                    r.expect[i]
-                ));
-            }
-            let bytes = split_size_word(word).1;
-            if w.inbuf.len() - at - FRAME_HEADER < bytes {
-                break;
-            }
-            store(&r.fifo, step, word, &w.inbuf[at + FRAME_HEADER..at + FRAME_HEADER + bytes]);
-            r.expect[i] += n;
-            at += FRAME_HEADER + bytes;
-        }
-        w.inbuf.drain(..at);
-    }
-    // Step k is stored once its socket expects a later one.
-    let mut tail = r.posted;
-    while r.expect[(tail % n) as usize] > tail {
-        tail += 1;
-    }
-    if tail > r.posted {
-        r.posted = tail;
-        atomic(r.fifo.tail).store(tail, Ordering::Release);
-        progressed = true;
-    }
-    if r.socks.iter().all(|w| w.eof) {
-        return Err("closed the connection".into());
-    }
-    let head = atomic(r.fifo.head).load(Ordering::Acquire);
-    if head > r.reported_head {
-        r.reported_head = head;
-        r.socks[0].queue(&head.to_le_bytes());
-        progressed = true;
-    }
-    r.socks[0].flush()?;
-    Ok(progressed)
-}
-
-fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, stop: &AtomicBool) {
-    let mut scratch = vec![0u8; 64 << 10];
+fn run(
+    rank: usize,
+    mut sends: Vec<SendSide>,
+    mut recvs: Vec<RecvSide>,
+    act: &Activity,
+    mut poll: Poll,
+    places: &[Place],
+) {
+    let mut events = Events::with_capacity(places.len() + 1);
+    let mut wait = Duration::ZERO;
     let mut idle = 0u32;
     let mut drain_until = None;
+    let mut was_busy = false;
     loop {
-        if stop.load(Ordering::Acquire) {
+        if let Err(e) = poll.poll(&mut events, Some(wait)) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                tracing::error!("rank {rank}: the net proxy's poller failed, stopping: {e}");
+                return;
+            }
+        }
+        act.sleeping.store(false, Ordering::Relaxed);
+        for e in events.iter().filter(|e| e.token() != WAKE) {
+            let (recv, side, sock) = places[e.token().0];
+            let w = if recv { &mut recvs[side].socks[sock] } else { &mut sends[side].socks[sock] };
+            // Errors and closes surface on the next read or write.
+            w.hangup |= e.is_read_closed() || e.is_error();
+            w.readable |= e.is_readable() || w.hangup;
+            w.writable |= e.is_writable() || e.is_write_closed() || e.is_error();
+        }
+        // Read before the pass: a kernel that ended before it posted nothing the pass misses.
+        let mut busy = act.running.load(Ordering::Acquire) > 0;
+        if busy && !was_busy {
+            // A kernel started: its first step may be a moment away.
+            idle = 0;
+        }
+        was_busy = busy;
+        if act.stop.load(Ordering::Acquire) {
+            busy = true;
             let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN);
-            let flushed = sends.iter().all(|s| {
-                s.dead || (s.socks.iter().all(Wire::flushed) && s.sent >= atomic(s.fifo.tail).load(Ordering::Acquire))
-            });
+            let flushed = sends.iter().all(|s| s.dead || s.flushed());
             if flushed || Instant::now() > until {
                 if !flushed {
                     tracing::warn!("rank {rank}: closing with posted steps its peers never took");
@@ -242,39 +178,44 @@ fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, stop: &A
                 let socks =
                     sends.iter_mut().flat_map(|s| &mut s.socks).chain(recvs.iter_mut().flat_map(|r| &mut r.socks));
                 linger(socks.map(|w| &mut w.stream), until);
-                break;
+                return;
             }
         }
         let mut progressed = false;
         for s in sends.iter_mut().filter(|s| !s.dead) {
-            match pump_send(s, &mut scratch) {
+            match s.pump() {
                 Ok(p) => progressed |= p,
                 Err(why) => {
                     // A peer that finished closes its connectors; one that fails with steps
                     // in flight is worth a warning (kernels waiting on it end by their
                     // timeout, which names it).
-                    let busy =
-                        s.sent < atomic(s.fifo.tail).load(Ordering::Acquire) || !s.socks.iter().all(Wire::flushed);
-                    link_failed(rank, "to", s.link, &why, busy);
+                    link_failed(rank, "to", s.link, &why, !s.flushed());
                     s.dead = true;
                 }
             }
         }
         for r in recvs.iter_mut().filter(|r| !r.dead) {
-            match pump_recv(r, &mut scratch) {
+            match r.pump() {
                 Ok(p) => progressed |= p,
                 Err(why) => {
-                    link_failed(rank, "from", r.link, &why, r.socks.iter().any(|w| !w.inbuf.is_empty()));
+                    link_failed(rank, "from", r.link, &why, r.mid_frame());
                     r.dead = true;
                 }
             }
         }
-        // Spin briefly, then give the cores to the kernels this proxy serves.
         idle = if progressed { 0 } else { idle.saturating_add(1) };
-        match idle {
-            0..=64 => std::hint::spin_loop(),
-            65..=20_000 => std::thread::yield_now(),
-            _ => std::thread::sleep(Duration::from_micros(50)),
+        wait = Duration::ZERO;
+        if idle <= SPINS {
+            std::hint::spin_loop();
+        } else if busy && idle <= YIELDS {
+            // Give the core to the kernels this proxy serves.
+            std::thread::yield_now();
+        } else {
+            act.sleeping.store(true, Ordering::SeqCst);
+            let running = act.running.load(Ordering::SeqCst) > 0;
+            if busy || !running {
+                wait = if busy { BUSY_SLEEP } else { IDLE_SLEEP };
+            }
         }
     }
 }
@@ -288,5 +229,83 @@ fn link_failed(rank: usize, dir: &str, link: Link, why: &str, busy: bool) {
         );
     } else {
         tracing::debug!("rank {rank}: net link {dir} rank {} (channel {}) ended: {why}", link.peer, link.chan);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+
+    use jitccl_codegen::abi::{Conn, STEPS};
+
+    use super::super::fifo::{atomic, slot, slot_ptr};
+    use super::super::wire::Wire;
+    use super::*;
+    use crate::device::Memory;
+    use crate::transport::layout::{Edge, Layout};
+
+    fn pattern(k: u64, bytes: usize) -> Vec<u8> {
+        (0..bytes).map(|i| (k as usize * 31 + i * 7) as u8).collect()
+    }
+
+    /// Two proxies over two sockets: steps of all three protocols, each larger than what a
+    /// socket reads ahead, arrive whole and in order while several are in flight, and the
+    /// receiver's credits free the sender's slots.
+    #[test]
+    fn steps_cross_whole_in_order_and_credits_free_slots() {
+        let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: [64 << 10, 8 << 10, 32 << 10] };
+        let (shadow, own) =
+            (Memory::zeroed(layout.segment_bytes()).unwrap(), Memory::zeroed(layout.segment_bytes()).unwrap());
+        let tx: Conn = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
+        let rx: Conn = layout.end(own.ptr(), 0, Edge::Ring, 0);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (out, inc): (Vec<_>, Vec<_>) = (0..2)
+            .map(|_| {
+                let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+                (Wire::new(c).unwrap(), Wire::new(listener.accept().unwrap().0).unwrap())
+            })
+            .unzip();
+        let link = Link { peer: 1, chan: 0, edge: Edge::Ring };
+        let (t0, a0) = spawn(0, vec![SendSide::new(link, tx, out)], vec![]).unwrap();
+        let (t1, a1) = spawn(1, vec![], vec![RecvSide::new(Link { peer: 0, ..link }, rx, inc)]).unwrap();
+        let (k0, k1) = (a0.kernel_running(), a1.kernel_running());
+
+        let steps = 5 * STEPS as u64;
+        let size = |k: u64| ((k % 3) as usize, layout.slot_bytes[(k % 3) as usize] - 128 * (k % 2) as usize);
+        let (mut posted, mut consumed, mut most_in_flight) = (0, 0, 0);
+        let end = Instant::now() + Duration::from_secs(30);
+        while consumed < steps {
+            assert!(Instant::now() < end, "stuck at {posted} posted, {consumed} consumed");
+            if posted < steps && atomic(tx.head).load(Ordering::Acquire) + (STEPS as u64) > posted {
+                let (proto, bytes) = size(posted);
+                // SAFETY: the slot is free (the head passed it) and holds `bytes`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(pattern(posted, bytes).as_ptr(), slot_ptr(&tx, posted, proto), bytes);
+                    *tx.sizes.add(slot(posted)) = (proto as u64) << 56 | bytes as u64;
+                }
+                posted += 1;
+                atomic(tx.tail).store(posted, Ordering::Release);
+            } else if atomic(rx.tail).load(Ordering::Acquire) > consumed {
+                most_in_flight = most_in_flight.max(atomic(rx.tail).load(Ordering::Acquire) - consumed);
+                let (proto, bytes) = size(consumed);
+                // SAFETY: the tail passed the slot: it holds the step.
+                let got = unsafe {
+                    assert_eq!(*rx.sizes.add(slot(consumed)), (proto as u64) << 56 | bytes as u64);
+                    std::slice::from_raw_parts(slot_ptr(&rx, consumed, proto), bytes)
+                };
+                assert!(got == pattern(consumed, bytes), "step {consumed} arrived damaged");
+                consumed += 1;
+                atomic(rx.head).store(consumed, Ordering::Release);
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        assert!(most_in_flight > 1, "steps crossed one at a time");
+        drop((k0, k1));
+        a0.stop();
+        a1.stop();
+        t0.join().unwrap();
+        t1.join().unwrap();
+        assert_eq!(atomic(tx.head).load(Ordering::Acquire), steps, "every slot freed");
     }
 }

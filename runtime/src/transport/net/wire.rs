@@ -5,7 +5,7 @@
 //! Then the sender sends frames (step, size word, the step's bytes) and the receiver sends
 //! credits (its kernel's head, 8 bytes). All integers are little-endian u64.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -71,13 +71,14 @@ pub(super) fn split_size_word(word: u64) -> (usize, usize) {
     ((word >> 56) as usize, (word & SIZE_MASK) as usize)
 }
 
-/// One non-blocking socket of a connector: what is still to be written, and what was
-/// read but not used yet.
+/// One non-blocking socket of a connector, with its readiness as the proxy's poller last
+/// reported it. Readiness is edge-triggered, so it holds until an operation would block.
 pub(super) struct Wire {
     pub stream: TcpStream,
-    out: Vec<u8>,
-    out_pos: usize,
-    pub inbuf: Vec<u8>,
+    pub readable: bool,
+    pub writable: bool,
+    /// The poller reported the peer's close (or an error): read on until it shows.
+    pub hangup: bool,
     /// The peer closed its side; nothing more will arrive.
     pub eof: bool,
 }
@@ -85,52 +86,49 @@ pub(super) struct Wire {
 impl Wire {
     pub fn new(stream: TcpStream) -> std::io::Result<Wire> {
         stream.set_nonblocking(true)?;
+        // Steps are latency-bound messages: send each as soon as it is written.
         stream.set_nodelay(true)?;
-        Ok(Wire { stream, out: Vec::new(), out_pos: 0, inbuf: Vec::new(), eof: false })
+        Ok(Wire { stream, readable: true, writable: true, hangup: false, eof: false })
     }
 
-    /// Everything queued has been handed to the OS.
-    pub fn flushed(&self) -> bool {
-        self.out.is_empty()
-    }
-
-    pub fn queue(&mut self, bytes: &[u8]) {
-        self.out.extend_from_slice(bytes);
-    }
-
-    /// Writes what it can of the queued bytes.
-    pub fn flush(&mut self) -> Result<(), String> {
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return Err("closed the connection".into()),
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        self.out.clear();
-        self.out_pos = 0;
-        Ok(())
-    }
-
-    /// Reads what has arrived into `inbuf` through `scratch` (setting `eof` at the end of the
-    /// stream); true if anything was read.
-    pub fn fill(&mut self, scratch: &mut [u8]) -> Result<bool, String> {
-        let mut any = false;
-        while !self.eof {
-            match self.stream.read(scratch) {
+    /// Reads what has arrived into `buf` (not empty): 0 once nothing more is there for now
+    /// (or ever: `eof`).
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, String> {
+        while self.readable && !self.eof {
+            match self.stream.read(buf) {
                 Ok(0) => self.eof = true,
                 Ok(n) => {
-                    self.inbuf.extend_from_slice(&scratch[..n]);
-                    any = true;
+                    // A short read emptied the socket, and what comes next raises a new edge:
+                    // no need to spend a call on hearing "would block". Not so for a close
+                    // that came with the data: its edge is already spent.
+                    self.readable = n == buf.len() || self.hangup;
+                    return Ok(n);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.to_string()),
             }
         }
-        Ok(any)
+        Ok(0)
+    }
+
+    /// Writes what the socket takes of `bufs` (not all empty) in one call: 0 once it takes
+    /// nothing more for now.
+    pub fn write(&mut self, bufs: &[IoSlice]) -> Result<usize, String> {
+        while self.writable {
+            match self.stream.write_vectored(bufs) {
+                Ok(0) => return Err("closed the connection".into()),
+                Ok(n) => {
+                    // A short write filled the send buffer, whose draining raises a new edge.
+                    self.writable = n == bufs.iter().map(|b| b.len()).sum::<usize>();
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(0)
     }
 }
 

@@ -1,0 +1,72 @@
+//! How the proxy touches a connector's FIFO: with the same atomics and orders as kernels.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use jitccl_codegen::abi::{Conn, STEPS};
+
+use super::wire::split_size_word;
+
+/// Protocol indices of a size word (Simple, LL, LL128).
+pub(super) const SIMPLE: usize = 0;
+const LL: usize = 1;
+const LL128: usize = 2;
+
+pub(super) fn atomic(p: *mut u64) -> &'static AtomicU64 {
+    // SAFETY: FIFO counters and LL words are 8-byte aligned and live as long as the proxy.
+    unsafe { AtomicU64::from_ptr(p) }
+}
+
+/// The slot of step `k`.
+pub(super) fn slot(k: u64) -> usize {
+    (k % STEPS as u64) as usize
+}
+
+/// Whether a size word names a protocol of `fifo` and fits its slot.
+pub(super) fn fits(fifo: &Conn, word: u64) -> bool {
+    let (proto, bytes) = split_size_word(word);
+    proto < fifo.buf.len() && bytes as u64 <= fifo.slot_bytes[proto]
+}
+
+/// Where step `k`'s bytes of protocol `proto` go.
+pub(super) fn slot_ptr(fifo: &Conn, k: u64, proto: usize) -> *mut u8 {
+    // SAFETY: the slot is inside the protocol's buffer of STEPS slots.
+    unsafe { fifo.buf[proto].add(slot(k) * fifo.slot_bytes[proto] as usize) }
+}
+
+/// Stores an arriving LL or LL128 step into its slot as the protocol's reader expects, and
+/// its size word. Their readers poll the data's own flags, not the tail, so a step may land
+/// before the steps ahead of it are complete.
+///
+/// # Safety
+/// The slot must be free (the sender only sends step k once the kernel has consumed step
+/// k - STEPS) and `word` must fit `fifo`.
+pub(super) unsafe fn store_flagged(fifo: &Conn, k: u64, word: u64, data: &[u8]) {
+    let (proto, _) = split_size_word(word);
+    let dst = slot_ptr(fifo, k, proto);
+    match proto {
+        // LL: each 8-byte {data, flag} half must appear whole.
+        LL => {
+            for (i, w) in data.chunks_exact(8).enumerate() {
+                atomic(dst.add(8 * i) as *mut u64)
+                    .store(u64::from_le_bytes(w.try_into().expect("8 bytes")), Ordering::Relaxed);
+            }
+        }
+        // LL128: a line's data before its flag word (the last of 16).
+        LL128 => {
+            for (l, line) in data.chunks_exact(128).enumerate() {
+                let d = dst.add(128 * l);
+                std::ptr::copy_nonoverlapping(line.as_ptr(), d, 120);
+                atomic(d.add(120) as *mut u64)
+                    .store(u64::from_le_bytes(line[120..].try_into().expect("8 bytes")), Ordering::Release);
+            }
+        }
+        _ => unreachable!("Simple steps are read into their slot directly"),
+    }
+    set_size(fifo, k, word);
+}
+
+/// Records step `k`'s size word, which the kernel reads after the tail.
+pub(super) fn set_size(fifo: &Conn, k: u64, word: u64) {
+    // SAFETY: sizes has STEPS entries; the kernel reads this one only after the tail passes k.
+    unsafe { *fifo.sizes.add(slot(k)) = word }
+}

@@ -1,0 +1,196 @@
+//! The side of a connector this rank receives on: stores arriving steps into the rank's own
+//! FIFO and returns its kernel's progress as credits.
+//!
+//! Each socket stays in step order (socket i carries steps i, i + n, ...); a step is stored
+//! as soon as its frame is complete, and the tail is posted only up to the first step still
+//! missing. Simple steps are read straight into their slot (the tail tells the kernel when
+//! they are whole); LL and LL128 steps gather first, as their readers poll flags inside
+//! the data.
+
+use std::io::IoSlice;
+use std::sync::atomic::Ordering;
+
+use jitccl_codegen::abi::Conn;
+
+use super::fifo::{atomic, fits, set_size, slot_ptr, store_flagged, SIMPLE};
+use super::wire::{parse_frame_header, split_size_word, Wire, CREDIT, FRAME_HEADER};
+use crate::transport::connect::Link;
+
+/// Bytes read ahead per call: several small frames at once, without staging large steps
+/// (what a frame still needs beyond this is read into its destination directly).
+const READ_AHEAD: usize = 4096;
+
+/// The frame a socket is in the middle of.
+struct Partial {
+    step: u64,
+    word: u64,
+    got: usize,
+}
+
+/// One socket's incoming stream.
+struct Incoming {
+    /// Bytes read ahead, `ahead[at..end]` not used yet.
+    ahead: Box<[u8; READ_AHEAD]>,
+    at: usize,
+    end: usize,
+    frame: Option<Partial>,
+    /// Where an LL or LL128 step gathers.
+    staging: Vec<u8>,
+    /// The next step this socket carries.
+    next: u64,
+}
+
+pub(super) struct RecvSide {
+    pub link: Link,
+    fifo: Conn,
+    pub socks: Vec<Wire>,
+    incoming: Vec<Incoming>,
+    /// Steps posted to the kernel (the tail).
+    posted: u64,
+    /// The last credit queued, and how much of it is written.
+    credit: [u8; CREDIT],
+    credit_done: usize,
+    reported_head: u64,
+    pub dead: bool,
+}
+
+impl RecvSide {
+    pub fn new(link: Link, fifo: Conn, socks: Vec<Wire>) -> RecvSide {
+        let incoming = (0..socks.len() as u64)
+            .map(|next| Incoming {
+                ahead: Box::new([0; READ_AHEAD]),
+                at: 0,
+                end: 0,
+                frame: None,
+                staging: Vec::new(),
+                next,
+            })
+            .collect();
+        RecvSide {
+            link,
+            fifo,
+            socks,
+            incoming,
+            posted: 0,
+            credit: [0; CREDIT],
+            credit_done: CREDIT,
+            reported_head: 0,
+            dead: false,
+        }
+    }
+
+    /// A frame arrived in part only.
+    pub fn mid_frame(&self) -> bool {
+        self.incoming.iter().any(|c| c.frame.is_some() || c.at < c.end)
+    }
+
+    /// Moves arriving steps into the FIFO and the kernel's progress back; true if anything
+    /// happened.
+    pub fn pump(&mut self) -> Result<bool, String> {
+        let mut progressed = false;
+        for i in 0..self.socks.len() {
+            // The peer's last steps may have come with its close: they are stored first.
+            progressed |= self.receive(i)?;
+        }
+        // Step k is stored once its socket expects a later one.
+        let n = self.socks.len() as u64;
+        let mut tail = self.posted;
+        while self.incoming[(tail % n) as usize].next > tail {
+            tail += 1;
+        }
+        if tail > self.posted {
+            self.posted = tail;
+            atomic(self.fifo.tail).store(tail, Ordering::Release);
+            progressed = true;
+        }
+        if self.socks.iter().all(|w| w.eof) {
+            return Err("closed the connection".into());
+        }
+        let head = atomic(self.fifo.head).load(Ordering::Acquire);
+        // Credits are progress marks: one not yet started can be replaced by a later one.
+        if head > self.reported_head && (self.credit_done == 0 || self.credit_done == CREDIT) {
+            self.reported_head = head;
+            self.credit = head.to_le_bytes();
+            self.credit_done = 0;
+            progressed = true;
+        }
+        while self.credit_done < CREDIT {
+            let n = self.socks[0].write(&[IoSlice::new(&self.credit[self.credit_done..])])?;
+            if n == 0 {
+                break;
+            }
+            self.credit_done += n;
+        }
+        Ok(progressed)
+    }
+
+    /// Stores the frames socket `i` has brought; true if it brought anything.
+    fn receive(&mut self, i: usize) -> Result<bool, String> {
+        let nsocks = self.socks.len() as u64;
+        let (w, c, fifo) = (&mut self.socks[i], &mut self.incoming[i], &self.fifo);
+        let mut progressed = false;
+        loop {
+            let Some(f) = &mut c.frame else {
+                if c.end - c.at < FRAME_HEADER {
+                    c.ahead.copy_within(c.at..c.end, 0);
+                    (c.end, c.at) = (c.end - c.at, 0);
+                    let n = w.read(&mut c.ahead[c.end..])?;
+                    if n == 0 {
+                        return Ok(progressed);
+                    }
+                    c.end += n;
+                    progressed = true;
+                    continue;
+                }
+                let (step, word) = parse_frame_header(&c.ahead[c.at..]);
+                if step != c.next || !fits(fifo, word) {
+                    return Err(format!(
+                        "sent a bad frame on socket {i} (step {step}, expected {}; size word {word:#x})",
+                        c.next
+                    ));
+                }
+                c.at += FRAME_HEADER;
+                c.frame = Some(Partial { step, word, got: 0 });
+                continue;
+            };
+            let (proto, bytes) = split_size_word(f.word);
+            let dst: &mut [u8] = if proto == SIMPLE {
+                // SAFETY: the slot is free (the sender only sends step k once the kernel has
+                // consumed step k - STEPS) and the kernel reads it only after the tail.
+                unsafe { std::slice::from_raw_parts_mut(slot_ptr(fifo, f.step, proto), bytes) }
+            } else {
+                c.staging.resize(bytes, 0);
+                &mut c.staging
+            };
+            let from_ahead = (c.end - c.at).min(bytes - f.got);
+            dst[f.got..f.got + from_ahead].copy_from_slice(&c.ahead[c.at..c.at + from_ahead]);
+            (f.got, c.at) = (f.got + from_ahead, c.at + from_ahead);
+            if f.got < bytes {
+                // Everything read ahead is used up. A long rest goes straight to its place.
+                (c.at, c.end) = (0, 0);
+                let n = if bytes - f.got >= READ_AHEAD {
+                    w.read(&mut dst[f.got..])?
+                } else {
+                    let n = w.read(&mut c.ahead[..])?;
+                    c.end = n;
+                    0
+                };
+                f.got += n;
+                if n == 0 && c.end == 0 {
+                    return Ok(progressed);
+                }
+                progressed = true;
+                continue;
+            }
+            if proto == SIMPLE {
+                set_size(fifo, f.step, f.word);
+            } else {
+                // SAFETY: as above; the word fits.
+                unsafe { store_flagged(fifo, f.step, f.word, &c.staging) };
+            }
+            c.next += nsocks;
+            c.frame = None;
+            progressed = true;
+        }
+    }
+}

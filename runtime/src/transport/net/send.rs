@@ -1,0 +1,158 @@
+//! The side of a connector this rank sends on: forwards the steps its kernel posts to the
+//! local shadow of the receiver's FIFO, and takes the receiver's credits.
+//!
+//! Steps are dealt round-robin over the connector's sockets (step k on socket k % n) and
+//! written straight from their FIFO slots, all ready frames of a socket in one call. A
+//! slot is counted free (the FIFO head) once its step is wholly written, in step order.
+//! Credits (the receiving kernel's head) come on socket 0.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::sync::atomic::Ordering;
+
+use jitccl_codegen::abi::{Conn, STEPS};
+
+use super::fifo::{atomic, fits, slot};
+use super::wire::{frame_header, split_size_word, Wire, CREDIT, FRAME_HEADER};
+use crate::transport::connect::Link;
+
+/// A step on its way out: header, then its bytes in the FIFO slot.
+struct Frame {
+    step: u64,
+    header: [u8; FRAME_HEADER],
+    data: *const u8,
+    len: usize,
+}
+
+pub(super) struct SendSide {
+    pub link: Link,
+    /// The local shadow of the receiver's FIFO.
+    fifo: Conn,
+    pub socks: Vec<Wire>,
+    /// Per socket, the frames not wholly written yet, oldest first, and how many bytes of
+    /// the oldest are.
+    out: Vec<(VecDeque<Frame>, usize)>,
+    /// Steps taken out of the FIFO into `out`.
+    taken: u64,
+    /// Steps wholly written: the FIFO head.
+    freed: u64,
+    /// Steps the receiver's kernel has consumed.
+    remote_head: u64,
+    /// A credit read in part.
+    credit: [u8; CREDIT],
+    credit_len: usize,
+    /// The connection failed; the connector is no longer served.
+    pub dead: bool,
+}
+
+impl SendSide {
+    pub fn new(link: Link, fifo: Conn, socks: Vec<Wire>) -> SendSide {
+        let out = socks.iter().map(|_| (VecDeque::with_capacity(STEPS), 0)).collect();
+        SendSide {
+            link,
+            fifo,
+            socks,
+            out,
+            taken: 0,
+            freed: 0,
+            remote_head: 0,
+            credit: [0; CREDIT],
+            credit_len: 0,
+            dead: false,
+        }
+    }
+
+    /// Every step the kernel posted has been handed to the OS.
+    pub fn flushed(&self) -> bool {
+        self.out.iter().all(|(q, _)| q.is_empty()) && self.taken >= atomic(self.fifo.tail).load(Ordering::Acquire)
+    }
+
+    /// Takes in credits and moves posted steps out; true if anything happened.
+    pub fn pump(&mut self) -> Result<bool, String> {
+        let mut progressed = self.take_credits()?;
+        let tail = atomic(self.fifo.tail).load(Ordering::Acquire);
+        let n = self.socks.len() as u64;
+        while self.taken < tail && self.taken < self.remote_head + STEPS as u64 {
+            let k = self.taken;
+            let s = slot(k);
+            // SAFETY: sizes has STEPS entries; written before the tail we acquired.
+            let word = unsafe { *self.fifo.sizes.add(s) };
+            if !fits(&self.fifo, word) {
+                return Err(format!("step {k} has a bad size word {word:#x}"));
+            }
+            let (proto, len) = split_size_word(word);
+            // SAFETY: the slot holds `len` posted bytes of protocol `proto`, and stays
+            // untouched until the head passes it.
+            let data = unsafe { self.fifo.buf[proto].add(s * self.fifo.slot_bytes[proto] as usize) };
+            self.out[(k % n) as usize].0.push_back(Frame { step: k, header: frame_header(k, word), data, len });
+            self.taken += 1;
+        }
+        for i in 0..self.socks.len() {
+            self.write(i)?;
+        }
+        let freed = self.out.iter().filter_map(|(q, _)| q.front().map(|f| f.step)).min().unwrap_or(self.taken);
+        if freed > self.freed {
+            self.freed = freed;
+            // Written out: the kernel may refill the slots.
+            atomic(self.fifo.head).store(freed, Ordering::Release);
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    /// Reads the credits that arrived; true if any did.
+    fn take_credits(&mut self) -> Result<bool, String> {
+        let mut any = false;
+        let mut buf = [0u8; 64 * CREDIT];
+        loop {
+            let have = self.credit_len;
+            buf[..have].copy_from_slice(&self.credit[..have]);
+            let n = self.socks[0].read(&mut buf[have..])?;
+            if n == 0 {
+                break;
+            }
+            let whole = (have + n) / CREDIT * CREDIT;
+            for c in buf[..whole].chunks_exact(CREDIT) {
+                self.remote_head = self.remote_head.max(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+            }
+            self.credit_len = have + n - whole;
+            self.credit[..self.credit_len].copy_from_slice(&buf[whole..have + n]);
+            any = true;
+        }
+        // A peer closes all its sockets together: socket 0 notices for the connector.
+        if self.socks[0].eof {
+            return Err("closed the connection".into());
+        }
+        Ok(any)
+    }
+
+    /// Writes socket `i`'s frames until it takes no more.
+    fn write(&mut self, i: usize) -> Result<(), String> {
+        let (queue, done) = &mut self.out[i];
+        while !queue.is_empty() {
+            let mut bufs = [IoSlice::new(&[]); 2 * STEPS];
+            for (j, f) in queue.iter().enumerate() {
+                let skip = if j == 0 { *done } else { 0 };
+                // SAFETY: see `pump`: the slot stays put until the frame is written.
+                let data = unsafe { std::slice::from_raw_parts(f.data, f.len) };
+                bufs[2 * j] = IoSlice::new(&f.header[skip.min(FRAME_HEADER)..]);
+                bufs[2 * j + 1] = IoSlice::new(&data[skip.saturating_sub(FRAME_HEADER)..]);
+            }
+            let mut n = self.socks[i].write(&bufs[..2 * queue.len()])?;
+            if n == 0 {
+                break;
+            }
+            while let Some(f) = queue.front() {
+                let left = FRAME_HEADER + f.len - *done;
+                if n < left {
+                    *done += n;
+                    break;
+                }
+                n -= left;
+                *done = 0;
+                queue.pop_front();
+            }
+        }
+        Ok(())
+    }
+}
