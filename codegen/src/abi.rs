@@ -110,6 +110,8 @@ pub struct Args {
     pub abort_flag: *const i32,
     pub scalar_f: f64,
     pub scalar_i: i64,
+    /// Host: busy-poll rounds before a wait yields its core.
+    pub spin: u64,
     pub nranks: i32,
     pub rank: i32,
     pub root: i32,

@@ -6,7 +6,7 @@
 //! JITCCL_IGNORE_CPU_AFFINITY=1.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A set of CPUs a rank's threads are bound to.
@@ -81,6 +81,41 @@ fn share(all: &[usize], online: usize, local_rank: usize, local_nranks: usize) -
     }
     let per = all.len() / local_nranks;
     Ok(all[local_rank * per..(local_rank + 1) * per].to_vec())
+}
+
+/// Ranks of the communicators alive in this process (see `LiveRank`).
+static LIVE_RANKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one rank of a communicator as alive in this process while it is held.
+pub(crate) struct LiveRank(());
+
+impl LiveRank {
+    pub(crate) fn new() -> LiveRank {
+        LIVE_RANKS.fetch_add(1, Ordering::Relaxed);
+        LiveRank(())
+    }
+}
+
+impl Drop for LiveRank {
+    fn drop(&mut self) {
+        LIVE_RANKS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Busy-poll rounds a kernel's wait makes before it starts yielding its core (each round
+/// is a pause instruction, tens of nanoseconds). A rank with CPUs of its own polls for
+/// about a hundred microseconds, much longer than a hand-off between two running threads,
+/// so that such hand-offs cost no system call. Ranks that share CPUs, by their machine's
+/// rank count or because this process runs more ranks (of several communicators) than it
+/// has CPUs, poll briefly, so that the peer they wait for gets to run.
+pub(crate) fn spin_budget(cpus: Option<&CpuSet>) -> u64 {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let process_cpus = *CPUS.get_or_init(|| allowed().map_or(1, |a| a.len()));
+    if cpus.is_some() && LIVE_RANKS.load(Ordering::Relaxed) <= process_cpus {
+        4096
+    } else {
+        32
+    }
 }
 
 thread_local! {

@@ -18,7 +18,7 @@ use crate::store::Server;
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
 use crate::error::{invalid, Error, Result};
-use crate::affinity::{self, CpuSet};
+use crate::affinity::{self, CpuSet, LiveRank};
 use crate::stream::{CtaPool, Stream};
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::net::Activity;
@@ -97,6 +97,7 @@ pub(crate) struct CommInner {
     exec: Mutex<()>,
     /// The CPUs this rank's kernel threads are bound to, if any.
     cpus: Option<Arc<CpuSet>>,
+    _live: LiveRank,
     /// The kernels this communicator has launched: a launch looks its kernel up here, without
     /// the generator's process-wide locks.
     kernels: Mutex<FxHashMap<KernelSpec, Arc<HostKernel>>>,
@@ -140,6 +141,7 @@ impl CommInner {
             abort: AtomicI32::new(0),
             exec: Mutex::new(()),
             cpus,
+            _live: LiveRank::new(),
             kernels: Mutex::default(),
             _ring_ranks: conns.ring_ranks,
             _segments: segments,
@@ -585,6 +587,7 @@ impl Comm {
             abort_flag: me.abort.as_ptr(),
             scalar_f,
             scalar_i: scalar_f as i64,
+            spin: affinity::spin_budget(me.cpus.as_deref()),
             nranks: me.nranks as i32,
             rank: me.rank as i32,
             root: l.root as i32,

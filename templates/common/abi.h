@@ -67,6 +67,7 @@ struct jc_args {
   const jc_i32* abort_flag;
   double scalar_f;                /* PreMulSum / Avg multiplier, float types */
   jc_i64 scalar_i;                /* PreMulSum multiplier, integer types */
+  jc_u64 spin;                    /* host: busy-poll rounds before a wait yields its core */
   jc_i32 nranks;
   jc_i32 rank;
   jc_i32 root;

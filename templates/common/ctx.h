@@ -43,7 +43,7 @@ static JC_DEVICE int jc_wait_ge(struct jc_ctx* x, jc_u64* p, jc_u64 v, int peer,
   while (jc_load_acquire(p) < v) {
     int e = jc_check(x, ++spins, peer, what);
     if (e) return e;
-    jc_relax(spins);
+    jc_relax(spins, x->args->spin);
   }
   x->wait_start = 0;
   return JC_OK;

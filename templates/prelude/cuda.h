@@ -46,7 +46,9 @@ static __device__ __forceinline__ jc_u64 jc_now_ns(void) {
 
 /* Back-off while waiting on a peer: spin first (LL latency), then sleep a little, longer
    the longer the wait (the SM's other CTAs and the memory system get the cycles). */
-static __device__ void jc_relax(jc_u64 spins) {
+/* `spin` is the host's busy-poll budget; a GPU thread always backs off the same way. */
+static __device__ void jc_relax(jc_u64 spins, jc_u64 spin) {
+  (void)spin;
   if (spins < 64) return;
   jc_u32 ns = spins < 1024 ? 32u : spins < 16384 ? 256u : 1000u;
   asm volatile("nanosleep.u32 %0;" : : "r"(ns));

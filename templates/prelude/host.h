@@ -34,16 +34,17 @@ static JC_INLINE jc_u64 jc_now_ns(void) {
   return (jc_u64)t.tv_sec * 1000000000ull + (jc_u64)t.tv_nsec;
 }
 
-/* Back-off while waiting on a peer. Ranks oversubscribe the cores, so after a short spin
-   the waiter must give its core away, or it starves the very peer it waits for. */
-static inline void jc_relax(jc_u64 spins) {
-  if (spins < 32) {
+/* Back-off while waiting on a peer: busy-poll for `spin` rounds (the runtime gives a rank
+   that has CPUs of its own many, and ranks that oversubscribe the cores few), then give the
+   core away, so as not to starve the very peer being waited for, then sleep. */
+static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
+  if (spins < spin) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
-  } else if (spins < 20000) {
+  } else if (spins < spin + 20000) {
     sched_yield();
   } else {
     struct timespec t = {0, 50000};

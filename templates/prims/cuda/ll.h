@@ -43,7 +43,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
         if (jc_line_err) { e = jc_line_err; break; }
         e = jc_check(x, ++spins, r->peer, JC_WAIT_DATA);
         if (e) { jc_line_err = e; break; }
-        jc_relax(spins);
+        jc_relax(spins, x->args->spin);
       }
       if (e) break;
       x->wait_start = 0;

@@ -15,7 +15,7 @@ static JC_DEVICE int jc_ll_read(struct jc_ctx* x, struct jc_conn* r, const jc_u6
       return JC_OK;
     }
     JC_CHECK(jc_check(x, ++spins, r->peer, JC_WAIT_DATA));
-    jc_relax(spins);
+    jc_relax(spins, x->args->spin);
   }
 }
 

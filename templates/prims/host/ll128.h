@@ -18,7 +18,7 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
       jc_u64 spins = 0;
       while (jc_load_acquire(line + 15) != rflag) {
         JC_CHECK(jc_check(x, ++spins, r->peer, JC_WAIT_DATA));
-        jc_relax(spins);
+        jc_relax(spins, x->args->spin);
       }
       x->wait_start = 0;
       in = (const T*)line;
