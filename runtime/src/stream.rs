@@ -184,8 +184,6 @@ impl Shared {
         if i + DEPTH / 4 >= p.emptied + DEPTH {
             self.reclaim(&mut p);
             if i >= p.emptied + DEPTH {
-                // Sleep at once: a caller polling here may share a core with the work it
-                // waits for, and half a queue is plenty of time to wake up.
                 self.wait(i - DEPTH / 2, None);
                 self.reclaim(&mut p);
             }
