@@ -1,8 +1,8 @@
-//! Choosing how to run a collective: algorithm, protocol, channels and chunk size. For now
-//! a size rule (small: one-shot AllReduce, latency protocols, one channel; large: the ring,
-//! Simple, all channels),
-//! overridable by the configuration (JITCCL_ALGO / JITCCL_PROTO). The inputs are the same
-//! on every rank, so every rank makes the same choice.
+//! Choosing how to run a collective: algorithm, protocol, channels and chunk size, by a
+//! size rule measured on the host target (small: one-shot AllReduce or the tree, one
+//! channel; large: the ring on all channels), overridable by the configuration
+//! (JITCCL_ALGO / JITCCL_PROTO). The inputs are the same on every rank, so every rank makes
+//! the same choice.
 
 use jitccl_codegen::{Algorithm, Collective, Protocol};
 
@@ -18,9 +18,9 @@ pub struct Choice {
 }
 
 /// Largest AllReduce (bytes per rank times ranks, what each rank receives) that takes
-/// the one-shot algorithm: measured on the host target, LL moves data slowly enough that
-/// beyond this the tree's fewer bytes win.
-const ONESHOT_MAX_BYTES: usize = 4 << 10;
+/// the one-shot algorithm: beyond it, moving n times the data costs more than the tree's
+/// extra hops (measured on the host target at 4 ranks).
+const ONESHOT_MAX_BYTES: usize = 8 << 10;
 
 /// Data bytes one FIFO step of `proto` carries.
 pub(crate) fn step_capacity(proto: Protocol, slot_bytes: usize) -> usize {
@@ -48,18 +48,16 @@ pub(crate) fn choose(
         Some(a) if coll.algorithms().contains(&a) => (a, "forced by configuration"),
         // One hop instead of the ring's 2(n-1), for n times the data per rank. At 2 ranks
         // the ring's 2 steps cost no more than one-shot's extra copy through its own FIFO.
-        _ if small_allreduce && bytes * nranks <= ONESHOT_MAX_BYTES => (Algorithm::OneShot, "bytes x ranks <= 4 KiB"),
+        _ if small_allreduce && bytes * nranks <= ONESHOT_MAX_BYTES => (Algorithm::OneShot, "bytes x ranks <= 8 KiB"),
         _ if small_allreduce && bytes <= 16 << 10 => (Algorithm::Tree, "<= 16 KiB"),
         _ if coll == Collective::AllReduce && !commutative => (Algorithm::Ring, "the op is not commutative"),
         _ => (Algorithm::Ring, "size rule"),
     };
-    let proto = cfg.proto.unwrap_or(if bytes <= 64 << 10 {
-        Protocol::LL
-    } else if bytes <= 1 << 20 {
-        Protocol::LL128
-    } else {
-        Protocol::Simple
-    });
+    // On the host, Simple is the fastest protocol at every size (measured, 2 and 4 ranks,
+    // 8 B to 1 MiB): its release/acquire costs no more than LL's flags, and it moves twice
+    // the data per line. LL and LL128 are the GPU's latency protocols, where a fence costs
+    // microseconds; on the host they run when forced.
+    let proto = cfg.proto.unwrap_or(Protocol::Simple);
     // Point-to-point always spreads over every channel: sender and receiver must split a
     // message the same way although each launch may pair it with a different other half.
     let nchannels = if coll == Collective::SendRecv || bytes > 256 << 10 { cfg.nchannels } else { 1 };
@@ -67,7 +65,7 @@ pub(crate) fn choose(
     let choice = Choice { algo, proto, nchannels, chunk_elems };
     tracing::debug!(
         "{coll} {bytes} B x {nranks} ranks: {algo} ({why}), {proto} ({}), {nchannels} channel(s), {chunk_elems} elements/step",
-        if cfg.proto.is_some() { "forced by configuration" } else { "size rule" }
+        if cfg.proto.is_some() { "forced by configuration" } else { "the host's protocol" }
     );
     choice
 }
