@@ -1,9 +1,10 @@
 //! Where a rank's kernel threads run. As NCCL binds its threads to the CPUs near their GPU,
 //! on the host target each rank's stream and CTA threads are bound to their own share of
 //! the CPUs: a rank spinning on its peer then never shares a core with that peer, and no
-//! migration interrupts a wait. Off when the ranks of one machine outnumber its CPUs, when
-//! the process was already bound by its launcher (taskset, mpirun), or with
-//! JITCCL_IGNORE_CPU_AFFINITY=1.
+//! migration interrupts a wait. When a machine's ranks outnumber its CPUs, rank r is bound
+//! to CPU r mod n, so that the scheduler shares each CPU among a fixed few instead of
+//! moving them around. Off when the process was already bound by its launcher (taskset,
+//! mpirun), or with JITCCL_IGNORE_CPU_AFFINITY=1.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -14,6 +15,8 @@ pub(crate) struct CpuSet {
     /// Unique per set made in this process (0 is no set).
     id: u64,
     cpus: Vec<usize>,
+    /// No other rank of the machine is bound to these CPUs.
+    exclusive: bool,
     mask: libc::cpu_set_t,
 }
 
@@ -47,40 +50,46 @@ pub(crate) fn for_local_rank(local_rank: usize, local_nranks: usize) -> Option<A
         tracing::info!("CPU binding off (JITCCL_IGNORE_CPU_AFFINITY=1)");
         return None;
     }
-    let cpus = match share(&allowed()?, online(), local_rank, local_nranks) {
-        Ok(cpus) => cpus,
+    let (cpus, exclusive) = match share(&allowed()?, online(), local_rank, local_nranks) {
+        Ok(share) => share,
         Err(why) => {
             tracing::info!("CPU binding off: {why}");
             return None;
         }
     };
-    tracing::info!("local rank {local_rank} of {local_nranks}: kernel threads bound to CPUs {cpus:?}");
-    Some(Arc::new(CpuSet::new(cpus)))
+    tracing::info!(
+        "local rank {local_rank} of {local_nranks}: kernel threads bound to CPUs {cpus:?}{}",
+        if exclusive { "" } else { ", shared with other ranks" }
+    );
+    Some(Arc::new(CpuSet::new(cpus, exclusive)))
 }
 
 impl CpuSet {
-    fn new(cpus: Vec<usize>) -> CpuSet {
+    fn new(cpus: Vec<usize>, exclusive: bool) -> CpuSet {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         // SAFETY: as in `allowed`; CPU_SET writes a bit below CPU_SETSIZE.
         let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         for &c in &cpus {
             unsafe { libc::CPU_SET(c, &mut mask) };
         }
-        CpuSet { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), cpus, mask }
+        CpuSet { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), cpus, exclusive, mask }
     }
 }
 
 /// A rank's equal, contiguous share of the process's CPUs `all` (of `online` on the
-/// machine), or why it gets none.
-fn share(all: &[usize], online: usize, local_rank: usize, local_nranks: usize) -> Result<Vec<usize>, String> {
+/// machine), and whether it has them to itself; or why it gets none.
+fn share(all: &[usize], online: usize, local_rank: usize, local_nranks: usize) -> Result<(Vec<usize>, bool), String> {
     if all.len() < online {
         return Err(format!("this process is already bound to CPUs {all:?}"));
     }
-    if local_rank >= local_nranks || local_nranks > all.len() {
-        return Err(format!("{local_nranks} ranks share {} CPUs", all.len()));
+    if local_rank >= local_nranks || all.is_empty() {
+        return Err(format!("local rank {local_rank} of {local_nranks} on {} CPUs", all.len()));
+    }
+    if local_nranks > all.len() {
+        return Ok((vec![all[local_rank % all.len()]], false));
     }
     let per = all.len() / local_nranks;
-    Ok(all[local_rank * per..(local_rank + 1) * per].to_vec())
+    Ok((all[local_rank * per..(local_rank + 1) * per].to_vec(), true))
 }
 
 /// Ranks of the communicators alive in this process (see `LiveRank`).
@@ -111,7 +120,7 @@ impl Drop for LiveRank {
 pub(crate) fn spin_budget(cpus: Option<&CpuSet>) -> u64 {
     static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let process_cpus = *CPUS.get_or_init(|| allowed().map_or(1, |a| a.len()));
-    if cpus.is_some() && LIVE_RANKS.load(Ordering::Relaxed) <= process_cpus {
+    if cpus.is_some_and(|c| c.exclusive) && LIVE_RANKS.load(Ordering::Relaxed) <= process_cpus {
         4096
     } else {
         32
@@ -144,20 +153,21 @@ mod tests {
     #[test]
     fn ranks_get_disjoint_equal_shares() {
         let all: Vec<usize> = (0..8).collect();
-        assert_eq!(share(&all, 8, 0, 1).unwrap(), all);
-        assert_eq!(share(&all, 8, 1, 2).unwrap(), vec![4, 5, 6, 7]);
+        assert_eq!(share(&all, 8, 0, 1).unwrap(), (all.clone(), true));
+        assert_eq!(share(&all, 8, 1, 2).unwrap(), (vec![4, 5, 6, 7], true));
         // 3 ranks on 8 CPUs: 2 each, the rest unused rather than shared.
-        let shares: Vec<_> = (0..3).map(|r| share(&all, 8, r, 3).unwrap()).collect();
+        let shares: Vec<_> = (0..3).map(|r| share(&all, 8, r, 3).unwrap().0).collect();
         assert_eq!(shares, vec![vec![0, 1], vec![2, 3], vec![4, 5]]);
-        assert!(share(&all, 8, 0, 9).unwrap_err().contains("9 ranks share 8 CPUs"));
+        // More ranks than CPUs: round robin, not exclusive.
+        assert_eq!(share(&all, 8, 9, 12).unwrap(), (vec![1], false));
         assert!(share(&[2, 3], 8, 0, 1).unwrap_err().contains("already bound"));
     }
 
     #[test]
     fn binding_applies_to_the_calling_thread() {
         let all = allowed().expect("sched_getaffinity");
-        let first = share(&all, all.len(), 0, all.len()).unwrap();
-        let set = CpuSet::new(first.clone());
+        let first = share(&all, all.len(), 0, all.len()).unwrap().0;
+        let set = CpuSet::new(first.clone(), true);
         std::thread::spawn(move || {
             bind_current(&set);
             assert_eq!(allowed().unwrap(), first);
