@@ -75,5 +75,33 @@ fn host_all_reduce(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, compile, cache_hit, host_all_reduce);
+/// The launch path alone: one rank, so no peer to wait for; 200 queued 8-byte launches and
+/// one synchronize per iteration (the rate is launches per second), and a launch
+/// synchronized on its own (the round trip through the stream thread).
+fn launch(c: &mut Criterion) {
+    const QUEUED: usize = 200;
+    let comms = Comm::init_all(1, &Config::default()).expect("init");
+    let (comm, stream) = (&comms[0], comms[0].device().stream().expect("stream"));
+    let buf = comm.device().alloc::<f32>(2).expect("alloc");
+    let mut g = c.benchmark_group("launch_1rank_8B");
+    g.throughput(Throughput::Elements(QUEUED as u64));
+    g.bench_function("queued", |b| {
+        b.iter(|| {
+            for _ in 0..QUEUED {
+                comm.all_reduce(&buf, &buf, 2, Op::Sum, &stream).expect("launch");
+            }
+            stream.synchronize().expect("sync");
+        })
+    });
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("synchronized", |b| {
+        b.iter(|| {
+            comm.all_reduce(&buf, &buf, 2, Op::Sum, &stream).expect("launch");
+            stream.synchronize().expect("sync");
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, compile, cache_hit, host_all_reduce, launch);
 criterion_main!(benches);
