@@ -54,7 +54,7 @@ float_ref!(
 
 /// The PreMulSum scalar rank `rank` uses in checks: +-2, exact in every type.
 pub fn premul_scalar(rank: usize) -> f64 {
-    if rank % 2 == 0 {
+    if rank.is_multiple_of(2) {
         2.0
     } else {
         -2.0
