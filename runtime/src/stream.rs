@@ -137,7 +137,8 @@ impl Shared {
 
     /// Waits until `target` launches have completed or `deadline` passes; true if reached.
     fn wait(&self, target: u64, deadline: Option<Instant>) -> bool {
-        let poll_end = (Instant::now() + POLL).min(deadline.unwrap_or(Instant::now() + POLL));
+        let poll_end = Instant::now() + POLL;
+        let poll_end = deadline.map_or(poll_end, |d| d.min(poll_end));
         poll(poll_end, || self.reached(target).then_some(())).is_some() || self.sleep_until(target, deadline)
     }
 

@@ -48,7 +48,9 @@ pub(crate) fn choose(
         Some(a) if coll.algorithms().contains(&a) => (a, "forced by configuration"),
         // One hop instead of the ring's 2(n-1), for n times the data per rank. At 2 ranks
         // the ring's 2 steps cost no more than one-shot's extra copy through its own FIFO.
-        _ if small_allreduce && bytes * nranks <= ONESHOT_MAX_BYTES => (Algorithm::OneShot, "bytes x ranks <= 8 KiB"),
+        _ if small_allreduce && bytes * nranks <= ONESHOT_MAX_BYTES => {
+            (Algorithm::OneShot, "bytes x ranks within the one-shot limit")
+        }
         _ if small_allreduce && bytes <= 16 << 10 => (Algorithm::Tree, "<= 16 KiB"),
         _ if coll == Collective::AllReduce && !commutative => (Algorithm::Ring, "the op is not commutative"),
         _ => (Algorithm::Ring, "size rule"),
