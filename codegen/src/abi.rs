@@ -10,6 +10,8 @@ pub const MAX_TREE_ARITY: usize = 3;
 pub const OK: i32 = 0;
 pub const ERR_ABORTED: i32 = 1;
 pub const ERR_TIMEOUT: i32 = 2;
+/// The peer a wait was for is known to have failed (`peer_failed[peer] != 0`).
+pub const ERR_PEER: i32 = 3;
 /// What a failed wait waited for (`JC_WAIT_*`).
 pub const WAIT_DATA: i32 = 1;
 pub const WAIT_SPACE: i32 = 2;
@@ -108,6 +110,9 @@ pub struct Args {
     pub peer_recv: *const *mut Conn,
     pub status: *mut Status,
     pub abort_flag: *const i32,
+    /// Per rank: nonzero once that rank is known to have failed (the communicator's failure
+    /// board, see the runtime's `fault` module).
+    pub peer_failed: *const i32,
     pub scalar_f: f64,
     pub scalar_i: i64,
     /// Host: busy-poll rounds before a wait yields its core.

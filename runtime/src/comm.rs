@@ -18,6 +18,7 @@ use crate::store::Server;
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
 use crate::error::{invalid, Error, Result};
+use crate::fault::{Board, Notice};
 use crate::affinity::{self, CpuSet, LiveRank};
 use crate::stream::{CtaPool, Stream};
 use crate::transport::connect::{connect, RankConns};
@@ -93,6 +94,12 @@ pub(crate) struct CommInner {
     peer_recv: KernelTable<*mut Conn>,
     status: KernelTable<Status>,
     abort: AtomicI32,
+    /// Per rank, its failure board where this process can write it (this rank's own and
+    /// those of peers in memory; None for net peers, reached through the proxy).
+    boards: Vec<Option<Board>>,
+    /// The error that failed this communicator: every later operation returns it.
+    failure: Mutex<Option<Error>>,
+    failed: AtomicBool,
     /// One kernel of this communicator at a time: they share connector state.
     exec: Mutex<()>,
     /// The CPUs this rank's kernel threads are bound to, if any.
@@ -116,11 +123,14 @@ pub(crate) struct CommInner {
 
 impl CommInner {
     /// A rank wired by `conns`, whose pointers stay valid while `segments` lives.
+    /// `boards` holds, per rank, its failure board where this process can write it (this
+    /// rank's own at least).
     pub(crate) fn new(
         rank: usize,
         device: Device,
         cfg: Resolved,
         conns: RankConns,
+        boards: Vec<Option<Board>>,
         segments: Arc<dyn Send + Sync>,
         cpus: Option<Arc<CpuSet>>,
     ) -> CommInner {
@@ -139,6 +149,9 @@ impl CommInner {
             p2p_send,
             p2p_recv,
             abort: AtomicI32::new(0),
+            boards,
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
             exec: Mutex::new(()),
             cpus,
             _live: LiveRank::new(),
@@ -157,6 +170,79 @@ impl CommInner {
 
     pub(crate) fn with_net(self, net: Option<Arc<Activity>>) -> CommInner {
         CommInner { net, ..self }
+    }
+
+    fn own_board(&self) -> Board {
+        self.boards[self.rank].expect("a rank can always write its own board")
+    }
+
+    /// The error that failed this communicator, if one did.
+    fn failure(&self) -> Option<Error> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(Error::replay)
+    }
+
+    /// Fails the communicator with `err` (the first failure stays) and tells every peer, so
+    /// that their waits on this rank end now. An abort is this rank's own decision and is
+    /// not announced.
+    fn fail(&self, err: &Error) {
+        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if failure.is_some() {
+            return;
+        }
+        *failure = Some(err.replay());
+        self.failed.store(true, Ordering::Release);
+        let culprit = match err {
+            Error::Aborted { .. } => return,
+            Error::Timeout { peer, .. } if *peer >= 0 => *peer as usize,
+            Error::PeerFailed { culprit, .. } => *culprit,
+            _ => self.rank,
+        };
+        tracing::warn!("rank {}: communicator failed (rank {culprit} failed first): {err}", self.rank);
+        self.announce(culprit);
+    }
+
+    /// Notes on every peer's failure board that this rank failed, blaming `blames`: first
+    /// the rank it waited on in vain, then whom it found to have failed first.
+    fn announce(&self, blames: usize) {
+        let notice = Notice { culprit: blames, closed: false };
+        for b in self.boards.iter().enumerate().filter(|&(q, _)| q != self.rank).filter_map(|(_, b)| b.as_ref()) {
+            b.announce(self.rank, notice);
+        }
+        if let Some(net) = &self.net {
+            net.report_failure(blames);
+        }
+    }
+
+    /// The error of a wait that ended because `peer` had failed.
+    fn peer_failed(&self, op: String, peer: usize) -> Error {
+        let (culprit, how) = self.culprit(peer);
+        self.announce(culprit);
+        Error::PeerFailed { op, rank: self.rank, peer: peer as i32, culprit, how }
+    }
+
+    /// The rank that failed first, as this rank's board tells it, from `peer` on: each
+    /// failed rank's notice names whom it waited on, so the chain ends at a rank that
+    /// said nothing (stuck or dead) or whose connection closed. A chain that comes back
+    /// around is a ring of ranks that all waited: then a rank that said nothing is blamed,
+    /// or this one if every other spoke. Returns the culprit and how it became known.
+    fn culprit(&self, peer: usize) -> (usize, String) {
+        let board = self.own_board();
+        let mut seen = vec![false; self.nranks];
+        let (mut at, mut how) = (peer, "it did not answer".to_string());
+        while at != self.rank && !seen[at] {
+            seen[at] = true;
+            let Some(n) = board.get(at) else { return (at, how) };
+            how = n.how(at);
+            if n.closed || n.culprit == at {
+                return (at, how);
+            }
+            at = n.culprit;
+        }
+        let silent = (0..self.nranks).find(|&q| q != self.rank && board.get(q).is_none());
+        (silent.unwrap_or(self.rank), how)
     }
 }
 
@@ -259,6 +345,7 @@ impl Comm {
                     Device::host(rank),
                     cfg.clone(),
                     connect(&layout, rank, &bases),
+                    bases.iter().map(|&b| Some(layout.board(b))).collect(),
                     segments.clone(),
                     affinity::for_local_rank(rank, nranks),
                 )),
@@ -545,6 +632,9 @@ impl Comm {
         if self.is_aborted() {
             return Err(Error::InvalidUsage(format!("{name} on rank {}: the communicator was aborted", me.rank)));
         }
+        if let Some(e) = me.failure() {
+            return Err(e);
+        }
         if stream.device() != &me.device {
             return invalid(format!("{name}: the stream is on {:?}, the communicator on {:?}", stream.device(), me.device));
         }
@@ -585,6 +675,7 @@ impl Comm {
             peer_recv: me.peer_recv.ptr(),
             status: me.status.ptr(),
             abort_flag: me.abort.as_ptr(),
+            peer_failed: me.own_board().as_ptr(),
             scalar_f,
             scalar_i: scalar_f as i64,
             spin: affinity::spin_budget(me.cpus.as_deref()),
@@ -606,6 +697,10 @@ impl Comm {
     }
 }
 
+/// How long a failed rank lets the peers it waited on say whom they waited on, before it
+/// names the rank that failed first (at most a quarter of the timeout).
+const FAILURE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// One queued kernel launch, owning everything its CTAs touch until it is released.
 pub(crate) struct KernelLaunch {
     comm: Arc<CommInner>,
@@ -622,6 +717,10 @@ impl KernelLaunch {
     pub(crate) fn run(&self, pool: &mut CtaPool) -> Result<()> {
         let inner = &self.comm;
         let _one_at_a_time = inner.exec.lock().unwrap_or_else(|e| e.into_inner());
+        // Behind a failed operation, nothing runs: it would pair with stale FIFO steps.
+        if let Some(e) = inner.failure() {
+            return Err(e);
+        }
         // SAFETY: statuses are only written by this communicator's kernels, not running now.
         unsafe { std::slice::from_raw_parts_mut(inner.status.ptr(), self.nchannels) }.fill(Status::default());
         let _net = inner.net.as_ref().map(|a| a.kernel_running());
@@ -633,28 +732,61 @@ impl KernelLaunch {
             // each channel runs on exactly one thread.
             unsafe { self.kernel.run(&self.args.0, c as i32) }
         })?;
-        match failed {
-            None => Ok(()),
+        let err = match failed {
+            None => return Ok(()),
             Some(chan) => {
                 // SAFETY: the kernels have finished.
-                let st = unsafe { *inner.status.ptr().add(chan) };
-                Err(kernel_error(self.name, inner.rank, chan, st, inner.cfg.timeout.as_secs_f64()))
+                let statuses = unsafe { std::slice::from_raw_parts(inner.status.ptr(), self.nchannels) };
+                debug_assert!(statuses[chan].code != abi::OK);
+                kernel_error(self.name, inner, statuses)
             }
-        }
+        };
+        inner.fail(&err);
+        Err(err)
     }
 }
 
-fn kernel_error(op: &str, rank: usize, channel: usize, st: Status, timeout_s: f64) -> Error {
-    match st.code {
-        abi::ERR_ABORTED => Error::Aborted { op: op.to_string(), rank },
-        abi::ERR_TIMEOUT => Error::Timeout {
-            op: op.to_string(),
-            rank,
-            channel,
-            peer: st.peer,
-            waiting: if st.what == abi::WAIT_SPACE { "a free FIFO slot at" } else { "data from" },
-            timeout_s,
-        },
-        code => Error::Internal(format!("{op} on rank {rank}: kernel returned unknown status {code}")),
+/// The error of a kernel whose channels ended with `statuses`.
+fn kernel_error(op: &str, inner: &CommInner, statuses: &[Status]) -> Error {
+    let (op, rank) = (op.to_string(), inner.rank);
+    let failed = || statuses.iter().enumerate().filter(|(_, st)| st.code != abi::OK);
+    let Some((_, st)) = failed().next() else {
+        return Error::Internal(format!("{op} on rank {rank}: a kernel failed without a status"));
+    };
+    if failed().any(|(_, st)| st.code == abi::ERR_ABORTED) {
+        return Error::Aborted { op, rank };
+    }
+    // Waits that timed out may have waited on ranks stuck themselves, and waits that ended
+    // on a failed peer may have heard from it before the others spoke: tell the peers whom
+    // this rank waited on, and give them a moment to say whom they waited on.
+    let waited: Vec<usize> = failed().map(|(_, st)| st.peer as usize).filter(|&p| p < inner.nranks).collect();
+    if st.code != abi::ERR_TIMEOUT && st.code != abi::ERR_PEER || waited.is_empty() {
+        return Error::Internal(format!("{op} on rank {rank}: kernel returned status {} (peer {})", st.code, st.peer));
+    }
+    inner.announce(waited[0]);
+    let board = inner.own_board();
+    // Until every chain from the waited peers ends at a rank that spoke (or the grace is
+    // over): one that looks silent may be a moment from speaking.
+    let end = std::time::Instant::now() + (inner.cfg.timeout / 4).min(FAILURE_GRACE);
+    while waited.iter().any(|&w| board.get(inner.culprit(w).0).is_none()) && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    if let Some((_, st)) = failed().find(|(_, st)| st.code == abi::ERR_PEER) {
+        return inner.peer_failed(op, st.peer as usize);
+    }
+    match failed().find(|(_, st)| board.get(st.peer as usize).is_none()) {
+        // A rank that never said it failed: the one that stopped answering.
+        Some((channel, st)) => {
+            inner.announce(st.peer as usize);
+            Error::Timeout {
+                op,
+                rank,
+                channel,
+                peer: st.peer,
+                waiting: if st.what == abi::WAIT_SPACE { "a free FIFO slot at" } else { "data from" },
+                timeout_s: inner.cfg.timeout.as_secs_f64(),
+            }
+        }
+        None => inner.peer_failed(op, waited[0]),
     }
 }

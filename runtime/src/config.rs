@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use jitccl_codegen::abi::NPROTOS;
+use jitccl_codegen::abi::{NPROTOS, STEPS};
 use jitccl_codegen::{Algorithm, Protocol};
 
 use crate::error::{Error, Result};
@@ -45,6 +45,13 @@ pub(crate) struct Resolved {
 /// Most channels a rank may use (each is a CTA: a thread on the host).
 pub const MAX_CHANNELS: usize = 32;
 const DEFAULT_SIMPLE_SLOT: usize = 128 << 10;
+/// Per protocol (Simple, LL, LL128), the smallest slot and what every slot is a multiple of.
+const MIN_SLOT: [usize; NPROTOS] = [64, 16, 128];
+/// The largest FIFO (all STEPS slots of one protocol): a rank's segment holds one per
+/// channel and peer, so this bounds what a bad value can ask of /dev/shm.
+const MAX_BUFFSIZE: usize = 1 << 30;
+/// The longest timeout (about 31 years): deadlines computed from it never overflow.
+const MAX_TIMEOUT: Duration = Duration::from_secs(1_000_000_000);
 /// Most sockets per net connector.
 const MAX_NSOCKS: usize = 16;
 
@@ -93,31 +100,40 @@ impl Config {
             None => parse_env("JITCCL_TIMEOUT", |v| {
                 v.parse::<f64>()
                     .ok()
-                    .filter(|s| *s > 0.0 && s.is_finite())
+                    .filter(|s| *s > 0.0 && *s <= MAX_TIMEOUT.as_secs_f64())
                     .map(Duration::from_secs_f64)
-                    .ok_or_else(|| "expected a positive number of seconds".to_string())
+                    .ok_or_else(|| format!("expected seconds, more than 0 and at most {}", MAX_TIMEOUT.as_secs()))
             })?
             .unwrap_or(Duration::from_secs(300)),
         };
-        if timeout.is_zero() {
-            return Err(Error::InvalidArgument("timeout must be positive".into()));
+        if timeout.is_zero() || timeout > MAX_TIMEOUT {
+            return Err(Error::InvalidArgument(format!(
+                "timeout must be more than 0 and at most {} s, got {timeout:?}",
+                MAX_TIMEOUT.as_secs()
+            )));
         }
+        let min_buffsize = MIN_SLOT[0] * STEPS;
         let slot_bytes = match self.slot_bytes {
             Some(s) => s,
             None => slots_from_simple(
-                parse_env("JITCCL_BUFFSIZE", |v| v.parse::<usize>().map_err(|e| e.to_string()))?
-                    .map(|b| b / jitccl_codegen::abi::STEPS)
-                    .unwrap_or(DEFAULT_SIMPLE_SLOT),
+                parse_env("JITCCL_BUFFSIZE", |v| {
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&b| (min_buffsize..=MAX_BUFFSIZE).contains(&b))
+                        .ok_or_else(|| format!("expected bytes, {min_buffsize} to {MAX_BUFFSIZE}"))
+                })?
+                .map(|b| b / STEPS / MIN_SLOT[0] * MIN_SLOT[0])
+                .unwrap_or(DEFAULT_SIMPLE_SLOT),
             ),
         };
-        let min = [64, 16, 128];
         for p in 0..NPROTOS {
-            if slot_bytes[p] < min[p] || slot_bytes[p] % min[p] != 0 {
+            if slot_bytes[p] < MIN_SLOT[p] || slot_bytes[p] % MIN_SLOT[p] != 0 || slot_bytes[p] > MAX_BUFFSIZE / STEPS {
                 return Err(Error::InvalidArgument(format!(
-                    "{} slot size {} must be a positive multiple of {} bytes",
+                    "{} slot size {} must be a positive multiple of {} bytes, at most {}",
                     Protocol::ALL[p],
                     slot_bytes[p],
-                    min[p]
+                    MIN_SLOT[p],
+                    MAX_BUFFSIZE / STEPS
                 )));
             }
         }

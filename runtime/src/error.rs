@@ -26,6 +26,11 @@ pub enum Error {
     /// A wait on a peer made no progress within the timeout.
     #[error("{op} on rank {rank}: no progress for {timeout_s} s on channel {channel} waiting for {waiting} rank {peer}")]
     Timeout { op: String, rank: usize, channel: usize, peer: i32, waiting: &'static str, timeout_s: f64 },
+    /// The operation waited for a rank that had failed (or whose connection closed): the
+    /// communicator has failed. `culprit` is the rank that failed first, as far as this
+    /// rank could learn it.
+    #[error("{op} on rank {rank}: rank {culprit} failed first ({how}); this rank was waiting for rank {peer}")]
+    PeerFailed { op: String, rank: usize, peer: i32, culprit: usize, how: String },
     /// The communicator was aborted while the operation ran.
     #[error("{op} on rank {rank} was aborted")]
     Aborted { op: String, rank: usize },
@@ -41,6 +46,29 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A copy of an error that failed a communicator, for every later call on it. Such
+    /// errors come from running operations; any other kind is copied as its message.
+    pub(crate) fn replay(&self) -> Error {
+        match self {
+            Error::Timeout { op, rank, channel, peer, waiting, timeout_s } => Error::Timeout {
+                op: op.clone(),
+                rank: *rank,
+                channel: *channel,
+                peer: *peer,
+                waiting,
+                timeout_s: *timeout_s,
+            },
+            Error::PeerFailed { op, rank, peer, culprit, how } => {
+                Error::PeerFailed { op: op.clone(), rank: *rank, peer: *peer, culprit: *culprit, how: how.clone() }
+            }
+            Error::Aborted { op, rank } => Error::Aborted { op: op.clone(), rank: *rank },
+            Error::Internal(m) => Error::Internal(m.clone()),
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
 
 /// Maps an OS error to [`Error::System`] with what was being done.
 pub(crate) fn sys(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {

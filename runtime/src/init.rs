@@ -172,6 +172,8 @@ impl Comm {
         own.unlink();
         shm.push(own);
         let conns = connect(&layout, rank, &bases);
+        // Failure boards this process can write: its own and those of peers in memory.
+        let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(bases[q]))).collect();
         let proxy = if net.iter().any(|&n| n) {
             let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
             let listener = NetListener::bind(ip)?;
@@ -196,7 +198,7 @@ impl Comm {
         );
         let net = proxy.as_ref().map(Proxy::activity);
         let segments = Arc::new(Segments { _proxy: proxy, _shm: shm, _shadows: shadows });
-        let inner = CommInner::new(rank, Device::host(rank), cfg, conns, segments, cpus)
+        let inner = CommInner::new(rank, Device::host(rank), cfg, conns, boards, segments, cpus)
             .with_bootstrap(bs, abort, store_server)
             .with_net(net);
         Ok(Comm::from_inner(inner))

@@ -8,6 +8,7 @@ mod config;
 mod device;
 mod element;
 mod error;
+mod fault;
 mod init;
 pub mod graph;
 mod logging;

@@ -8,6 +8,7 @@
 #define JC_OK 0
 #define JC_ERR_ABORTED 1
 #define JC_ERR_TIMEOUT 2
+#define JC_ERR_PEER 3    /* the peer waited for has failed (peer_failed[peer] != 0) */
 
 /* What a failed wait was waiting for. */
 #define JC_WAIT_DATA 1  /* data from the peer (its tail / line flags) */
@@ -65,6 +66,7 @@ struct jc_args {
   struct jc_conn* const* peer_recv;
   struct jc_status* status;       /* one per channel */
   const jc_i32* abort_flag;
+  const jc_i32* peer_failed;      /* per rank: nonzero once that rank is known to have failed */
   double scalar_f;                /* PreMulSum / Avg multiplier, float types */
   jc_i64 scalar_i;                /* PreMulSum multiplier, integer types */
   jc_u64 spin;                    /* host: busy-poll rounds before a wait yields its core */

@@ -1,6 +1,7 @@
 /* Per-CTA context and the bounded wait every primitive uses: polls with the prelude's
-   jc_relax, and gives up on abort or after timeout_ns without progress, recording which peer
-   it waited for. Target-independent. */
+   jc_relax, and gives up on abort, when the peer it waits for is known to have failed, or
+   after timeout_ns without progress, recording which peer it waited for.
+   Target-independent. */
 struct jc_ctx {
   const struct jc_args* args;
   int chan;
@@ -23,6 +24,8 @@ static JC_DEVICE int jc_check(struct jc_ctx* x, jc_u64 spins, int peer, int what
   if ((spins & 255) != 0) return JC_OK;
   if (jc_load_flag(x->args->abort_flag)) {
     code = JC_ERR_ABORTED;
+  } else if (peer >= 0 && jc_load_flag(&x->args->peer_failed[peer])) {
+    code = JC_ERR_PEER;
   } else {
     jc_u64 now = jc_now_ns();
     if (x->wait_start == 0) x->wait_start = now;

@@ -1,10 +1,13 @@
-//! The layout of a rank's receive segment: one FIFO per (channel, incoming edge), each FIFO
-//! the head and tail counters then every protocol's slots. Fixed slots per channel (ring,
+//! The layout of a rank's receive segment: the failure board (one word per rank, see
+//! `fault`), then one FIFO per (channel, incoming edge), each FIFO the head and tail
+//! counters then every protocol's slots. Fixed slots per channel (ring,
 //! tree parent, tree children, one per p2p sender) keep offsets independent of the graph,
 //! so a sender finds its FIFO in a peer's segment without asking. Unused FIFOs cost
 //! address space only: their pages are never touched.
 
 use jitccl_codegen::abi::{Conn, MAX_TREE_ARITY, NPROTOS, STEPS};
+
+use crate::fault::Board;
 
 /// Counters get a cache line each so sender and receiver do not false-share.
 const COUNTER_BYTES: usize = 128;
@@ -40,9 +43,19 @@ impl Layout {
         b.div_ceil(PAGE) * PAGE
     }
 
+    /// Bytes of the failure board at the start of a segment, page-aligned.
+    fn board_bytes(&self) -> usize {
+        (self.nranks * size_of::<i32>()).div_ceil(PAGE) * PAGE
+    }
+
     /// Bytes of a rank's receive segment.
     pub fn segment_bytes(&self) -> usize {
-        self.fifo_bytes() * self.nchannels * (GRAPH_FIFOS + self.nranks)
+        self.board_bytes() + self.fifo_bytes() * self.nchannels * (GRAPH_FIFOS + self.nranks)
+    }
+
+    /// The failure board of the segment at `base` (as mapped in this process).
+    pub fn board(&self, base: *mut u8) -> Board {
+        Board::new(base as *mut i32, self.nranks)
     }
 
     /// Byte offset of the FIFO of `edge` on `chan` in a receiver's segment (also the FIFO's
@@ -54,7 +67,7 @@ impl Layout {
             Edge::FromChild(k) => chan * GRAPH_FIFOS + 2 + k,
             Edge::P2p(sender) => self.nchannels * GRAPH_FIFOS + sender * self.nchannels + chan,
         };
-        index * self.fifo_bytes()
+        self.board_bytes() + index * self.fifo_bytes()
     }
 
     /// A connector end on the FIFO of `edge` on `chan` in the receiver's segment at `base`

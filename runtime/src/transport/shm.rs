@@ -5,7 +5,9 @@
 //! drops it is unlinked then.
 
 use std::fs::{File, OpenOptions};
-use std::path::PathBuf;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use memmap2::MmapMut;
@@ -28,13 +30,18 @@ impl ShmSegment {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let name = format!("jitccl-{}-{}-{nanos:08x}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let path = PathBuf::from(DIR).join(&name);
+        // Only this user's processes may map it: it holds their data.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&path)
             .map_err(sys(format!("creating shared memory {}", path.display())))?;
-        let seg = ShmSegment { map: map(&file, &path, Some(bytes))?, name, owned_link: AtomicBool::new(true) };
+        let map = reserve(&file, &path, bytes).and_then(|()| map(&file, &path)).inspect_err(|_| {
+            let _ = std::fs::remove_file(&path);
+        })?;
+        let seg = ShmSegment { map, name, owned_link: AtomicBool::new(true) };
         tracing::debug!("shm segment {} created, {bytes} B", seg.name);
         Ok(seg)
     }
@@ -54,7 +61,7 @@ impl ShmSegment {
         if len != bytes as u64 {
             return Err(Error::Internal(format!("shared memory {name} holds {len} B, {bytes} B expected")));
         }
-        Ok(ShmSegment { map: map(&file, &path, None)?, name: name.to_string(), owned_link: AtomicBool::new(false) })
+        Ok(ShmSegment { map: map(&file, &path)?, name: name.to_string(), owned_link: AtomicBool::new(false) })
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -76,10 +83,37 @@ impl ShmSegment {
     }
 }
 
-fn map(file: &File, path: &std::path::Path, set_len: Option<usize>) -> Result<MmapMut> {
-    if let Some(bytes) = set_len {
-        file.set_len(bytes as u64).map_err(sys(format!("sizing {}", path.display())))?;
+/// Gives the new segment its size with every page reserved now: a sparse file in a
+/// /dev/shm too small for it would kill whichever rank first touches a missing page with
+/// SIGBUS, long after init.
+fn reserve(file: &File, path: &Path, bytes: usize) -> Result<()> {
+    // SAFETY: a plain call on an open descriptor.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC => Err(Error::System {
+            context: format!(
+                "not enough shared memory: need {bytes} bytes in {DIR}, have {} (for {}; enlarge {DIR}, e.g. docker's --shm-size, or lower JITCCL_BUFFSIZE or JITCCL_NCHANNELS)",
+                available(DIR).map_or("an unknown amount".into(), |b| b.to_string()),
+                path.display()
+            ),
+            source: std::io::Error::from_raw_os_error(rc),
+        }),
+        // A file system without fallocate: size it sparse.
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(bytes as u64).map_err(sys(format!("sizing {}", path.display()))),
+        _ => Err(sys(format!("reserving {bytes} bytes for {}", path.display()))(std::io::Error::from_raw_os_error(rc))),
     }
+}
+
+/// Bytes free for an unprivileged user in the file system of `dir`.
+fn available(dir: &str) -> Option<u64> {
+    let c = std::ffi::CString::new(dir).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid path and a struct to fill.
+    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+fn map(file: &File, path: &Path) -> Result<MmapMut> {
     // SAFETY: the segment is only ever accessed through raw pointers by kernels, which
     // synchronize with acquire/release counters and flags, as device memory is.
     unsafe { MmapMut::map_mut(file) }.map_err(sys(format!("mapping {}", path.display())))
@@ -115,7 +149,24 @@ mod tests {
         unsafe { assert_eq!(*b.ptr().add(100), 42) };
         let c = ShmSegment::create(4096).unwrap();
         let path = PathBuf::from(DIR).join(c.name());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a segment must be private to its user");
         drop(c);
         assert!(!path.exists(), "a dropped segment must not leave its name behind");
+    }
+
+    #[test]
+    fn a_segment_larger_than_dev_shm_is_refused_with_sizes_and_leaves_nothing() {
+        // More than the whole file system holds, which tmpfs refuses before allocating.
+        let c = std::ffi::CString::new(DIR).unwrap();
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid path and a struct to fill.
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        let size = st.f_blocks as u64 * st.f_frsize as u64;
+        let err = ShmSegment::create((size + (1 << 30)) as usize).err().expect("more than /dev/shm holds").to_string();
+        assert!(err.contains("not enough shared memory: need") && err.contains("in /dev/shm, have"), "{err}");
+        let path = err.split("(for ").nth(1).and_then(|r| r.split(';').next()).expect("the error names the segment");
+        assert!(!Path::new(path).exists(), "the refused segment {path} was left behind");
     }
 }

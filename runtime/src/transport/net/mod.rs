@@ -139,7 +139,7 @@ impl Proxy {
             recv_sides.len(),
             cfg.nsocks
         );
-        let (thread, activity) = proxy::spawn(rank, send_sides, recv_sides)?;
+        let (thread, activity) = proxy::spawn(rank, send_sides, recv_sides, layout.board(bases[rank]))?;
         Ok(Proxy { activity, thread: Some(thread) })
     }
 

@@ -19,6 +19,7 @@ use super::recv::RecvSide;
 use super::send::SendSide;
 use super::wire::linger;
 use crate::error::{sys, Result};
+use crate::fault::{Board, Notice};
 use crate::transport::connect::Link;
 
 /// How long a closing proxy keeps forwarding steps its kernels already posted (a send
@@ -42,6 +43,8 @@ pub(crate) struct Activity {
     /// The proxy is (about to be) asleep and must be woken.
     sleeping: AtomicBool,
     stop: AtomicBool,
+    /// 1 + the culprit of this rank's failure, to be reported to every net peer (0: none).
+    fault: AtomicUsize,
     waker: Waker,
 }
 
@@ -55,6 +58,13 @@ impl Activity {
             self.wake();
         }
         Running(self)
+    }
+
+    /// Tells every net peer that this rank's communicator failed, `culprit` having failed
+    /// first as far as this rank knows.
+    pub(crate) fn report_failure(&self, culprit: usize) {
+        self.fault.store(culprit + 1, Ordering::SeqCst);
+        self.wake();
     }
 
     /// Stops the proxy: it drains what its kernels posted, then closes.
@@ -89,11 +99,13 @@ unsafe impl Send for Sides {}
 type Place = (bool, usize, usize);
 
 /// Starts the proxy thread of `rank`; it runs until stopped through the returned
-/// `Activity`, then drains and closes.
+/// `Activity`, then drains and closes. A failed link is noted on `board`, the rank's own
+/// failure board.
 pub(super) fn spawn(
     rank: usize,
     sends: Vec<SendSide>,
     recvs: Vec<RecvSide>,
+    board: Board,
 ) -> Result<(JoinHandle<()>, Arc<Activity>)> {
     let poll = Poll::new().map_err(sys("creating the net proxy's poller"))?;
     let mut places = Vec::new();
@@ -117,6 +129,7 @@ pub(super) fn spawn(
         running: AtomicUsize::new(0),
         sleeping: AtomicBool::new(false),
         stop: AtomicBool::new(false),
+        fault: AtomicUsize::new(0),
         waker,
     });
     let sides = Sides(sends, recvs);
@@ -125,7 +138,7 @@ pub(super) fn spawn(
         .name(format!("jitccl-proxy{rank}"))
         .spawn(move || {
             let sides = sides;
-            run(rank, sides.0, sides.1, &act, poll, &places)
+            run(rank, sides.0, sides.1, &act, poll, &places, board)
         })
         .map_err(sys("starting the proxy thread"))?;
     Ok((thread, activity))
@@ -138,12 +151,14 @@ fn run(
     act: &Activity,
     mut poll: Poll,
     places: &[Place],
+    board: Board,
 ) {
     let mut events = Events::with_capacity(places.len() + 1);
     let mut wait = Duration::ZERO;
     let mut idle = 0u32;
     let mut drain_until = None;
     let mut was_busy = false;
+    let mut failed = false;
     loop {
         if let Err(e) = poll.poll(&mut events, Some(wait)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
@@ -170,26 +185,34 @@ fn run(
         if act.stop.load(Ordering::Acquire) {
             busy = true;
             let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN);
-            let flushed = sends.iter().all(|s| s.dead || s.flushed());
+            let flushed = sends.iter().all(SendSide::settled);
             if flushed || Instant::now() > until {
                 if !flushed {
                     tracing::warn!("rank {rank}: closing with posted steps its peers never took");
                 }
                 let socks =
                     sends.iter_mut().flat_map(|s| &mut s.socks).chain(recvs.iter_mut().flat_map(|r| &mut r.socks));
-                linger(socks.map(|w| &mut w.stream), until);
+                // A failed communicator owes its peers nothing: it closes at once.
+                linger(socks.map(|w| &mut w.stream), if failed { Instant::now() } else { until });
                 return;
             }
         }
         let mut progressed = false;
+        let fault = act.fault.swap(0, Ordering::AcqRel);
+        if fault > 0 {
+            failed = true;
+            sends.iter_mut().for_each(|s| s.report_fault(fault - 1));
+        }
         for s in sends.iter_mut().filter(|s| !s.dead) {
             match s.pump() {
                 Ok(p) => progressed |= p,
                 Err(why) => {
-                    // A peer that finished closes its connectors; one that fails with steps
-                    // in flight is worth a warning (kernels waiting on it end by their
-                    // timeout, which names it).
+                    // A peer that finished closes its connectors, and one that failed does
+                    // too: noted on the board, it ends the kernel waits on that peer (and
+                    // only those), whichever it was.
                     link_failed(rank, "to", s.link, &why, !s.flushed());
+                    board.note(s.link.peer, Notice { culprit: s.link.peer, closed: true });
+                    close(&s.socks);
                     s.dead = true;
                 }
             }
@@ -198,7 +221,15 @@ fn run(
             match r.pump() {
                 Ok(p) => progressed |= p,
                 Err(why) => {
-                    link_failed(rank, "from", r.link, &why, r.mid_frame());
+                    link_failed(rank, "from", r.link, &why, r.mid_frame() || r.fault.is_some());
+                    let notice = match r.fault {
+                        Some(culprit) => Notice { culprit, closed: false },
+                        None => Notice { culprit: r.link.peer, closed: true },
+                    };
+                    board.note(r.link.peer, notice);
+                    if r.fault.is_none() {
+                        close(&r.socks);
+                    }
                     r.dead = true;
                 }
             }
@@ -217,6 +248,15 @@ fn run(
                 wait = if busy { BUSY_SLEEP } else { IDLE_SLEEP };
             }
         }
+    }
+}
+
+/// Closes a closed link's sockets now: a peer that is closing lingers until this side
+/// closes too. (A link that brought a fault frame stays open: its peer is alive, and a
+/// close now would read to it as this rank's failure.)
+fn close(socks: &[super::wire::Wire]) {
+    for w in socks {
+        let _ = w.stream.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -266,8 +306,9 @@ mod tests {
             })
             .unzip();
         let link = Link { peer: 1, chan: 0, edge: Edge::Ring };
-        let (t0, a0) = spawn(0, vec![SendSide::new(link, tx, out)], vec![]).unwrap();
-        let (t1, a1) = spawn(1, vec![], vec![RecvSide::new(Link { peer: 0, ..link }, rx, inc)]).unwrap();
+        let (t0, a0) = spawn(0, vec![SendSide::new(link, tx, out)], vec![], layout.board(shadow.ptr())).unwrap();
+        let rside = RecvSide::new(Link { peer: 0, ..link }, rx, inc);
+        let (t1, a1) = spawn(1, vec![], vec![rside], layout.board(own.ptr())).unwrap();
         let (k0, k1) = (a0.kernel_running(), a1.kernel_running());
 
         let steps = 5 * STEPS as u64;

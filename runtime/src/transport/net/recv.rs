@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use jitccl_codegen::abi::Conn;
 
 use super::fifo::{atomic, fits, set_size, slot_ptr, store_flagged, SIMPLE};
-use super::wire::{parse_frame_header, split_size_word, Wire, CREDIT, FRAME_HEADER};
+use super::wire::{parse_frame_header, split_size_word, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
 /// Bytes read ahead per call: several small frames at once, without staging large steps
@@ -51,6 +51,8 @@ pub(super) struct RecvSide {
     credit: [u8; CREDIT],
     credit_done: usize,
     reported_head: u64,
+    /// The sender's fault frame: the rank that failed first, as the sender knew it.
+    pub fault: Option<usize>,
     pub dead: bool,
 }
 
@@ -75,6 +77,7 @@ impl RecvSide {
             credit: [0; CREDIT],
             credit_done: CREDIT,
             reported_head: 0,
+            fault: None,
             dead: false,
         }
     }
@@ -143,6 +146,10 @@ impl RecvSide {
                     continue;
                 }
                 let (step, word) = parse_frame_header(&c.ahead[c.at..]);
+                if step == FAULT_STEP {
+                    self.fault = Some(word as usize);
+                    return Err(format!("reported that rank {word} failed"));
+                }
                 if step != c.next || !fits(fifo, word) {
                     return Err(format!(
                         "sent a bad frame on socket {i} (step {step}, expected {}; size word {word:#x})",

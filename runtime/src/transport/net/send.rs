@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use jitccl_codegen::abi::{Conn, STEPS};
 
 use super::fifo::{atomic, fits, slot};
-use super::wire::{frame_header, split_size_word, Wire, CREDIT, FRAME_HEADER};
+use super::wire::{frame_header, split_size_word, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
 /// A step on its way out: header, then its bytes in the FIFO slot.
@@ -41,6 +41,8 @@ pub(super) struct SendSide {
     /// A credit read in part.
     credit: [u8; CREDIT],
     credit_len: usize,
+    /// A fault frame is queued: no step is taken out any more.
+    faulted: bool,
     /// The connection failed; the connector is no longer served.
     pub dead: bool,
 }
@@ -58,6 +60,7 @@ impl SendSide {
             remote_head: 0,
             credit: [0; CREDIT],
             credit_len: 0,
+            faulted: false,
             dead: false,
         }
     }
@@ -67,12 +70,18 @@ impl SendSide {
         self.out.iter().all(|(q, _)| q.is_empty()) && self.taken >= atomic(self.fifo.tail).load(Ordering::Acquire)
     }
 
+    /// Nothing more to send at close: every posted step went out, or the fault frame did
+    /// (a failed communicator's steps are not owed to anyone), or the connection is gone.
+    pub fn settled(&self) -> bool {
+        self.dead || (self.faulted && self.out.iter().all(|(q, _)| q.is_empty())) || self.flushed()
+    }
+
     /// Takes in credits and moves posted steps out; true if anything happened.
     pub fn pump(&mut self) -> Result<bool, String> {
         let mut progressed = self.take_credits()?;
         let tail = atomic(self.fifo.tail).load(Ordering::Acquire);
         let n = self.socks.len() as u64;
-        while self.taken < tail && self.taken < self.remote_head + STEPS as u64 {
+        while !self.faulted && self.taken < tail && self.taken < self.remote_head + STEPS as u64 {
             let k = self.taken;
             let s = slot(k);
             // SAFETY: sizes has STEPS entries; written before the tail we acquired.
@@ -91,13 +100,22 @@ impl SendSide {
             self.write(i)?;
         }
         let freed = self.out.iter().filter_map(|(q, _)| q.front().map(|f| f.step)).min().unwrap_or(self.taken);
-        if freed > self.freed {
+        if freed > self.freed && !self.faulted {
             self.freed = freed;
             // Written out: the kernel may refill the slots.
             atomic(self.fifo.head).store(freed, Ordering::Release);
             progressed = true;
         }
         Ok(progressed)
+    }
+
+    /// Queues a fault frame naming `culprit` after the frames already queued; the
+    /// communicator has failed, so no step follows it.
+    pub fn report_fault(&mut self, culprit: usize) {
+        if !std::mem::replace(&mut self.faulted, true) {
+            let header = frame_header(FAULT_STEP, culprit as u64);
+            self.out[0].0.push_back(Frame { step: FAULT_STEP, header, data: std::ptr::NonNull::dangling().as_ptr(), len: 0 });
+        }
     }
 
     /// Reads the credits that arrived; true if any did.

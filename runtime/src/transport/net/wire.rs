@@ -3,7 +3,8 @@
 //! Each socket opens with a hello from the sender naming the connector (sender rank, FIFO
 //! offset in the receiver's segment) and the socket's index among the connector's sockets.
 //! Then the sender sends frames (step, size word, the step's bytes) and the receiver sends
-//! credits (its kernel's head, 8 bytes). All integers are little-endian u64.
+//! credits (its kernel's head, 8 bytes); a failed sender's last frame is a fault frame. All
+//! integers are little-endian u64.
 
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -12,6 +13,9 @@ use std::time::{Duration, Instant};
 const MAGIC: u64 = 0x3254_454e_4c43_434a; // "JCCLNET2"
 /// Frame header: step, size word.
 pub(super) const FRAME_HEADER: usize = 16;
+/// The step number of a fault frame: its size word is the rank that failed first, as the
+/// sender knows it, and nothing follows it (the sender's communicator has failed).
+pub(super) const FAULT_STEP: u64 = u64::MAX;
 /// Credit: the receiving kernel's head.
 pub(super) const CREDIT: usize = 8;
 const SIZE_MASK: u64 = (1 << 56) - 1;

@@ -1,0 +1,103 @@
+//! How a failure spreads: every rank's receive segment starts with a failure board, one
+//! word per rank. A rank that fails writes, into the board of every peer it can reach, what
+//! it knows of the first failure (its culprit); a net proxy writes its own rank's board when
+//! a connection closes or a peer's proxy reports a failure. Kernels poll the word of the
+//! peer they wait for (`Args::peer_failed`), so a wait on a failed rank ends at once, and
+//! the error names the rank that failed first, not merely the neighbour that was waited on.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Set in a board word when the failure was seen as a closed connection rather than
+/// reported.
+const CLOSED: i32 = 1 << 30;
+
+/// What a board word says about one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Notice {
+    /// The rank that failed first, as far as the writer knew.
+    pub culprit: usize,
+    /// The writer saw the rank's connection close (the culprit is that rank).
+    pub closed: bool,
+}
+
+impl Notice {
+    fn encode(self) -> i32 {
+        (self.culprit as i32 + 1) | if self.closed { CLOSED } else { 0 }
+    }
+
+    fn decode(w: i32) -> Option<Notice> {
+        (w != 0).then(|| Notice { culprit: ((w & !CLOSED) - 1) as usize, closed: w & CLOSED != 0 })
+    }
+
+    /// How the culprit's failure became known, for error messages.
+    pub(crate) fn how(self, from: usize) -> String {
+        if self.closed {
+            format!("the connection to rank {from} closed")
+        } else {
+            format!("reported by rank {from}")
+        }
+    }
+}
+
+/// One rank's failure board as mapped in this process: `nranks` words.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Board {
+    words: *mut i32,
+    nranks: usize,
+}
+
+// SAFETY: the words are only accessed atomically, and the segment holding them outlives
+// every Board (the communicator owns both).
+unsafe impl Send for Board {}
+unsafe impl Sync for Board {}
+
+impl Board {
+    /// The board at `words`, which must point to `nranks` i32 words that outlive it.
+    pub(crate) fn new(words: *mut i32, nranks: usize) -> Board {
+        Board { words, nranks }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const i32 {
+        self.words
+    }
+
+    fn word(&self, rank: usize) -> &AtomicI32 {
+        assert!(rank < self.nranks, "rank {rank} out of a board of {}", self.nranks);
+        // SAFETY: in bounds (above); i32 and AtomicI32 share their layout.
+        unsafe { AtomicI32::from_ptr(self.words.add(rank)) }
+    }
+
+    /// Records that `rank` failed; the first notice about a rank stays.
+    pub(crate) fn note(&self, rank: usize, notice: Notice) {
+        let _ = self.word(rank).compare_exchange(0, notice.encode(), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Records what `rank` itself says of its failure: it replaces whatever was there.
+    pub(crate) fn announce(&self, rank: usize, notice: Notice) {
+        self.word(rank).store(notice.encode(), Ordering::Release);
+    }
+
+    pub(crate) fn get(&self, rank: usize) -> Option<Notice> {
+        Notice::decode(self.word(rank).load(Ordering::Acquire))
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_round_trip_and_the_first_stays() {
+        let mut words = vec![0i32; 5];
+        let b = Board::new(words.as_mut_ptr(), 5);
+        b.note(3, Notice { culprit: 0, closed: true });
+        b.note(3, Notice { culprit: 4, closed: false });
+        b.note(1, Notice { culprit: 4, closed: false });
+        assert_eq!(b.get(3), Some(Notice { culprit: 0, closed: true }));
+        assert_eq!(b.get(1), Some(Notice { culprit: 4, closed: false }));
+        assert_eq!(b.get(0), None);
+        b.announce(1, Notice { culprit: 2, closed: false });
+        assert_eq!(b.get(1), Some(Notice { culprit: 2, closed: false }), "a rank's own word replaces its notice");
+    }
+}

@@ -1,0 +1,55 @@
+//! Failures over the network transport (JITCCL_TRANSPORT=net, ranks as threads of this
+//! process, each with its own proxy and TCP connections): a closed connection fails the
+//! operations waiting on that peer at once, naming it, and a rank's failure reaches its
+//! net peers as a fault frame that names the rank that failed first.
+
+use std::time::{Duration, Instant};
+
+mod common;
+
+use jitccl::{Comm, Config, Error, Op, UniqueId};
+
+/// `n` ranks over TCP, created together (each init blocks until all have joined).
+fn net_comms(n: usize, timeout: Duration) -> Vec<Comm> {
+    // Every test of this file runs over the network; no test here wants anything else.
+    std::env::set_var("JITCCL_TRANSPORT", "net");
+    let id = UniqueId::new().unwrap();
+    let config = Config { nchannels: Some(1), timeout: Some(timeout), ..Config::default() };
+    std::thread::scope(|s| {
+        let (id, config) = (&id, &config);
+        let hs: Vec<_> = (0..n).map(|r| s.spawn(move || Comm::init_rank(id, n, r, config))).collect();
+        hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    })
+}
+
+#[test]
+fn a_closed_connection_fails_the_operation_waiting_on_that_peer_at_once() {
+    let timeout = Duration::from_secs(60);
+    let mut comms = net_comms(2, timeout);
+    let streams: Vec<_> = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+    let bufs: Vec<_> = comms.iter().map(|c| c.device().alloc_from(&[1.0f64; 256]).unwrap()).collect();
+    for r in 0..2 {
+        comms[r].all_reduce(&bufs[r], &bufs[r], 256, Op::Sum, &streams[r]).unwrap();
+    }
+    for r in 0..2 {
+        streams[r].synchronize().unwrap();
+        assert_eq!(bufs[r].to_vec(), vec![2.0; 256]);
+    }
+    // Rank 1 goes away: its proxy closes its connections.
+    drop(comms.pop());
+    let t0 = Instant::now();
+    comms[0].all_reduce(&bufs[0], &bufs[0], 256, Op::Sum, &streams[0]).unwrap();
+    let e = streams[0].synchronize().unwrap_err();
+    match &e {
+        Error::PeerFailed { rank: 0, peer: 1, culprit: 1, how, .. } => assert!(how.contains("closed"), "{e}"),
+        other => panic!("expected the closed connection to rank 1 to fail the operation, got {other}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "noticed only after {:?}", t0.elapsed());
+}
+
+/// A rank's failure reaches its net peers as a fault frame (see `common`).
+#[test]
+fn a_failure_reaches_net_peers_naming_the_rank_that_failed_first() {
+    let timeout = Duration::from_secs(2);
+    common::failure_reaches_a_rank_that_does_not_wait_on_the_culprit(&net_comms(3, timeout), timeout);
+}
