@@ -600,3 +600,14 @@ fn abort_flag_shared_arc() {
     let id = UniqueId::for_address("127.0.0.1:9".parse().unwrap());
     assert!(matches!(Bootstrap::init(&id, 0, 2, &c), Err(BootstrapError::Aborted { .. })));
 }
+
+/// A timeout too large for an `Instant` (the API takes any `Duration`) must not panic:
+/// every deadline saturates.
+#[test]
+fn huge_timeout_does_not_panic() {
+    let (results, report) = run(&cfg(Duration::MAX), &all_ranks(2), &[], |b| b.all_gather(&[b.rank() as u8]));
+    for r in results {
+        assert_eq!(r.unwrap().unwrap(), vec![vec![0], vec![1]]);
+    }
+    assert_eq!(report.unwrap().nranks, 2);
+}

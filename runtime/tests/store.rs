@@ -591,3 +591,13 @@ fn dropping_the_server_ends_its_connections() {
     assert!(matches!(c.ping(), Err(StoreError::Connect { .. })), "nothing left to reconnect to");
     assert!(matches!(TcpStore::connect(addr, Duration::from_millis(200)), Err(StoreError::Connect { .. })));
 }
+
+/// A timeout too large for an `Instant` (the API takes any `Duration`) must not panic.
+#[test]
+fn huge_timeouts_do_not_panic() {
+    let s = server();
+    let c = TcpStore::connect(s.local_addr(), Duration::MAX).unwrap();
+    c.set("k", b"v").unwrap();
+    assert_eq!(c.get("k").unwrap(), b"v");
+    c.wait(&["k"], Duration::MAX).unwrap();
+}

@@ -43,7 +43,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use env::{TorchrunEnv, COMM_ID_VAR, DEFAULT_TIMEOUT, IFNAME_VAR, TIMEOUT_VAR};
+pub use env::{TorchrunEnv, COMM_ID_VAR, DEFAULT_TIMEOUT, IFNAME_VAR, MAX_TIMEOUT_SECS, TIMEOUT_VAR};
+pub(crate) use net::deadline_after;
 pub use error::{BootstrapError, Result};
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 pub use root::{Root, RootReport};
@@ -166,7 +167,8 @@ impl Bootstrap {
         start.sleep(stagger_delay(rank, nranks))?;
         {
             let s = net::connect_retry(id.root_addr(), &start)?;
-            let hello = Hello { nranks: nranks as u32, timeout_ms: timeout.as_millis() as u64, listen: me }.encode();
+            let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            let hello = Hello { nranks: nranks as u32, timeout_ms, listen: me }.encode();
             net::write_all(
                 &s,
                 &wire::message(Header::new(nonce, Kind::Hello, rank as u32, 0, hello.len()), &hello),

@@ -18,6 +18,13 @@ use super::wire::{Header, HEADER_BYTES};
 /// Longest single sleep or poll: the latency of noticing an abort.
 pub const SLICE: Duration = Duration::from_millis(50);
 
+/// `start + d`, saturating: a timeout too large for an `Instant` (the API takes any
+/// `Duration`, e.g. `Duration::MAX`) becomes a deadline ~35,000 years away instead of a panic.
+pub(crate) fn deadline_after(start: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(1 << 40);
+    start.checked_add(d).or_else(|| start.checked_add(FAR)).unwrap_or(start)
+}
+
 /// The deadline and abort flag of one operation, and what to name in its errors.
 pub struct Waiter<'a> {
     pub op: &'static str,
@@ -34,7 +41,7 @@ impl<'a> Waiter<'a> {
             op,
             peer,
             start,
-            deadline: start.checked_add(timeout).unwrap_or(start + Duration::from_secs(1 << 40)),
+            deadline: deadline_after(start, timeout),
             abort,
         }
     }
@@ -46,12 +53,12 @@ impl<'a> Waiter<'a> {
 
     /// A waiter like this one whose deadline is at most `max` from now.
     pub fn capped(&self, op: &'static str, max: Duration) -> Waiter<'a> {
-        let d = Instant::now() + max;
+        let d = deadline_after(Instant::now(), max);
         Waiter { op, peer: self.peer, start: Instant::now(), deadline: d.min(self.deadline), abort: self.abort }
     }
 
     pub fn extend(&mut self, by: Duration) {
-        self.deadline += by;
+        self.deadline = deadline_after(self.deadline, by);
     }
 
     pub fn aborted(&self) -> bool {
@@ -84,7 +91,7 @@ impl<'a> Waiter<'a> {
 
     /// Sleeps `d` in slices, failing early on abort or deadline.
     pub fn sleep(&self, d: Duration) -> Result<()> {
-        let end = Instant::now() + d;
+        let end = deadline_after(Instant::now(), d);
         loop {
             self.check()?;
             let left = end.saturating_duration_since(Instant::now());

@@ -155,7 +155,7 @@ impl RootState {
             timeout,
             abort,
             start,
-            deadline: start + timeout,
+            deadline: net::deadline_after(start, timeout),
             first_hello: None,
             nranks: None,
             by_rank: Vec::new(),
@@ -327,7 +327,7 @@ impl RootState {
         if self.first_hello.is_none() {
             let now = Instant::now();
             self.first_hello = Some(now);
-            self.deadline = now + self.timeout.min(Duration::from_millis(hello.timeout_ms));
+            self.deadline = net::deadline_after(now, self.timeout.min(Duration::from_millis(hello.timeout_ms)));
             self.nranks = Some(got);
             self.by_rank = vec![None; got];
         }

@@ -17,6 +17,7 @@ use super::protocol::{
     VALIDATION_MAGIC, WAIT_CANCELED,
 };
 use super::{Result, Store, StoreError};
+use crate::bootstrap::deadline_after;
 
 /// Prepended to every key on the wire, as PyTorch's TCPStore client does, so a key set
 /// here is the key a PyTorch process reads from the same server, and the other way round.
@@ -45,7 +46,7 @@ impl TcpStore {
             return Err(StoreError::InvalidArgument { op: "connect", msg: "the address resolves to nothing".into() });
         }
         let store = TcpStore { addrs, timeout, link: Mutex::new(None) };
-        let stream = store.open(Instant::now() + timeout)?;
+        let stream = store.open(deadline_after(Instant::now(), timeout))?;
         *store.session() = Some(stream);
         Ok(store)
     }
@@ -133,7 +134,7 @@ impl TcpStore {
         keys: &[&str],
         exchange: impl FnOnce(&mut Wire<'_>) -> io::Result<T>,
     ) -> Result<T> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = deadline_after(Instant::now(), self.timeout);
         let stream = match link {
             Some(stream) => stream,
             None => link.insert(self.open(deadline)?),
@@ -150,7 +151,7 @@ impl TcpStore {
         let frame = key_list(op, Command::Wait, keys)?.finish()?;
         let reply = self.request(link, op, keys, |w| {
             w.send(&frame)?;
-            w.deadline = Instant::now() + timeout;
+            w.deadline = deadline_after(Instant::now(), timeout);
             match w.u8() {
                 Ok(byte) => Ok(Some(byte)),
                 Err(e) if is_timeout(&e) => Ok(None),
