@@ -49,7 +49,7 @@ pub use error::{BootstrapError, Result};
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 pub use root::{Root, RootReport};
 
-use incoming::{accept_message, Incoming, Mailbox, Message};
+use incoming::{Acceptor, Incoming, Mailbox, Message};
 use net::Waiter;
 use ring::Ring;
 use socket2::Socket;
@@ -130,7 +130,7 @@ pub struct Bootstrap {
     abort: Arc<AtomicBool>,
     /// Listen address of every rank.
     peers: Vec<SocketAddr>,
-    listener: Socket,
+    incoming: Acceptor,
     /// Send/recv messages that arrived before they were asked for.
     mailbox: Mutex<Mailbox>,
     /// `None` with one rank.
@@ -160,8 +160,8 @@ impl Bootstrap {
         start.check()?;
 
         let iface = iface::choose_interface(config.ifname.as_deref(), Some(id.root_addr().ip()))?;
-        let listener = net::listen(SocketAddr::new(iface.addr, 0))?;
-        let me = net::local_addr(&listener)?;
+        let incoming = Acceptor::new(net::listen(SocketAddr::new(iface.addr, 0))?);
+        let me = incoming.local_addr()?;
 
         // 1. Tell the root who we are.
         start.sleep(stagger_delay(rank, nranks))?;
@@ -193,7 +193,7 @@ impl Bootstrap {
         wait_root.extend(reply_grace(timeout));
         let next_addr = loop {
             wait_root.check()?;
-            match accept_message(&listener, nonce, nranks, &wait_root)? {
+            match incoming.next(nonce, nranks, &wait_root)? {
                 Some(Incoming::RootReply(r)) if r.nranks as usize == nranks => break r.next,
                 Some(Incoming::RootReply(r)) => {
                     return Err(BootstrapError::Protocol {
@@ -214,7 +214,7 @@ impl Bootstrap {
             timeout,
             abort: config.abort.clone(),
             peers: vec![me],
-            listener,
+            incoming,
             mailbox: Mutex::new(Mailbox::default()),
             ring: Mutex::new(None),
         };
@@ -230,7 +230,7 @@ impl Bootstrap {
         let w = w.sub("ring accept", Some(prev_rank));
         while prev.is_none() {
             w.check()?;
-            match accept_message(&boot.listener, nonce, nranks, &w)? {
+            match boot.incoming.next(nonce, nranks, &w)? {
                 Some(Incoming::RootReply(_)) | Some(Incoming::RootError(_)) => {
                     tracing::warn!(rank, "jitccl bootstrap: ignoring a second message from the root")
                 }
@@ -342,7 +342,7 @@ impl Bootstrap {
             }
             w.check()?;
             // Accept without holding the mailbox: other threads' recvs and self-sends go on.
-            match accept_message(&self.listener, self.nonce, self.nranks, &w)? {
+            match self.incoming.next(self.nonce, self.nranks, &w)? {
                 Some(Incoming::P2p(m)) if m.from == peer && m.tag == tag => return Ok(m.data),
                 Some(Incoming::P2p(m)) => lock(&self.mailbox).push(m),
                 Some(_) => {

@@ -234,33 +234,29 @@ pub fn describe(s: &Socket) -> String {
     }
 }
 
-fn setup_stream(s: &Socket, w: &Waiter) -> Result<()> {
-    s.set_nonblocking(true).map_err(|e| BootstrapError::io(format!("{}: set non-blocking", w.op), e))?;
-    s.set_tcp_nodelay(true).map_err(|e| BootstrapError::io(format!("{}: set TCP_NODELAY", w.op), e))?;
+fn setup_stream(s: &Socket, op: &str) -> Result<()> {
+    s.set_nonblocking(true).map_err(|e| BootstrapError::io(format!("{op}: set non-blocking"), e))?;
+    s.set_tcp_nodelay(true).map_err(|e| BootstrapError::io(format!("{op}: set TCP_NODELAY"), e))?;
     Ok(())
 }
 
-/// Accepts one connection, waiting at most one slice. `None`: nothing arrived (the caller
-/// checks its own mailbox and loops).
-pub fn accept_once(l: &Socket, w: &Waiter) -> Result<Option<Socket>> {
-    if let Some(s) = try_accept(l, w)? {
-        return Ok(Some(s));
-    }
-    w.check()?;
-    wait_fd(l.as_raw_fd(), libc::POLLIN, w)?;
-    try_accept(l, w)
-}
-
-fn try_accept(l: &Socket, w: &Waiter) -> Result<Option<Socket>> {
+/// Accepts one connection without waiting, non-blocking with TCP_NODELAY. `None`: none is
+/// waiting, or the process is out of descriptors or memory (logged; the connection stays in
+/// the backlog until some close).
+pub fn try_accept(l: &Socket, op: &str) -> Result<Option<Socket>> {
     loop {
         match l.accept() {
-            Ok((s, _)) => {
-                setup_stream(&s, w)?;
-                return Ok(Some(s));
-            }
+            Ok((s, _)) => match setup_stream(&s, op) {
+                Ok(()) => return Ok(Some(s)),
+                Err(e) => tracing::debug!(from = %describe(&s), error = %e, "jitccl bootstrap: dropping a connection"),
+            },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
-            Err(e) => return Err(BootstrapError::io(format!("{}: accept", w.op), e)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+                tracing::warn!(op, error = %e, "jitccl bootstrap: accept");
+                return Ok(None);
+            }
+            Err(e) => return Err(BootstrapError::io(format!("{op}: accept"), e)),
         }
     }
 }
@@ -303,7 +299,7 @@ fn connect_with(addr: SocketAddr, w: &Waiter, retry_refused: bool) -> Result<Soc
         };
         match err {
             None => {
-                setup_stream(&s, w)?;
+                setup_stream(&s, w.op)?;
                 return Ok(s);
             }
             Some(e) if e.raw_os_error() == Some(libc::EAGAIN) || (retry_refused && retryable(&e)) => {
