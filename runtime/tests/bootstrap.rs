@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use jitccl_runtime::bootstrap::wire::{Header, Kind};
+use jitccl_runtime::bootstrap::wire::{self, Header, Hello, Kind, RootReply, HEADER_BYTES, ROOT_RANK};
 use jitccl_runtime::bootstrap::{Bootstrap, BootstrapConfig, BootstrapError, Root, RootReport, TorchrunEnv, UniqueId};
 
 /// Selects a child role when this binary is re-run by `across_processes_*`.
@@ -599,4 +599,75 @@ fn abort_flag_shared_arc() {
     let c = cfg(Duration::from_secs(5)).with_abort(flag);
     let id = UniqueId::for_address("127.0.0.1:9".parse().unwrap());
     assert!(matches!(Bootstrap::init(&id, 0, 2, &c), Err(BootstrapError::Aborted { .. })));
+}
+
+/// A timeout too large for an `Instant` (the API takes any `Duration`) must not panic:
+/// every deadline saturates.
+#[test]
+fn huge_timeout_does_not_panic() {
+    let (results, report) = run(&cfg(Duration::MAX), &all_ranks(2), &[], |b| b.all_gather(&[b.rank() as u8]));
+    for r in results {
+        assert_eq!(r.unwrap().unwrap(), vec![vec![0], vec![1]]);
+    }
+    assert_eq!(report.unwrap().nranks, 2);
+}
+
+/// Opens `n` connections to `addr` that never send anything.
+fn silent_connections(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect()
+}
+
+/// A stranger's silent connections to a rank's listener, made while the rank waits for the
+/// root's reply, must not delay its init (they were accepted one at a time with a 2 s
+/// header timeout each). The test plays the root, so it knows the rank's listen address.
+#[test]
+fn silent_connections_do_not_stall_init() {
+    log();
+    let fake_root = TcpListener::bind("127.0.0.1:0").unwrap();
+    let id = UniqueId::for_address(fake_root.local_addr().unwrap());
+    let nonce = u64::from_le_bytes(id.to_bytes()[8..16].try_into().unwrap());
+    let rank = thread::spawn(move || {
+        let t0 = Instant::now();
+        let b = Bootstrap::init(&id, 0, 1, &cfg(Duration::from_secs(10)));
+        (b, t0.elapsed())
+    });
+    let (mut s, _) = fake_root.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut hello = [0u8; HEADER_BYTES + 36];
+    s.read_exact(&mut hello).unwrap();
+    let listen = Hello::decode(&hello[HEADER_BYTES..]).unwrap().listen;
+    s.write_all(&Header::new(nonce, Kind::HelloAck, ROOT_RANK, 0, 0).encode()).unwrap();
+
+    let _silent = silent_connections(listen, 200);
+    let reply = RootReply { nranks: 1, next: listen }.encode();
+    let mut r = TcpStream::connect(listen).unwrap();
+    r.write_all(&wire::message(Header::new(nonce, Kind::RootReply, ROOT_RANK, 0, reply.len()), &reply)).unwrap();
+    let (b, took) = rank.join().unwrap();
+    b.unwrap_or_else(|e| panic!("init failed after {took:?} despite the root's reply: {e}"));
+    eprintln!("init with 200 silent connections: {took:?}");
+    assert!(took < Duration::from_secs(5), "init took {took:?} with 200 silent connections");
+}
+
+/// The same after init: silent connections to a rank's listener do not delay its `recv`.
+#[test]
+fn silent_connections_do_not_stall_recv() {
+    let (results, report) = run(&cfg(Duration::from_secs(10)), &all_ranks(2), &[], |b| {
+        b.barrier()?;
+        let _silent = (b.rank() == 1).then(|| silent_connections(b.peer_addr(0).unwrap(), 50));
+        b.barrier()?;
+        let t0 = Instant::now();
+        match b.rank() {
+            0 => assert_eq!(b.recv(1, 7)?, b"through"),
+            _ => b.send(0, 7, b"through")?,
+        }
+        let took = t0.elapsed();
+        b.barrier()?;
+        Ok::<_, BootstrapError>(took)
+    });
+    for r in results {
+        let took = r.unwrap().unwrap();
+        eprintln!("send/recv with 50 silent connections: {took:?}");
+        assert!(took < Duration::from_secs(5), "send/recv took {took:?} with 50 silent connections");
+    }
+    report.unwrap();
 }

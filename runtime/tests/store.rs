@@ -591,3 +591,38 @@ fn dropping_the_server_ends_its_connections() {
     assert!(matches!(c.ping(), Err(StoreError::Connect { .. })), "nothing left to reconnect to");
     assert!(matches!(TcpStore::connect(addr, Duration::from_millis(200)), Err(StoreError::Connect { .. })));
 }
+
+/// A timeout too large for an `Instant` (the API takes any `Duration`) must not panic.
+#[test]
+fn huge_timeouts_do_not_panic() {
+    let s = server();
+    let c = TcpStore::connect(s.local_addr(), Duration::MAX).unwrap();
+    c.set("k", b"v").unwrap();
+    assert_eq!(c.get("k").unwrap(), b"v");
+    c.wait(&["k"], Duration::MAX).unwrap();
+}
+
+/// A WAIT's keys are parked on the server until they exist, so their total size is
+/// limited (16 MiB): the client refuses a larger one before sending, and the server closes
+/// a connection that sends one as soon as the key lengths pass the limit.
+#[test]
+fn oversized_waits_are_refused() {
+    let s = server();
+    let c = client(&s);
+    let key = "w".repeat(60 << 10);
+    let keys = vec![key.as_str(); 300];
+    assert!(matches!(c.wait(&keys, Duration::from_secs(1)), Err(StoreError::InvalidArgument { op: "wait", .. })));
+    c.ping().unwrap();
+
+    let mut r = validated(&s);
+    let key = lp(&vec![b'k'; 60 << 10]);
+    // Sent in pieces: the server may close before the end.
+    let _ = r.write_all(&msg(6, &[&300u64.to_le_bytes()]));
+    for _ in 0..300 {
+        if r.write_all(&key).is_err() {
+            break;
+        }
+    }
+    assert_closed(&mut r, "a WAIT for 18 MiB of keys");
+    c.ping().unwrap();
+}

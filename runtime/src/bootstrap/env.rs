@@ -13,6 +13,9 @@ pub const TIMEOUT_VAR: &str = "JITCCL_BOOTSTRAP_TIMEOUT";
 pub const IFNAME_VAR: &str = "JITCCL_SOCKET_IFNAME";
 /// Timeout when `JITCCL_BOOTSTRAP_TIMEOUT` is not set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest `JITCCL_BOOTSTRAP_TIMEOUT`, in seconds (~31 years): anything above is a typo, and
+/// far larger values do not fit a `Duration` or a deadline.
+pub const MAX_TIMEOUT_SECS: f64 = 1e9;
 
 /// Reads `var` as UTF-8; `None` when unset or empty.
 pub(crate) fn var(var: &'static str) -> Result<Option<String>> {
@@ -26,14 +29,15 @@ pub(crate) fn var(var: &'static str) -> Result<Option<String>> {
     }
 }
 
-/// Parses a timeout in seconds (`"30"`, `"2.5"`); must be positive and finite.
+/// Parses a timeout in seconds (`"30"`, `"2.5"`): a number in (0, [`MAX_TIMEOUT_SECS`]].
 pub(crate) fn parse_timeout(value: &str) -> Result<Duration> {
     let bad = || BootstrapError::EnvVar {
         var: TIMEOUT_VAR,
-        problem: format!("{value:?} is not a positive number of seconds"),
+        problem: format!("{value:?} is not a number of seconds in (0, {MAX_TIMEOUT_SECS:e}]"),
     };
     let s: f64 = value.trim().parse().map_err(|_| bad())?;
-    if !s.is_finite() || s <= 0.0 {
+    // NaN fails both comparisons.
+    if !(s > 0.0 && s <= MAX_TIMEOUT_SECS) {
         return Err(bad());
     }
     Duration::try_from_secs_f64(s).map_err(|_| bad())
@@ -141,9 +145,11 @@ mod tests {
     #[test]
     fn timeouts() {
         assert_eq!(parse_timeout("2.5").unwrap(), Duration::from_millis(2500));
-        for bad in ["0", "-1", "abc", "inf", ""] {
-            assert!(parse_timeout(bad).is_err(), "{bad}");
+        for bad in ["0", "-1", "abc", "inf", "", "NaN", "-inf", "1e19", "1e10", "1e300"] {
+            let e = parse_timeout(bad).unwrap_err().to_string();
+            assert!(e.contains(TIMEOUT_VAR) && e.contains("1e9"), "{bad}: {e}");
         }
+        assert_eq!(parse_timeout("1e9").unwrap(), Duration::from_secs(1_000_000_000));
     }
 
     #[test]

@@ -1,18 +1,32 @@
 //! Connections arriving at a rank's listening socket: the root's reply, the ring
 //! predecessor, and one connection per send/recv message. Anything that is not a
 //! well-formed message of this communicator is logged and dropped.
+//!
+//! Connections are accepted as they come and their headers read concurrently (one `poll`
+//! over the listener and every connection whose header is incomplete), so a stranger's
+//! silent or slow connections never delay the real ones: each is dropped after
+//! [`HEADER_TIMEOUT`], and beyond [`MAX_PENDING`] of them the oldest is dropped.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use socket2::Socket;
 
 use super::error::{BootstrapError, Result};
+use super::lock;
 use super::net::{self, Waiter};
-use super::wire::{self, Kind, RootReply, MAX_CONTROL_PAYLOAD, ROOT_RANK};
+use super::wire::{self, Header, Kind, RootReply, HEADER_BYTES, MAX_CONTROL_PAYLOAD, ROOT_RANK};
 
-/// A connection that has not sent its header within this time is dropped.
+/// A connection that has not sent its header (or a control message its payload) within
+/// this time is dropped.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most connections whose header is still arriving; the oldest is dropped beyond it (real
+/// peers send their header with the connection, so they are never the oldest for long).
+const MAX_PENDING: usize = 128;
 
 pub(crate) enum Incoming {
     RootReply(RootReply),
@@ -47,32 +61,157 @@ impl Mailbox {
     }
 }
 
-/// Accepts at most one connection (waiting at most one slice) and reads its message.
-/// `Ok(None)`: nothing arrived, or a connection was rejected.
-pub(crate) fn accept_message(l: &Socket, nonce: u64, nranks: usize, w: &Waiter) -> Result<Option<Incoming>> {
-    let Some(s) = net::accept_once(l, w)? else { return Ok(None) };
-    let from = net::describe(&s);
-    match read_message(s, nonce, nranks, w) {
-        Ok(m) => Ok(Some(m)),
-        Err(e) => {
-            // The operation's own deadline or abort ends it; a bad connection does not.
-            w.check()?;
-            tracing::warn!(%from, error = %e, "jitccl bootstrap: rejected an incoming connection");
-            Ok(None)
+/// A connection whose header is still arriving, or has arrived but waits for an older
+/// connection from the same address (see [`Acceptor::next`]).
+struct Pending {
+    s: Socket,
+    ip: Option<IpAddr>,
+    header: [u8; HEADER_BYTES],
+    got: usize,
+    since: Instant,
+    done: Option<Header>,
+}
+
+/// Accepted connections: those whose header is incomplete, and those with a whole header
+/// of this communicator, in arrival order.
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    ready: VecDeque<(Socket, Header)>,
+}
+
+/// A rank's listening socket and the connections accepted on it.
+pub(crate) struct Acceptor {
+    listener: Socket,
+    queue: Mutex<Queue>,
+}
+
+impl Acceptor {
+    pub fn new(listener: Socket) -> Self {
+        Self { listener, queue: Mutex::default() }
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        net::local_addr(&self.listener)
+    }
+
+    /// Waits at most one slice for a connection with a valid header and reads its message.
+    /// `Ok(None)`: nothing arrived, or a connection was rejected. Send/recv messages from one
+    /// address are delivered in the order they were accepted (messages from one rank with
+    /// one tag arrive in the order sent), so one waits for older incomplete connections from
+    /// its address: a stranger elsewhere cannot delay it at all, one on the same host by at
+    /// most [`HEADER_TIMEOUT`]. Nothing else waits.
+    pub fn next(&self, nonce: u64, nranks: usize, w: &Waiter) -> Result<Option<Incoming>> {
+        let Some((s, h)) = self.next_header(nonce, w)? else { return Ok(None) };
+        let from = net::describe(&s);
+        match read_body(s, h, nranks, w) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) => {
+                // The operation's own deadline or abort ends it; a bad connection does not.
+                w.check()?;
+                tracing::warn!(%from, error = %e, "jitccl bootstrap: rejected an incoming connection");
+                Ok(None)
+            }
         }
+    }
+
+    /// A connection whose whole header has arrived and is of this communicator, waiting at
+    /// most one slice. The lock is held only for the poll and non-blocking reads, never
+    /// while a payload is read, so other threads' receives go on.
+    fn next_header(&self, nonce: u64, w: &Waiter) -> Result<Option<(Socket, Header)>> {
+        let mut queue = lock(&self.queue);
+        if let Some(r) = queue.ready.pop_front() {
+            return Ok(Some(r));
+        }
+        let Queue { pending, ready } = &mut *queue;
+        let now = Instant::now();
+        pending.retain(|p| {
+            let keep = p.done.is_some() || now.duration_since(p.since) < HEADER_TIMEOUT;
+            if !keep {
+                tracing::debug!(from = %net::describe(&p.s), "jitccl bootstrap: dropping a connection that sent no header");
+            }
+            keep
+        });
+        w.check()?;
+        let mut fds = Vec::with_capacity(1 + pending.len());
+        fds.push(net::pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+        fds.extend(pending.iter().map(|p| net::pollfd(p.s.as_raw_fd(), libc::POLLIN)));
+        net::poll(&mut fds, w.slice()).map_err(|e| BootstrapError::io(format!("{}: poll", w.op), e))?;
+
+        // `fds[k + 1]` is the k-th entry before any removal.
+        let mut i = 0;
+        for fd in &fds[1..] {
+            if fd.revents == 0 || pending[i].done.is_some() {
+                i += 1;
+                continue;
+            }
+            match read_header(&mut pending[i], nonce) {
+                Ok(h) => {
+                    pending[i].done = h;
+                    i += 1;
+                }
+                Err(e) => {
+                    let p = pending.remove(i);
+                    tracing::warn!(from = %net::describe(&p.s), error = %e, "jitccl bootstrap: rejected an incoming connection");
+                }
+            }
+        }
+        if fds[0].revents != 0 {
+            // Bounded, so a flood of connections cannot keep this thread accepting.
+            for _ in 0..MAX_PENDING {
+                let Some(s) = net::try_accept(&self.listener, w.op)? else { break };
+                if pending.len() >= MAX_PENDING {
+                    let p = pending.remove(pending.iter().position(|p| p.done.is_none()).unwrap_or(0));
+                    tracing::debug!(from = %net::describe(&p.s), "jitccl bootstrap: too many incomplete connections, dropping the oldest");
+                }
+                let ip = s.peer_addr().ok().and_then(|a| a.as_socket()).map(|a| a.ip());
+                pending.push(Pending { s, ip, header: [0; HEADER_BYTES], got: 0, since: Instant::now(), done: None });
+            }
+        }
+        release(pending, ready);
+        Ok(ready.pop_front())
     }
 }
 
-fn read_message(s: Socket, nonce: u64, nranks: usize, w: &Waiter) -> Result<Incoming> {
+/// Moves, in accept order, each complete connection to `ready`; a send/recv message only
+/// once no older connection from its address is incomplete (only those need an order).
+fn release(pending: &mut Vec<Pending>, ready: &mut VecDeque<(Socket, Header)>) {
+    let mut i = 0;
+    while i < pending.len() {
+        if let Some(h) = pending[i].done {
+            let ip = pending[i].ip;
+            if h.kind != Kind::P2p || !pending[..i].iter().any(|q| q.done.is_none() && q.ip == ip) {
+                ready.push_back((pending.remove(i).s, h));
+                continue;
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Reads what has arrived of `p`'s header; the header once it is whole and of this
+/// communicator. An error (closed, wrong magic or nonce, unknown kind) drops it.
+fn read_header(p: &mut Pending, nonce: u64) -> Result<Option<Header>> {
+    while p.got < HEADER_BYTES {
+        match (&p.s).read(&mut p.header[p.got..]) {
+            Ok(0) => return Err(BootstrapError::ConnectionClosed { op: "read a header", peer: None }),
+            Ok(n) => p.got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(BootstrapError::io("read a header", e)),
+        }
+    }
+    Header::decode(&p.header, nonce, &|| net::describe(&p.s)).map(Some)
+}
+
+fn read_body(s: Socket, h: Header, nranks: usize, w: &Waiter) -> Result<Incoming> {
     let from = || net::describe(&s);
-    let hw = w.capped("read the header of an incoming connection", HEADER_TIMEOUT);
-    let h = net::read_header(&s, nonce, &hw)?;
     let bad = |detail: String| BootstrapError::Protocol { from: from(), detail };
     let control = |s: &Socket| -> Result<Vec<u8>> {
         if h.len > MAX_CONTROL_PAYLOAD {
             return Err(bad(format!("{:?} message of {} bytes", h.kind, h.len)));
         }
-        net::read_payload(s, h.len, w)
+        net::read_payload(s, h.len, &w.capped("read a control message", HEADER_TIMEOUT))
     };
     match h.kind {
         Kind::RootReply | Kind::RootError if h.rank != ROOT_RANK => {

@@ -43,12 +43,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use env::{TorchrunEnv, COMM_ID_VAR, DEFAULT_TIMEOUT, IFNAME_VAR, TIMEOUT_VAR};
+pub use env::{TorchrunEnv, COMM_ID_VAR, DEFAULT_TIMEOUT, IFNAME_VAR, MAX_TIMEOUT_SECS, TIMEOUT_VAR};
+pub(crate) use net::deadline_after;
 pub use error::{BootstrapError, Result};
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 pub use root::{Root, RootReport};
 
-use incoming::{accept_message, Incoming, Mailbox, Message};
+use incoming::{Acceptor, Incoming, Mailbox, Message};
 use net::Waiter;
 use ring::Ring;
 use socket2::Socket;
@@ -129,7 +130,7 @@ pub struct Bootstrap {
     abort: Arc<AtomicBool>,
     /// Listen address of every rank.
     peers: Vec<SocketAddr>,
-    listener: Socket,
+    incoming: Acceptor,
     /// Send/recv messages that arrived before they were asked for.
     mailbox: Mutex<Mailbox>,
     /// `None` with one rank.
@@ -159,14 +160,15 @@ impl Bootstrap {
         start.check()?;
 
         let iface = iface::choose_interface(config.ifname.as_deref(), Some(id.root_addr().ip()))?;
-        let listener = net::listen(SocketAddr::new(iface.addr, 0))?;
-        let me = net::local_addr(&listener)?;
+        let incoming = Acceptor::new(net::listen(SocketAddr::new(iface.addr, 0))?);
+        let me = incoming.local_addr()?;
 
         // 1. Tell the root who we are.
         start.sleep(stagger_delay(rank, nranks))?;
         {
             let s = net::connect_retry(id.root_addr(), &start)?;
-            let hello = Hello { nranks: nranks as u32, timeout_ms: timeout.as_millis() as u64, listen: me }.encode();
+            let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            let hello = Hello { nranks: nranks as u32, timeout_ms, listen: me }.encode();
             net::write_all(
                 &s,
                 &wire::message(Header::new(nonce, Kind::Hello, rank as u32, 0, hello.len()), &hello),
@@ -191,7 +193,7 @@ impl Bootstrap {
         wait_root.extend(reply_grace(timeout));
         let next_addr = loop {
             wait_root.check()?;
-            match accept_message(&listener, nonce, nranks, &wait_root)? {
+            match incoming.next(nonce, nranks, &wait_root)? {
                 Some(Incoming::RootReply(r)) if r.nranks as usize == nranks => break r.next,
                 Some(Incoming::RootReply(r)) => {
                     return Err(BootstrapError::Protocol {
@@ -212,7 +214,7 @@ impl Bootstrap {
             timeout,
             abort: config.abort.clone(),
             peers: vec![me],
-            listener,
+            incoming,
             mailbox: Mutex::new(Mailbox::default()),
             ring: Mutex::new(None),
         };
@@ -228,7 +230,7 @@ impl Bootstrap {
         let w = w.sub("ring accept", Some(prev_rank));
         while prev.is_none() {
             w.check()?;
-            match accept_message(&boot.listener, nonce, nranks, &w)? {
+            match boot.incoming.next(nonce, nranks, &w)? {
                 Some(Incoming::RootReply(_)) | Some(Incoming::RootError(_)) => {
                     tracing::warn!(rank, "jitccl bootstrap: ignoring a second message from the root")
                 }
@@ -340,7 +342,7 @@ impl Bootstrap {
             }
             w.check()?;
             // Accept without holding the mailbox: other threads' recvs and self-sends go on.
-            match accept_message(&self.listener, self.nonce, self.nranks, &w)? {
+            match self.incoming.next(self.nonce, self.nranks, &w)? {
                 Some(Incoming::P2p(m)) if m.from == peer && m.tag == tag => return Ok(m.data),
                 Some(Incoming::P2p(m)) => lock(&self.mailbox).push(m),
                 Some(_) => {

@@ -18,6 +18,13 @@ use super::wire::{Header, HEADER_BYTES};
 /// Longest single sleep or poll: the latency of noticing an abort.
 pub const SLICE: Duration = Duration::from_millis(50);
 
+/// `start + d`, saturating: a timeout too large for an `Instant` (the API takes any
+/// `Duration`, e.g. `Duration::MAX`) becomes a deadline ~35,000 years away instead of a panic.
+pub(crate) fn deadline_after(start: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(1 << 40);
+    start.checked_add(d).or_else(|| start.checked_add(FAR)).unwrap_or(start)
+}
+
 /// The deadline and abort flag of one operation, and what to name in its errors.
 pub struct Waiter<'a> {
     pub op: &'static str,
@@ -34,7 +41,7 @@ impl<'a> Waiter<'a> {
             op,
             peer,
             start,
-            deadline: start.checked_add(timeout).unwrap_or(start + Duration::from_secs(1 << 40)),
+            deadline: deadline_after(start, timeout),
             abort,
         }
     }
@@ -46,12 +53,12 @@ impl<'a> Waiter<'a> {
 
     /// A waiter like this one whose deadline is at most `max` from now.
     pub fn capped(&self, op: &'static str, max: Duration) -> Waiter<'a> {
-        let d = Instant::now() + max;
+        let d = deadline_after(Instant::now(), max);
         Waiter { op, peer: self.peer, start: Instant::now(), deadline: d.min(self.deadline), abort: self.abort }
     }
 
     pub fn extend(&mut self, by: Duration) {
-        self.deadline += by;
+        self.deadline = deadline_after(self.deadline, by);
     }
 
     pub fn aborted(&self) -> bool {
@@ -84,7 +91,7 @@ impl<'a> Waiter<'a> {
 
     /// Sleeps `d` in slices, failing early on abort or deadline.
     pub fn sleep(&self, d: Duration) -> Result<()> {
-        let end = Instant::now() + d;
+        let end = deadline_after(Instant::now(), d);
         loop {
             self.check()?;
             let left = end.saturating_duration_since(Instant::now());
@@ -227,33 +234,29 @@ pub fn describe(s: &Socket) -> String {
     }
 }
 
-fn setup_stream(s: &Socket, w: &Waiter) -> Result<()> {
-    s.set_nonblocking(true).map_err(|e| BootstrapError::io(format!("{}: set non-blocking", w.op), e))?;
-    s.set_tcp_nodelay(true).map_err(|e| BootstrapError::io(format!("{}: set TCP_NODELAY", w.op), e))?;
+fn setup_stream(s: &Socket, op: &str) -> Result<()> {
+    s.set_nonblocking(true).map_err(|e| BootstrapError::io(format!("{op}: set non-blocking"), e))?;
+    s.set_tcp_nodelay(true).map_err(|e| BootstrapError::io(format!("{op}: set TCP_NODELAY"), e))?;
     Ok(())
 }
 
-/// Accepts one connection, waiting at most one slice. `None`: nothing arrived (the caller
-/// checks its own mailbox and loops).
-pub fn accept_once(l: &Socket, w: &Waiter) -> Result<Option<Socket>> {
-    if let Some(s) = try_accept(l, w)? {
-        return Ok(Some(s));
-    }
-    w.check()?;
-    wait_fd(l.as_raw_fd(), libc::POLLIN, w)?;
-    try_accept(l, w)
-}
-
-fn try_accept(l: &Socket, w: &Waiter) -> Result<Option<Socket>> {
+/// Accepts one connection without waiting, non-blocking with TCP_NODELAY. `None`: none is
+/// waiting, or the process is out of descriptors or memory (logged; the connection stays in
+/// the backlog until some close).
+pub fn try_accept(l: &Socket, op: &str) -> Result<Option<Socket>> {
     loop {
         match l.accept() {
-            Ok((s, _)) => {
-                setup_stream(&s, w)?;
-                return Ok(Some(s));
-            }
+            Ok((s, _)) => match setup_stream(&s, op) {
+                Ok(()) => return Ok(Some(s)),
+                Err(e) => tracing::debug!(from = %describe(&s), error = %e, "jitccl bootstrap: dropping a connection"),
+            },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
-            Err(e) => return Err(BootstrapError::io(format!("{}: accept", w.op), e)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+                tracing::warn!(op, error = %e, "jitccl bootstrap: accept");
+                return Ok(None);
+            }
+            Err(e) => return Err(BootstrapError::io(format!("{op}: accept"), e)),
         }
     }
 }
@@ -296,7 +299,7 @@ fn connect_with(addr: SocketAddr, w: &Waiter, retry_refused: bool) -> Result<Soc
         };
         match err {
             None => {
-                setup_stream(&s, w)?;
+                setup_stream(&s, w.op)?;
                 return Ok(s);
             }
             Some(e) if e.raw_os_error() == Some(libc::EAGAIN) || (retry_refused && retryable(&e)) => {

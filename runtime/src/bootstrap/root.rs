@@ -155,7 +155,7 @@ impl RootState {
             timeout,
             abort,
             start,
-            deadline: start + timeout,
+            deadline: net::deadline_after(start, timeout),
             first_hello: None,
             nranks: None,
             by_rank: Vec::new(),
@@ -219,32 +219,11 @@ impl RootState {
     }
 
     fn accept_all(&mut self, pending: &mut Vec<Pending>) -> Result<()> {
-        loop {
-            match self.listener.accept() {
-                Ok((s, addr)) => {
-                    let from = addr.as_socket().map(|a| a.to_string()).unwrap_or_else(|| "?".into());
-                    if let Err(e) = s.set_nonblocking(true) {
-                        tracing::warn!(%from, error = %e, "jitccl bootstrap root: dropping a connection");
-                        continue;
-                    }
-                    pending.push(Pending {
-                        s,
-                        buf: Vec::with_capacity(HEADER_BYTES + 64),
-                        since: Instant::now(),
-                        from,
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e)
-                    if matches!(e.kind(), std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
-                    // Out of descriptors: leave the rest in the backlog until some close.
-                    tracing::warn!(error = %e, "jitccl bootstrap root: accept");
-                    return Ok(());
-                }
-                Err(e) => return Err(BootstrapError::io("bootstrap root: accept", e)),
-            }
+        while let Some(s) = net::try_accept(&self.listener, "bootstrap root")? {
+            let from = net::describe(&s);
+            pending.push(Pending { s, buf: Vec::with_capacity(HEADER_BYTES + 64), since: Instant::now(), from });
         }
+        Ok(())
     }
 
     /// Reads what is available on `p` and tells whether its hello is complete.
@@ -327,7 +306,7 @@ impl RootState {
         if self.first_hello.is_none() {
             let now = Instant::now();
             self.first_hello = Some(now);
-            self.deadline = now + self.timeout.min(Duration::from_millis(hello.timeout_ms));
+            self.deadline = net::deadline_after(now, self.timeout.min(Duration::from_millis(hello.timeout_ms)));
             self.nranks = Some(got);
             self.by_rank = vec![None; got];
         }

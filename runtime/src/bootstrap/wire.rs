@@ -233,7 +233,7 @@ pub fn encode_error(e: &BootstrapError) -> Option<Vec<u8>> {
     let mut v = Vec::with_capacity(40 + 4 * missing.len());
     v.extend_from_slice(&code.to_le_bytes());
     v.extend_from_slice(&(missing.len() as u32).to_le_bytes());
-    for x in [a, b, c, after.as_millis() as u64] {
+    for x in [a, b, c, u64::try_from(after.as_millis()).unwrap_or(u64::MAX)] {
         v.extend_from_slice(&x.to_le_bytes());
     }
     for &m in missing {

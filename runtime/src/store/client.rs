@@ -13,16 +13,19 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use super::protocol::{
-    Command, Put, MAX_FRAME_LEN, MAX_KEYS_PER_COMMAND, MAX_KEY_LEN, MAX_VALUE_LEN, NOT_READY, READY, STOP_WAITING,
-    VALIDATION_MAGIC, WAIT_CANCELED,
+    Command, Put, MAX_FRAME_LEN, MAX_KEYS_PER_COMMAND, MAX_KEY_LEN, MAX_VALUE_LEN, MAX_WAIT_KEY_BYTES, NOT_READY,
+    READY, STOP_WAITING, VALIDATION_MAGIC, WAIT_CANCELED,
 };
 use super::{Result, Store, StoreError};
+use crate::bootstrap::deadline_after;
 
 /// Prepended to every key on the wire, as PyTorch's TCPStore client does, so a key set
 /// here is the key a PyTorch process reads from the same server, and the other way round.
 const KEY_PREFIX: &str = "/";
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+const REFUSED: &str = "the server closed the connection before answering: it is at its connection limit \
+                       (or out of file descriptors), or it is not a store server that knows PING";
 
 /// A connection to a store [`Server`](super::Server) (or a PyTorch TCPStore server).
 /// Calls from several threads take turns on the one connection.
@@ -45,7 +48,7 @@ impl TcpStore {
             return Err(StoreError::InvalidArgument { op: "connect", msg: "the address resolves to nothing".into() });
         }
         let store = TcpStore { addrs, timeout, link: Mutex::new(None) };
-        let stream = store.open(Instant::now() + timeout)?;
+        let stream = store.open(deadline_after(Instant::now(), timeout))?;
         *store.session() = Some(stream);
         Ok(store)
     }
@@ -87,7 +90,9 @@ impl TcpStore {
                 Err(e) => e,
             };
             let now = Instant::now();
-            if now >= deadline {
+            // Closed by a server that accepted the connection: retrying would only be
+            // refused again until the deadline.
+            if now >= deadline || err.kind() == io::ErrorKind::ConnectionAborted {
                 let addr = self.addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", ");
                 return Err(StoreError::Connect { addr, after: now - started, source: err });
             }
@@ -114,8 +119,13 @@ impl TcpStore {
                     hello.put_u8(Command::Ping as u8);
                     hello.put_u32(nonce);
                     let mut wire = Wire { stream: &mut stream, deadline };
-                    wire.send(&hello)?;
-                    expect_nonce(wire.u32()?, nonce)?;
+                    let echoed = wire.send(&hello).and_then(|()| wire.u32()).map_err(|e| match e.kind() {
+                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+                            io::Error::new(io::ErrorKind::ConnectionAborted, REFUSED)
+                        }
+                        _ => e,
+                    })?;
+                    expect_nonce(echoed, nonce)?;
                     return Ok(stream);
                 }
                 Err(e) => last = e,
@@ -133,7 +143,7 @@ impl TcpStore {
         keys: &[&str],
         exchange: impl FnOnce(&mut Wire<'_>) -> io::Result<T>,
     ) -> Result<T> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = deadline_after(Instant::now(), self.timeout);
         let stream = match link {
             Some(stream) => stream,
             None => link.insert(self.open(deadline)?),
@@ -147,10 +157,15 @@ impl TcpStore {
     /// WAIT for `keys` up to `timeout`; on timeout, cancels the WAIT so the connection
     /// stays usable.
     fn wait_in(&self, link: &mut Option<TcpStream>, op: &'static str, keys: &[&str], timeout: Duration) -> Result<()> {
+        let key_bytes: usize = keys.iter().map(|k| KEY_PREFIX.len() + k.len()).sum();
+        if key_bytes > MAX_WAIT_KEY_BYTES {
+            let msg = format!("a WAIT for {key_bytes} bytes of keys (limit {MAX_WAIT_KEY_BYTES})");
+            return Err(StoreError::InvalidArgument { op, msg });
+        }
         let frame = key_list(op, Command::Wait, keys)?.finish()?;
         let reply = self.request(link, op, keys, |w| {
             w.send(&frame)?;
-            w.deadline = Instant::now() + timeout;
+            w.deadline = deadline_after(Instant::now(), timeout);
             match w.u8() {
                 Ok(byte) => Ok(Some(byte)),
                 Err(e) if is_timeout(&e) => Ok(None),

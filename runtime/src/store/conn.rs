@@ -3,6 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use mio::net::TcpStream;
 
@@ -20,6 +21,10 @@ pub(crate) struct Conn {
     pub(crate) validated: bool,
     /// WRITABLE interest is registered (only while replies are waiting to go out).
     pub(crate) wants_write: bool,
+    /// When the connection was accepted.
+    pub(crate) since: Instant,
+    /// Bytes counted against the server's buffer budget for this connection.
+    pub(crate) charged: usize,
     input: Vec<u8>,
     /// Decoded bytes at the front of `input`.
     consumed: usize,
@@ -45,11 +50,18 @@ impl Conn {
             peer,
             validated: false,
             wants_write: false,
+            since: Instant::now(),
+            charged: 0,
             input: Vec::new(),
             consumed: 0,
             output: Vec::new(),
             sent: 0,
         }
+    }
+
+    /// Bytes of memory the connection's buffers hold.
+    pub(crate) fn buffered(&self) -> usize {
+        self.input.capacity() + self.output.capacity()
     }
 
     /// Received bytes not yet decoded.
@@ -80,6 +92,12 @@ impl Conn {
                 // The close is seen on the next fill, after these bytes are decoded.
                 Ok(0) => return Ok(Fill::Data { drained: false }),
                 Ok(n) => {
+                    // Grown by a quarter rather than doubled: a large frame then holds at
+                    // most 1.25 times its size, for a bounded number of copies.
+                    let needed = self.input.len() + n;
+                    if needed > self.input.capacity() {
+                        self.input.reserve_exact(needed.max(self.input.capacity() / 4 * 5) - self.input.len());
+                    }
                     self.input.extend_from_slice(&scratch[..n]);
                     got += n;
                 }

@@ -14,10 +14,13 @@
 
 mod client;
 mod conn;
+mod limits;
 mod prefix;
 pub mod protocol;
 mod server;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::io;
 use std::sync::Arc;

@@ -50,6 +50,9 @@ pub const MAX_VALUE_LEN: usize = 64 << 20;
 pub const MAX_KEYS_PER_COMMAND: usize = 128 << 10;
 /// Largest request, and largest MULTI_GET reply: room for COMPARE_SET's two values.
 pub const MAX_FRAME_LEN: usize = 2 * MAX_VALUE_LEN + (1 << 20);
+/// Most key bytes in one WAIT (prefixes included): the server keeps a WAIT's missing keys
+/// until they are set, so this bounds what one connection can make it hold.
+pub const MAX_WAIT_KEY_BYTES: usize = 16 << 20;
 
 /// The command byte (PyTorch's `QueryType`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +136,8 @@ pub(crate) enum ProtocolError {
     BadMagic(u32),
     #[error("VALIDATE after the first message")]
     RepeatedValidate,
+    #[error("WAIT for at least {0} bytes of keys (limit {MAX_WAIT_KEY_BYTES})")]
+    WaitTooLarge(u64),
     #[error("WAIT while the connection's previous WAIT is still pending")]
     SecondWait,
     #[error("ADD {delta} to key {key}: {reason}")]
@@ -196,7 +201,7 @@ impl<'a> Reader<'a> {
             Command::Get => Request::Get { key: self.key()? },
             Command::Add => Request::Add { key: self.key()?, delta: self.u64()? as i64 },
             Command::Check => Request::Check { keys: self.keys()? },
-            Command::Wait => Request::Wait { keys: self.keys()? },
+            Command::Wait => Request::Wait { keys: self.wait_keys()? },
             Command::GetNumKeys => Request::GetNumKeys,
             Command::DeleteKey => Request::DeleteKey { key: self.key()? },
             Command::Append => Request::Append { key: self.key()?, value: self.value()? },
@@ -262,6 +267,22 @@ impl<'a> Reader<'a> {
             return Err(ProtocolError::TooManyKeys(n).into());
         }
         Ok(n as usize)
+    }
+
+    /// A WAIT's keys, refused as soon as those received add up past [`MAX_WAIT_KEY_BYTES`].
+    fn wait_keys(&mut self) -> Result<Vec<&'a [u8]>, Short> {
+        let n = self.count()?;
+        let mut keys = Vec::new();
+        let mut total = 0;
+        for _ in 0..n {
+            let key = self.key()?;
+            total += key.len();
+            if total > MAX_WAIT_KEY_BYTES {
+                return Err(ProtocolError::WaitTooLarge(total as u64).into());
+            }
+            keys.push(key);
+        }
+        Ok(keys)
     }
 
     fn keys(&mut self) -> Result<Vec<&'a [u8]>, Short> {

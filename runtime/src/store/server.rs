@@ -2,14 +2,17 @@
 //! sockets. Each connection decodes its frames as they arrive; a WAIT whose keys are missing
 //! parks the connection (which keeps serving its other commands, CANCEL_WAIT among them)
 //! until later writes complete it. A connection that breaks the protocol is closed with a
-//! warning; the server and the other connections carry on.
+//! warning; the server and the other connections carry on. What the server holds is bounded
+//! ([`Limits`]): connections, buffered bytes, time to VALIDATE, warning lines per second.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
@@ -17,9 +20,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{debug, warn};
 
 use super::conn::{Conn, Fill};
+use super::limits::{Limits, SpareFd, Stats, Throttle};
 use super::protocol::{self, Command, ProtocolError, Request, STOP_WAITING, VALIDATION_MAGIC};
 use super::state::{ConnId, State};
 use super::StoreError;
+
+mod admit;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -27,12 +33,18 @@ const FIRST_CONN: ConnId = 2;
 /// A connection stops decoding requests while this many reply bytes wait to be sent, so a
 /// client that never reads its replies cannot make the server buffer without bound.
 const OUTPUT_HIGH_WATER: usize = 4 << 20;
+/// How often connections that have not validated are checked for their deadline.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// Memory is handed back to the OS once closed connections have freed this much (glibc
+/// keeps freed memory of the server thread's arena otherwise).
+const TRIM_AFTER: usize = 16 << 20;
 
 /// A running store server; dropping it stops the server and closes every connection.
 pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
+    stats: Arc<Stats>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
 
@@ -40,6 +52,10 @@ impl Server {
     /// Listens on `addr` (port 0 picks a free port; see [`Server::local_addr`]) and serves
     /// on a background thread.
     pub fn bind(addr: impl ToSocketAddrs) -> Result<Server, StoreError> {
+        Self::bind_with(addr, Limits::default())
+    }
+
+    pub(crate) fn bind_with(addr: impl ToSocketAddrs, limits: Limits) -> Result<Server, StoreError> {
         crate::logging::init();
         let io_err = |op| move |source| StoreError::Io { op, source };
         let listener = listen(addr).map_err(io_err("bind"))?;
@@ -50,15 +66,20 @@ impl Server {
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(io_err("bind"))?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_err("bind"))?);
         let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Stats::default());
         let thread = {
-            let stop = Arc::clone(&stop);
+            let (stop, stats) = (Arc::clone(&stop), Arc::clone(&stats));
             std::thread::Builder::new()
                 .name("jitccl-store".into())
-                .spawn(move || EventLoop::new(poll, listener)?.run(&stop))
+                .spawn(move || EventLoop::new(poll, listener, limits, stats)?.run(&stop))
                 .map_err(io_err("bind"))?
         };
         debug!("store: serving on {addr}");
-        Ok(Server { addr, stop, waker, thread: Some(thread) })
+        Ok(Server { addr, stop, waker, stats, thread: Some(thread) })
+    }
+
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     /// The address the server listens on.
@@ -80,6 +101,14 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let Some(thread) = self.thread.take() else { return };
+        let s = self.stats();
+        debug!(
+            "store: stopping the server on {} ({} connections, {} bytes buffered, {} warnings logged)",
+            self.addr,
+            s.conns(),
+            s.buffered(),
+            s.warnings()
+        );
         self.stop.store(true, Ordering::Release);
         if let Err(e) = self.waker.wake() {
             // The loop cannot be told to stop; leave it rather than block forever.
@@ -118,6 +147,12 @@ enum Close {
     Eof,
     Io(io::Error),
     Protocol(ProtocolError),
+    /// Its buffers grew while every connection's together passed the budget.
+    OverBudget {
+        held: usize,
+    },
+    /// It did not VALIDATE in time, or was the oldest such when the connections ran out.
+    Unvalidated(&'static str),
 }
 
 impl From<ProtocolError> for Close {
@@ -145,10 +180,21 @@ struct EventLoop {
     woken: Vec<ConnId>,
     /// Connections that were sent STOP_WAITING by another connection's request.
     dirty: Vec<ConnId>,
+    limits: Limits,
+    stats: Arc<Stats>,
+    throttle: Throttle,
+    spare: SpareFd,
+    /// Connections in accept order with the time they were accepted, until they validate
+    /// (entries of validated or closed connections are skipped when met).
+    unvalidated: VecDeque<(ConnId, Instant)>,
+    /// Sum of every connection's `charged`.
+    buffered: usize,
+    /// Bytes released by closed connections since memory was last handed back to the OS.
+    freed: usize,
 }
 
 impl EventLoop {
-    fn new(poll: Poll, listener: TcpListener) -> io::Result<EventLoop> {
+    fn new(poll: Poll, listener: TcpListener, limits: Limits, stats: Arc<Stats>) -> io::Result<EventLoop> {
         Ok(EventLoop {
             registry: poll.registry().try_clone()?,
             poll,
@@ -160,13 +206,32 @@ impl EventLoop {
             reply: Vec::new(),
             woken: Vec::new(),
             dirty: Vec::new(),
+            limits,
+            stats,
+            throttle: Throttle::default(),
+            spare: SpareFd::new(),
+            unvalidated: VecDeque::new(),
+            buffered: 0,
+            freed: 0,
         })
+    }
+
+    /// Logs a warning, at most one line a second (see [`Throttle`]).
+    fn warn(&mut self, line: fmt::Arguments<'_>) {
+        let Some(suppressed) = self.throttle.allow(Instant::now()) else { return };
+        self.stats.warned();
+        if suppressed > 0 {
+            warn!("{line} ({suppressed} similar lines suppressed)");
+        } else {
+            warn!("{line}");
+        }
     }
 
     fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         loop {
-            if let Err(e) = self.poll.poll(&mut events, None) {
+            let timeout = (!self.unvalidated.is_empty()).then_some(SWEEP_EVERY);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -183,43 +248,23 @@ impl EventLoop {
             while let Some(id) = self.dirty.pop() {
                 self.drive(id);
             }
+            self.sweep();
         }
     }
 
-    fn accept(&mut self) {
-        loop {
-            match self.listener.accept() {
-                Ok((mut stream, peer)) => {
-                    // Requests and replies are small and latency-bound.
-                    if let Err(e) = stream.set_nodelay(true) {
-                        debug!("store: TCP_NODELAY on the connection from {peer}: {e}");
-                    }
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    if let Err(e) = self.registry.register(&mut stream, Token(id), Interest::READABLE) {
-                        warn!("store: cannot watch the connection from {peer}: {e}");
-                        continue;
-                    }
-                    debug!("store: connection from {peer}");
-                    self.conns.insert(id, Conn::new(stream, peer));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
-                Err(e) => {
-                    // E.g. out of file descriptors: the peer stays in the backlog, and the
-                    // next connection attempt triggers another accept.
-                    warn!("store: accept failed: {e}");
-                    return;
-                }
-            }
-        }
+    fn publish(&self) {
+        self.stats.set(self.conns.len(), self.buffered);
     }
 
     /// Serves one connection as far as it can go without blocking.
     fn drive(&mut self, id: ConnId) {
         // Taken out of the map while it is served, so requests can reach other connections.
         let Some(mut conn) = self.conns.remove(&id) else { return };
-        match self.pump(id, &mut conn).and_then(|()| self.watch(id, &mut conn)) {
+        match self
+            .pump(id, &mut conn)
+            .and_then(|()| self.watch(id, &mut conn))
+            .and_then(|()| self.charge(id, &mut conn))
+        {
             Ok(()) => {
                 self.conns.insert(id, conn);
             }
@@ -236,13 +281,17 @@ impl EventLoop {
                 return Ok(());
             }
             if self.serve_one(id, conn)? {
+                self.charge(id, conn)?;
                 continue;
             }
             if drained {
                 return Ok(());
             }
             match conn.fill(&mut self.scratch)? {
-                Fill::Data { drained: d } => drained = d,
+                Fill::Data { drained: d } => {
+                    drained = d;
+                    self.charge(id, conn)?;
+                }
                 Fill::Empty => return Ok(()),
                 Fill::Eof => {
                     // Best effort: the client may have half-closed and still read.
@@ -302,10 +351,18 @@ impl EventLoop {
         let peer = conn.peer;
         let unparsed = conn.unparsed().len();
         match why {
-            Close::Protocol(e) => warn!("store: closing the connection from {peer}: {e}"),
-            Close::Eof if unparsed > 0 => {
-                warn!("store: connection from {peer} closed in the middle of a message ({unparsed} bytes received)")
+            Close::Protocol(e) => self.warn(format_args!("store: closing the connection from {peer}: {e}")),
+            Close::OverBudget { held } => {
+                let (total, max) = (self.buffered, self.limits.max_buffered);
+                self.warn(format_args!(
+                    "store: closing the connection from {peer}: the server's buffers are full \
+                     (this connection {held} bytes, all {total}, limit {max})"
+                ))
             }
+            Close::Unvalidated(why) => debug!("store: closing the connection from {peer}: {why}"),
+            Close::Eof if unparsed > 0 => self.warn(format_args!(
+                "store: connection from {peer} closed in the middle of a message ({unparsed} bytes received)"
+            )),
             Close::Eof => debug!("store: connection from {peer} closed"),
             Close::Io(e) => debug!("store: connection from {peer} failed: {e}"),
         }
@@ -313,5 +370,22 @@ impl EventLoop {
         if let Err(e) = self.registry.deregister(&mut conn.stream) {
             debug!("store: deregistering the connection from {peer}: {e}");
         }
+        self.buffered -= conn.charged;
+        self.freed += conn.charged;
+        drop(conn);
+        self.publish();
+        if self.freed >= TRIM_AFTER {
+            self.freed = 0;
+            trim();
+        }
+    }
+}
+
+/// Hands freed memory back to the OS (glibc keeps it in the thread's arena otherwise).
+fn trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator's arenas.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

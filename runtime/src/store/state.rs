@@ -2,6 +2,7 @@
 //! the server feeds it decoded requests and sends the replies it produces.
 
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use super::protocol::{
     show_key, ProtocolError, Put, Request, MAX_FRAME_LEN, MAX_VALUE_LEN, NOT_READY, READY, STOP_WAITING, WAIT_CANCELED,
@@ -13,10 +14,17 @@ pub(crate) type ConnId = usize;
 #[derive(Default)]
 pub(crate) struct State {
     data: HashMap<Vec<u8>, Vec<u8>>,
-    /// For each missing key, the connections whose parked WAIT needs it.
-    waiters: HashMap<Vec<u8>, Vec<ConnId>>,
-    /// For each connection with a parked WAIT, the keys it still misses (never empty).
-    parked: HashMap<ConnId, HashSet<Vec<u8>>>,
+    /// For each missing key, the connections whose parked WAIT needs it. Keys are shared
+    /// with `parked`, so a parked key is held once.
+    waiters: HashMap<Rc<[u8]>, Vec<ConnId>>,
+    /// For each connection with a parked WAIT, the keys it still misses.
+    parked: HashMap<ConnId, Parked>,
+}
+
+/// A parked WAIT: the keys it still misses (never empty) and their total length.
+struct Parked {
+    keys: HashSet<Rc<[u8]>>,
+    bytes: usize,
 }
 
 impl State {
@@ -70,15 +78,16 @@ impl State {
                 if self.parked.contains_key(&conn) {
                     return Err(ProtocolError::SecondWait);
                 }
-                let missing: HashSet<Vec<u8>> =
-                    keys.into_iter().filter(|k| !self.data.contains_key(*k)).map(<[u8]>::to_vec).collect();
+                let missing: HashSet<Rc<[u8]>> =
+                    keys.into_iter().filter(|k| !self.data.contains_key(*k)).map(Rc::from).collect();
                 if missing.is_empty() {
                     reply.put_u8(STOP_WAITING);
                 } else {
                     for key in &missing {
-                        self.waiters.entry(key.clone()).or_default().push(conn);
+                        self.waiters.entry(Rc::clone(key)).or_default().push(conn);
                     }
-                    self.parked.insert(conn, missing);
+                    let bytes = missing.iter().map(|k| k.len()).sum();
+                    self.parked.insert(conn, Parked { keys: missing, bytes });
                 }
             }
             Request::GetNumKeys => reply.put_i64(self.data.len() as i64),
@@ -124,13 +133,20 @@ impl State {
         self.unpark(conn);
     }
 
+    /// Bytes of keys `conn`'s parked WAIT holds.
+    pub(crate) fn parked_bytes(&self, conn: ConnId) -> usize {
+        self.parked.get(&conn).map_or(0, |p| p.bytes)
+    }
+
     fn set(&mut self, key: &[u8], value: Vec<u8>, woken: &mut Vec<ConnId>) {
         self.data.insert(key.to_vec(), value);
         let Some(conns) = self.waiters.remove(key) else { return };
         for conn in conns {
-            if let Some(missing) = self.parked.get_mut(&conn) {
-                missing.remove(key);
-                if missing.is_empty() {
+            if let Some(p) = self.parked.get_mut(&conn) {
+                if p.keys.remove(key) {
+                    p.bytes -= key.len();
+                }
+                if p.keys.is_empty() {
                     self.parked.remove(&conn);
                     woken.push(conn);
                 }
@@ -139,8 +155,8 @@ impl State {
     }
 
     fn unpark(&mut self, conn: ConnId) {
-        let Some(missing) = self.parked.remove(&conn) else { return };
-        for key in missing {
+        let Some(p) = self.parked.remove(&conn) else { return };
+        for key in p.keys {
             if let Some(conns) = self.waiters.get_mut(&key) {
                 conns.retain(|&c| c != conn);
                 if conns.is_empty() {
