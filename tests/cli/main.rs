@@ -1,6 +1,9 @@
 //! The `jitccl` command line as a user runs it: kernel listing, source, compiling (with the
 //! disk cache reused by a second process), the perf table, and errors on bad input.
 
+mod limits;
+mod procs;
+
 use std::process::{Command, Output};
 
 use jitccl::codegen::KernelSpec;
