@@ -1,10 +1,59 @@
 //! The on-disk kernel cache: compiled objects stored under a key made of the source hash,
 //! the target and the compiler's identity, so a second process reuses them and any change
 //! to the templates, the op's source or the compiler misses.
+//!
+//! Each entry has a sidecar (`<entry>.sum`: its length and SHA-256) written after it, both
+//! atomically (by rename), so a truncated, emptied or altered entry (a full disk, a killed
+//! copy, a stray edit) is found before it is loaded, and compiled again. Files being written
+//! are named `.build-*`; those a killed process left behind are removed later.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+
+/// Prefix of the folders and files of entries being built or written.
+pub const BUILD_PREFIX: &str = ".build-";
+/// Age after which a `.build-*` leftover belongs to a killed process: a kernel compiles in
+/// seconds, and a folder's time changes as its files are written.
+const STALE_BUILD: Duration = Duration::from_secs(10 * 60);
+
+/// What the cache holds at a path.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Missing,
+    /// The entry's bytes, as recorded when it was stored.
+    Hit(Vec<u8>),
+    /// A damaged or unverifiable entry, and why.
+    Bad(String),
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The sidecar's content for an entry: `<length> <sha256>`.
+fn record(bytes: &[u8]) -> String {
+    format!("{} {}\n", bytes.len(), hex(&Sha256::digest(bytes)))
+}
+
+fn sum_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".sum");
+    p.into()
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder and a rename: a
+/// reader sees the old file or the whole new one.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().ok_or(std::io::ErrorKind::InvalidInput)?;
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(BUILD_PREFIX).tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
 
 /// Where compiled kernels are kept (`JITCCL_CACHE_DIR`, else `<user cache dir>/jitccl`).
 #[derive(Debug, Clone)]
@@ -38,8 +87,64 @@ impl DiskCache {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
-        let key: String = h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let key = hex(&h.finalize()[..16]);
         let sub = target.replace(':', "-");
         self.dir.join(sub).join(format!("{key}.{ext}"))
+    }
+
+    /// Reads the entry at `path` and checks it against its recorded length and SHA-256.
+    pub fn lookup(&self, path: &Path) -> Lookup {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Lookup::Missing,
+            Err(e) => return Lookup::Bad(format!("unreadable: {e}")),
+        };
+        let Ok(want) = std::fs::read_to_string(sum_path(path)) else {
+            return Lookup::Bad("no length and checksum recorded (an interrupted write?)".into());
+        };
+        let have = record(&bytes);
+        if want == have {
+            return Lookup::Hit(bytes);
+        }
+        match want.split(' ').next() {
+            Some(len) if len != bytes.len().to_string() => {
+                Lookup::Bad(format!("{} bytes instead of the {len} recorded", bytes.len()))
+            }
+            _ => Lookup::Bad("the content does not match the recorded SHA-256".into()),
+        }
+    }
+
+    /// Stores `bytes` at `path`, then its length and checksum (both atomically).
+    pub fn store(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        write_atomic(path, bytes)?;
+        write_atomic(&sum_path(path), record(bytes).as_bytes())
+    }
+
+    /// Removes `.build-*` leftovers of processes killed while compiling or writing an entry
+    /// (only old ones: a recent one may be another process's work in progress).
+    pub fn remove_stale_builds(&self) {
+        let Ok(subdirs) = std::fs::read_dir(&self.dir) else { return };
+        for sub in subdirs.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+            let Ok(entries) = std::fs::read_dir(sub.path()) else { continue };
+            for e in entries.flatten() {
+                if !e.file_name().to_string_lossy().starts_with(BUILD_PREFIX) {
+                    continue;
+                }
+                let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+                if age.is_none_or(|a| a <= STALE_BUILD) {
+                    continue;
+                }
+                let path = e.path();
+                let res = if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                match res {
+                    Ok(()) => tracing::info!(path = %path.display(), "removed the leftover of an interrupted compile"),
+                    Err(e) => tracing::debug!(path = %path.display(), "cannot remove a stale build: {e}"),
+                }
+            }
+        }
     }
 }

@@ -1,13 +1,13 @@
 //! The kernel generator's front door: spec + target -> loaded kernel, compiled lazily and
 //! cached in memory (per process) and on disk (across processes).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
-use crate::cache::DiskCache;
+use crate::cache::{DiskCache, Lookup};
 use crate::compile::host::{host_cc, HostKernel};
 use crate::compile::nvrtc::{nvrtc, CudaOutput};
 use crate::compile::CompileError;
@@ -61,6 +61,7 @@ impl Generator {
     pub fn new(disk: Option<DiskCache>) -> Self {
         if let Some(d) = &disk {
             tracing::debug!(dir = %d.dir().display(), "kernel disk cache");
+            d.remove_stale_builds();
         }
         Generator { disk, loaded: Mutex::new(FxHashMap::default()) }
     }
@@ -117,23 +118,20 @@ impl Generator {
         match target {
             Target::Host => {
                 let cc = host_cc()?;
-                let (path, _tmp);
-                match &self.disk {
+                let (path, _tmp, prov) = match &self.disk {
                     Some(d) => {
-                        path = d.path(&source, "host", &cc.id(), "so");
-                        _tmp = None;
+                        let path = d.path(&source, "host", &cc.id(), "so");
+                        let dir = path.parent().expect("cache paths have a parent");
+                        let (_, prov) = cached(d, &path, || cc.compile(&source, &name, dir))?;
+                        (path, None, prov)
                     }
                     None => {
                         let t = tempfile::tempdir().map_err(|e| CompileError::io("creating a temporary folder", e))?;
-                        path = t.path().join("kernel.so");
-                        _tmp = Some(t);
+                        let path = t.path().join("kernel.so");
+                        let bytes = cc.compile(&source, &name, t.path())?;
+                        std::fs::write(&path, bytes).map_err(|e| CompileError::io(format!("writing {}", path.display()), e))?;
+                        (path, Some(t), Provenance::Compiled)
                     }
-                }
-                let prov = if path.exists() {
-                    Provenance::Disk
-                } else {
-                    cc.compile(&source, &name, &path)?;
-                    Provenance::Compiled
                 };
                 let k = HostKernel::load(&path, &spec.symbol())?;
                 tracing::debug!(kernel = %name, ?prov, ms = t0.elapsed().as_secs_f64() * 1e3, "host kernel ready");
@@ -145,28 +143,33 @@ impl Generator {
                     CudaOutput::Cubin => "cubin",
                     CudaOutput::Ptx => "ptx",
                 };
-                let path = self.disk.as_ref().map(|d| d.path(&source, &target.to_string(), &nv.id(), ext));
-                if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
-                    return Ok((Artifact::Cuda(Arc::new(CudaImage { arch, output, bytes })), Provenance::Disk));
-                }
-                let bytes = nv.compile(&source, &name, arch, output)?;
-                if let Some(p) = &path {
-                    write_atomic(p, &bytes)?;
-                }
-                tracing::debug!(kernel = %name, %arch, ms = t0.elapsed().as_secs_f64() * 1e3, "cuda kernel compiled");
-                Ok((Artifact::Cuda(Arc::new(CudaImage { arch, output, bytes })), Provenance::Compiled))
+                let compile = || nv.compile(&source, &name, arch, output);
+                let (bytes, prov) = match &self.disk {
+                    Some(d) => cached(d, &d.path(&source, &target.to_string(), &nv.id(), ext), compile)?,
+                    None => (compile()?, Provenance::Compiled),
+                };
+                tracing::debug!(kernel = %name, %arch, ?prov, ms = t0.elapsed().as_secs_f64() * 1e3, "cuda kernel ready");
+                Ok((Artifact::Cuda(Arc::new(CudaImage { arch, output, bytes })), prov))
             }
         }
     }
 }
 
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), CompileError> {
-    let dir = path.parent().expect("cache paths have a parent");
-    std::fs::create_dir_all(dir).map_err(|e| CompileError::io(format!("creating {}", dir.display()), e))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| CompileError::io("creating a cache file", e))?;
-    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| CompileError::io("writing a cache file", e))?;
-    tmp.persist(path).map_err(|e| CompileError::io(format!("storing {}", path.display()), e.error))?;
-    Ok(())
+/// The checked entry at `path`, else `compile`'s output, stored there. A damaged entry is
+/// compiled again, with a warning (its path and what is wrong).
+fn cached(
+    d: &DiskCache,
+    path: &Path,
+    compile: impl FnOnce() -> Result<Vec<u8>, CompileError>,
+) -> Result<(Vec<u8>, Provenance), CompileError> {
+    match d.lookup(path) {
+        Lookup::Hit(bytes) => return Ok((bytes, Provenance::Disk)),
+        Lookup::Bad(why) => tracing::warn!("kernel cache entry {} is damaged ({why}); recompiling it", path.display()),
+        Lookup::Missing => {}
+    }
+    let bytes = compile()?;
+    d.store(path, &bytes).map_err(|e| CompileError::io(format!("storing {}", path.display()), e))?;
+    Ok((bytes, Provenance::Compiled))
 }
 
 #[cfg(test)]

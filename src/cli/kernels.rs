@@ -69,8 +69,8 @@ pub(super) enum KernelsCmd {
         /// Produce PTX instead of CUBIN (CUDA).
         #[arg(long)]
         ptx: bool,
-        /// Parallel compiles (default: the number of cores).
-        #[arg(short = 'j', long)]
+        /// Parallel compiles, 1 to 1024 (default: the number of cores).
+        #[arg(short = 'j', long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
         jobs: Option<usize>,
     },
 }
@@ -99,7 +99,9 @@ impl KernelsCmd {
                     s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
                 }
                 let output = if ptx { CudaOutput::Ptx } else { CudaOutput::Cubin };
-                let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+                let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+                // More threads than kernels would only idle.
+                let jobs = jobs.min(specs.len()).max(1);
                 Ok(compile_all(&specs, target, output, jobs))
             }
         }

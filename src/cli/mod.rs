@@ -3,6 +3,7 @@
 mod kernels;
 mod launch;
 mod perf;
+mod ranks;
 mod size;
 mod store;
 
@@ -29,6 +30,16 @@ enum Command {
     /// Run the rendezvous key-value store server.
     #[command(subcommand)]
     Store(store::StoreCmd),
+}
+
+/// Value parser of a whole number of at least `MIN` (clap's range parser would print the
+/// open upper bound as 18446744073709551615).
+fn at_least<const MIN: usize>(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= MIN => Ok(n),
+        Ok(_) => Err(format!("must be at least {MIN}")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl Cli {

@@ -14,14 +14,16 @@ use jitccl::codegen::BuiltinOp;
 use jitccl::reference::{count_wrong, inputs, op_for_rank, reduced, RefElement};
 use jitccl::{with_element_type, Algorithm, Collective, Comm, Config, DataType, DeviceBuffer, Op, Protocol, Stream};
 
-use super::size::parse_size;
+use super::at_least;
+use super::ranks::parse_nranks;
+use super::size::{parse_size, sweep_sizes};
 
 #[derive(clap::Args)]
 pub struct PerfArgs {
     /// all_reduce, broadcast, reduce, all_gather, reduce_scatter or sendrecv.
     coll: Collective,
-    /// Number of ranks.
-    #[arg(short = 'n', long, default_value_t = 2)]
+    /// Number of ranks (at most max(1024, 4 x CPUs)).
+    #[arg(short = 'n', long, default_value_t = 2, value_parser = parse_nranks)]
     nranks: usize,
     /// Smallest size in bytes (K/M/G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
@@ -29,8 +31,8 @@ pub struct PerfArgs {
     /// Largest size in bytes (K/M/G suffixes).
     #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = parse_size)]
     max_bytes: usize,
-    /// Multiply the size by this factor each step.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    /// Multiply the size by this factor (at least 2) each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = at_least::<2>)]
     factor: usize,
     /// Datatype (nccl-tests names: int8 uint8 int32 uint32 int64 uint64 half float double
     /// bfloat16 f8e4m3 f8e5m2).
@@ -49,7 +51,7 @@ pub struct PerfArgs {
     #[arg(long)]
     proto: Option<Protocol>,
     /// Channels per rank.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
     channels: Option<usize>,
     /// Check results against the reference this many times per size (0: no check).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
@@ -57,8 +59,8 @@ pub struct PerfArgs {
     /// Untimed iterations before timing.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     warmup: usize,
-    /// Timed iterations.
-    #[arg(short = 'i', long = "iters", default_value_t = 20)]
+    /// Timed iterations (at least 1).
+    #[arg(short = 'i', long = "iters", default_value_t = 20, value_parser = at_least::<1>)]
     iters: usize,
     /// Run the ranks as threads of this process instead of separate processes.
     #[arg(long)]
@@ -73,15 +75,7 @@ struct Timing {
 
 impl PerfArgs {
     pub fn run(self) -> Result<ExitCode, String> {
-        if self.factor < 2 {
-            return Err("the step factor (-f) must be at least 2".into());
-        }
-        if self.min_bytes > self.max_bytes {
-            return Err(format!(
-                "minbytes {} is larger than maxbytes {}",
-                self.min_bytes, self.max_bytes
-            ));
-        }
+        sweep_sizes(self.min_bytes, self.max_bytes, self.factor)?;
         if self.root >= self.nranks {
             return Err(format!("root {} is not one of the {} ranks", self.root, self.nranks));
         }
@@ -118,7 +112,7 @@ impl PerfArgs {
             let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
             let mut command = vec![exe.to_string_lossy().into_owned()];
             command.extend(std::env::args().skip(1));
-            super::launch::run_ranks(self.nranks, None, &command, None, false)
+            super::ranks::run_ranks(self.nranks, None, &command, None, false)
         }
     }
 
@@ -229,8 +223,7 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
     let (mut bus_sum, mut rows, mut wrong_total) = (0.0, 0usize, 0usize);
     // busbw of the largest size, out of place and in place.
     let mut last_bus = [0.0f64; 2];
-    let mut bytes = a.min_bytes;
-    loop {
+    for bytes in sweep_sizes(a.min_bytes, a.max_bytes, a.factor)? {
         let (count, size) = a.shape(bytes, esize);
         let root = if matches!(a.coll, Collective::Broadcast | Collective::Reduce) {
             a.root as i64
@@ -262,10 +255,6 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
             line.push_str(&format!(" {:>8.2} {:>7.2} {:>7.2} {:>6}", t.us, algbw, busbw, wrong));
         }
         say(line);
-        match bytes.checked_mul(a.factor) {
-            Some(b) if b <= a.max_bytes => bytes = b,
-            _ => break,
-        }
     }
     say(format!(
         "# Out of bounds values : {wrong_total} {}",

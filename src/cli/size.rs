@@ -15,9 +15,39 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("bad size '{s}' (expected e.g. 8, 64K, 16M, 1G)"))
 }
 
+/// The sizes of a sweep: `min`, `min * factor`, ... up to `max`. Refuses a sweep that
+/// cannot progress (from 0, or by a factor below 2) or has no size.
+pub fn sweep_sizes(min: usize, max: usize, factor: usize) -> Result<Vec<usize>, String> {
+    if min == 0 {
+        return Err("the smallest size (-b/--minbytes) must be at least 1: a sweep from 0 never grows".into());
+    }
+    if factor < 2 {
+        return Err("the step factor (-f/--stepfactor) must be at least 2".into());
+    }
+    if min > max {
+        return Err(format!("minbytes {min} is larger than maxbytes {max}"));
+    }
+    let mut sizes = vec![min];
+    while let Some(next) = sizes.last().and_then(|b| b.checked_mul(factor)).filter(|&b| b <= max) {
+        sizes.push(next);
+    }
+    Ok(sizes)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, sweep_sizes};
+
+    #[test]
+    fn sweeps() {
+        assert_eq!(sweep_sizes(8, 64, 2), Ok(vec![8, 16, 32, 64]));
+        assert_eq!(sweep_sizes(8, 100, 8), Ok(vec![8, 64]));
+        assert_eq!(sweep_sizes(5, 5, 2), Ok(vec![5]));
+        assert_eq!(sweep_sizes(1 << 62, usize::MAX, 4), Ok(vec![1 << 62]));
+        for (min, max, factor) in [(0, 64, 2), (8, 64, 1), (8, 64, 0), (64, 8, 2)] {
+            assert!(sweep_sizes(min, max, factor).is_err(), "{min} {max} {factor}");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::abi::Args;
+use crate::cache::BUILD_PREFIX;
 use crate::compile::CompileError;
 
 /// Flags for every host kernel. No `-march=native`: cached objects may be shared between
@@ -44,36 +45,45 @@ impl HostCompiler {
         format!("{} {}", self.version, CFLAGS.join(" "))
     }
 
-    /// Compiles `source` into the shared object `out` (written atomically: the object
-    /// appears complete or not at all, so concurrent processes can share a cache).
-    pub fn compile(&self, source: &str, name: &str, out: &Path) -> Result<(), CompileError> {
-        let dir = out.parent().ok_or_else(|| CompileError::io("bad output path", std::io::ErrorKind::InvalidInput.into()))?;
+    /// Compiles `source` into a shared object and returns its bytes. The build folder is
+    /// made in `dir` (named `.build-*`, so a killed compile's leftover is recognised).
+    pub fn compile(&self, source: &str, name: &str, dir: &Path) -> Result<Vec<u8>, CompileError> {
         std::fs::create_dir_all(dir).map_err(|e| CompileError::io(format!("creating {}", dir.display()), e))?;
         let tmp = tempfile::Builder::new()
-            .prefix(".build-")
+            .prefix(BUILD_PREFIX)
             .tempdir_in(dir)
             .map_err(|e| CompileError::io(format!("creating a build folder in {}", dir.display()), e))?;
         let c = tmp.path().join("kernel.c");
         let so = tmp.path().join("kernel.so");
         std::fs::write(&c, source).map_err(|e| CompileError::io(format!("writing {}", c.display()), e))?;
-        let res = Command::new(&self.cc)
-            .args(CFLAGS)
+        let mut cmd = Command::new(&self.cc);
+        cmd.args(CFLAGS)
             .arg("-o")
             .arg(&so)
             .arg(&c)
             // Templates avoid libm, but a custom op's C may not: link it rather than fail
             // at load time with an undefined symbol.
-            .arg("-lm")
-            .output()
-            .map_err(|e| CompileError::io(format!("running {}", self.cc.display()), e))?;
-        let log = String::from_utf8_lossy(&res.stderr).into_owned();
+            .arg("-lm");
+        let shown = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let res = cmd.output().map_err(|e| CompileError::io(format!("running {shown}"), e))?;
+        let output: Vec<String> = [&res.stderr, &res.stdout]
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).trim_end().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
         if !res.status.success() {
+            let output = if output.is_empty() { "(no output)".to_string() } else { output.join("\n") };
+            let log = format!("{shown}\n{}\n{output}", res.status);
             return Err(CompileError::Failed { compiler: "cc", kernel: name.to_string(), log });
         }
-        if !log.trim().is_empty() {
-            tracing::debug!(kernel = name, %log, "cc diagnostics");
+        if !output.is_empty() {
+            tracing::debug!(kernel = name, log = %output.join("\n"), "cc diagnostics");
         }
-        std::fs::rename(&so, out).map_err(|e| CompileError::io(format!("moving the object to {}", out.display()), e))
+        std::fs::read(&so).map_err(|e| CompileError::io(format!("reading {}", so.display()), e))
     }
 }
 
@@ -95,10 +105,10 @@ impl HostKernel {
         let load_err = |reason: String| CompileError::Load { kernel: symbol.to_string(), reason };
         // SAFETY: the object is one this crate compiled from generated C; it has no
         // initializers with side effects.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| load_err(e.to_string()))?;
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| load_err(format!("{}: {e}", path.display())))?;
         // SAFETY: the generated entry point has exactly this signature (kernel.c).
         let entry = unsafe { lib.get::<unsafe extern "C" fn(*const Args, i32) -> i32>(symbol.as_bytes()) }
-            .map_err(|e| load_err(e.to_string()))?;
+            .map_err(|e| load_err(format!("{}: {e}", path.display())))?;
         Ok(HostKernel { entry: *entry, _lib: lib })
     }
 

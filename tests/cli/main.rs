@@ -1,14 +1,23 @@
 //! The `jitccl` command line as a user runs it: kernel listing, source, compiling (with the
 //! disk cache reused by a second process), the perf table, and errors on bad input.
 
+mod limits;
+mod procs;
+
 use std::process::{Command, Output};
 
 use jitccl::codegen::KernelSpec;
 
 fn jitccl(args: &[&str], cache: &std::path::Path) -> Output {
+    jitccl_with(args, cache, &[])
+}
+
+/// `jitccl` with more environment variables.
+fn jitccl_with(args: &[&str], cache: &std::path::Path, vars: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_jitccl"))
         .args(args)
         .env("JITCCL_CACHE_DIR", cache)
+        .envs(vars.iter().copied())
         .output()
         .expect("run jitccl")
 }
@@ -95,6 +104,53 @@ fn compile_reports_a_failure_with_nonzero_exit() {
     assert!(!out.status.success());
     assert!(text(&out.stdout).contains("FAILED reduce.ring.ll.i8.min"), "{}", text(&out.stdout));
     assert_eq!(summary(&out), (0, 1, 0));
+    // The log names the command, its exit status, and says that it printed nothing.
+    let log = text(&out.stdout);
+    assert!(log.contains("false -O3") && log.contains("kernel.c"), "{log}");
+    assert!(log.contains("exit status: 1") && log.contains("(no output)"), "{log}");
+
+    // A compiler that cannot be started is named with the reason.
+    let out = jitccl_with(
+        &["kernels", "compile", "--target", "host", "reduce.ring.ll.i8.min"],
+        cache.path(),
+        &[("CC", "/nonexistent/cc")],
+    );
+    let log = text(&out.stdout);
+    assert!(log.contains("/nonexistent/cc") && log.contains("No such file"), "{log}");
+    assert_eq!(summary(&out), (0, 1, 0));
+}
+
+#[test]
+fn corrupt_cache_entries_are_recompiled_with_a_warning() {
+    let cache = tempfile::tempdir().unwrap();
+    let perf = ["perf", "all_reduce", "--threads", "-n", "2", "-b", "64", "-e", "64", "-w", "0", "-i", "1"];
+    let first = jitccl(&perf, cache.path());
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let objects: Vec<_> = std::fs::read_dir(cache.path().join("host"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "so"))
+        .collect();
+    assert!(!objects.is_empty());
+    // Truncated (a mapped object would raise SIGBUS), emptied, one byte changed.
+    let damages: [fn(&mut Vec<u8>); 3] =
+        [|b| b.truncate(b.len() / 2), |b| b.clear(), |b| { let m = b.len() / 2; b[m] ^= 0xff }];
+    for damage in damages {
+        for so in &objects {
+            let mut bytes = std::fs::read(so).unwrap();
+            damage(&mut bytes);
+            std::fs::write(so, bytes).unwrap();
+        }
+        let out = jitccl(&perf, cache.path());
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("WARN") && err.contains("recompiling"), "{err}");
+        assert!(err.contains(&objects[0].display().to_string()), "{err}");
+        assert!(text(&out.stdout).contains("# Out of bounds values : 0 OK"));
+    }
+    // The entries were replaced: no more warnings.
+    let out = jitccl(&perf, cache.path());
+    assert!(out.status.success() && !text(&out.stderr).contains("WARN"), "{}", text(&out.stderr));
 }
 
 #[test]
