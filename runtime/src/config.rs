@@ -85,7 +85,9 @@ impl Config {
             (cores / nranks.max(1)).clamp(1, 4)
         });
         if nchannels == 0 || nchannels > MAX_CHANNELS {
-            return Err(Error::InvalidArgument(format!("nchannels must be 1..={MAX_CHANNELS}, got {nchannels}")));
+            return Err(Error::InvalidArgument(format!(
+                "nchannels (JITCCL_NCHANNELS) must be 1..={MAX_CHANNELS}, got {nchannels}"
+            )));
         }
         let algo = match self.algo {
             Some(a) => Some(a),
@@ -108,7 +110,7 @@ impl Config {
         };
         if timeout.is_zero() || timeout > MAX_TIMEOUT {
             return Err(Error::InvalidArgument(format!(
-                "timeout must be more than 0 and at most {} s, got {timeout:?}",
+                "timeout (JITCCL_TIMEOUT) must be more than 0 and at most {} s, got {timeout:?}",
                 MAX_TIMEOUT.as_secs()
             )));
         }
@@ -129,7 +131,7 @@ impl Config {
         for p in 0..NPROTOS {
             if slot_bytes[p] < MIN_SLOT[p] || slot_bytes[p] % MIN_SLOT[p] != 0 || slot_bytes[p] > MAX_BUFFSIZE / STEPS {
                 return Err(Error::InvalidArgument(format!(
-                    "{} slot size {} must be a positive multiple of {} bytes, at most {}",
+                    "{} slot size {} (JITCCL_BUFFSIZE / 8 for simple) must be a positive multiple of {} bytes, at most {}",
                     Protocol::ALL[p],
                     slot_bytes[p],
                     MIN_SLOT[p],

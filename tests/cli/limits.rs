@@ -127,3 +127,30 @@ fn sigint_to_launch_ends_the_ranks() {
 fn ranks_die_with_a_killed_launcher() {
     ranks_end_with_the_launcher(libc::SIGKILL);
 }
+
+/// Environment values out of range are refused naming the variable (`JITCCL_TIMEOUT=1e30`
+/// panicked in `Duration::from_secs_f64`; `JITCCL_BUFFSIZE=1` blamed "simple slot size 0").
+#[test]
+fn environment_values_are_range_checked() {
+    let cache = tempfile::tempdir().unwrap();
+    let perf = ["perf", "all_reduce", "-n", "2", "-b", "8", "-e", "8", "--threads"];
+    for (var, value) in [
+        ("JITCCL_TIMEOUT", "1e30"),
+        ("JITCCL_TIMEOUT", "nan"),
+        ("JITCCL_TIMEOUT", "-1"),
+        ("JITCCL_BOOTSTRAP_TIMEOUT", "1e19"),
+        ("JITCCL_BUFFSIZE", "1"),
+        ("JITCCL_BUFFSIZE", "99999999999999"),
+        ("JITCCL_NCHANNELS", "0"),
+    ] {
+        let mut args = perf.to_vec();
+        if var == "JITCCL_BOOTSTRAP_TIMEOUT" {
+            args.pop(); // ranks as processes: they bootstrap
+        }
+        let out = crate::jitccl_with(&args, cache.path(), &[(var, value)]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{var}={value} should be refused: {err}");
+        assert!(!err.contains("panicked"), "{var}={value}: {err}");
+        assert!(err.contains(var), "{var}={value}: the error should name the variable: {err}");
+    }
+}
