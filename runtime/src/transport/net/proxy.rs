@@ -159,6 +159,16 @@ fn run(
     let mut drain_until = None;
     let mut was_busy = false;
     let mut failed = false;
+    // Per peer, its links still open: a peer is noted closed only once all are, for data
+    // it sent before closing may still be on its way on another link.
+    let mut open = vec![0usize; sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).max().map_or(0, |m| m + 1)];
+    sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).for_each(|p| open[p] += 1);
+    let mut closed = |peer: usize| {
+        open[peer] -= 1;
+        if open[peer] == 0 {
+            board.note(peer, Notice { culprit: peer, closed: true });
+        }
+    };
     loop {
         if let Err(e) = poll.poll(&mut events, Some(wait)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
@@ -211,7 +221,7 @@ fn run(
                     // too: noted on the board, it ends the kernel waits on that peer (and
                     // only those), whichever it was.
                     link_failed(rank, "to", s.link, &why, !s.flushed());
-                    board.note(s.link.peer, Notice { culprit: s.link.peer, closed: true });
+                    closed(s.link.peer);
                     close(&s.socks);
                     s.dead = true;
                 }
@@ -222,13 +232,12 @@ fn run(
                 Ok(p) => progressed |= p,
                 Err(why) => {
                     link_failed(rank, "from", r.link, &why, r.mid_frame() || r.fault.is_some());
-                    let notice = match r.fault {
-                        Some(culprit) => Notice { culprit, closed: false },
-                        None => Notice { culprit: r.link.peer, closed: true },
-                    };
-                    board.note(r.link.peer, notice);
-                    if r.fault.is_none() {
-                        close(&r.socks);
+                    match r.fault {
+                        Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false }),
+                        None => {
+                            closed(r.link.peer);
+                            close(&r.socks);
+                        }
                     }
                     r.dead = true;
                 }
