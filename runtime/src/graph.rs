@@ -1,9 +1,31 @@
-//! Graph search: the ring and tree each channel uses. In one process every path is equal,
-//! so channels alternate orders (even: rank order, odd: reversed) — this spreads roots and
-//! leaves like NCCL's double binary tree and exercises the ring position mapping.
+//! Graph search: the ring and tree each channel uses, computed once per communicator and
+//! handed to channel setup (nothing below calls back in here). With no topology to search
+//! every path is equal, so channels alternate orders (even: rank order, odd: reversed):
+//! this spreads roots and leaves like NCCL's double binary tree and exercises the ring
+//! position mapping.
+
+/// The rings and trees of a communicator's channels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Graph {
+    pub channels: Vec<ChannelGraph>,
+}
+
+/// One channel's ring (user rank at each ring position) and tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChannelGraph {
+    pub ring: Vec<usize>,
+    pub tree: Tree,
+}
+
+impl Graph {
+    /// The graph of `nchannels` channels over `nranks` ranks that share every path.
+    pub(crate) fn uniform(nranks: usize, nchannels: usize) -> Graph {
+        Graph { channels: (0..nchannels).map(|c| ChannelGraph { ring: ring(nranks, c), tree: tree(nranks, c) }).collect() }
+    }
+}
 
 /// Ring order of channel `chan`: user rank at each ring position.
-pub fn ring(nranks: usize, chan: usize) -> Vec<usize> {
+fn ring(nranks: usize, chan: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..nranks).collect();
     if chan % 2 == 1 {
         order.reverse();
@@ -13,14 +35,14 @@ pub fn ring(nranks: usize, chan: usize) -> Vec<usize> {
 
 /// A tree over the ranks: parent and children of every rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tree {
+pub(crate) struct Tree {
     pub parent: Vec<Option<usize>>,
     pub children: Vec<Vec<usize>>,
 }
 
 /// The binary tree of channel `chan` (heap layout over the channel's ring order; arity 2,
 /// within the ABI's limit of 3).
-pub fn tree(nranks: usize, chan: usize) -> Tree {
+fn tree(nranks: usize, chan: usize) -> Tree {
     let order = ring(nranks, chan);
     let mut t = Tree { parent: vec![None; nranks], children: vec![Vec::new(); nranks] };
     for i in 1..nranks {

@@ -1,5 +1,19 @@
-//! jitccl-runtime: host devices and streams, communicators and their collectives, graph
-//! search, transports and tuning. Kernels come from `jitccl-codegen`.
+//! jitccl-runtime: communicators and their collectives, and everything below them. Kernels
+//! come from `jitccl-codegen`. The layers, each importing only those below it:
+//!
+//! - `comm/`: the communicator (`Comm`): thin public calls, its state (`state`), its
+//!   failure state (`failure`) and its creation (`init`: all ranks in one process, or one
+//!   rank of a group of processes through `bootstrap` and `store`);
+//! - `enqueue/`: the one path from a call to a queued launch: table-driven argument checks,
+//!   the tuning choice (`tune`), the kernel lookup (`jitccl-codegen`), launch arguments,
+//!   and the kernel-visible tables;
+//! - `graph`: the rings and trees of each channel, computed once and handed to channel
+//!   setup; `tune`: the algorithm, protocol and channels of each call;
+//! - `stream`: ordered queues of launches, run by their owner (it knows no communicator);
+//! - `transport/`: the transport table (p2p, shm, net: which one connects each pair and
+//!   how a peer's receive segment is reached), FIFO layout and connectors; `fault`: the
+//!   failure boards through which a failure reaches the peers;
+//! - `device/`: per target (`host`, `cuda`) memory, CTA execution and launch.
 
 mod affinity;
 pub mod bootstrap;
@@ -7,18 +21,20 @@ mod comm;
 mod config;
 mod device;
 mod element;
+mod enqueue;
 mod error;
 mod fault;
-mod init;
 pub mod graph;
 mod logging;
+mod op;
 pub mod store;
 mod stream;
 mod transport;
 pub mod tune;
 
 pub use bootstrap::UniqueId;
-pub use comm::{Comm, Op};
+pub use comm::Comm;
+pub use op::Op;
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{cuda_device_count, Device, DeviceBuffer};
 pub use element::Element;

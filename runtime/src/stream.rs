@@ -1,6 +1,6 @@
 //! Streams: ordered, asynchronous queues of kernel launches (cf. CUDA streams). On the host
-//! a stream is a dispatcher thread with persistent CTA worker threads: a launch runs CTA 0
-//! on the dispatcher itself and CTA i > 0 on worker i, so no thread is spawned per launch.
+//! a stream is a dispatcher thread with its device's CTA pool (`device::CtaPool`). A
+//! stream runs each launch through its owner (`Owner`): it knows nothing of communicators.
 //!
 //! The queue is a fixed ring of `DEPTH` launch slots, like a GPU's command queue: callers
 //! write launches into it, the dispatcher runs them in place, and a finished launch's
@@ -12,13 +12,36 @@ use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64};
-use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::comm::KernelLaunch;
-use crate::device::Device;
+use jitccl_codegen::abi::Args;
+use jitccl_codegen::compile::host::HostKernel;
+
+use crate::device::{CtaPool, Device};
 use crate::error::{Error, Result};
+
+/// What a launch's owner (its communicator) does to run it: its own checks and
+/// bookkeeping around the device launch.
+pub(crate) trait Owner: Send + Sync {
+    fn run(&self, launch: &Launch, pool: &mut CtaPool) -> Result<()>;
+}
+
+/// One queued kernel launch, holding everything its CTAs touch until it is released.
+pub(crate) struct Launch {
+    pub owner: Arc<dyn Owner>,
+    pub kernel: Arc<HostKernel>,
+    pub args: Args,
+    pub nchannels: usize,
+    pub name: &'static str,
+    /// The send and recv memory (no heap allocation per launch).
+    pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
+}
+
+// SAFETY: the pointers in `args` stay valid while the launch lives (`keep` and the owner
+// hold what they point to), and kernels synchronize their own accesses.
+unsafe impl Send for Launch {}
+unsafe impl Sync for Launch {}
 
 /// How long an idle dispatcher, or a caller waiting for it, polls before it sleeps: a
 /// launch or completion within this window is picked up without a futex round trip (a few
@@ -32,7 +55,7 @@ const DEPTH: u64 = 256;
 /// One slot of the ring, on cache lines of its own. Written by a caller only while the
 /// dispatcher is not at it (see the protocol on `Shared`).
 #[repr(align(64))]
-struct Slot(UnsafeCell<Option<KernelLaunch>>);
+struct Slot(UnsafeCell<Option<Launch>>);
 
 /// The ring and its counters. Slot `i % DEPTH` holds launch `i`. A caller (holding
 /// `produce`) writes launch `i` once `i < completed + DEPTH`, then publishes `submitted =
@@ -173,11 +196,11 @@ impl Shared {
         }
     }
 
-    fn slot(&self, i: u64) -> *mut Option<KernelLaunch> {
+    fn slot(&self, i: u64) -> *mut Option<Launch> {
         self.slots[(i % DEPTH) as usize].0.get()
     }
 
-    fn push(&self, launch: KernelLaunch) {
+    fn push(&self, launch: Launch) {
         let mut p = self.produce.lock().unwrap_or_else(|e| e.into_inner());
         let i = self.submitted.load(Relaxed);
         // Slot i is free once launch i - DEPTH is emptied. Emptying in batches, well ahead,
@@ -228,7 +251,7 @@ impl Shared {
 
     /// The dispatcher: runs every launch in order until the stream is closed.
     fn dispatch(&self) {
-        let mut pool = CtaPool { workers: Vec::new() };
+        let mut pool = CtaPool::default();
         let (mut i, mut known) = (0, 0);
         while let Some(s) = self.next(i, known) {
             known = s;
@@ -238,7 +261,7 @@ impl Shared {
             }
             // SAFETY: launch i was submitted and is not emptied before it completes.
             let res = match unsafe { (*self.slot(i)).as_ref() } {
-                Some(l) => catch_unwind(AssertUnwindSafe(|| l.run(&mut pool)))
+                Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(l, &mut pool)))
                     .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
                 None => Err(Error::Internal("empty stream slot".into())),
             };
@@ -263,6 +286,13 @@ impl Drop for Handle {
     }
 }
 
+impl Device {
+    /// A new stream on this device.
+    pub fn stream(&self) -> Result<Stream> {
+        Stream::new(self.clone())
+    }
+}
+
 /// An ordered queue of operations on a device (cf. a CUDA stream).
 #[derive(Clone)]
 pub struct Stream {
@@ -277,7 +307,7 @@ impl std::fmt::Debug for Stream {
 }
 
 impl Stream {
-    pub(crate) fn new(device: Device) -> Result<Stream> {
+    fn new(device: Device) -> Result<Stream> {
         let shared = Arc::new(Shared {
             slots: (0..DEPTH).map(|_| Slot(UnsafeCell::new(None))).collect(),
             produce: Padded(Mutex::new(Producer { emptied: 0 })),
@@ -307,7 +337,7 @@ impl Stream {
         &self.device
     }
 
-    pub(crate) fn enqueue(&self, launch: KernelLaunch) {
+    pub(crate) fn enqueue(&self, launch: Launch) {
         self.shared().push(launch);
     }
 
@@ -346,76 +376,3 @@ fn prefetch<T>(p: *const T) {
     }
 }
 
-/// A CTA body borrowed for one `CtaPool::run`, which does not return before every worker
-/// is done with it.
-#[derive(Clone, Copy)]
-struct CtaRef(*const (dyn Fn(usize) -> i32 + Sync));
-// SAFETY: the body is Sync, and `run` keeps it alive until every worker has finished.
-unsafe impl Send for CtaRef {}
-
-struct Latch {
-    left: Mutex<(usize, Vec<i32>)>,
-    done: Condvar,
-}
-
-/// Status of a CTA that panicked.
-const PANICKED: i32 = -1;
-
-struct Worker {
-    tx: mpsc::Sender<(CtaRef, usize, Arc<Latch>)>,
-}
-
-/// The stream's CTA worker threads, grown on demand.
-pub(crate) struct CtaPool {
-    workers: Vec<Worker>,
-}
-
-impl CtaPool {
-    /// Runs `ncta` CTAs concurrently, CTA 0 on the calling thread; returns the first CTA
-    /// that returned a nonzero code. One CTA runs without any allocation or handoff.
-    pub(crate) fn run(&mut self, ncta: usize, cta: &(dyn Fn(usize) -> i32 + Sync)) -> Result<Option<usize>> {
-        if ncta <= 1 {
-            return Ok((ncta == 1 && cta(0) != 0).then_some(0));
-        }
-        while self.workers.len() + 1 < ncta {
-            let (tx, rx) = mpsc::channel::<(CtaRef, usize, Arc<Latch>)>();
-            std::thread::Builder::new()
-                .name(format!("jitccl-cta{}", self.workers.len() + 1))
-                .spawn(move || {
-                    for (f, i, latch) in rx {
-                        // SAFETY: `run` waits on the latch below before `f` can go away.
-                        let code = catch_unwind(AssertUnwindSafe(|| unsafe { (*f.0)(i) })).unwrap_or(PANICKED);
-                        let mut l = latch.left.lock().unwrap_or_else(|e| e.into_inner());
-                        l.1[i] = code;
-                        l.0 -= 1;
-                        latch.done.notify_all();
-                    }
-                })
-                .map_err(|e| Error::System { context: "starting a CTA thread".into(), source: e })?;
-            self.workers.push(Worker { tx });
-        }
-        // SAFETY (of the lifetime erasure): every worker given `f` reports on the latch, and
-        // this function waits for all of them, panics included, before returning.
-        let f = CtaRef(unsafe {
-            std::mem::transmute::<*const (dyn Fn(usize) -> i32 + Sync + '_), *const (dyn Fn(usize) -> i32 + Sync)>(cta)
-        });
-        let latch = Arc::new(Latch { left: Mutex::new((0, vec![0; ncta])), done: Condvar::new() });
-        let mut sent = Ok(());
-        for i in 1..ncta {
-            latch.left.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
-            if self.workers[i - 1].tx.send((f, i, latch.clone())).is_err() {
-                latch.left.lock().unwrap_or_else(|e| e.into_inner()).0 -= 1;
-                sent = Err(Error::Internal("CTA worker is gone".into()));
-                break;
-            }
-        }
-        let first = if sent.is_ok() { catch_unwind(AssertUnwindSafe(|| cta(0))).unwrap_or(PANICKED) } else { 0 };
-        let mut l = latch.left.lock().unwrap_or_else(|e| e.into_inner());
-        while l.0 > 0 {
-            l = latch.done.wait(l).unwrap_or_else(|e| e.into_inner());
-        }
-        sent?;
-        l.1[0] = first;
-        Ok(l.1.iter().position(|&c| c != 0))
-    }
-}

@@ -1,9 +1,10 @@
-//! Builds one rank's connector tables from the receive segments of all ranks: a rank
-//! receives in its own segment and sends into its peers'.
+//! Builds one rank's connector tables from the receive segments of all ranks and the
+//! communicator's graph: a rank receives in its own segment and sends into its peers'.
 
 use jitccl_codegen::abi::{Channel, Conn};
 
-use crate::graph;
+use crate::error::{Error, Result};
+use crate::graph::Graph;
 use crate::transport::layout::{Edge, Layout};
 
 /// One connector between this rank and `peer`, named by the FIFO it uses in the
@@ -28,16 +29,23 @@ pub(crate) struct RankConns {
     pub recvs: Vec<Link>,
 }
 
-/// The connector tables of `rank`, given every rank's segment as mapped in this process.
-pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8]) -> RankConns {
+/// The connector tables of `rank`, given every rank's segment as mapped in this process
+/// and the rings and trees of `graph` (one channel per layout channel).
+pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8], graph: &Graph) -> Result<RankConns> {
+    if graph.channels.len() != layout.nchannels {
+        return Err(Error::Internal(format!("a graph of {} channel(s) for {} channel(s)", graph.channels.len(), layout.nchannels)));
+    }
     let n = layout.nranks;
     let mut channels = vec![Channel::default(); layout.nchannels];
     let mut ring_ranks = Vec::with_capacity(layout.nchannels);
     let (mut sends, mut recvs) = (Vec::new(), Vec::new());
-    for (c, ch) in channels.iter_mut().enumerate() {
-        let order = graph::ring(n, c);
+    for ((c, ch), g) in channels.iter_mut().enumerate().zip(&graph.channels) {
+        let order = &g.ring;
         let ranks: Box<[i32]> = order.iter().map(|&r| r as i32).collect();
-        let pos = order.iter().position(|&r| r == rank).expect("every rank is on the ring");
+        let pos = order
+            .iter()
+            .position(|&r| r == rank)
+            .ok_or_else(|| Error::Internal(format!("rank {rank} is not on channel {c}'s ring {order:?}")))?;
         ch.ring_index = pos as i32;
         ch.ring_ranks = ranks.as_ptr();
         ring_ranks.push(ranks);
@@ -48,9 +56,12 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8]) -> Ran
             sends.push(Link { peer: next, chan: c, edge: Edge::Ring });
             recvs.push(Link { peer: prev, chan: c, edge: Edge::Ring });
         }
-        let tree = graph::tree(n, c);
+        let tree = &g.tree;
         if let Some(p) = tree.parent[rank] {
-            let k = tree.children[p].iter().position(|&x| x == rank).expect("a child of its parent");
+            let k = tree.children[p]
+                .iter()
+                .position(|&x| x == rank)
+                .ok_or_else(|| Error::Internal(format!("rank {rank} is not among its parent {p}'s children on channel {c}")))?;
             ch.tree_parent = p as i32;
             ch.tree_up_send = layout.end(segments[p], c, Edge::FromChild(k), p);
             ch.tree_up_recv = layout.end(segments[rank], c, Edge::FromParent, p);
@@ -74,12 +85,12 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8]) -> Ran
             recvs.push(Link { peer, chan: c, edge: Edge::P2p(peer) });
         }
     }
-    RankConns {
+    Ok(RankConns {
         sends,
         recvs,
         p2p_send: per_peer(&|peer, c| layout.end(segments[peer], c, Edge::P2p(rank), peer)),
         p2p_recv: per_peer(&|peer, c| layout.end(segments[rank], c, Edge::P2p(peer), peer)),
         channels,
         ring_ranks,
-    }
+    })
 }

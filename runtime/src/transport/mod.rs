@@ -4,9 +4,148 @@
 //! one process a segment is plain memory (`p2p`: both ends share pointers); processes on a
 //! host map each other's (`shm`); across hosts a proxy thread moves FIFO steps over TCP
 //! between a sender's local shadow of the peer's FIFO and the peer's own (`net`).
+//!
+//! Which one connects a pair is decided in one place, `select`, from what the ranks told
+//! each other at init (`Endpoint`): like NCCL's transport table, each transport says
+//! whether it can connect the two, the first that can (in the order p2p, shm, net) wins,
+//! and it maps the peer's segment here. Both ends decide from the same facts, so they agree.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
 
 pub(crate) mod connect;
 pub(crate) mod layout;
 pub(crate) mod net;
 pub(crate) mod p2p;
 pub(crate) mod shm;
+
+/// How ranks on one host connect (`JITCCL_TRANSPORT`): shared memory unless `net` is forced.
+fn force_net() -> Result<bool> {
+    match std::env::var("JITCCL_TRANSPORT").unwrap_or_default().to_ascii_lowercase().as_str() {
+        "" | "auto" | "shm" => Ok(false),
+        "net" => Ok(true),
+        other => Err(Error::InvalidArgument(format!("JITCCL_TRANSPORT='{other}': expected auto, shm or net"))),
+    }
+}
+
+/// What identifies this machine as seen from here: ranks with the same id share /dev/shm
+/// and reach each other through memory. Hosts in separate network namespaces on one
+/// kernel (test hosts) count as different machines: they talk over the network.
+fn host_id() -> String {
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{}/{netns}", machine_id())
+}
+
+/// What identifies the machine itself (its CPUs), namespaces aside.
+pub(crate) fn machine_id() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
+}
+
+
+/// What a rank tells its peers at init, so that both ends of every pair choose alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    /// The machine and network namespace: ranks with the same host share /dev/shm.
+    pub host: String,
+    /// Ranks created together in one process share this id, and their segments' memory.
+    pub group: Option<u64>,
+    /// The name of the rank's receive segment in /dev/shm, for peers on its host.
+    pub segment: String,
+    /// `JITCCL_TRANSPORT=net`: TCP even where memory could be shared.
+    pub net_only: bool,
+}
+
+impl Endpoint {
+    /// A rank of a group of processes, receiving in the shared segment `segment`.
+    pub(crate) fn of_process(segment: &str) -> Result<Endpoint> {
+        Ok(Endpoint { host: host_id(), group: None, segment: segment.to_string(), net_only: force_net()? })
+    }
+
+    /// The endpoint of every rank of a new group created together in this process.
+    pub(crate) fn of_group() -> Endpoint {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let group = Some(NEXT.fetch_add(1, Ordering::Relaxed));
+        Endpoint { host: host_id(), group, segment: String::new(), net_only: false }
+    }
+
+    /// The bytes exchanged at init (fields joined by a separator no field holds).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let group = self.group.map_or(String::new(), |g| g.to_string());
+        [self.host.as_str(), &group, &self.segment, if self.net_only { "net" } else { "" }].join("\u{1f}").into_bytes()
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<Endpoint> {
+        let bad = || Error::Internal(format!("a peer sent a malformed endpoint ({} bytes)", b.len()));
+        let s = std::str::from_utf8(b).map_err(|_| bad())?;
+        let f: Vec<&str> = s.split('\u{1f}').collect();
+        let [host, group, segment, net] = f[..] else { return Err(bad()) };
+        let group = if group.is_empty() { None } else { Some(group.parse().map_err(|_| bad())?) };
+        Ok(Endpoint { host: host.into(), group, segment: segment.into(), net_only: net == "net" })
+    }
+}
+
+/// What a transport needs to reach a peer's receive segment from here.
+pub(crate) struct AttachCtx<'a> {
+    pub bytes: usize,
+    pub endpoints: &'a [Endpoint],
+    /// The segments of ranks created together in this process, if any.
+    pub local: Option<&'a [*mut u8]>,
+}
+
+/// A peer's receive segment as mapped here, and what keeps the mapping alive.
+pub(crate) type Attached = (*mut u8, Option<Box<dyn Send + Sync>>);
+
+/// One transport (NCCL's `struct ncclTransport`).
+pub(crate) trait Transport: Sync {
+    fn name(&self) -> &'static str;
+    /// Why this transport can connect `me` to `peer`, or None when it cannot.
+    fn can_connect(&self, me: &Endpoint, peer: &Endpoint) -> Option<&'static str>;
+    /// Maps `peer`'s receive segment here.
+    fn attach(&self, ctx: &AttachCtx, peer: usize) -> Result<Attached>;
+    /// Whether the peer is reached through the net proxy.
+    fn is_net(&self) -> bool {
+        false
+    }
+}
+
+/// The table, in order of preference.
+static TRANSPORTS: [&dyn Transport; 3] = [&p2p::P2p, &shm::Shm, &net::Net];
+
+/// The transport that connects `me` to `peer`, and why.
+pub(crate) fn select(me: &Endpoint, peer: &Endpoint) -> (&'static dyn Transport, &'static str) {
+    for t in TRANSPORTS {
+        if let Some(why) = t.can_connect(me, peer) {
+            return (t, why);
+        }
+    }
+    // Net connects any two ranks: the loop always returns.
+    (&net::Net, "no other transport can")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(host: &str, group: Option<u64>, net_only: bool) -> Endpoint {
+        Endpoint { host: host.into(), group, segment: "jitccl-1-2-3".into(), net_only }
+    }
+
+    #[test]
+    fn the_table_picks_the_closest_transport_alike_on_both_ends() {
+        let pick = |a: &Endpoint, b: &Endpoint| {
+            let (t, _) = select(a, b);
+            assert_eq!(t.name(), select(b, a).0.name(), "both ends must agree");
+            t.name()
+        };
+        assert_eq!(pick(&ep("h", Some(1), false), &ep("h", Some(1), false)), "p2p");
+        assert_eq!(pick(&ep("h", Some(1), false), &ep("h", Some(2), false)), "shm");
+        assert_eq!(pick(&ep("h", None, false), &ep("h", None, false)), "shm");
+        assert_eq!(pick(&ep("h", None, false), &ep("other", None, false)), "net");
+        assert_eq!(pick(&ep("h", None, true), &ep("h", None, true)), "net");
+        let e = ep("host/ns", Some(7), true);
+        assert_eq!(Endpoint::decode(&e.encode()).unwrap(), e);
+        assert!(Endpoint::decode(b"only\x1ftwo").is_err());
+    }
+}

@@ -13,6 +13,25 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use memmap2::MmapMut;
 
 use crate::error::{sys, Error, Result};
+use crate::transport::{AttachCtx, Attached, Endpoint, Transport};
+
+/// Processes on one host: the peer's segment is mapped by name from /dev/shm.
+pub(crate) struct Shm;
+
+impl Transport for Shm {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn can_connect(&self, me: &Endpoint, peer: &Endpoint) -> Option<&'static str> {
+        (me.host == peer.host && !me.net_only && !peer.net_only).then_some("same host: shared memory")
+    }
+
+    fn attach(&self, ctx: &AttachCtx, peer: usize) -> Result<Attached> {
+        let seg = ShmSegment::open(&ctx.endpoints[peer].segment, ctx.bytes)?;
+        Ok((seg.ptr(), Some(Box::new(seg))))
+    }
+}
 
 const DIR: &str = "/dev/shm";
 

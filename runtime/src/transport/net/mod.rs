@@ -29,13 +29,44 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Socket, Type};
 
 use crate::config::Resolved;
+use crate::device::Memory;
 use crate::error::{sys, Error, Result};
+use crate::transport::{AttachCtx, Attached, Endpoint, Transport};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
 pub(crate) use proxy::Activity;
 use recv::RecvSide;
 use send::SendSide;
 use wire::{Hello, Wire};
+
+/// Any two ranks: TCP through each rank's proxy. This rank writes into a local shadow of
+/// the peer's segment, which the proxy forwards.
+pub(crate) struct Net;
+
+impl Transport for Net {
+    fn name(&self) -> &'static str {
+        "net"
+    }
+
+    fn can_connect(&self, me: &Endpoint, peer: &Endpoint) -> Option<&'static str> {
+        Some(if me.net_only || peer.net_only {
+            "JITCCL_TRANSPORT=net"
+        } else if me.host != peer.host {
+            "another host"
+        } else {
+            "no shared memory"
+        })
+    }
+
+    fn attach(&self, ctx: &AttachCtx, _peer: usize) -> Result<Attached> {
+        let shadow = Memory::zeroed(ctx.bytes)?;
+        Ok((shadow.ptr(), Some(Box::new(shadow))))
+    }
+
+    fn is_net(&self) -> bool {
+        true
+    }
+}
 
 /// A listening socket for the connections peers open to this rank.
 pub(crate) struct NetListener {
@@ -286,7 +317,6 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::device::Memory;
     use crate::transport::layout::Edge;
 
     /// Rank 0 (2 sockets per connector) sets up its one receive connector, the ring from

@@ -1,33 +1,27 @@
-//! Devices and their memory. The host device is this process's memory: a "device buffer"
-//! is an aligned, zeroed allocation that kernels address by pointer, like GPU memory.
-//! CUDA devices are detected (never panicking without a driver) but not yet driven.
+//! Devices: where a rank's memory lives and its kernels run. Every target provides, in a
+//! folder of its own side by side with the others, the same set of things:
+//!
+//! - `Memory`: one allocation kernels address by pointer (zeroed, aligned like GPU memory),
+//!   freed on drop;
+//! - `CtaPool`: what runs a launch's CTAs (one per channel) to completion and says which,
+//!   if any, failed;
+//! - `launch`: one kernel over a pool, with the launch arguments.
+//!
+//! `host` is this process's memory and CPU threads (a CTA is a thread); `cuda` is where
+//! the CUDA target goes (today it detects devices, never panicking without a driver). The
+//! public types here (`Device`, `DeviceBuffer`) name no target-specific type.
 
-use std::alloc::Layout;
+mod cuda;
+mod host;
+
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
 use crate::element::Element;
 use crate::error::{invalid, Error, Result};
-use crate::stream::Stream;
-
-/// How many CUDA devices this machine has, or why it has none usable. Never panics: the
-/// driver library is looked for before cudarc touches it.
-pub fn cuda_device_count() -> std::result::Result<usize, String> {
-    // SAFETY: only tries to open the library.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err("no CUDA driver library (libcuda.so) on this machine".into());
-    }
-    cudarc::driver::result::init().map_err(|e| format!("the CUDA driver did not initialize: {e}"))?;
-    match cudarc::driver::result::device::get_count() {
-        Ok(0) => Err("the CUDA driver reports no device".into()),
-        Ok(n) => Ok(n as usize),
-        Err(e) => Err(format!("cannot count CUDA devices: {e}")),
-    }
-}
-
-/// Buffers are aligned like GPU allocations (and cache lines).
-const ALIGN: usize = 256;
+pub use cuda::device_count as cuda_device_count;
+pub(crate) use host::{launch, CtaPool, Memory};
 
 /// Where a communicator's rank lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,11 +33,6 @@ pub enum Device {
 impl Device {
     pub fn host(index: usize) -> Device {
         Device::Host { index }
-    }
-
-    /// A new stream on this device.
-    pub fn stream(&self) -> Result<Stream> {
-        Stream::new(self.clone())
     }
 
     /// A zeroed buffer of `len` elements.
@@ -59,49 +48,6 @@ impl Device {
         let buf = self.alloc(data.len())?;
         buf.copy_from_host(data)?;
         Ok(buf)
-    }
-}
-
-/// One allocation.
-pub(crate) struct Memory {
-    ptr: *mut u8,
-    bytes: usize,
-}
-
-// SAFETY: the allocation is plain memory; concurrent access is arranged by stream order,
-// as for device memory.
-unsafe impl Send for Memory {}
-unsafe impl Sync for Memory {}
-
-impl Memory {
-    pub(crate) fn zeroed(bytes: usize) -> Result<Memory> {
-        if bytes == 0 {
-            return Ok(Memory { ptr: std::ptr::null_mut(), bytes });
-        }
-        let layout = Layout::from_size_align(bytes, ALIGN)
-            .map_err(|_| Error::InvalidArgument(format!("allocation of {bytes} bytes is too large")))?;
-        // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(Error::System {
-                context: format!("allocating {bytes} bytes"),
-                source: std::io::ErrorKind::OutOfMemory.into(),
-            });
-        }
-        Ok(Memory { ptr, bytes })
-    }
-
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-}
-
-impl Drop for Memory {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr, Layout::from_size_align_unchecked(self.bytes, ALIGN)) };
-        }
     }
 }
 

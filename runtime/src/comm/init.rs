@@ -1,0 +1,249 @@
+//! Creating communicators: all ranks in this process (`init_all`), or one rank of a group
+//! of processes (bootstrap from a unique id, a store, JITCCL_COMM_ID or the torchrun
+//! environment, then agreement on the configuration). Either way: every rank's receive
+//! segment, the graph, each peer's transport from the transport table, the connectors.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::affinity::{self, CpuSet};
+use crate::bootstrap::{Bootstrap, BootstrapConfig, TorchrunEnv, UniqueId};
+use crate::comm::failure::Failure;
+use crate::comm::{Comm, CommInner};
+use crate::config::{Config, Resolved};
+use crate::device::Device;
+use crate::enqueue::{self, Group, Tables};
+use crate::error::{invalid, Error, Result};
+use crate::graph::Graph;
+use crate::store::{Server, Store, TcpStore};
+use crate::transport::connect::{connect, RankConns};
+use crate::transport::layout::Layout;
+use crate::transport::net::{Activity, NetListener, Proxy};
+use crate::transport::p2p::LocalSegments;
+use crate::transport::shm::ShmSegment;
+use crate::transport::{self, AttachCtx, Endpoint};
+
+/// What the connectors point into: the proxy (if any peer is over the network; declared
+/// first so it stops before the memory goes), the peers' segments as mapped here (shared
+/// memory or local shadows), and this rank's own.
+struct Segments {
+    _proxy: Option<Proxy>,
+    _attached: Vec<Box<dyn Send + Sync>>,
+    _own: ShmSegment,
+}
+
+/// Where the id of `rank`'s next store-based communicator lives. Every rank creates its
+/// communicators in the same order and counts them in the store itself, so the n-th
+/// communicator of every rank finds the n-th key, whether ranks are processes or threads.
+fn next_store_key(store: &dyn Store, rank: usize) -> Result<String> {
+    let seq = store.add(&format!("jitccl/inits/{rank}"), 1)?;
+    Ok(format!("jitccl/unique_id/{seq}"))
+}
+
+/// The unique id of `rank`'s next store-based communicator: rank 0 creates it (its process
+/// runs the bootstrap root) and publishes it; the others read it (waiting up to the
+/// store's timeout), as framework process groups do.
+fn id_from_store(store: &dyn Store, rank: usize) -> Result<UniqueId> {
+    let key = next_store_key(store, rank)?;
+    if rank == 0 {
+        let id = UniqueId::new()?;
+        store.set(&key, &id.to_bytes())?;
+        Ok(id)
+    } else {
+        Ok(UniqueId::from_bytes(&store.get(&key)?)?)
+    }
+}
+
+impl Comm {
+    /// Joins communicator `id` as `rank` of `nranks` (NCCL's ncclCommInitRank); every rank
+    /// calls it, each in its own process, with the same id and configuration.
+    pub fn init_rank(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
+        Self::init_rank_with(id, nranks, rank, config, None)
+    }
+
+    /// Joins a communicator through `store`: rank 0 creates the unique id (its process runs
+    /// the bootstrap root) and publishes it; the others read it (waiting up to the store's
+    /// timeout), as framework process groups do.
+    pub fn init_from_store(store: &dyn Store, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
+        Self::init_rank(&id_from_store(store, rank)?, nranks, rank, config)
+    }
+
+    /// Joins the communicator the environment describes: `JITCCL_COMM_ID=host:port` (rank 0
+    /// runs the root there), else torchrun's MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE
+    /// (rank 0 serves a store at MASTER_ADDR:MASTER_PORT, the others connect to it).
+    pub fn init_from_env(config: &Config) -> Result<Comm> {
+        crate::logging::init();
+        let env = TorchrunEnv::from_env()?;
+        let (rank, nranks) = (env.rank, env.world_size);
+        let bcfg = BootstrapConfig::from_env()?;
+        if let Some(id) = UniqueId::from_env(rank == 0, &bcfg)? {
+            return Self::init_rank(&id, nranks, rank, config);
+        }
+        let addr = env.master_socket_addr()?;
+        let server = if rank == 0 { Some(Server::bind(addr)?) } else { None };
+        let store = TcpStore::connect(addr, bcfg.timeout)?;
+        tracing::info!("rank {rank} of {nranks}: rendezvous through the store at {addr}");
+        Self::init_rank_with(&id_from_store(&store, rank)?, nranks, rank, config, server)
+    }
+
+    fn init_rank_with(
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        config: &Config,
+        store_server: Option<Server>,
+    ) -> Result<Comm> {
+        crate::logging::init();
+        if rank >= nranks {
+            return invalid(format!("rank {rank} is not below nranks {nranks}"));
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        let bs = Bootstrap::init(
+            id,
+            rank,
+            nranks,
+            &BootstrapConfig::from_env()?.with_abort(abort.clone()),
+        )?;
+
+        // Ranks on one machine share its CPUs, whatever namespace each runs in.
+        let machine = transport::machine_id();
+        let machines = bs.all_gather(machine.as_bytes())?;
+        let same_machine = |q: &usize| machines[*q] == machine.as_bytes();
+        let cpus = affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
+        // Every rank must have been given the same configuration, or their kernels would
+        // not agree on channels, protocols or FIFO slots.
+        let cfg = config.resolve(nranks)?;
+        let mine = format!("{cfg:?}");
+        for (q, theirs) in bs.all_gather(mine.as_bytes())?.iter().enumerate() {
+            if theirs.as_slice() != mine.as_bytes() {
+                return Err(Error::InvalidUsage(format!(
+                    "rank {q} has another configuration ({}) than rank {rank} ({mine})",
+                    String::from_utf8_lossy(theirs)
+                )));
+            }
+        }
+
+        let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
+        let own = ShmSegment::create(layout.segment_bytes())?;
+        // What the transport table decides each pair's transport from.
+        let me = Endpoint::of_process(own.name())?;
+        let endpoints =
+            bs.all_gather(&me.encode())?.iter().map(|b| Endpoint::decode(b)).collect::<Result<Vec<_>>>()?;
+        let Attached { bases, keep, net } = attach(&layout, rank, &endpoints, None, own.ptr())?;
+        // Once everyone has mapped every segment, the names can go: nothing is left behind
+        // in /dev/shm even if a process dies later.
+        bs.barrier()?;
+        own.unlink();
+        let graph = Graph::uniform(nranks, cfg.nchannels);
+        let conns = connect(&layout, rank, &bases, &graph)?;
+        let proxy = if net.iter().any(|&n| n) {
+            let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
+            let listener = NetListener::bind(ip)?;
+            let addrs = bs
+                .all_gather(listener.addr()?.to_string().as_bytes())?
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).parse().map_err(|e| Error::Internal(format!("bad peer address: {e}"))))
+                .collect::<Result<Vec<std::net::SocketAddr>>>()?;
+            let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
+            let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
+            Some(Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg)?)
+        } else {
+            None
+        };
+        let nnet = net.iter().filter(|&&n| n).count();
+        tracing::info!(
+            "init_rank: rank {rank} of {nranks} (pid {}), {} channel(s), {} peer(s) over shared memory, {nnet} over the network{}",
+            std::process::id(),
+            cfg.nchannels,
+            nranks - 1 - nnet,
+            if me.net_only { " (JITCCL_TRANSPORT=net)" } else { "" }
+        );
+        let activity = proxy.as_ref().map(Proxy::activity);
+        let segments = Arc::new(Segments { _proxy: proxy, _attached: keep, _own: own });
+        let inner = rank_state(rank, &layout, cfg, conns, &bases, &net, cpus, activity, segments)?;
+        Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
+    }
+}
+
+/// Every rank's receive segment as mapped here.
+struct Attached {
+    /// Indexed by rank.
+    bases: Vec<*mut u8>,
+    /// What keeps the mappings alive.
+    keep: Vec<Box<dyn Send + Sync>>,
+    /// Per rank, whether it is reached over the network.
+    net: Vec<bool>,
+}
+
+/// Maps every peer's receive segment here through the transport the table picks for it
+/// (logged with the reason); `own` is this rank's.
+fn attach(layout: &Layout, rank: usize, endpoints: &[Endpoint], local: Option<&[*mut u8]>, own: *mut u8) -> Result<Attached> {
+    let ctx = AttachCtx { bytes: layout.segment_bytes(), endpoints, local };
+    let n = endpoints.len();
+    let mut a = Attached { bases: vec![own; n], keep: Vec::new(), net: vec![false; n] };
+    for q in (0..n).filter(|&q| q != rank) {
+        let (t, why) = transport::select(&endpoints[rank], &endpoints[q]);
+        tracing::info!("rank {rank}: peer {q} over {} ({why})", t.name());
+        let (base, k) = t.attach(&ctx, q)?;
+        (a.bases[q], a.net[q]) = (base, t.is_net());
+        a.keep.extend(k);
+    }
+    Ok(a)
+}
+
+/// The state of one rank wired by `conns`, whose pointers stay valid while `segments` lives;
+/// `net[q]`: peer q is reached through the proxy.
+#[allow(clippy::too_many_arguments)]
+fn rank_state(
+    rank: usize,
+    layout: &Layout,
+    cfg: Resolved,
+    conns: RankConns,
+    bases: &[*mut u8],
+    net: &[bool],
+    cpus: Option<Arc<CpuSet>>,
+    activity: Option<Arc<Activity>>,
+    segments: Arc<dyn Send + Sync>,
+) -> Result<CommInner> {
+    let nranks = bases.len();
+    let board = layout.board(bases[rank]);
+    // Failure boards this process can write: those of peers in memory.
+    let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(bases[q]))).collect();
+    let failure = Failure::new(rank, cfg.timeout, board, boards, activity.clone());
+    let tables = Tables::new(conns, cfg.nchannels);
+    let enq = enqueue::Rank::new(Group { rank, nranks }, Device::host(rank), cfg, tables, board, cpus);
+    Ok(CommInner::new(enq, failure, activity, segments))
+}
+
+impl Comm {
+    /// Creates `nranks` communicators in this process (one per rank, each with its own
+    /// host device), connected through shared memory.
+    pub fn init_all(nranks: usize, config: &Config) -> Result<Vec<Comm>> {
+        crate::logging::init();
+        if nranks == 0 {
+            return invalid("a communicator needs at least one rank");
+        }
+        let cfg = config.resolve(nranks)?;
+        let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
+        let segments = Arc::new(LocalSegments::new(&layout)?);
+        let local = segments.bases();
+        let group = Endpoint::of_group();
+        let endpoints = vec![group; nranks];
+        let graph = Graph::uniform(nranks, cfg.nchannels);
+        tracing::info!(
+            "init_all: {nranks} ranks in one process, {} channel(s), slots {:?} B, timeout {:?}",
+            cfg.nchannels,
+            cfg.slot_bytes,
+            cfg.timeout
+        );
+        (0..nranks)
+            .map(|rank| {
+                let Attached { bases, net, .. } = attach(&layout, rank, &endpoints, Some(&local), local[rank])?;
+                let conns = connect(&layout, rank, &bases, &graph)?;
+                let cpus = affinity::for_local_rank(rank, nranks);
+                let inner = rank_state(rank, &layout, cfg.clone(), conns, &bases, &net, cpus, None, segments.clone())?;
+                Ok(Comm::from_inner(inner))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,166 @@
+//! Communicators: a rank's view of a group, and the collectives it runs. Each public call
+//! here is thin: `enqueue` checks it (an error changes nothing), then tunes, compiles
+//! (once) and queues it on the caller's stream. The
+//! rank's state lives in `state`, its failure state in `failure`, its creation in `init`.
+
+mod failure;
+mod init;
+mod state;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use jitccl_codegen::Collective;
+
+use crate::device::{Device, DeviceBuffer};
+use crate::element::Element;
+use crate::enqueue::{Call, Group};
+use crate::error::Result;
+use crate::op::Op;
+use crate::stream::Stream;
+pub(crate) use state::CommInner;
+
+/// One rank of a communicator.
+#[derive(Clone)]
+pub struct Comm {
+    inner: Arc<CommInner>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Comm(rank {} of {})", self.rank(), self.nranks())
+    }
+}
+
+impl Comm {
+    pub(crate) fn from_inner(inner: CommInner) -> Comm {
+        Comm { inner: Arc::new(inner) }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.inner.enq.group.rank
+    }
+    pub fn nranks(&self) -> usize {
+        self.inner.enq.group.nranks
+    }
+    pub fn device(&self) -> &Device {
+        &self.inner.enq.device
+    }
+
+    /// Stops this rank's running operations (they end with [`Error::Aborted`]) and refuses
+    /// new ones. Peers waiting on this rank fail by their timeout.
+    ///
+    /// [`Error::Aborted`]: crate::Error::Aborted
+    pub fn abort(&self) {
+        tracing::warn!("rank {}: communicator aborted", self.rank());
+        self.inner.enq.abort.store(1, Ordering::Release);
+        if let Some((bs, flag)) = &self.inner.bootstrap {
+            flag.store(true, Ordering::Release);
+            bs.abort();
+        }
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.inner.is_aborted()
+    }
+
+    /// `recv[i] = op over ranks of send[i]` for `i < count`. In place when `send` and
+    /// `recv` are the same buffer.
+    pub fn all_reduce<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        op: Op,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.submit(Call::checked(self.group(), Collective::AllReduce, Some(op), send, recv, count, 0)?, stream)
+    }
+
+    /// Copies `count` elements of `send` on `root` into `recv` on every rank (`send` is
+    /// not read elsewhere).
+    pub fn broadcast<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.submit(Call::checked(self.group(), Collective::Broadcast, None, send, recv, count, root)?, stream)
+    }
+
+    /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
+    /// not touched elsewhere).
+    pub fn reduce<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        op: Op,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.submit(Call::checked(self.group(), Collective::Reduce, Some(op), send, recv, count, root)?, stream)
+    }
+
+    /// Gathers every rank's `count` elements of `send` into `recv` (rank r's at
+    /// `r * count`). In place when `send` is `recv`'s slice at `rank * count`.
+    pub fn all_gather<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.submit(Call::checked(self.group(), Collective::AllGather, None, send, recv, count, 0)?, stream)
+    }
+
+    /// Reduces every rank's `send` (nranks blocks of `count`) and leaves block `rank` of the
+    /// result in `recv`. In place when `recv` is `send`'s slice at `rank * count`.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        op: Op,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.submit(Call::checked(self.group(), Collective::ReduceScatter, Some(op), send, recv, count, 0)?, stream)
+    }
+
+    /// Sends `count` elements of `buf` to `peer` (which must post a matching receive).
+    pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.submit(Call::checked_p2p(self.group(), Some((buf, count, peer)), None)?, stream)
+    }
+
+    /// Receives `count` elements from `peer` into `buf`.
+    pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.submit(Call::checked_p2p(self.group(), None, Some((buf, count, peer)))?, stream)
+    }
+
+    /// Sends `send_count` elements of `send` to `to` while receiving `recv_count` from
+    /// `from` into `recv`, in one launch (so that exchanges in a cycle cannot deadlock).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        send_count: usize,
+        to: usize,
+        recv: &DeviceBuffer<T>,
+        recv_count: usize,
+        from: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.submit(Call::checked_p2p(self.group(), Some((send, send_count, to)), Some((recv, recv_count, from)))?, stream)
+    }
+
+    fn group(&self) -> &Group {
+        &self.inner.enq.group
+    }
+
+    fn submit(&self, call: Call, stream: &Stream) -> Result<()> {
+        self.inner.usable(call.coll.name())?;
+        self.inner.enq.submit(self.inner.clone(), call, stream)
+    }
+}

@@ -1,0 +1,91 @@
+//! What one rank of a communicator holds: its side of the launch path (`enqueue::Rank`),
+//! its failure state, and what init set up for it (bootstrap, store, transports, the
+//! memory the connectors point into). It runs its launches for the streams (`Owner`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::affinity::LiveRank;
+use crate::bootstrap::Bootstrap;
+use crate::comm::failure::Failure;
+use crate::device::{self, CtaPool};
+use crate::enqueue;
+use crate::error::{Error, Result};
+use crate::store::Server;
+use crate::stream::{Launch, Owner};
+use crate::transport::net::Activity;
+
+pub(crate) struct CommInner {
+    pub enq: enqueue::Rank,
+    pub failure: Failure,
+    /// One kernel of this communicator at a time: they share connector state.
+    exec: Mutex<()>,
+    _live: LiveRank,
+    /// Ranks in other processes: the bootstrap (kept for later exchanges) and its abort
+    /// flag, and the rendezvous store this rank serves, if any.
+    pub bootstrap: Option<(Bootstrap, Arc<AtomicBool>)>,
+    _store_server: Option<Server>,
+    /// The net proxy serving this rank's connectors, if any: it watches the FIFOs only
+    /// while a kernel runs.
+    net: Option<Arc<Activity>>,
+    /// Keeps every segment the connectors point into alive (declared last: dropped after
+    /// everything that uses it).
+    _segments: Arc<dyn Send + Sync>,
+}
+
+impl CommInner {
+    pub(crate) fn new(
+        enq: enqueue::Rank,
+        failure: Failure,
+        net: Option<Arc<Activity>>,
+        segments: Arc<dyn Send + Sync>,
+    ) -> CommInner {
+        CommInner {
+            enq,
+            failure,
+            exec: Mutex::new(()),
+            _live: LiveRank::new(),
+            bootstrap: None,
+            _store_server: None,
+            net,
+            _segments: segments,
+        }
+    }
+
+    pub(crate) fn with_bootstrap(self, bs: Bootstrap, abort: Arc<AtomicBool>, store_server: Option<Server>) -> CommInner {
+        CommInner { bootstrap: Some((bs, abort)), _store_server: store_server, ..self }
+    }
+
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.enq.abort.load(Ordering::Acquire) != 0
+    }
+
+    /// Whether a new operation may be queued: not after an abort or a failure.
+    pub(crate) fn usable(&self, name: &str) -> Result<()> {
+        if self.is_aborted() {
+            return Err(Error::InvalidUsage(format!("{name} on rank {}: the communicator was aborted", self.enq.group.rank)));
+        }
+        self.failure.error().map_or(Ok(()), Err)
+    }
+}
+
+impl Owner for CommInner {
+    /// Runs one CTA per channel on the stream's pool; a failing channel's status becomes
+    /// the error, and the error fails the communicator.
+    fn run(&self, l: &Launch, pool: &mut CtaPool) -> Result<()> {
+        let _one_at_a_time = self.exec.lock().unwrap_or_else(|e| e.into_inner());
+        // Behind a failed operation, nothing runs: it would pair with stale FIFO steps.
+        if let Some(e) = self.failure.error() {
+            return Err(e);
+        }
+        // SAFETY: statuses are only written by this communicator's kernels, not running now.
+        unsafe { self.enq.tables.reset_statuses(l.nchannels) };
+        let _net = self.net.as_ref().map(|a| a.kernel_running());
+        let failed = device::launch(&l.kernel, &l.args, l.nchannels, pool, self.enq.cpus.as_deref())?;
+        let Some(_) = failed else { return Ok(()) };
+        // SAFETY: the kernels have finished.
+        let err = self.failure.kernel_error(l.name, unsafe { self.enq.tables.statuses(l.nchannels) });
+        self.failure.fail(&err);
+        Err(err)
+    }
+}

@@ -1,0 +1,213 @@
+//! The one path from a public call to a queued launch (NCCL's enqueue step): check the
+//! arguments (an error changes nothing), choose the algorithm, protocol and channels
+//! (identically on every rank), look the kernel up (compiling it once), build the launch
+//! arguments and queue the launch on the caller's stream.
+
+mod checks;
+mod tables;
+
+use std::sync::atomic::AtomicI32;
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
+
+use jitccl_codegen::abi::Args;
+use jitccl_codegen::compile::host::HostKernel;
+use jitccl_codegen::{Collective, DataType, Generator, KernelSpec, RedOp};
+
+use crate::affinity::{self, CpuSet};
+use crate::config::Resolved;
+use crate::device::{Device, DeviceBuffer};
+use crate::element::Element;
+use crate::error::{invalid, Error, Result};
+use crate::fault::Board;
+use crate::op::Op;
+use crate::stream::{Launch, Owner, Stream};
+use crate::tune;
+use checks::Buf;
+pub(crate) use checks::Group;
+pub(crate) use tables::Tables;
+
+/// One rank's side of the launch path: what every launch of its communicator reads.
+pub(crate) struct Rank {
+    pub group: Group,
+    pub device: Device,
+    pub cfg: Resolved,
+    pub tables: Tables,
+    /// Nonzero once the rank is aborted; kernels poll it.
+    pub abort: AtomicI32,
+    /// This rank's failure board; kernels poll the word of the peer they wait for.
+    pub board: Board,
+    /// The CPUs this rank's kernel threads are bound to, if any.
+    pub cpus: Option<Arc<CpuSet>>,
+    /// The kernels this rank has launched: a launch looks its kernel up here, without the
+    /// generator's process-wide locks.
+    kernels: Mutex<FxHashMap<KernelSpec, Arc<HostKernel>>>,
+}
+
+/// One checked operation, ready to be tuned and launched.
+pub(crate) struct Call {
+    pub coll: Collective,
+    pub dtype: DataType,
+    pub op: Option<Op>,
+    /// In elements of `dtype`.
+    pub count: usize,
+    pub recv_count: usize,
+    pub root: usize,
+    pub send: *const u8,
+    pub recv: *mut u8,
+    /// The send and recv memory, kept alive while the operation is queued.
+    pub keep: [Option<Arc<dyn Send + Sync>>; 2],
+    /// Per-rank bytes, for tuning.
+    pub bytes: usize,
+    pub send_peer: Option<usize>,
+    pub recv_peer: Option<usize>,
+}
+
+impl Call {
+    /// A collective of `group` (not SendRecv), its buffers checked against what it needs.
+    pub(crate) fn checked<T: Element>(
+        group: &Group,
+        coll: Collective,
+        op: Option<Op>,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        root: usize,
+    ) -> Result<Call> {
+        group.collective(coll, &buf(send), &buf(recv), count, root, size_of::<T>())?;
+        // AllGather and ReduceScatter move a block per rank.
+        let blocks = if matches!(coll, Collective::AllGather | Collective::ReduceScatter) { group.nranks } else { 1 };
+        Ok(Call {
+            coll,
+            dtype: T::DTYPE,
+            op,
+            count,
+            recv_count: 0,
+            root,
+            send: send.as_ptr(),
+            recv: recv.as_ptr(),
+            keep: [Some(send.keep_alive()), Some(recv.keep_alive())],
+            bytes: count * blocks * size_of::<T>(),
+            send_peer: None,
+            recv_peer: None,
+        })
+    }
+
+    /// A point-to-point call of `group`, checked: each side given is (buffer, count, peer).
+    pub(crate) fn checked_p2p<T: Element>(
+        group: &Group,
+        send: Option<(&DeviceBuffer<T>, usize, usize)>,
+        recv: Option<(&DeviceBuffer<T>, usize, usize)>,
+    ) -> Result<Call> {
+        let view = |x: Option<(&DeviceBuffer<T>, usize, usize)>| x.map(|(b, n, p)| (buf(b), n, p));
+        group.sendrecv(view(send), view(recv), size_of::<T>())?;
+        let side = |s: Option<(&DeviceBuffer<T>, usize, usize)>| match s {
+            Some((b, n, p)) => (b.as_ptr(), n, Some(p), Some(b.keep_alive())),
+            None => (std::ptr::null_mut(), 0, None, None),
+        };
+        let (send, count, send_peer, keep_send) = side(send);
+        let (recv, recv_count, recv_peer, keep_recv) = side(recv);
+        Ok(Call {
+            coll: Collective::SendRecv,
+            dtype: T::DTYPE,
+            op: None,
+            count,
+            recv_count,
+            root: 0,
+            send,
+            recv,
+            keep: [keep_send, keep_recv],
+            bytes: count.max(recv_count) * size_of::<T>(),
+            send_peer,
+            recv_peer,
+        })
+    }
+}
+
+/// What the checks see of a buffer.
+fn buf<T: Element>(b: &DeviceBuffer<T>) -> Buf {
+    Buf { len: b.len(), bytes: b.byte_range() }
+}
+
+impl Rank {
+    pub(crate) fn new(
+        group: Group,
+        device: Device,
+        cfg: Resolved,
+        tables: Tables,
+        board: Board,
+        cpus: Option<Arc<CpuSet>>,
+    ) -> Rank {
+        Rank { group, device, cfg, tables, abort: AtomicI32::new(0), board, cpus, kernels: Mutex::default() }
+    }
+
+    /// The kernel for one launch: from this rank's table, else validated and fetched
+    /// (compiled if need be) from the generator.
+    fn kernel(&self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>) -> Result<Arc<HostKernel>> {
+        let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op };
+        if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
+            return Ok(k.clone());
+        }
+        let spec = KernelSpec::new(coll, choice.algo, choice.proto, dtype, op)
+            .map_err(|e| Error::InvalidArgument(format!("{} with {dtype}: {e}", coll.name())))?;
+        let (kernel, _) = Generator::global().host_kernel(&spec)?;
+        self.kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(spec, kernel.clone());
+        Ok(kernel)
+    }
+
+    /// Tunes, compiles and queues `call` on `stream`, run by `owner` (its communicator).
+    pub(crate) fn submit(&self, owner: Arc<dyn Owner>, call: Call, stream: &Stream) -> Result<()> {
+        let name = call.coll.name();
+        if stream.device() != &self.device {
+            return invalid(format!("{name}: the stream is on {:?}, the communicator on {:?}", stream.device(), self.device));
+        }
+        if call.count == 0 && call.recv_count == 0 {
+            return Ok(());
+        }
+        if let (Some(Op::PreMulSum(s)), true) = (call.op, call.dtype.is_integer()) {
+            if s.fract() != 0.0 || !s.is_finite() {
+                return invalid(format!("PreMulSum scalar {s} is not a whole number, as {} needs", call.dtype));
+            }
+        }
+        // Collectives that only move data run as bytes.
+        let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
+        let Group { rank, nranks } = self.group;
+        let commutative = !matches!(call.op, Some(Op::Custom(c)) if !c.commutative);
+        let choice = tune::choose(call.coll, call.bytes, kdtype.size(), nranks, commutative, &self.cfg);
+        let kernel = self.kernel(call.coll, choice, kdtype, call.op.map(Op::red_op))?;
+
+        let t = &self.tables;
+        let scalar_f = match call.op {
+            Some(Op::PreMulSum(s)) => s,
+            Some(Op::Avg) => 1.0 / nranks as f64,
+            _ => 0.0,
+        };
+        let args = Args {
+            sendbuff: call.send,
+            recvbuff: call.recv,
+            count: (call.count * scale) as u64,
+            recv_count: (call.recv_count * scale) as u64,
+            chunk_elems: choice.chunk_elems,
+            timeout_ns: self.cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            channels: t.channels.ptr(),
+            p2p_send: call.send_peer.map_or(std::ptr::null_mut(), |peer| t.p2p_send[peer].ptr()),
+            p2p_recv: call.recv_peer.map_or(std::ptr::null_mut(), |peer| t.p2p_recv[peer].ptr()),
+            peer_send: t.peer_send.ptr(),
+            peer_recv: t.peer_recv.ptr(),
+            status: t.status.ptr(),
+            abort_flag: self.abort.as_ptr(),
+            peer_failed: self.board.as_ptr(),
+            scalar_f,
+            scalar_i: scalar_f as i64,
+            spin: affinity::spin_budget(self.cpus.as_deref()),
+            nranks: nranks as i32,
+            rank: rank as i32,
+            root: call.root as i32,
+            nchannels: choice.nchannels as i32,
+        };
+        tracing::trace!("rank {rank}: enqueue {name} {choice:?} x {} elements", call.count);
+        stream.enqueue(Launch { owner, kernel, args, nchannels: choice.nchannels, name, _keep: call.keep });
+        Ok(())
+    }
+}
