@@ -10,12 +10,12 @@ mod element;
 mod error;
 mod fault;
 mod init;
-pub mod graph;
+mod graph;
 mod logging;
 pub mod store;
 mod stream;
 mod transport;
-pub mod tune;
+mod tune;
 
 pub use bootstrap::UniqueId;
 pub use comm::{Comm, Op};
