@@ -2,7 +2,7 @@
 //! search, transports and tuning. Kernels come from `jitccl-codegen`.
 
 mod affinity;
-pub mod bootstrap;
+mod bootstrap;
 mod comm;
 mod config;
 mod device;
@@ -17,7 +17,7 @@ mod stream;
 mod transport;
 mod tune;
 
-pub use bootstrap::UniqueId;
+pub use bootstrap::{BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{Comm, Op};
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{cuda_device_count, Device, DeviceBuffer};
