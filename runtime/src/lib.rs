@@ -16,7 +16,7 @@
 //! - `device/`: per target (`host`, `cuda`) memory, CTA execution and launch.
 
 mod affinity;
-pub mod bootstrap;
+mod bootstrap;
 mod comm;
 mod config;
 mod device;
@@ -24,15 +24,15 @@ mod element;
 mod enqueue;
 mod error;
 mod fault;
-pub mod graph;
+mod graph;
 mod logging;
 mod op;
 pub mod store;
 mod stream;
 mod transport;
-pub mod tune;
+mod tune;
 
-pub use bootstrap::UniqueId;
+pub use bootstrap::{BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::Comm;
 pub use op::Op;
 pub use config::{Config, MAX_CHANNELS};

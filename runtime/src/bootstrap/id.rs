@@ -29,7 +29,7 @@ pub struct UniqueId {
 
 impl UniqueId {
     /// NCCL's `ncclGetUniqueId`: starts a root thread in this process, listening on the
-    /// chosen interface (`JITCCL_SOCKET_IFNAME`, see [`super::iface`]) at an ephemeral
+    /// chosen interface (`JITCCL_SOCKET_IFNAME`, as NCCL_SOCKET_IFNAME) at an ephemeral
     /// port, and returns its id. The root serves one communicator, then exits (also on
     /// its timeout, `JITCCL_BOOTSTRAP_TIMEOUT`). Pass the id to every rank (e.g. with
     /// [`to_bytes`](Self::to_bytes) through a store).
@@ -39,13 +39,13 @@ impl UniqueId {
 
     /// As [`new`](Self::new) with an explicit configuration for the root (timeout, abort
     /// flag, interface). Use [`Root::start`] to keep a handle on the root.
-    pub fn with_config(config: &BootstrapConfig) -> Result<Self> {
+    pub(crate) fn with_config(config: &BootstrapConfig) -> Result<Self> {
         Ok(Root::start(config)?.detach())
     }
 
     /// The id of a root at `root`, without starting anything. Every process computes the
     /// same id from the same address (the nonce is derived from it).
-    pub fn for_address(root: SocketAddr) -> Self {
+    pub(crate) fn for_address(root: SocketAddr) -> Self {
         // FNV-1a over the encoded address: deterministic across processes.
         let mut b = Vec::with_capacity(ADDR_BYTES);
         encode_addr(&root, &mut b);
@@ -69,7 +69,7 @@ impl UniqueId {
     /// computes the same id from it ([`for_address`](Self::for_address)). With
     /// `is_root` (normally on rank 0) this process also starts the root thread listening on
     /// exactly that address (an error if it cannot bind it, e.g. it is not local or in use).
-    pub fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
+    pub(crate) fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
         let addr = resolve(spec, COMM_ID_VAR)?;
         let id = Self::for_address(addr);
         if is_root {
@@ -79,7 +79,7 @@ impl UniqueId {
     }
 
     /// [`from_comm_id`](Self::from_comm_id) with `JITCCL_COMM_ID`; `None` when it is not set.
-    pub fn from_env(is_root: bool, config: &BootstrapConfig) -> Result<Option<Self>> {
+    pub(crate) fn from_env(is_root: bool, config: &BootstrapConfig) -> Result<Option<Self>> {
         match std::env::var(COMM_ID_VAR) {
             Ok(v) if !v.trim().is_empty() => Self::from_comm_id(v.trim(), is_root, config).map(Some),
             Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),

@@ -1,6 +1,6 @@
 //! The rendezvous key-value store: a TCP server and client wire-compatible with PyTorch's
-//! TCPStore ([`protocol`] has the format and the limits), and [`PrefixStore`] to give each
-//! user of one store its own key space.
+//! TCPStore (the wire format and the limits are in the private `protocol` module), and
+//! [`PrefixStore`] to give each user of one store its own key space.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -16,7 +16,7 @@ mod client;
 mod conn;
 mod limits;
 mod prefix;
-pub mod protocol;
+mod protocol;
 mod server;
 mod state;
 #[cfg(test)]
@@ -47,7 +47,8 @@ pub enum StoreError {
     /// The server's reply broke the protocol.
     #[error("store {op}: protocol error: {msg}")]
     Protocol { op: &'static str, msg: String },
-    /// An argument breaks a limit of [`protocol`]; nothing was sent.
+    /// An argument breaks a limit of the protocol (keys up to 64 KiB, values up to 64 MiB,
+    /// up to 128 Ki keys per command, up to 16 MiB of keys in one wait); nothing was sent.
     #[error("store {op}: invalid argument: {msg}")]
     InvalidArgument { op: &'static str, msg: String },
     /// An OS call failed.

@@ -1,0 +1,88 @@
+//! Bootstrap tests: ranks as threads (1, 2, 5, 17, 130), as separate processes (this test
+//! binary re-run as children), and every error the root or a rank must report. Loopback only.
+//! They live in the crate because they drive its internals ([`Bootstrap`], [`Root`], the
+//! wire format), which are not public.
+
+mod failures;
+mod processes;
+mod threads;
+
+use std::net::{SocketAddr, TcpStream};
+use std::thread;
+use std::time::Duration;
+
+use super::root::{Root, RootReport};
+use super::{reply_grace, stagger_delay, Bootstrap, BootstrapConfig, BootstrapError, UniqueId};
+
+fn log() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+fn cfg(timeout: Duration) -> BootstrapConfig {
+    BootstrapConfig::default().with_timeout(timeout).with_ifname("lo")
+}
+
+/// Starts a root and `ranks.len()` rank threads (`ranks[i]` = (rank, nranks) claimed by
+/// thread i, started `delays[i]` after the root), each running `f` on its bootstrap.
+fn run<T: Send>(
+    config: &BootstrapConfig,
+    ranks: &[(usize, usize)],
+    delays: &[Duration],
+    f: impl Fn(Bootstrap) -> T + Sync,
+) -> (Vec<Result<T, BootstrapError>>, Result<RootReport, BootstrapError>) {
+    log();
+    let root = Root::start(config).expect("start root");
+    let id = root.id();
+    assert!(id.root_addr().ip().is_loopback(), "tests stay on loopback: {id:?}");
+    let results = thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &(rank, nranks))| {
+                let f = &f;
+                let delay = delays.get(i).copied().unwrap_or_default();
+                thread::Builder::new()
+                    .stack_size(256 << 10)
+                    .spawn_scoped(s, move || {
+                        thread::sleep(delay);
+                        Bootstrap::init(&id, rank, nranks, config).map(f)
+                    })
+                    .unwrap()
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+    });
+    (results, root.join())
+}
+
+fn all_ranks(n: usize) -> Vec<(usize, usize)> {
+    (0..n).map(|r| (r, n)).collect()
+}
+
+/// Opens `n` connections to `addr` that never send anything.
+fn silent_connections(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect()
+}
+
+#[test]
+fn stagger() {
+    assert_eq!(stagger_delay(100, 128), Duration::ZERO);
+    assert_eq!(stagger_delay(129, 130), Duration::from_millis(129));
+    assert!(stagger_delay(9999, 10000) <= Duration::from_secs(2));
+    assert_eq!(reply_grace(Duration::from_secs(120)), Duration::from_secs(10));
+    assert_eq!(reply_grace(Duration::from_secs(2)), Duration::from_secs(1));
+}
+
+/// The example of the module's documentation (a doctest while the module was public).
+#[test]
+fn module_doc_example() -> Result<(), BootstrapError> {
+    let config = BootstrapConfig::from_env()?;
+    let id = UniqueId::with_config(&config)?; // on rank 0, then send id.to_bytes() to the others
+    let boot = Bootstrap::init(&id, 0, 1, &config)?;
+    let all = boot.all_gather(b"hello")?;
+    assert_eq!(all, vec![b"hello".to_vec()]);
+    Ok(())
+}
