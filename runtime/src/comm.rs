@@ -650,7 +650,7 @@ impl Comm {
         let (kdtype, scale) = if l.coll.reduces() { (l.dtype, 1) } else { (DataType::U8, l.dtype.size()) };
         let cfg = &me.cfg;
         let commutative = !matches!(l.op, Some(Op::Custom(c)) if !c.commutative);
-        let choice = tune::choose(l.coll, l.bytes, kdtype.size(), me.nranks, commutative, cfg);
+        let choice = tune::choose(l.coll, l.bytes, kdtype.size(), me.nranks, commutative, cfg)?;
         let kernel = self.kernel(l.coll, choice, kdtype, l.op.map(Op::red_op))?;
 
         let p2p_send = l.send_peer.map_or(std::ptr::null_mut(), |peer| me.p2p_send[peer].ptr());
