@@ -7,6 +7,8 @@ use jitccl_codegen::abi::{NPROTOS, STEPS};
 use jitccl_codegen::{Algorithm, Protocol};
 
 use crate::error::{Error, Result};
+use crate::tune::overrides::{Item, Overrides};
+use crate::tune::{AlgoOverrides, ProtoOverrides};
 
 /// What a communicator is created with. `None` fields come from the environment, then
 /// from defaults.
@@ -15,10 +17,17 @@ pub struct Config {
     /// Channels (CTAs) per rank; `JITCCL_NCHANNELS`. Default: the cores per rank (each
     /// host channel is a thread; more than the cores only adds switching), 1 to 4.
     pub nchannels: Option<usize>,
-    /// Force an algorithm where the collective has it; `JITCCL_ALGO`.
+    /// Force an algorithm on the collectives that have it (the others keep their
+    /// choice). Set this, or `algos`, or neither (then `JITCCL_ALGO` applies).
     pub algo: Option<Algorithm>,
-    /// Force a protocol; `JITCCL_PROTO`.
+    /// Force a protocol on every collective. Set this, or `protos`, or neither (then
+    /// `JITCCL_PROTO` applies).
     pub proto: Option<Protocol>,
+    /// The algorithms each collective may use, as `JITCCL_ALGO` in NCCL's grammar
+    /// (`ring,tree;allreduce:oneshot`, `allreduce:^tree`); a collective left none fails.
+    pub algos: Option<AlgoOverrides>,
+    /// The protocols each collective may use, as `JITCCL_PROTO` (`^ll128;allreduce:ll`).
+    pub protos: Option<ProtoOverrides>,
     /// Longest wait on a peer without progress before an operation fails; `JITCCL_TIMEOUT`
     /// (seconds). Default 300 s.
     pub timeout: Option<Duration>,
@@ -35,8 +44,8 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Resolved {
     pub nchannels: usize,
-    pub algo: Option<Algorithm>,
-    pub proto: Option<Protocol>,
+    pub algos: AlgoOverrides,
+    pub protos: ProtoOverrides,
     pub timeout: Duration,
     pub slot_bytes: [usize; NPROTOS],
     pub nsocks: usize,
@@ -73,6 +82,21 @@ fn slots_from_simple(simple: usize) -> [usize; NPROTOS] {
     [simple, ll, ll128]
 }
 
+/// The overrides from a forced value, else from typed overrides, else from the variable
+/// (`T::VAR`, NCCL's grammar); `fields` name the two Config fields for the error when
+/// both are set.
+fn overrides<T: Item>(one: Option<T>, set: &Option<Overrides<T>>, fields: (&str, &str)) -> Result<Overrides<T>> {
+    match (one, set) {
+        (Some(_), Some(_)) => Err(Error::InvalidArgument(format!(
+            "Config.{} and Config.{} are both set; set one",
+            fields.0, fields.1
+        ))),
+        (Some(item), None) => Ok(Overrides::force_where_available(item)),
+        (None, Some(o)) => Ok(o.clone()),
+        (None, None) => Ok(parse_env(T::VAR, |v| Overrides::parse(v).map_err(|e| e.to_string()))?.unwrap_or_default()),
+    }
+}
+
 impl Config {
     /// Completes the configuration for `nranks` ranks sharing this machine's cores.
     pub(crate) fn resolve(&self, nranks: usize) -> Result<Resolved> {
@@ -89,14 +113,8 @@ impl Config {
                 "nchannels (JITCCL_NCHANNELS) must be 1..={MAX_CHANNELS}, got {nchannels}"
             )));
         }
-        let algo = match self.algo {
-            Some(a) => Some(a),
-            None => parse_env("JITCCL_ALGO", |v| v.parse::<Algorithm>().map_err(|e| e.to_string()))?,
-        };
-        let proto = match self.proto {
-            Some(p) => Some(p),
-            None => parse_env("JITCCL_PROTO", |v| v.parse::<Protocol>().map_err(|e| e.to_string()))?,
-        };
+        let algos = overrides(self.algo, &self.algos, ("algo", "algos"))?;
+        let protos = overrides(self.proto, &self.protos, ("proto", "protos"))?;
         let timeout = match self.timeout {
             Some(t) => t,
             None => parse_env("JITCCL_TIMEOUT", |v| {
@@ -151,6 +169,6 @@ impl Config {
                 "nsocks (JITCCL_NSOCKS_PERTHREAD) must be 1..={MAX_NSOCKS} sockets per connector, got {nsocks}"
             )));
         }
-        Ok(Resolved { nchannels, algo, proto, timeout, slot_bytes, nsocks })
+        Ok(Resolved { nchannels, algos, protos, timeout, slot_bytes, nsocks })
     }
 }

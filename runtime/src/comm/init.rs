@@ -22,6 +22,7 @@ use crate::transport::net::{Activity, NetListener, Proxy};
 use crate::transport::p2p::LocalSegments;
 use crate::transport::shm::ShmSegment;
 use crate::transport::{self, AttachCtx, Endpoint};
+use crate::tune::{self, Tuner};
 
 /// What the connectors point into: the proxy (if any peer is over the network; declared
 /// first so it stops before the memory goes), the peers' segments as mapped here (shared
@@ -136,6 +137,11 @@ impl Comm {
         own.unlink();
         let graph = Graph::uniform(nranks, cfg.nchannels);
         let conns = connect(&layout, rank, &bases, &graph)?;
+        // Every rank tunes as rank 0 does (its machine's topology, its table): so they
+        // cannot disagree.
+        let nnodes = count_hosts(&endpoints);
+        let plan = if rank == 0 { tune::plan(nranks, nnodes, &cfg)? } else { Vec::new() };
+        let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], nranks, nnodes, &cfg)?);
         let proxy = if net.iter().any(|&n| n) {
             let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
             let listener = NetListener::bind(ip)?;
@@ -160,9 +166,17 @@ impl Comm {
         );
         let activity = proxy.as_ref().map(Proxy::activity);
         let segments = Arc::new(Segments { _proxy: proxy, _attached: keep, _own: own });
-        let inner = rank_state(rank, &layout, cfg, conns, &bases, &net, cpus, activity, segments)?;
+        let inner = rank_state(rank, &layout, cfg, conns, &bases, &net, cpus, tuner, activity, segments)?;
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
     }
+}
+
+/// How many machines the ranks run on.
+fn count_hosts(endpoints: &[Endpoint]) -> usize {
+    let mut hosts: Vec<&str> = endpoints.iter().map(|e| e.host.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    hosts.len()
 }
 
 /// Every rank's receive segment as mapped here.
@@ -202,6 +216,7 @@ fn rank_state(
     bases: &[*mut u8],
     net: &[bool],
     cpus: Option<Arc<CpuSet>>,
+    tuner: Arc<Tuner>,
     activity: Option<Arc<Activity>>,
     segments: Arc<dyn Send + Sync>,
 ) -> Result<CommInner> {
@@ -211,7 +226,7 @@ fn rank_state(
     let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(bases[q]))).collect();
     let failure = Failure::new(rank, cfg.timeout, board, boards, activity.clone());
     let tables = Tables::new(conns, cfg.nchannels);
-    let enq = enqueue::Rank::new(Group { rank, nranks }, Device::host(rank), cfg, tables, board, cpus);
+    let enq = enqueue::Rank::new(Group { rank, nranks }, Device::host(rank), cfg, tables, board, cpus, tuner);
     Ok(CommInner::new(enq, failure, activity, segments))
 }
 
@@ -230,6 +245,7 @@ impl Comm {
         let group = Endpoint::of_group();
         let endpoints = vec![group; nranks];
         let graph = Graph::uniform(nranks, cfg.nchannels);
+        let tuner = Arc::new(tune::from_plan(&tune::plan(nranks, 1, &cfg)?, nranks, 1, &cfg)?);
         tracing::info!(
             "init_all: {nranks} ranks in one process, {} channel(s), slots {:?} B, timeout {:?}",
             cfg.nchannels,
@@ -241,7 +257,8 @@ impl Comm {
                 let Attached { bases, net, .. } = attach(&layout, rank, &endpoints, Some(&local), local[rank])?;
                 let conns = connect(&layout, rank, &bases, &graph)?;
                 let cpus = affinity::for_local_rank(rank, nranks);
-                let inner = rank_state(rank, &layout, cfg.clone(), conns, &bases, &net, cpus, None, segments.clone())?;
+                let inner =
+                    rank_state(rank, &layout, cfg.clone(), conns, &bases, &net, cpus, tuner.clone(), None, segments.clone())?;
                 Ok(Comm::from_inner(inner))
             })
             .collect()

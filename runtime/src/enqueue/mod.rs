@@ -23,7 +23,7 @@ use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
 use crate::op::Op;
 use crate::stream::{Launch, Owner, Stream};
-use crate::tune;
+use crate::tune::{self, Tuner};
 use checks::Buf;
 pub(crate) use checks::Group;
 pub(crate) use tables::Tables;
@@ -40,6 +40,8 @@ pub(crate) struct Rank {
     pub board: Board,
     /// The CPUs this rank's kernel threads are bound to, if any.
     pub cpus: Option<Arc<CpuSet>>,
+    /// The same choices on every rank (built from rank 0's plan).
+    pub tuner: Arc<Tuner>,
     /// The kernels this rank has launched: a launch looks its kernel up here, without the
     /// generator's process-wide locks.
     kernels: Mutex<FxHashMap<KernelSpec, Arc<HostKernel>>>,
@@ -138,8 +140,9 @@ impl Rank {
         tables: Tables,
         board: Board,
         cpus: Option<Arc<CpuSet>>,
+        tuner: Arc<Tuner>,
     ) -> Rank {
-        Rank { group, device, cfg, tables, abort: AtomicI32::new(0), board, cpus, kernels: Mutex::default() }
+        Rank { group, device, cfg, tables, abort: AtomicI32::new(0), board, cpus, tuner, kernels: Mutex::default() }
     }
 
     /// The kernel for one launch: from this rank's table, else validated and fetched
@@ -174,7 +177,7 @@ impl Rank {
         let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
         let Group { rank, nranks } = self.group;
         let commutative = !matches!(call.op, Some(Op::Custom(c)) if !c.commutative);
-        let choice = tune::choose(call.coll, call.bytes, kdtype.size(), nranks, commutative, &self.cfg);
+        let choice = self.tuner.choose(call.coll, call.bytes, kdtype.size(), commutative)?;
         let kernel = self.kernel(call.coll, choice, kdtype, call.op.map(Op::red_op))?;
 
         let t = &self.tables;

@@ -1,0 +1,270 @@
+//! Choosing how to run a collective: algorithm, protocol, channels and chunk size.
+//!
+//! Per call, in order: JITCCL_ALGO / JITCCL_PROTO (NCCL's grammar, [`overrides`]) say
+//! which algorithms and protocols the collective may use at all; a tuning table row
+//! ([`table`]) for the call's size is taken if the overrides allow it; otherwise the cost
+//! model ([`model`]) picks the fastest allowed candidate. Every input is the same on every
+//! rank, and the choice is a pure function of them, so every rank makes the same choice.
+//! A [`Tuner`] caches choices per (collective, bytes), so only the first call of a size
+//! pays for the search and logs it (DEBUG: the choice and where it came from).
+
+pub mod model;
+pub mod overrides;
+pub mod table;
+
+use std::fmt;
+use std::sync::Mutex;
+
+use jitccl_codegen::abi::NPROTOS;
+use jitccl_codegen::{Algorithm, Collective, Protocol};
+use rustc_hash::FxHashMap;
+
+use crate::config::Resolved;
+use crate::error::{Error, Result};
+pub use model::{Constants, Topology};
+pub use overrides::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Set};
+pub use table::{Row, Table, TableError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub algo: Algorithm,
+    pub proto: Protocol,
+    pub nchannels: usize,
+    /// Elements per FIFO step.
+    pub chunk_elems: u64,
+}
+
+/// Where a choice came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A tuning table row.
+    Table,
+    /// The cost model, unconstrained.
+    Model,
+    /// The cost model among what JITCCL_ALGO / JITCCL_PROTO allow, which excluded the
+    /// model's own pick (or, for point-to-point, the protocol they force).
+    Override,
+    /// A fixed rule (point-to-point: see [`Tuner::choose`]).
+    Rule,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::Table => "tuning table",
+            Source::Model => "cost model",
+            Source::Override => "override",
+            Source::Rule => "fixed rule",
+        })
+    }
+}
+
+/// Data bytes one FIFO step of `proto` carries.
+pub(crate) fn step_capacity(proto: Protocol, slot_bytes: usize) -> usize {
+    match proto {
+        Protocol::Simple => slot_bytes,
+        Protocol::LL => slot_bytes / 16 * 8,
+        Protocol::LL128 => slot_bytes / 128 * 120,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    coll: Collective,
+    bytes: usize,
+    elem_size: usize,
+    commutative: bool,
+}
+
+/// Distinct call shapes remembered before the cache starts over (real programs use a
+/// handful of sizes; this only bounds a sweep's memory).
+const CACHE_CAP: usize = 4096;
+
+/// A communicator's tuning state: the topology and constants of the model, the table,
+/// the overrides, the FIFO slot sizes, and the choices made so far.
+pub struct Tuner {
+    topo: Topology,
+    consts: Constants,
+    table: Option<Table>,
+    algos: AlgoOverrides,
+    protos: ProtoOverrides,
+    slot_bytes: [usize; NPROTOS],
+    cache: Mutex<FxHashMap<Key, Choice>>,
+}
+
+impl fmt::Debug for Tuner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tuner")
+            .field("topo", &self.topo)
+            .field("table_rows", &self.table.as_ref().map_or(0, |t| t.rows.len()))
+            .field("algos", &self.algos)
+            .field("protos", &self.protos)
+            .finish()
+    }
+}
+
+impl Tuner {
+    /// `table` is rank 0's (every rank must pass the same one), `cfg` the agreed config.
+    pub(crate) fn new(topo: Topology, consts: Constants, table: Option<Table>, cfg: &Resolved) -> Tuner {
+        Tuner {
+            topo,
+            consts,
+            table,
+            algos: cfg.algos.clone(),
+            protos: cfg.protos.clone(),
+            slot_bytes: cfg.slot_bytes,
+            cache: Mutex::new(FxHashMap::default()),
+        }
+    }
+
+    /// The choice for `coll` moving `bytes` (NCCL's nBytes: the per-rank buffer; the whole
+    /// buffer for AllGather / ReduceScatter) in elements of `elem_size` bytes, with an op
+    /// that is `commutative` or not (a non-commutative op only gets the ring: the tree and
+    /// one-shot combine in another order; if the overrides allow only those, the choice
+    /// names one anyway and the kernel spec refuses it, naming the op).
+    ///
+    /// Errors (InvalidArgument) when JITCCL_ALGO / JITCCL_PROTO leave the collective no
+    /// algorithm or no protocol.
+    pub fn choose(&self, coll: Collective, bytes: usize, elem_size: usize, commutative: bool) -> Result<Choice> {
+        let key = Key { coll, bytes, elem_size: elem_size.max(1), commutative };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = cache.get(&key) {
+            return Ok(*c);
+        }
+        let (choice, source, why) = self.decide(key)?;
+        tracing::debug!(
+            "{coll} {bytes} B x {} ranks: {}/{}, {} channel(s), {} elements/step, from the {source} ({why})",
+            self.topo.nranks,
+            choice.algo,
+            choice.proto,
+            choice.nchannels,
+            choice.chunk_elems
+        );
+        if cache.len() >= CACHE_CAP {
+            cache.clear();
+        }
+        cache.insert(key, choice);
+        Ok(choice)
+    }
+
+    fn decide(&self, k: Key) -> Result<(Choice, Source, String)> {
+        let coll = k.coll;
+        let algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(|&a| self.algos.allowed(coll).contains(a)).collect();
+        if algos.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{coll}: JITCCL_ALGO='{}' allows none of its algorithms ({})",
+                self.algos,
+                Set::of(coll.algorithms())
+            )));
+        }
+        let protos: Vec<Protocol> = self.protos.allowed(coll).iter().collect();
+        if protos.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{coll}: JITCCL_PROTO='{}' allows none of its protocols ({})",
+                self.protos,
+                Set::<Protocol>::all()
+            )));
+        }
+        let usable = |a: &Algorithm| k.commutative || *a == Algorithm::Ring;
+        let chunk = |proto: Protocol, want: Option<usize>| {
+            let cap = step_capacity(proto, self.slot_bytes[proto as usize]);
+            (want.unwrap_or(cap).min(cap) / k.elem_size).max(1) as u64
+        };
+        let make = |algo, proto, nchannels, chunk_bytes| Choice { algo, proto, nchannels, chunk_elems: chunk(proto, chunk_bytes) };
+
+        // Point-to-point: sender and receiver each launch with their own byte count (the
+        // larger of the pair's halves), so nothing may depend on it: every channel, and
+        // the first allowed protocol in Simple, LL128, LL order.
+        if coll == Collective::SendRecv {
+            let proto = [Protocol::Simple, Protocol::LL128, Protocol::LL].into_iter().find(|p| protos.contains(p)).unwrap_or(protos[0]);
+            let source = if proto == Protocol::Simple { Source::Rule } else { Source::Override };
+            return Ok((make(Algorithm::Ring, proto, self.topo.nchannels, None), source, "point-to-point uses every channel".into()));
+        }
+        if !algos.iter().any(usable) {
+            let algo = algos[0];
+            let why = format!("JITCCL_ALGO forces {algo}, which this op (not commutative) cannot use");
+            return Ok((make(algo, protos[0], 1, None), Source::Override, why));
+        }
+        let algos: Vec<Algorithm> = algos.into_iter().filter(usable).collect();
+
+        let mut overridden = None;
+        if let Some(row) = self.table.as_ref().and_then(|t| t.lookup(coll, k.bytes, &self.topo)) {
+            if algos.contains(&row.algo) && protos.contains(&row.proto) {
+                let nch = match row.channels {
+                    Some(n) => n.min(self.topo.nchannels),
+                    None => self.best(coll, &[row.algo], &[row.proto], k.bytes).map_or(1, |(_, _, n, _)| n),
+                };
+                let why = format!("row {}..={} B", row.min_bytes, row.max_bytes);
+                return Ok((make(row.algo, row.proto, nch, row.chunk_bytes), Source::Table, why));
+            }
+            overridden = Some(format!("the table's {}/{} is not allowed here", row.algo, row.proto));
+        }
+        let all_algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(usable).collect();
+        let (algo, proto, nch, t) = self
+            .best(coll, &algos, &protos, k.bytes)
+            .ok_or_else(|| Error::Internal(format!("no {coll} candidate has a cost")))?;
+        let unrestricted = self.best(coll, &all_algos, Protocol::ALL, k.bytes).map(|(a, p, _, _)| (a, p));
+        let source = if unrestricted == Some((algo, proto)) { Source::Model } else { Source::Override };
+        let mut why = format!("{t:.2} us estimated");
+        if !k.commutative {
+            why += "; the op is not commutative: ring only";
+        }
+        if let Some(o) = overridden {
+            why = format!("{o}; {why}");
+        }
+        Ok((make(algo, proto, nch, None), source, why))
+    }
+
+    /// The fastest (algorithm, protocol, channels) among the candidates and its time;
+    /// ties go to the earlier candidate, then to fewer channels.
+    fn best(&self, coll: Collective, algos: &[Algorithm], protos: &[Protocol], bytes: usize) -> Option<(Algorithm, Protocol, usize, f64)> {
+        let mut best: Option<(Algorithm, Protocol, usize, f64)> = None;
+        for &a in algos {
+            for &p in protos {
+                for nch in 1..=self.topo.nchannels.max(1) {
+                    let Some(t) = model::time(&self.topo, &self.consts, coll, a, p, nch, bytes) else { continue };
+                    if best.is_none_or(|b| t < b.3) {
+                        best = Some((a, p, nch, t));
+                    }
+                }
+            }
+        }
+        best
+    }
+}
+
+/// Online CPUs of this machine: the same in every process on it, unlike the affinity mask.
+fn machine_cores() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
+/// What rank 0 tells every rank so that all tune alike: its machine's core count (the
+/// host topology's one machine-dependent input) and the table it found for that topology
+/// (see [`Table::load`]), if any.
+pub(crate) fn plan(nranks: usize, nnodes: usize, cfg: &Resolved) -> Result<Vec<u8>> {
+    let cores = machine_cores();
+    let topo = Topology { nnodes, ..Topology::host(nranks, cfg.nchannels, cores) };
+    let table = Table::load(&topo).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let mut plan = (cores as u64).to_le_bytes().to_vec();
+    plan.extend(table.map_or(Vec::new(), |t| t.to_bytes()));
+    Ok(plan)
+}
+
+/// The tuner of every rank, from rank 0's [`plan`].
+pub(crate) fn from_plan(plan: &[u8], nranks: usize, nnodes: usize, cfg: &Resolved) -> Result<Tuner> {
+    let bad = || Error::Internal(format!("rank 0's tuning plan is malformed ({} bytes)", plan.len()));
+    let (cores, table) = plan.split_at_checked(8).ok_or_else(bad)?;
+    let cores = u64::from_le_bytes(cores.try_into().map_err(|_| bad())?) as usize;
+    let topo = Topology { nnodes, ..Topology::host(nranks, cfg.nchannels, cores.max(1)) };
+    let table = if table.is_empty() {
+        None
+    } else {
+        Some(Table::from_bytes(table, "rank 0's tuning table").map_err(|e| Error::InvalidArgument(e.to_string()))?)
+    };
+    Ok(Tuner::new(topo, Constants::HOST, table, cfg))
+}
+
+#[cfg(test)]
+mod tests;

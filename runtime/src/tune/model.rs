@@ -1,0 +1,237 @@
+//! The cost model: time = latency + bytes / bandwidth for each (collective, algorithm,
+//! protocol, channels), NCCL's shape (nccl:src/graph/tuning.cc) over jitccl's algorithms.
+//!
+//! - latency = base[algo] + hops x hop latency x hop_factor[algo] x proto_lat[proto], where
+//!   hops count the steps a call waits through in sequence (ring allreduce 2(n-1); tree
+//!   2 x depth; one-shot n-1, one wait per peer) and the hop latency comes from the
+//!   topology (inside a node or between nodes).
+//! - bandwidth = min(channels x per-channel bandwidth, the rank's cap) x proto_bw[proto]
+//!   x algo_bw[algo], turned into algorithm bandwidth by how many times each byte crosses
+//!   a link (ring allreduce 2(n-1)/n, tree 2, one-shot n-1 times the contention).
+//! - each channel past the first costs `chan_lat` (a worker per channel to wake and join).
+//!
+//! # Host constants, and how they were measured
+//! `jitccl perf all_reduce -b 8 -e 32M -f 4 -c 0 --algo {ring,tree,oneshot} --proto
+//! {simple,ll,ll128}` at 2, 3, 4 and 8 rank processes on the 2-core development machine
+//! (AMD EPYC, 32 MiB L3), plus `--channels 2` for the ring, each sweep run twice and the
+//! faster of out-of-place / in-place and of the runs kept (the machine is shared). The
+//! Simple figures of 3-8 ranks at 8 B-2 MiB were fitted by least squares on log time (a
+//! random-restart search; the fit is within +-40% at every point but one-shot past 512 KiB
+//! at 8 ranks); 2 ranks (a core each: waits spin, no switch) were fitted by hand, with
+//! 200 iterations per size:
+//! - hop latency: 0.1 us while every rank has a core, 2.06 us once ranks outnumber cores
+//!   (each hop waits for the OS to run the peer); tree hops cost 1.64x, one-shot's 0.87x;
+//! - bus bandwidth 8.6 GB/s per channel in cache (it falls 2-20x past 8 MiB for every
+//!   algorithm alike, so that does not change the ranking); tree reaches 0.68 and one-shot
+//!   0.47 of it; a second channel adds half (12.9 GB/s cap) for ~20 us;
+//! - base latency 0.1 us, one-shot 0.3 us (its extra pass through its own FIFO: at 2 ranks
+//!   it measured 0.38 us against the ring's 0.30);
+//! - LL moves 1/8 of Simple's bytes (its flag per 8 bytes is a store each on the CPU) and
+//!   LL128 about half (0.85x at 2 ranks, 0.2x at 4), with 1.15x / 1.85x Simple's hop
+//!   latency once oversubscribed and no measurable gain (< 0.1 us) at 2 ranks: Simple wins
+//!   at every size, as measured.
+//!
+//! The model reproduces the measured picks: one-shot up to ~8 KiB per rank at 3 ranks,
+//! ~5 KiB at 4 and ~1 KiB at 8; the tree between ~1 and ~60 KiB at 8 ranks (never at 3-4);
+//! the ring above, and the ring at every size at 2 ranks.
+
+use jitccl_codegen::abi::NPROTOS;
+use jitccl_codegen::{Algorithm, Collective, Protocol};
+
+/// What the model knows of the machine: from the graph search, or [`Topology::host`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Topology {
+    pub nranks: usize,
+    pub nnodes: usize,
+    /// Channels the graph built: the most one call may use.
+    pub nchannels: usize,
+    /// Bus bandwidth of one channel inside a node, GB/s (Simple).
+    pub bw_intra: f64,
+    /// Bus bandwidth of one channel between nodes, GB/s.
+    pub bw_inter: f64,
+    /// Most bus bandwidth one rank reaches over all its channels, GB/s.
+    pub bw_rank: f64,
+    /// Latency of one hop (a step handed to the next rank) inside a node, us.
+    pub lat_intra: f64,
+    /// Latency of one hop between nodes, us.
+    pub lat_inter: f64,
+    /// Cost of each channel past the first, us.
+    pub chan_lat: f64,
+    /// How many ranks share one core's work when all of them compute at once (>= 1):
+    /// what slows one-shot's n-way reduction when ranks outnumber cores.
+    pub contention: f64,
+    /// Identifies the machine and graph (not the rank count), for tuning tables.
+    pub fingerprint: u64,
+}
+
+/// Per-algorithm and per-protocol factors on the topology's latencies and bandwidths.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Constants {
+    /// Fixed latency per call, us, by algorithm (Ring, Tree, OneShot).
+    pub base: [f64; 3],
+    /// Hop latency factor by algorithm.
+    pub hop_factor: [f64; 3],
+    /// Fraction of the bus bandwidth each algorithm reaches.
+    pub algo_bw: [f64; 3],
+    /// Hop latency factor by protocol (Simple, LL, LL128).
+    pub proto_lat: [f64; NPROTOS],
+    /// Fraction of Simple's bandwidth each protocol reaches.
+    pub proto_bw: [f64; NPROTOS],
+}
+
+impl Constants {
+    /// Measured on the host target (see the module comment).
+    pub const HOST: Constants = Constants {
+        base: [0.1, 0.1, 0.3],
+        hop_factor: [1.0, 1.64, 0.87],
+        algo_bw: [1.0, 0.68, 0.47],
+        proto_lat: [1.0, 1.15, 1.85],
+        proto_bw: [1.0, 0.125, 0.5],
+    };
+}
+
+/// Host hop latency while every rank has a core, and once they share cores, us.
+const HOST_HOP_SPIN: f64 = 0.1;
+const HOST_HOP_SWITCH: f64 = 2.06;
+const HOST_BW: f64 = 8.6;
+const HOST_SECOND_CHANNEL: f64 = 0.5;
+const HOST_CHAN_LAT: f64 = 20.0;
+/// Bumped when the host constants change: tables tuned against older ones are stale.
+const HOST_MODEL_VERSION: u64 = 1;
+
+impl Topology {
+    /// Today's host case: one node, shared memory, `nranks` processes or threads on
+    /// `cores` cores, `nchannels` channels.
+    pub fn host(nranks: usize, nchannels: usize, cores: usize) -> Topology {
+        let (nranks, cores) = (nranks.max(1), cores.max(1));
+        let oversubscribed = nranks > cores;
+        Topology {
+            nranks,
+            nnodes: 1,
+            nchannels: nchannels.max(1),
+            bw_intra: HOST_BW,
+            bw_inter: HOST_BW,
+            bw_rank: HOST_BW * (1.0 + HOST_SECOND_CHANNEL),
+            lat_intra: if oversubscribed { HOST_HOP_SWITCH } else { HOST_HOP_SPIN },
+            lat_inter: HOST_HOP_SWITCH,
+            chan_lat: HOST_CHAN_LAT,
+            contention: (nranks as f64 / cores as f64).max(1.0),
+            fingerprint: fnv1a(&[0x686f7374, HOST_MODEL_VERSION, cores as u64]),
+        }
+    }
+
+    /// The fingerprint as tables and cache file names show it.
+    pub fn fingerprint_hex(&self) -> String {
+        format!("{:016x}", self.fingerprint)
+    }
+}
+
+/// FNV-1a over words: stable across processes and builds (unlike std's hasher).
+fn fnv1a(words: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for w in words {
+        for b in w.to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+fn algo_index(a: Algorithm) -> usize {
+    match a {
+        Algorithm::Ring => 0,
+        Algorithm::Tree => 1,
+        Algorithm::OneShot => 2,
+    }
+}
+
+/// Depth of a binary tree over `n` members (heap layout, as graph::tree builds it).
+fn tree_depth(n: usize) -> usize {
+    (usize::BITS - 1 - n.max(1).leading_zeros()) as usize
+}
+
+/// Estimated time in us of `coll` over `bytes` (the caller's per-call byte count) with
+/// `algo`, `proto` and `nch` channels; `None` where the collective has no such algorithm.
+pub fn time(t: &Topology, k: &Constants, coll: Collective, algo: Algorithm, proto: Protocol, nch: usize, bytes: usize) -> Option<f64> {
+    if !coll.algorithms().contains(&algo) {
+        return None;
+    }
+    let n = t.nranks.max(1);
+    let nodes = t.nnodes.clamp(1, n);
+    let ppn = n.div_ceil(nodes);
+    let a = algo_index(algo);
+    let p = proto as usize;
+    // (intra-node hops, inter-node hops, link crossings per byte of the call).
+    let (intra, inter, per_byte) = match (coll, algo) {
+        (Collective::AllReduce, Algorithm::Ring) => {
+            let inter = 2 * (nodes - 1);
+            (2 * (n - 1) - inter, inter, 2.0 * (n - 1) as f64 / n as f64)
+        }
+        // Inside a node the tree is as deep as its binary layout; nodes add their own tree.
+        (Collective::AllReduce, Algorithm::Tree) => (2 * tree_depth(ppn), 2 * tree_depth(nodes), 2.0),
+        (Collective::AllReduce, Algorithm::OneShot) => (ppn - 1, n - ppn, (n - 1) as f64 * t.contention.max(1.0)),
+        (Collective::AllGather | Collective::ReduceScatter, _) => {
+            (n - nodes, nodes - 1, (n - 1) as f64 / n as f64)
+        }
+        (Collective::Broadcast | Collective::Reduce, _) => (n - nodes, nodes - 1, 1.0),
+        (Collective::SendRecv, _) => (1, 0, 1.0),
+    };
+    let hop = |lat: f64| lat * k.hop_factor[a] * k.proto_lat[p];
+    let latency = k.base[a]
+        + intra as f64 * hop(t.lat_intra)
+        + inter as f64 * hop(t.lat_inter)
+        + nch.saturating_sub(1) as f64 * t.chan_lat;
+    let per_channel = if nodes > 1 { t.bw_inter } else { t.bw_intra };
+    let bus = (nch.max(1) as f64 * per_channel).min(t.bw_rank) * k.proto_bw[p] * k.algo_bw[a];
+    if n == 1 {
+        return Some(latency);
+    }
+    if bus <= 0.0 {
+        return None;
+    }
+    // GB/s is 1000 bytes per us.
+    Some(latency + bytes as f64 * per_byte / (bus * 1000.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(coll: Collective, algo: Algorithm, n: usize, bytes: usize) -> f64 {
+        time(&Topology::host(n, 1, 2), &Constants::HOST, coll, algo, Protocol::Simple, 1, bytes).unwrap()
+    }
+
+    #[test]
+    fn time_grows_with_size_and_hops() {
+        for &algo in Collective::AllReduce.algorithms() {
+            for n in [2, 3, 4, 8] {
+                let mut last = 0.0;
+                for shift in 0..28 {
+                    let now = t(Collective::AllReduce, algo, n, 1 << shift);
+                    assert!(now > last && now.is_finite(), "{algo} n={n} 2^{shift}: {now} after {last}");
+                    last = now;
+                }
+            }
+        }
+        assert!(t(Collective::AllReduce, Algorithm::Ring, 8, 8) > t(Collective::AllReduce, Algorithm::Ring, 3, 8));
+    }
+
+    #[test]
+    fn invalid_algorithms_have_no_time() {
+        let topo = Topology::host(4, 1, 2);
+        assert!(time(&topo, &Constants::HOST, Collective::Broadcast, Algorithm::Tree, Protocol::Simple, 1, 8).is_none());
+        assert!(time(&topo, &Constants::HOST, Collective::AllGather, Algorithm::OneShot, Protocol::LL, 1, 8).is_none());
+    }
+
+    #[test]
+    fn fingerprints_are_stable_and_name_the_cores() {
+        assert_eq!(Topology::host(2, 1, 2).fingerprint, Topology::host(8, 4, 2).fingerprint);
+        assert_ne!(Topology::host(2, 1, 2).fingerprint, Topology::host(2, 1, 4).fingerprint);
+        assert_eq!(Topology::host(2, 1, 2).fingerprint_hex().len(), 16);
+    }
+
+    #[test]
+    fn tree_depth_matches_the_heap_layout() {
+        assert_eq!([1, 2, 3, 4, 7, 8, 9].map(tree_depth), [0, 1, 1, 2, 2, 3, 3]);
+    }
+}

@@ -1,0 +1,401 @@
+//! Tuning tables: rows that override the model per (collective, size range, ranks, nodes),
+//! in the CSV format of NCCL's example tuner plugin (nccl:plugins/tuner/example), so stock
+//! NCCL can read the same file through `NCCL_TUNER_CONFIG_FILE`:
+//!
+//! `collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff[,chunkBytes]`
+//!
+//! -1 means "any" (nNodes, nRanks, numPipeOps, regBuff) or "the model's" (channels,
+//! chunkBytes). `chunkBytes` is jitccl's: NCCL's parser reads at most ten fields and
+//! ignores the rest. Sizes are what NCCL calls nBytes (AllGather / ReduceScatter: the whole
+//! n-block buffer), bounds inclusive; the first matching row wins, as in NCCL.
+//! jitccl's other fields are `# key: value` lines, comments to NCCL: `fingerprint` (the
+//! topology the table was tuned on), `nranks`, `nnodes`. Names are NCCL's (allreduce,
+//! ll128, ...) plus jitccl's `oneshot`, which NCCL reads as ring.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use jitccl_codegen::{Algorithm, Collective, Protocol};
+
+use super::model::Topology;
+use crate::config::MAX_CHANNELS;
+
+/// The variable naming a table file (NCCL's is NCCL_TUNER_CONFIG_FILE).
+pub(crate) const TABLE_VAR: &str = "JITCCL_TUNER_CONFIG_FILE";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("{origin}:{line}: {reason}")]
+    Row { origin: String, line: u64, reason: String },
+    #[error("{origin}: {reason}")]
+    File { origin: String, reason: String },
+}
+
+/// One row; `None` is NCCL's -1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub coll: Collective,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub algo: Algorithm,
+    pub proto: Protocol,
+    pub channels: Option<usize>,
+    pub nnodes: Option<usize>,
+    pub nranks: Option<usize>,
+    pub pipe_ops: Option<usize>,
+    pub reg_buff: Option<bool>,
+    pub chunk_bytes: Option<usize>,
+}
+
+/// A whole table and the topology it was tuned on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Table {
+    pub fingerprint: Option<u64>,
+    pub nranks: Option<usize>,
+    pub nnodes: Option<usize>,
+    pub rows: Vec<Row>,
+}
+
+const HEADER: &str = "collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff,chunkBytes";
+
+/// NCCL's spelling of a collective in tuner files.
+fn nccl_name(c: Collective) -> &'static str {
+    match c {
+        Collective::AllReduce => "allreduce",
+        Collective::Broadcast => "broadcast",
+        Collective::Reduce => "reduce",
+        Collective::AllGather => "allgather",
+        Collective::ReduceScatter => "reducescatter",
+        Collective::SendRecv => "sendrecv",
+    }
+}
+
+fn opt(v: Option<usize>) -> String {
+    v.map_or_else(|| "-1".to_string(), |v| v.to_string())
+}
+
+impl Table {
+    /// The CSV text (what `to_bytes` carries and files hold).
+    pub fn to_csv(&self) -> String {
+        let mut s = String::from("# jitccl tuning table (NCCL example-tuner CSV)\n");
+        if let Some(f) = self.fingerprint {
+            let _ = writeln!(s, "# fingerprint: {f:016x}");
+        }
+        if let Some(n) = self.nranks {
+            let _ = writeln!(s, "# nranks: {n}");
+        }
+        if let Some(n) = self.nnodes {
+            let _ = writeln!(s, "# nnodes: {n}");
+        }
+        let _ = writeln!(s, "# {HEADER}");
+        for r in &self.rows {
+            let _ = write!(
+                s,
+                "{},{},{},{},{},{},{},{},{},{}",
+                nccl_name(r.coll),
+                r.min_bytes,
+                r.max_bytes,
+                r.algo,
+                r.proto,
+                opt(r.channels),
+                opt(r.nnodes),
+                opt(r.nranks),
+                opt(r.pipe_ops),
+                r.reg_buff.map_or("-1", |b| if b { "1" } else { "0" }),
+            );
+            // Rows without a chunk size stay plain NCCL rows.
+            if let Some(c) = r.chunk_bytes {
+                let _ = write!(s, ",{c}");
+            }
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Bytes to broadcast from rank 0 (the CSV text).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_csv().into_bytes()
+    }
+
+    pub fn from_bytes(bytes: &[u8], origin: &str) -> Result<Table, TableError> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| TableError::File { origin: origin.to_string(), reason: format!("not UTF-8 text: {e}") })?;
+        Table::parse(text, origin)
+    }
+
+    /// Parses the CSV text; `origin` (a file name) prefixes errors, with the line.
+    pub fn parse(text: &str, origin: &str) -> Result<Table, TableError> {
+        let mut table = Table::default();
+        for (i, line) in text.lines().enumerate() {
+            let Some((key, value)) = line.strip_prefix('#').and_then(|l| l.split_once(':')) else { continue };
+            let bad = |what: &str| TableError::Row {
+                origin: origin.to_string(),
+                line: i as u64 + 1,
+                reason: format!("{what} '{}' is not valid", value.trim()),
+            };
+            match key.trim() {
+                "fingerprint" => table.fingerprint = Some(u64::from_str_radix(value.trim(), 16).map_err(|_| bad("fingerprint"))?),
+                "nranks" => table.nranks = Some(value.trim().parse().map_err(|_| bad("nranks"))?),
+                "nnodes" => table.nnodes = Some(value.trim().parse().map_err(|_| bad("nnodes"))?),
+                _ => {}
+            }
+        }
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .comment(Some(b'#'))
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        for record in reader.records() {
+            let record = record.map_err(|e| TableError::Row {
+                origin: origin.to_string(),
+                line: e.position().map_or(0, |p| p.line()),
+                reason: e.to_string(),
+            })?;
+            let line = record.position().map_or(0, |p| p.line());
+            let fields: Vec<&str> = record.iter().collect();
+            if fields.iter().all(|f| f.is_empty()) {
+                continue;
+            }
+            let row = parse_row(&fields).map_err(|reason| TableError::Row { origin: origin.to_string(), line, reason })?;
+            table.rows.push(row);
+        }
+        Ok(table)
+    }
+
+    /// Why this table does not apply to `topo`, if it does not.
+    pub fn mismatch(&self, topo: &Topology) -> Option<String> {
+        if let Some(n) = self.nranks.filter(|&n| n != topo.nranks) {
+            return Some(format!("it was tuned for {n} ranks, this communicator has {}", topo.nranks));
+        }
+        if let Some(n) = self.nnodes.filter(|&n| n != topo.nnodes) {
+            return Some(format!("it was tuned for {n} nodes, this communicator spans {}", topo.nnodes));
+        }
+        if let Some(f) = self.fingerprint.filter(|&f| f != topo.fingerprint) {
+            return Some(format!(
+                "it was tuned on topology {f:016x}, this one is {}",
+                topo.fingerprint_hex()
+            ));
+        }
+        None
+    }
+
+    /// The first row for `coll` moving `bytes` on `topo` (one op, no registered buffers).
+    pub fn lookup(&self, coll: Collective, bytes: usize, topo: &Topology) -> Option<&Row> {
+        let bytes = bytes as u64;
+        self.rows.iter().find(|r| {
+            r.coll == coll
+                && (r.min_bytes..=r.max_bytes).contains(&bytes)
+                && r.nnodes.is_none_or(|n| n == topo.nnodes)
+                && r.nranks.is_none_or(|n| n == topo.nranks)
+                && r.pipe_ops.is_none_or(|n| n == 1)
+                && r.reg_buff.is_none_or(|b| !b)
+        })
+    }
+
+    /// Where the table for `topo` is cached: `<cache dir>/tune/<fingerprint>.csv`.
+    pub fn cache_path(topo: &Topology) -> Option<PathBuf> {
+        jitccl_codegen::cache::DiskCache::from_env().map(|c| c.dir().join("tune").join(format!("{}.csv", topo.fingerprint_hex())))
+    }
+
+    /// The table this process should use for `topo`: the file `JITCCL_TUNER_CONFIG_FILE`
+    /// names, else the cached one. A named file that cannot be read or parsed is an error;
+    /// a damaged cached one, or a table for another topology or rank count, is ignored
+    /// with a warning saying why.
+    pub fn load(topo: &Topology) -> Result<Option<Table>, TableError> {
+        let named = std::env::var_os(TABLE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let table = match (&named, Table::cache_path(topo)) {
+            (Some(path), _) => Table::read(path).map_err(|e| match e {
+                TableError::File { origin, reason } => TableError::File { origin: format!("{TABLE_VAR}={origin}"), reason },
+                row => row,
+            })?,
+            (None, Some(path)) if path.exists() => match Table::read(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("ignoring the cached tuning table: {e}");
+                    return Ok(None);
+                }
+            },
+            _ => return Ok(None),
+        };
+        if let Some(why) = table.mismatch(topo) {
+            let path = named.map_or_else(|| "the cached tuning table".to_string(), |p| p.display().to_string());
+            tracing::warn!("ignoring tuning table {path}: {why}");
+            return Ok(None);
+        }
+        Ok(Some(table))
+    }
+
+    pub fn read(path: &Path) -> Result<Table, TableError> {
+        let origin = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| TableError::File { origin: origin.clone(), reason: e.to_string() })?;
+        Table::from_bytes(&bytes, &origin)
+    }
+
+    /// Writes the table to `path` whole or not at all (a temporary file renamed).
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("table"), std::process::id()));
+        std::fs::write(&tmp, self.to_csv())?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// -1 or a number in `range`.
+fn field(fields: &[&str], i: usize, name: &str, range: std::ops::RangeInclusive<usize>) -> Result<Option<usize>, String> {
+    let Some(v) = fields.get(i).copied() else { return Ok(None) };
+    if v == "-1" {
+        return Ok(None);
+    }
+    v.parse::<usize>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .map(Some)
+        .ok_or_else(|| format!("{name} '{v}' is neither -1 nor {}..={}", range.start(), range.end()))
+}
+
+fn parse_row(f: &[&str]) -> Result<Row, String> {
+    if !(8..=11).contains(&f.len()) {
+        return Err(format!("{} fields; expected 8 to 11: {HEADER}", f.len()));
+    }
+    let coll: Collective = f[0].parse().map_err(|e| format!("{e}"))?;
+    if coll == Collective::SendRecv {
+        return Err("sendrecv is not tuned by tables (NCCL's format has no point-to-point)".into());
+    }
+    let bytes = |i: usize, name: &str| f[i].parse::<u64>().map_err(|_| format!("{name} '{}' is not a byte count", f[i]));
+    let (min_bytes, max_bytes) = (bytes(1, "min_bytes")?, bytes(2, "max_bytes")?);
+    if min_bytes > max_bytes {
+        return Err(format!("min_bytes {min_bytes} is above max_bytes {max_bytes}"));
+    }
+    let algo: Algorithm = f[3].parse().map_err(|e| format!("{e}"))?;
+    if !coll.algorithms().contains(&algo) {
+        return Err(format!("{coll} has no {algo} algorithm"));
+    }
+    let proto: Protocol = f[4].parse().map_err(|e| format!("{e}"))?;
+    let reg_buff = match f.get(9).copied() {
+        None | Some("-1") => None,
+        Some("0") => Some(false),
+        Some("1") => Some(true),
+        Some(v) => return Err(format!("regBuff '{v}' is not -1, 0 or 1")),
+    };
+    Ok(Row {
+        coll,
+        min_bytes,
+        max_bytes,
+        algo,
+        proto,
+        channels: field(f, 5, "channels", 1..=MAX_CHANNELS)?,
+        nnodes: field(f, 6, "nNodes", 1..=usize::MAX)?,
+        nranks: field(f, 7, "nRanks", 1..=usize::MAX)?,
+        pipe_ops: field(f, 8, "numPipeOps", 1..=usize::MAX)?,
+        reg_buff,
+        chunk_bytes: field(f, 10, "chunkBytes", 1..=usize::MAX)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topo(n: usize) -> Topology {
+        Topology::host(n, 2, 2)
+    }
+
+    fn sample() -> Table {
+        let row = |coll, min_bytes, max_bytes, algo, proto| Row {
+            coll,
+            min_bytes,
+            max_bytes,
+            algo,
+            proto,
+            channels: None,
+            nnodes: Some(1),
+            nranks: Some(4),
+            pipe_ops: None,
+            reg_buff: None,
+            chunk_bytes: None,
+        };
+        Table {
+            fingerprint: Some(topo(4).fingerprint),
+            nranks: Some(4),
+            nnodes: Some(1),
+            rows: vec![
+                row(Collective::AllReduce, 0, 4095, Algorithm::OneShot, Protocol::LL),
+                Row { channels: Some(2), chunk_bytes: Some(4096), ..row(Collective::AllReduce, 4096, u64::MAX, Algorithm::Ring, Protocol::Simple) },
+                Row { nranks: None, reg_buff: Some(false), pipe_ops: Some(1), ..row(Collective::AllGather, 0, 1 << 20, Algorithm::Ring, Protocol::LL128) },
+            ],
+        }
+    }
+
+    #[test]
+    fn written_tables_read_back_identically() {
+        let t = sample();
+        let text = t.to_csv();
+        assert_eq!(Table::parse(&text, "x").unwrap(), t, "{text}");
+        assert_eq!(Table::from_bytes(&t.to_bytes(), "x").unwrap(), t);
+        // A plain NCCL row: no chunk column, ten fields.
+        assert!(text.contains("\nallreduce,0,4095,oneshot,ll,-1,1,4,-1,-1\n"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        t.write(&path).unwrap();
+        assert_eq!(Table::read(&path).unwrap(), t);
+    }
+
+    #[test]
+    fn stock_nccl_rows_parse() {
+        let t = Table::parse("# comment\nallreduce,0,65536,tree,simple,2,1,-1\n\nbroadcast, 0, 100, ring, LL128, -1, -1, -1, -1\n", "f").unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!((t.rows[0].algo, t.rows[0].channels, t.rows[0].nranks), (Algorithm::Tree, Some(2), None));
+        assert_eq!(t.rows[1].proto, Protocol::LL128);
+        assert_eq!(t.fingerprint, None);
+    }
+
+    #[test]
+    fn lookup_takes_the_first_matching_row() {
+        let t = sample();
+        let top = topo(4);
+        assert_eq!(t.lookup(Collective::AllReduce, 100, &top).unwrap().algo, Algorithm::OneShot);
+        assert_eq!(t.lookup(Collective::AllReduce, 4096, &top).unwrap().algo, Algorithm::Ring);
+        assert!(t.lookup(Collective::AllReduce, 100, &topo(3)).is_none(), "rows for 4 ranks matched 3");
+        assert!(t.lookup(Collective::AllGather, 100, &topo(3)).is_some());
+        assert!(t.lookup(Collective::Broadcast, 100, &top).is_none());
+    }
+
+    #[test]
+    fn tables_for_another_topology_say_why_they_do_not_apply() {
+        let t = sample();
+        assert_eq!(t.mismatch(&topo(4)), None);
+        let why = t.mismatch(&topo(2)).unwrap();
+        assert!(why.contains("4 ranks") && why.contains("has 2"), "{why}");
+        let why = t.mismatch(&Topology::host(4, 2, 8)).unwrap();
+        assert!(why.contains("topology") && why.contains(&t.fingerprint.map(|f| format!("{f:016x}")).unwrap()), "{why}");
+    }
+
+    #[test]
+    fn malformed_rows_are_refused_with_file_and_line() {
+        let cases = [
+            ("allreduce,0,10,ring,simple,1,1", "7 fields"),
+            ("allreduce,0,10,ring,simple,1,1,2,-1,-1,-1,9", "12 fields"),
+            ("alltoall,0,10,ring,simple,1,1,2", "'alltoall'"),
+            ("allreduce,ten,10,ring,simple,1,1,2", "min_bytes 'ten'"),
+            ("allreduce,10,0,ring,simple,1,1,2", "above max_bytes"),
+            ("broadcast,0,10,tree,simple,1,1,2", "broadcast has no tree"),
+            ("allreduce,0,10,nvls,simple,1,1,2", "'nvls'"),
+            ("allreduce,0,10,ring,ll64,1,1,2", "'ll64'"),
+            ("allreduce,0,10,ring,simple,0,1,2", "channels '0'"),
+            ("allreduce,0,10,ring,simple,99,1,2", "channels '99'"),
+            ("allreduce,0,10,ring,simple,1,1,2,-1,2", "regBuff '2'"),
+            ("sendrecv,0,10,ring,simple,1,1,2", "sendrecv"),
+        ];
+        for (row, why) in cases {
+            let text = format!("# fingerprint: 00000000000000ab\nallreduce,0,1,ring,simple,-1,-1,-1\n{row}\n");
+            let e = Table::parse(&text, "tab.csv").unwrap_err().to_string();
+            assert!(e.starts_with("tab.csv:3: ") && e.contains(why), "{row}: {e}");
+        }
+        let e = Table::parse("# nranks: many\n", "h.csv").unwrap_err().to_string();
+        assert!(e.starts_with("h.csv:1: ") && e.contains("'many'"), "{e}");
+        let e = Table::from_bytes(&[0xff, 0xfe], "b.csv").unwrap_err().to_string();
+        assert!(e.contains("b.csv") && e.contains("UTF-8"), "{e}");
+    }
+}

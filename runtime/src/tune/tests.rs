@@ -1,0 +1,193 @@
+use super::*;
+use crate::config::Config;
+use Algorithm::*;
+use Collective::*;
+
+/// A tuner for `n` ranks on a 2-core host (the measured machine) with `nch` channels.
+fn tuner(n: usize, nch: usize, algos: &str, protos: &str, table: Option<Table>) -> Tuner {
+    let cfg = Config {
+        nchannels: Some(nch),
+        algos: Some(if algos.is_empty() { AlgoOverrides::default() } else { algos.parse().unwrap() }),
+        protos: Some(if protos.is_empty() { ProtoOverrides::default() } else { protos.parse().unwrap() }),
+        ..Config::default()
+    }
+    .resolve(n)
+    .unwrap();
+    Tuner::new(Topology::host(n, nch, 2), Constants::HOST, table, &cfg)
+}
+
+fn sizes() -> impl Iterator<Item = usize> {
+    (0..=28).map(|s| 1usize << s)
+}
+
+#[test]
+fn host_picks_match_the_measurements() {
+    for n in 1..=8 {
+        let t = tuner(n, 1, "", "", None);
+        for bytes in sizes() {
+            let c = t.choose(AllReduce, bytes, 4, true).unwrap();
+            assert_eq!(c.proto, Protocol::Simple, "n={n} {bytes} B: {c:?}");
+            if n <= 2 {
+                assert_eq!(c.algo, Ring, "n={n} {bytes} B");
+            }
+        }
+        if n > 2 {
+            assert_eq!(t.choose(AllReduce, 8, 4, true).unwrap().algo, OneShot, "n={n}");
+            assert_eq!(t.choose(AllReduce, 512, 4, true).unwrap().algo, OneShot, "n={n}");
+        }
+        assert_eq!(t.choose(AllReduce, 64 << 20, 4, true).unwrap().algo, Ring, "n={n}");
+    }
+    // The measured crossovers: one-shot gives way near 8 KiB at 3 ranks, 5 KiB at 4.
+    assert_eq!(tuner(3, 1, "", "", None).choose(AllReduce, 4 << 10, 4, true).unwrap().algo, OneShot);
+    assert_eq!(tuner(3, 1, "", "", None).choose(AllReduce, 32 << 10, 4, true).unwrap().algo, Ring);
+    assert_eq!(tuner(4, 1, "", "", None).choose(AllReduce, 16 << 10, 4, true).unwrap().algo, Ring);
+    // At 8 ranks the tree wins between one-shot and the ring, as measured.
+    assert_eq!(tuner(8, 1, "", "", None).choose(AllReduce, 16 << 10, 4, true).unwrap().algo, Tree);
+}
+
+#[test]
+fn picks_move_one_way_as_sizes_grow() {
+    let rank = |a: Algorithm| match a {
+        OneShot => 0,
+        Tree => 1,
+        Ring => 2,
+    };
+    for n in 2..=16 {
+        for nch in [1, 2, 4] {
+            let t = tuner(n, nch, "", "", None);
+            let (mut last_algo, mut last_nch) = (0, 1);
+            for bytes in sizes() {
+                let c = t.choose(AllReduce, bytes, 4, true).unwrap();
+                assert!(rank(c.algo) >= last_algo, "n={n}: {:?} after a later algorithm at {bytes} B", c.algo);
+                assert!(c.nchannels >= last_nch && c.nchannels <= nch, "n={n}: {c:?} at {bytes} B");
+                (last_algo, last_nch) = (rank(c.algo), c.nchannels);
+            }
+            // The host caps a rank at 1.5 channels' bandwidth: a third channel only costs.
+            assert_eq!(last_nch, nch.min(2), "n={n}: 256 MiB does not use a second channel");
+            assert_eq!(t.choose(AllReduce, 8, 4, true).unwrap().nchannels, 1);
+        }
+    }
+}
+
+#[test]
+fn choices_are_always_valid_and_allowed() {
+    let algo_sets = ["", "ring", "tree;broadcast:ring", "^ring", "allreduce:oneshot,ring", "allreduce:^oneshot"];
+    let proto_sets = ["", "ll", "^simple", "allreduce:ll128;reduce:ll", "^ll128"];
+    for a in algo_sets {
+        for p in proto_sets {
+            let algos: AlgoOverrides = if a.is_empty() { Default::default() } else { a.parse().unwrap() };
+            let protos: ProtoOverrides = if p.is_empty() { Default::default() } else { p.parse().unwrap() };
+            for n in [1, 2, 3, 5] {
+                let t = tuner(n, 3, a, p, None);
+                for &coll in Collective::ALL {
+                    for bytes in sizes().step_by(3) {
+                        for commutative in [true, false] {
+                            let Ok(c) = t.choose(coll, bytes, 8, commutative) else {
+                                // Only an override that leaves no algorithm may fail.
+                                assert!(!coll.algorithms().iter().any(|&x| algos.allowed(coll).contains(x)), "{a} / {p}: {coll}");
+                                continue;
+                            };
+                            let what = format!("{a} / {p}: {coll} n={n} {bytes} B commutative={commutative}: {c:?}");
+                            assert!(coll.algorithms().contains(&c.algo) && algos.allowed(coll).contains(c.algo), "{what}");
+                            assert!(protos.allowed(coll).contains(c.proto), "{what}");
+                            assert!((1..=3).contains(&c.nchannels) && c.chunk_elems >= 1, "{what}");
+                            if !commutative && algos.allowed(coll).contains(Ring) {
+                                assert_eq!(c.algo, Ring, "{what}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn impossible_overrides_are_errors_naming_the_variable() {
+    let t = tuner(4, 1, "allreduce:^ring,tree,oneshot", "", None);
+    let e = t.choose(AllReduce, 64, 4, true).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("JITCCL_ALGO") && m.contains("all_reduce")), "{e}");
+    assert!(t.choose(Broadcast, 64, 1, true).is_ok(), "another collective failed");
+    // Tree everywhere: broadcast has none.
+    let e = tuner(4, 1, "tree", "", None).choose(Broadcast, 64, 1, true).unwrap_err();
+    assert!(e.to_string().contains("JITCCL_ALGO='"), "{e}");
+    let e = tuner(4, 1, "", "reduce:^simple,ll,ll128", None).choose(Reduce, 64, 4, true).unwrap_err();
+    assert!(e.to_string().contains("JITCCL_PROTO"), "{e}");
+}
+
+#[test]
+fn non_commutative_ops_stay_on_the_ring() {
+    for n in 3..=8 {
+        let t = tuner(n, 1, "", "", None);
+        for bytes in sizes() {
+            assert_eq!(t.choose(AllReduce, bytes, 4, false).unwrap().algo, Ring);
+        }
+    }
+    // Forced off the ring, the choice names the forced algorithm: the kernel spec then
+    // refuses it, naming the op.
+    let t = tuner(4, 1, "allreduce:tree", "", None);
+    assert_eq!(t.choose(AllReduce, 8, 4, false).unwrap().algo, Tree);
+}
+
+#[test]
+fn a_table_forces_the_choice_it_names() {
+    let row = Row {
+        coll: AllReduce,
+        min_bytes: 1024,
+        max_bytes: 65536,
+        algo: Tree,
+        proto: Protocol::LL,
+        channels: Some(2),
+        nnodes: None,
+        nranks: Some(4),
+        pipe_ops: None,
+        reg_buff: None,
+        chunk_bytes: Some(512),
+    };
+    let table = Table { rows: vec![row.clone(), Row { coll: Broadcast, algo: Ring, min_bytes: 0, max_bytes: 10, proto: Protocol::LL128, channels: None, ..row.clone() }], ..Table::default() };
+    let t = tuner(4, 4, "", "", Some(table.clone()));
+    let c = t.choose(AllReduce, 4096, 4, true).unwrap();
+    assert_eq!(c, Choice { algo: Tree, proto: Protocol::LL, nchannels: 2, chunk_elems: 128 });
+    assert_eq!(t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true }).unwrap().1, Source::Table);
+    // Outside the row's range, the model.
+    assert_eq!(t.choose(AllReduce, 64, 4, true).unwrap().algo, OneShot);
+    let c = t.choose(Broadcast, 8, 1, true).unwrap();
+    assert_eq!((c.proto, c.nchannels), (Protocol::LL128, 1), "channels -1: the model's");
+    // Rows for 4 ranks do not apply to 3.
+    assert_eq!(tuner(3, 4, "", "", Some(table.clone())).choose(AllReduce, 4096, 4, true).unwrap().proto, Protocol::Simple);
+    // Overrides win over the table; so does commutativity.
+    let t = tuner(4, 4, "", "^ll", Some(table.clone()));
+    let (c, source, why) = t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true }).unwrap();
+    assert_eq!((c.proto, source), (Protocol::Simple, Source::Model), "{why}");
+    assert!(why.contains("table's tree/ll is not allowed"), "{why}");
+    assert_eq!(tuner(4, 4, "", "", Some(table)).choose(AllReduce, 4096, 4, false).unwrap().algo, Ring);
+}
+
+#[test]
+fn point_to_point_uses_every_channel_at_every_size() {
+    let t = tuner(4, 3, "", "", None);
+    for bytes in sizes() {
+        let c = t.choose(SendRecv, bytes, 1, true).unwrap();
+        assert_eq!((c.algo, c.proto, c.nchannels), (Ring, Protocol::Simple, 3));
+    }
+    assert_eq!(tuner(4, 3, "", "^simple", None).choose(SendRecv, 8, 1, true).unwrap().proto, Protocol::LL128);
+}
+
+#[test]
+fn sources_say_whether_an_override_changed_the_pick() {
+    let key = Key { coll: AllReduce, bytes: 64, elem_size: 4, commutative: true };
+    assert_eq!(tuner(4, 1, "", "", None).decide(key).unwrap().1, Source::Model);
+    assert_eq!(tuner(4, 1, "allreduce:ring", "", None).decide(key).unwrap().1, Source::Override);
+    assert_eq!(tuner(4, 1, "allreduce:oneshot,ring", "", None).decide(key).unwrap().1, Source::Model);
+}
+
+#[test]
+fn legacy_single_values_force_where_available() {
+    let cfg = Config { nchannels: Some(1), algo: Some(Tree), proto: Some(Protocol::LL), ..Config::default() }.resolve(4).unwrap();
+    let t = Tuner::new(Topology::host(4, 1, 2), Constants::HOST, None, &cfg);
+    assert_eq!(t.choose(AllReduce, 1 << 20, 4, true).unwrap().algo, Tree);
+    let c = t.choose(Broadcast, 1 << 20, 1, true).unwrap();
+    assert_eq!((c.algo, c.proto), (Ring, Protocol::LL));
+    let both = Config { algo: Some(Tree), algos: Some("ring".parse().unwrap()), ..Config::default() }.resolve(4);
+    assert!(both.unwrap_err().to_string().contains("Config.algo and Config.algos"));
+}
