@@ -14,6 +14,7 @@ pub mod graph;
 mod logging;
 pub mod store;
 mod stream;
+pub mod topo;
 mod transport;
 pub mod tune;
 
