@@ -1,6 +1,19 @@
 //! Graph search: the ring and tree each channel uses. In one process every path is equal,
 //! so channels alternate orders (even: rank order, odd: reversed) — this spreads roots and
 //! leaves like NCCL's double binary tree and exercises the ring position mapping.
+//!
+//! The topology-aware search (`search`, over a [`GlobalSystem`]) lives in the files below;
+//! it is not wired into communicator init yet.
+
+mod model;
+mod rings;
+mod search;
+mod trees;
+mod xml;
+
+pub use model::{Channel, Device, GlobalSystem, Graph, RankPlace, SearchParams};
+pub use search::search;
+pub use xml::search_or_load;
 
 /// Ring order of channel `chan`: user rank at each ring position.
 pub fn ring(nranks: usize, chan: usize) -> Vec<usize> {
