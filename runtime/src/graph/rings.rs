@@ -115,26 +115,32 @@ struct Dfs<'a> {
 }
 
 impl Dfs<'_> {
-    /// A cycle from `start` through every rank, its bandwidth taken from the links.
+    /// A cycle from `start` through every rank, its bandwidth taken from the links. The
+    /// search keeps its own stack (one candidate list per rank placed), not the call stack,
+    /// so a host with many ranks cannot overflow it.
     fn cycle(&mut self, start: usize) -> Option<Vec<usize>> {
         let n = self.nodes.len();
-        if n == 0 {
-            return None;
+        if n <= 1 {
+            return (n == 1 && self.take(start, start)).then(|| vec![start]);
         }
         let mut order = vec![start];
         let mut used = vec![false; n];
         used[start] = true;
-        self.extend(&mut order, &mut used).then_some(order)
-    }
-
-    fn extend(&mut self, order: &mut Vec<usize>, used: &mut [bool]) -> bool {
-        let last = order[order.len() - 1];
-        if order.len() == used.len() {
-            return self.take(last, order[0]);
-        }
-        for next in self.candidates(last, used) {
+        let mut stack = vec![self.candidates(start, &used).into_iter()];
+        while let Some(top) = stack.last_mut() {
+            let last = order[order.len() - 1];
+            let Some(next) = top.next() else {
+                // Every candidate after `last` failed: step back.
+                stack.pop();
+                if order.len() > 1 {
+                    order.pop();
+                    used[last] = false;
+                    self.give(order[order.len() - 1], last);
+                }
+                continue;
+            };
             if self.left == 0 {
-                return false;
+                break;
             }
             self.left -= 1;
             if !self.take(last, next) {
@@ -142,14 +148,21 @@ impl Dfs<'_> {
             }
             order.push(next);
             used[next] = true;
-            if self.extend(order, used) {
-                return true;
+            if order.len() < n {
+                stack.push(self.candidates(next, &used).into_iter());
+            } else if self.take(next, start) {
+                return Some(order);
+            } else {
+                order.pop();
+                used[next] = false;
+                self.give(last, next);
             }
-            used[next] = false;
-            order.pop();
-            self.give(last, next);
         }
-        false
+        // Out of steps (or of orders): return what the partial cycle took.
+        for w in order.windows(2) {
+            self.give(w[0], w[1]);
+        }
+        None
     }
 
     /// Unused ranks in the order they are tried after `from`.
@@ -253,5 +266,19 @@ mod tests {
         assert_eq!((r.cycles.len(), r.ty), (4, PathType::Loc));
         let r = search(&sys, &[None, None, None], 2, &mut budget);
         assert_eq!(r.cycles.len(), 2);
+        // Many ranks on one host: no recursion to overflow.
+        let mut budget = Budget { used: 0, limit: 1 << 19 };
+        let r = search(&sys, &vec![None; 2000], 1, &mut budget);
+        assert_eq!((r.cycles.len(), r.cycles[0].len(), r.fallback), (1, 2000, false));
+    }
+
+    #[test]
+    fn exhausted_attempt_gives_back_what_it_took() {
+        let sys = fixture("ndv4-a100-pci-only.xml");
+        let nodes = gpu_nodes(&sys);
+        let caps: Vec<[f64; 2]> = sys.links.iter().map(|l| [l.bw, l.bw]).collect();
+        let mut dfs = Dfs { sys: &sys, nodes: &nodes, caps: caps.clone(), s: 20.0, prefer: None, left: 5 };
+        assert!(dfs.cycle(0).is_none());
+        assert_eq!(dfs.caps, caps);
     }
 }

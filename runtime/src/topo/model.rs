@@ -369,11 +369,11 @@ impl Builder<'_> {
 /// Gives `u32::MAX` entries the numbers after the largest given one, in order.
 fn number_missing<'a>(devs: impl Iterator<Item = &'a mut u32>) {
     let devs: Vec<&mut u32> = devs.collect();
-    let mut next = devs.iter().filter(|d| ***d != u32::MAX).map(|d| **d + 1).max().unwrap_or(0);
+    let mut next = devs.iter().filter(|d| ***d != u32::MAX).map(|d| d.saturating_add(1)).max().unwrap_or(0);
     for d in devs {
         if *d == u32::MAX {
             *d = next;
-            next += 1;
+            next = next.saturating_add(1);
         }
     }
 }

@@ -64,8 +64,12 @@ pub fn parse(file: &str, text: &str) -> Result<Element, TopoError> {
         line: e.pos().row,
         reason: strip_position(&e.to_string()),
     })?;
-    convert(file, &doc, doc.root_element())
+    convert(file, &doc, doc.root_element(), 0)
 }
+
+/// Deepest element nesting accepted: real files nest a few PCIe switches; a limit keeps a
+/// hostile file from exhausting the stack.
+const MAX_DEPTH: usize = 64;
 
 /// roxmltree ends its messages with " at ROW:COL"; the line is reported separately.
 fn strip_position(msg: &str) -> String {
@@ -75,8 +79,12 @@ fn strip_position(msg: &str) -> String {
     }
 }
 
-fn convert(file: &str, doc: &roxmltree::Document, node: roxmltree::Node) -> Result<Element, TopoError> {
+fn convert(file: &str, doc: &roxmltree::Document, node: roxmltree::Node, depth: usize) -> Result<Element, TopoError> {
     let line = doc.text_pos_at(node.range().start).row;
+    if depth > MAX_DEPTH {
+        let reason = format!("elements nested more than {MAX_DEPTH} deep");
+        return Err(TopoError::Malformed { file: file.to_string(), line, reason });
+    }
     let mut el = Element {
         name: node.tag_name().name().to_string(),
         attrs: node.attributes().map(|a| (a.name().to_string(), a.value().to_string())).collect(),
@@ -85,7 +93,7 @@ fn convert(file: &str, doc: &roxmltree::Document, node: roxmltree::Node) -> Resu
     };
     for child in node.children() {
         if child.is_element() {
-            el.children.push(convert(file, doc, child)?);
+            el.children.push(convert(file, doc, child, depth + 1)?);
         } else if child.is_text() && !child.text().unwrap_or("").trim().is_empty() {
             let line = doc.text_pos_at(child.range().start).row;
             let reason = format!("unexpected text inside <{}>", el.name);
@@ -177,6 +185,9 @@ mod tests {
         assert!(msg.starts_with("bad.xml:3: "), "{msg}");
         let e = parse("t.xml", "<system>\n  hello\n</system>").unwrap_err().to_string();
         assert!(e.starts_with("t.xml:1: unexpected text"), "{e}");
+        let deep = format!("{}{}", "<pci>\n".repeat(100_000), "</pci>\n".repeat(100_000));
+        let e = parse("d.xml", &deep).unwrap_err().to_string();
+        assert!(e.starts_with("d.xml:") && e.contains("nested"), "{e}");
     }
 
     #[test]
