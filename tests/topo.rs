@@ -142,6 +142,22 @@ fn two_hosts_interleaved_rings_cross_twice_trees_valid() {
 }
 
 #[test]
+fn ranks_group_into_hosts_by_host_hash() {
+    let a = h100();
+    let mut b = h100();
+    b.host_hash = Some(1);
+    let per_rank =
+        vec![(a.clone(), Device::Gpu(0)), (b.clone(), Device::Gpu(0)), (a, Device::Gpu(1)), (b, Device::Gpu(1))];
+    let global = GlobalSystem::from_ranks(per_rank).unwrap();
+    assert_eq!(global.hosts.len(), 2);
+    assert_eq!(global.ranks.iter().map(|p| p.host).collect::<Vec<_>>(), vec![0, 1, 0, 1]);
+    assert_eq!(
+        search(&global, &SearchParams::default()).unwrap(),
+        search(&interleaved(), &SearchParams::default()).unwrap()
+    );
+}
+
+#[test]
 fn bad_inputs_are_errors_not_panics() {
     assert!(GlobalSystem::new(vec![h100()], vec![RankPlace { host: 1, device: Device::Gpu(0) }]).is_err());
     assert!(GlobalSystem::new(vec![h100()], vec![RankPlace { host: 0, device: Device::Gpu(9) }]).is_err());

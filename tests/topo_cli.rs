@@ -8,7 +8,9 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/
 fn jitccl_topo(args: &[&str], vars: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
     cmd.arg("topo").args(args);
-    for v in ["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE", "JITCCL_TOPO_DUMP_FILE", "JITCCL_GRAPH_FILE", "JITCCL_GRAPH_DUMP_FILE"] {
+    for v in
+        ["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE", "JITCCL_TOPO_DUMP_FILE", "JITCCL_GRAPH_FILE", "JITCCL_GRAPH_DUMP_FILE"]
+    {
         cmd.env_remove(v);
     }
     cmd.envs(vars.iter().copied()).output().unwrap()

@@ -36,11 +36,34 @@ impl GlobalSystem {
             };
             if let Device::Gpu(dev) = p.device {
                 if sys.gpu(dev).is_none() {
-                    return Err(TopoError::Invalid(format!("rank {r}: host {} ({}) has no GPU {dev}", p.host, sys.source)));
+                    return Err(TopoError::Invalid(format!(
+                        "rank {r}: host {} ({}) has no GPU {dev}",
+                        p.host, sys.source
+                    )));
                 }
             }
         }
         Ok(GlobalSystem { hosts, ranks })
+    }
+
+    /// The global system from what each rank reports (as ranks exchange it at init): its
+    /// host's system and its device. Ranks whose systems carry the same host hash share a
+    /// host (the first such rank's system stands for it); a system without one is its own.
+    pub fn from_ranks(per_rank: Vec<(System, Device)>) -> Result<GlobalSystem, TopoError> {
+        let mut hosts: Vec<System> = Vec::new();
+        let mut ranks = Vec::new();
+        for (sys, device) in per_rank {
+            let same = |h: &System| h.host_hash.is_some() && h.host_hash == sys.host_hash;
+            let host = match hosts.iter().position(same) {
+                Some(h) => h,
+                None => {
+                    hosts.push(sys);
+                    hosts.len() - 1
+                }
+            };
+            ranks.push(RankPlace { host, device });
+        }
+        GlobalSystem::new(hosts, ranks)
     }
 
     /// One host with a rank per GPU (in device order), or per NUMA domain when it has no

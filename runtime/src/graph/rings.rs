@@ -11,7 +11,8 @@
 use crate::topo::{Path, PathType, System, LOC_BW};
 
 /// Per-channel speeds tried, GB/s, fastest first.
-const SPEEDS: [f64; 18] = [60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 10.0, 8.0, 6.0, 4.0, 3.0, 2.0, 1.2, 0.6, 0.3, 0.1];
+const SPEEDS: [f64; 18] =
+    [60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 10.0, 8.0, 6.0, 4.0, 3.0, 2.0, 1.2, 0.6, 0.3, 0.1];
 /// Steps one cycle may take before the search gives up on it.
 const ATTEMPT_STEPS: u64 = 1 << 14;
 /// Bandwidth of the rank-order fallback when its paths are unknown (NCCL's value).
@@ -62,7 +63,8 @@ pub(crate) fn search(sys: &System, nodes: &[Option<usize>], max_cycles: usize, b
         if budget.used >= budget.limit {
             break;
         }
-        let mut dfs = Dfs { sys, nodes, caps: sys.links.iter().map(|l| [l.bw, l.bw]).collect(), s, prefer: None, left: 0 };
+        let mut dfs =
+            Dfs { sys, nodes, caps: sys.links.iter().map(|l| [l.bw, l.bw]).collect(), s, prefer: None, left: 0 };
         let mut cycles: Vec<Vec<usize>> = Vec::new();
         while cycles.len() < max_cycles && budget.used < budget.limit {
             dfs.left = ATTEMPT_STEPS.min(budget.limit - budget.used);

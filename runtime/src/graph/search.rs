@@ -33,7 +33,8 @@ pub(crate) struct HostRanks<'a> {
 pub(crate) fn hosts_of(global: &GlobalSystem) -> Result<Vec<HostRanks<'_>>, TopoError> {
     let mut out: Vec<(usize, HostRanks)> = Vec::new();
     for (r, p) in global.ranks.iter().enumerate() {
-        let sys = global.hosts.get(p.host).ok_or_else(|| TopoError::Invalid(format!("rank {r}: no host {}", p.host)))?;
+        let sys =
+            global.hosts.get(p.host).ok_or_else(|| TopoError::Invalid(format!("rank {r}: no host {}", p.host)))?;
         let node = global.node_of(r);
         if node.is_none() && matches!(p.device, super::Device::Gpu(_)) {
             return Err(TopoError::Invalid(format!("rank {r}: host {} has no {:?}", p.host, p.device)));

@@ -51,7 +51,8 @@ fn to_xml(graph: &Graph, global: &GlobalSystem, host: usize) -> String {
     let multi = graph.nhosts > 1;
     let mut channels = Vec::new();
     for ch in &graph.channels {
-        let mine: Vec<usize> = ch.ring.iter().copied().filter(|&r| global.ranks.get(r).is_some_and(|p| p.host == host)).collect();
+        let mine: Vec<usize> =
+            ch.ring.iter().copied().filter(|&r| global.ranks.get(r).is_some_and(|p| p.host == host)).collect();
         let mut el = Element::new("channel");
         let net = |r: Option<&usize>| r.and_then(|&r| ch.nic.get(r).copied().flatten());
         if let Some(dev) = net(mine.first()).filter(|_| multi) {
@@ -137,7 +138,13 @@ fn from_xml_str(file: &str, text: &str, global: &GlobalSystem) -> Result<Graph, 
             let usage = vec![0; host.sys.nics.len()];
             for (k, &r) in order.iter().enumerate() {
                 let l = host.ranks.iter().position(|&x| x == r).unwrap_or(0);
-                let listed = if k == 0 { nets.first() } else if k + 1 == order.len() { nets.last() } else { None };
+                let listed = if k == 0 {
+                    nets.first()
+                } else if k + 1 == order.len() {
+                    nets.last()
+                } else {
+                    None
+                };
                 let listed = listed.copied().filter(|d| host.sys.nics.iter().any(|n| n.dev == *d));
                 nic[r] = listed.or_else(|| nearest_nic(host, l, &usage).map(|i| host.sys.nics[i].dev));
             }
@@ -198,7 +205,11 @@ mod tests {
     #[test]
     fn bad_graph_files_are_refused_with_line() {
         let global = h100();
-        let e = from_xml_str("g.xml", "<graphs>\n<graph pattern=\"4\">\n<channel><gpu dev=\"0\"/></channel>\n</graph>\n</graphs>", &global);
+        let e = from_xml_str(
+            "g.xml",
+            "<graphs>\n<graph pattern=\"4\">\n<channel><gpu dev=\"0\"/></channel>\n</graph>\n</graphs>",
+            &global,
+        );
         let e = e.unwrap_err().to_string();
         assert!(e.starts_with("g.xml:3: channel 0 does not list"), "{e}");
         let e = from_xml_str("g.xml", "<graphs>\n<graph/>\n</graphs>", &global).unwrap_err().to_string();

@@ -68,9 +68,7 @@ pub(crate) fn host_hash(roots: &Roots) -> u64 {
 fn numa_domains(roots: &Roots) -> Vec<(u32, Option<String>)> {
     let dir = roots.sys.join("devices/system/node");
     let mut ids: Vec<u32> = fs::read_dir(&dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("node")?.parse().ok()).collect()
-        })
+        .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("node")?.parse().ok()).collect())
         .unwrap_or_default();
     ids.sort_unstable();
     if ids.is_empty() {
@@ -252,7 +250,10 @@ mod tests {
         let roots = Roots { sys: d.path().join("sys"), proc: d.path().join("proc") };
         write(roots.sys.join("devices/system/node/node0/cpumap"), "00000003\n");
         write(roots.sys.join("devices/system/node/node1/cpumap"), "0000000c\n");
-        write(roots.proc.join("cpuinfo"), "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n");
+        write(
+            roots.proc.join("cpuinfo"),
+            "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n",
+        );
         write(roots.proc.join("sys/kernel/hostname"), "h1\n");
         let fdev = roots.sys.join("devices/pci0000:00/0000:00:01.0/0000:01:00.0");
         write(fdev.join("net/eth0/x"), "");

@@ -153,9 +153,7 @@ fn from_source(nodes: &[Node], links: &[Link], adj: &[Vec<Hop>], src: usize) -> 
             }
         }
     }
-    best.into_iter()
-        .map(|l| l.map_or_else(Path::unreachable, |l| Path { ty: l.ty, bw: l.bw, hops: l.hops }))
-        .collect()
+    best.into_iter().map(|l| l.map_or_else(Path::unreachable, |l| Path { ty: l.ty, bw: l.bw, hops: l.hops })).collect()
 }
 
 /// `label` (a path ending at `u`) extended by `hop`, or `None` where `u` may not be passed.
