@@ -1,26 +1,45 @@
 //! Graph search: the ring and tree each channel uses, computed once per communicator and
-//! handed to channel setup (nothing below calls back in here). With no topology to search
-//! every path is equal, so channels alternate orders (even: rank order, odd: reversed):
+//! handed to channel setup (nothing below calls back in here). The topology-aware search
+//! (`search`, over a [`GlobalSystem`]) lives in the files below. Where every path is
+//! equal (`Graph::uniform`), channels alternate orders (even: rank order, odd: reversed):
 //! this spreads roots and leaves like NCCL's double binary tree and exercises the ring
 //! position mapping.
 
-/// The rings and trees of a communicator's channels.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Graph {
-    pub channels: Vec<ChannelGraph>,
-}
+mod model;
+mod rings;
+mod search;
+mod trees;
+mod xml;
 
-/// One channel's ring (user rank at each ring position) and tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ChannelGraph {
-    pub ring: Vec<usize>,
-    pub tree: Tree,
-}
+pub use model::{Channel, Device, GlobalSystem, Graph, RankPlace, SearchParams};
+pub use search::search;
+pub use xml::search_or_load;
+
+use crate::topo::PathType;
 
 impl Graph {
-    /// The graph of `nchannels` channels over `nranks` ranks that share every path.
+    /// The graph of `nchannels` channels over `nranks` ranks of one host that share every
+    /// path.
     pub(crate) fn uniform(nranks: usize, nchannels: usize) -> Graph {
-        Graph { channels: (0..nchannels).map(|c| ChannelGraph { ring: ring(nranks, c), tree: tree(nranks, c) }).collect() }
+        let channel = |c| Channel {
+            ring: ring(nranks, c),
+            tree: tree(nranks, c),
+            nic: vec![None; nranks],
+            bw: 0.0,
+            ring_lat_us: 0.0,
+            tree_lat_us: 0.0,
+        };
+        Graph {
+            nranks,
+            nhosts: 1,
+            channels: (0..nchannels).map(channel).collect(),
+            bw_intra: 0.0,
+            bw_inter: 0.0,
+            type_intra: PathType::Loc,
+            type_inter: PathType::Loc,
+            steps: 0,
+            fallback: false,
+        }
     }
 }
 
@@ -35,7 +54,7 @@ fn ring(nranks: usize, chan: usize) -> Vec<usize> {
 
 /// A tree over the ranks: parent and children of every rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Tree {
+pub struct Tree {
     pub parent: Vec<Option<usize>>,
     pub children: Vec<Vec<usize>>,
 }

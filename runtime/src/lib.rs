@@ -24,11 +24,13 @@ mod element;
 mod enqueue;
 mod error;
 mod fault;
-mod graph;
+/// Rings and trees per channel, searched over a topology (public for `jitccl topo` and plan inspection).
+pub mod graph;
 mod logging;
 mod op;
 pub mod store;
 mod stream;
+pub mod topo;
 mod transport;
 mod tune;
 

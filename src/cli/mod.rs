@@ -1,4 +1,4 @@
-//! Command-line interface: `jitccl kernels | perf | launch | store`.
+//! Command-line interface: `jitccl kernels | perf | launch | store | topo`.
 
 mod kernels;
 mod launch;
@@ -6,6 +6,7 @@ mod perf;
 mod ranks;
 mod size;
 mod store;
+mod topo;
 
 use std::process::ExitCode;
 
@@ -30,6 +31,8 @@ enum Command {
     /// Run the rendezvous key-value store server.
     #[command(subcommand)]
     Store(store::StoreCmd),
+    /// Show the system topology, the paths between devices and the rings and trees per channel.
+    Topo(topo::TopoArgs),
 }
 
 /// Value parser of a whole number of at least `MIN` (clap's range parser would print the
@@ -49,6 +52,7 @@ impl Cli {
             Command::Perf(p) => p.run(),
             Command::Launch(l) => l.run(),
             Command::Store(s) => s.run(),
+            Command::Topo(t) => t.run(),
         };
         match res {
             Ok(code) => code,

@@ -1,0 +1,137 @@
+//! `jitccl topo`: the system (detected, or read with `--xml`), the paths between the ranks'
+//! devices and NICs, and the rings and trees the graph search builds per channel.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use jitccl::graph::{search_or_load, Device, GlobalSystem, Graph, SearchParams};
+use jitccl::topo::{NodeKind, Path, System};
+
+#[derive(clap::Args)]
+pub struct TopoArgs {
+    /// Read the system from this NCCL topology XML file instead of detecting it; one rank is
+    /// planned per GPU in the file (per NUMA domain when it has none).
+    #[arg(long, value_name = "FILE")]
+    xml: Option<PathBuf>,
+    /// Write the topology, as NCCL topology XML, to this file.
+    #[arg(long, value_name = "FILE")]
+    dump_xml: Option<PathBuf>,
+}
+
+impl TopoArgs {
+    pub(super) fn run(self) -> Result<ExitCode, String> {
+        let sys = match &self.xml {
+            Some(f) => System::from_xml_file(f),
+            None => System::local(),
+        }
+        .map_err(|e| e.to_string())?;
+        if let Some(f) = &self.dump_xml {
+            std::fs::write(f, sys.to_xml()).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+        print_system(&sys);
+        let global = GlobalSystem::one_rank_per_device(sys);
+        print_paths(&global);
+        let graph = search_or_load(&global, &SearchParams::default(), 0).map_err(|e| e.to_string())?;
+        print_graph(&graph);
+        // The cost model's choice per collective and size (runtime/src/tune/) goes here
+        // once it takes a Graph.
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn print_system(sys: &System) {
+    let hash = sys.host_hash.map_or("unknown".to_string(), |h| format!("{h:#018x}"));
+    println!("system: {} (host {hash})", sys.source);
+    for c in &sys.cpus {
+        let what = [c.vendor.clone(), c.family.map(|f| format!("family {f}")), c.model.map(|m| format!("model {m}"))];
+        let what: Vec<String> = what.into_iter().flatten().collect();
+        let arch = c.arch.as_deref().unwrap_or("?");
+        println!("  numa {}: {} CPUs, {} ({arch})", c.numaid, c.cpus.len(), what.join(" "));
+    }
+    for g in &sys.gpus {
+        let numa = sys.cpus.get(sys.nodes[g.node].cpu).map_or(0, |c| c.numaid);
+        let sm = if g.sm == 0 { "?".to_string() } else { g.sm.to_string() };
+        println!("  gpu {}: {} sm {sm}, {} NVLinks, numa {numa}", g.dev, g.busid, g.nvlinks);
+    }
+    for n in &sys.nics {
+        let numa = sys.cpus.get(sys.nodes[n.node].cpu).map_or(0, |c| c.numaid);
+        let at = n.busid.as_deref().unwrap_or("-");
+        let gbps = n.speed_mbps as f64 / 1000.0;
+        println!("  nic {} {}: {gbps} Gb/s, port {}, {at}, numa {numa}", n.dev, n.name, n.port);
+    }
+    let nvswitches = sys.nodes.iter().filter(|n| n.kind == NodeKind::NvSwitch).count();
+    if nvswitches > 0 {
+        println!("  nvswitch fabric: yes");
+    }
+}
+
+fn label(d: Device) -> String {
+    match d {
+        Device::Gpu(g) => format!("gpu{g}"),
+        Device::Numa(n) => format!("numa{n}"),
+    }
+}
+
+fn cell(p: Option<&Path>) -> String {
+    p.map_or("-".to_string(), |p| format!("{} {:.1}", p.ty, p.bw))
+}
+
+/// Path type and bandwidth (GB/s) from each rank's device to every other's and to each NIC.
+fn print_paths(global: &GlobalSystem) {
+    let sys = &global.hosts[0];
+    let nodes: Vec<Option<usize>> = (0..global.ranks.len()).map(|r| global.node_of(r)).collect();
+    let mut cols: Vec<(String, Option<usize>)> =
+        global.ranks.iter().zip(&nodes).map(|(p, n)| (label(p.device), *n)).collect();
+    cols.extend(sys.nics.iter().map(|n| (n.name.clone(), Some(n.node))));
+    let rows: Vec<(String, Vec<String>)> = global
+        .ranks
+        .iter()
+        .zip(&nodes)
+        .map(|(p, from)| {
+            let cells = cols.iter().map(|(_, to)| match (from, to) {
+                (Some(a), Some(b)) => cell(sys.path(*a, *b)),
+                _ => "-".to_string(),
+            });
+            (label(p.device), cells.collect())
+        })
+        .collect();
+    let width = rows.iter().flat_map(|(_, c)| c.iter()).chain(cols.iter().map(|(l, _)| l)).map(|s| s.len()).max();
+    let width = width.unwrap_or(0) + 2;
+    println!("paths (type, GB/s):");
+    let header: Vec<String> = cols.iter().map(|(l, _)| format!("{l:>width$}")).collect();
+    println!("  {:8}{}", "", header.join(""));
+    for (name, cells) in rows {
+        let cells: Vec<String> = cells.iter().map(|c| format!("{c:>width$}")).collect();
+        println!("  {name:8}{}", cells.join(""));
+    }
+}
+
+fn print_graph(g: &Graph) {
+    let inter = if g.nhosts > 1 { format!(", inter {:.1} GB/s ({})", g.bw_inter, g.type_inter) } else { String::new() };
+    let fallback = if g.fallback { " (fallback: no ring fit the search budget)" } else { "" };
+    println!(
+        "graph: {} channels, intra {:.1} GB/s ({}){inter}, {} search steps{fallback}",
+        g.nchannels(),
+        g.bw_intra,
+        g.type_intra,
+        g.steps
+    );
+    for (c, ch) in g.channels.iter().enumerate() {
+        let ring: Vec<String> = ch.ring.iter().map(|r| r.to_string()).collect();
+        let nics: Vec<String> = ch.nic.iter().map(|n| n.map_or("-".into(), |d| d.to_string())).collect();
+        println!(
+            "  channel {c}: ring {} | bw {:.1} GB/s, ring {:.1} us, tree {:.1} us",
+            ring.join(" "),
+            ch.bw,
+            ch.ring_lat_us,
+            ch.tree_lat_us
+        );
+        let tree: Vec<String> = (0..ch.tree.parent.len())
+            .map(|r| match ch.tree.parent[r] {
+                Some(p) => format!("{r}<-{p}"),
+                None => format!("{r}:root"),
+            })
+            .collect();
+        println!("    tree {} | nic per rank {}", tree.join(" "), nics.join(" "));
+    }
+}

@@ -1,0 +1,75 @@
+//! `jitccl topo`: the system, paths, rings and trees of a topology file; the topology and
+//! graph dumps; a bad file refused with its name and line.
+
+use std::process::{Command, Output};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/topo");
+
+fn jitccl_topo(args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
+    cmd.arg("topo").args(args);
+    for v in
+        ["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE", "JITCCL_TOPO_DUMP_FILE", "JITCCL_GRAPH_FILE", "JITCCL_GRAPH_DUMP_FILE"]
+    {
+        cmd.env_remove(v);
+    }
+    cmd.envs(vars.iter().copied()).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn prints_system_paths_and_rings_of_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = dir.path().join("graph.xml");
+    let topo = dir.path().join("topo.xml");
+    let file = format!("{FIXTURES}/hgx-h100-8gpu-8nic.xml");
+    let out = jitccl_topo(
+        &["--xml", &file, "--dump-xml", topo.to_str().unwrap()],
+        &[("JITCCL_GRAPH_DUMP_FILE", graph.to_str().unwrap())],
+    );
+    let text = stdout(&out);
+    assert!(text.contains("gpu 7: 0000:ea:00.0 sm 90, 18 NVLinks, numa 1"), "{text}");
+    assert!(text.contains("nic 0 mlx5_0: 200 Gb/s"), "{text}");
+    assert!(text.contains("NVL 370.8"), "{text}");
+    assert!(text.contains("PIX 47.3"), "{text}");
+    let rings: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("channel ")).collect();
+    assert!(!rings.is_empty(), "{text}");
+    for l in &rings {
+        let ring = l.split("ring ").nth(1).unwrap().split(" |").next().unwrap();
+        let mut ranks: Vec<usize> = ring.split_whitespace().map(|r| r.parse().unwrap()).collect();
+        ranks.sort();
+        assert_eq!(ranks, (0..8).collect::<Vec<_>>(), "{l}");
+    }
+    assert!(text.contains("graph: ") && text.contains("(NVL)"), "{text}");
+    let g = std::fs::read_to_string(&graph).unwrap();
+    assert!(g.starts_with("<graphs version=\"1\">") && g.contains("<gpu dev=\"0\" rank=\"0\"/>"), "{g}");
+    // What was dumped reads back the same, and the graph file can replace the search.
+    let t = std::fs::read_to_string(&topo).unwrap();
+    assert_eq!(t.trim_end(), std::fs::read_to_string(&file).unwrap().trim_end());
+    let again = jitccl_topo(&["--xml", topo.to_str().unwrap()], &[("JITCCL_GRAPH_FILE", graph.to_str().unwrap())]);
+    let again = stdout(&again);
+    assert_eq!(again.lines().filter(|l| l.trim_start().starts_with("channel ")).count(), rings.len());
+}
+
+#[test]
+fn pci_only_file_plans_one_rank_per_gpu() {
+    let text = stdout(&jitccl_topo(&["--xml", &format!("{FIXTURES}/ndv4-a100-pci-only.xml")], &[]));
+    assert!(text.contains("gpu 7: 000c:00:00.0 sm ?"), "{text}");
+    assert!(text.contains("  channel 0: ring "), "{text}");
+}
+
+#[test]
+fn malformed_file_is_refused_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.xml");
+    std::fs::write(&bad, "<system version=\"1\">\n  <cpu numaid=\"0\">\n  </pci>\n</system>\n").unwrap();
+    let out = jitccl_topo(&["--xml", bad.to_str().unwrap()], &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:3: ", bad.display())), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
