@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
-use jitccl::codegen::compile::nvrtc::CudaOutput;
 use jitccl::codegen::{render, CudaArch, Generator, KernelSpec, Provenance, Target};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -23,6 +22,9 @@ pub(super) struct TargetArgs {
     /// CUDA architecture (with --target cuda).
     #[arg(long, default_value = "sm_90", value_parser = parse_arch)]
     arch: CudaArch,
+    /// Produce PTX instead of CUBIN (with --target cuda).
+    #[arg(long)]
+    ptx: bool,
 }
 
 fn parse_arch(s: &str) -> Result<CudaArch, String> {
@@ -37,7 +39,8 @@ impl TargetArgs {
     fn target(&self) -> Target {
         match self.target {
             TargetKind::Host => Target::Host,
-            TargetKind::Cuda => Target::Cuda(self.arch),
+            TargetKind::Cuda if self.ptx => Target::ptx(self.arch),
+            TargetKind::Cuda => Target::cubin(self.arch),
         }
     }
 }
@@ -66,9 +69,6 @@ pub(super) enum KernelsCmd {
         all: bool,
         #[command(flatten)]
         target: TargetArgs,
-        /// Produce PTX instead of CUBIN (CUDA).
-        #[arg(long)]
-        ptx: bool,
         /// Parallel compiles, 1 to 1024 (default: the number of cores).
         #[arg(short = 'j', long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
         jobs: Option<usize>,
@@ -92,23 +92,22 @@ impl KernelsCmd {
                 print!("{}", render(&spec, target.target()).map_err(|e| e.to_string())?);
                 Ok(ExitCode::SUCCESS)
             }
-            KernelsCmd::Compile { specs, all, target, ptx, jobs } => {
+            KernelsCmd::Compile { specs, all, target, jobs } => {
                 let target = target.target();
                 let specs = if all { valid_for(target) } else { specs };
                 for s in &specs {
                     s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
                 }
-                let output = if ptx { CudaOutput::Ptx } else { CudaOutput::Cubin };
                 let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
                 // More threads than kernels would only idle.
                 let jobs = jobs.min(specs.len()).max(1);
-                Ok(compile_all(&specs, target, output, jobs))
+                Ok(compile_all(&specs, target, jobs))
             }
         }
     }
 }
 
-fn compile_all(specs: &[KernelSpec], target: Target, output: CudaOutput, jobs: usize) -> ExitCode {
+fn compile_all(specs: &[KernelSpec], target: Target, jobs: usize) -> ExitCode {
     let gen = Generator::global();
     if let Some(d) = gen.cache_dir() {
         eprintln!("# compiling {} kernel(s) for {target} with {jobs} job(s); cache {}", specs.len(), d.display());
@@ -122,11 +121,7 @@ fn compile_all(specs: &[KernelSpec], target: Target, output: CudaOutput, jobs: u
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(spec) = specs.get(i) else { break };
-                let res = match target {
-                    Target::Host => gen.host_kernel(spec).map(|(_, p)| p),
-                    Target::Cuda(arch) => gen.cuda_image(spec, arch, output).map(|(_, p)| p),
-                };
-                match res {
+                match gen.get(spec, target).map(|(_, p)| p) {
                     Ok(Provenance::Compiled) => _ = compiled.fetch_add(1, Ordering::Relaxed),
                     Ok(_) => _ = cached.fetch_add(1, Ordering::Relaxed),
                     Err(e) => {

@@ -36,14 +36,7 @@ const REQUIRED_SYMBOLS: [&str; 10] = [
     "nvrtcGetCUBIN",
 ];
 
-/// What `Nvrtc::compile` produces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CudaOutput {
-    /// Machine code for exactly one architecture (`sm_XX`): no driver JIT at load time.
-    Cubin,
-    /// Virtual ISA (`compute_XX`) text, JIT-compiled by the driver for the device.
-    Ptx,
-}
+pub use crate::spec::CudaOutput;
 
 /// A loaded NVRTC, shared by the whole process (see [`nvrtc`]).
 #[derive(Debug)]
