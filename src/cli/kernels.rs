@@ -19,9 +19,9 @@ pub(super) struct TargetArgs {
     /// Compile target.
     #[arg(long, value_enum, default_value = "host")]
     target: TargetKind,
-    /// CUDA architecture (with --target cuda).
-    #[arg(long, default_value = "sm_90", value_parser = parse_arch)]
-    arch: CudaArch,
+    /// CUDA architecture (with --target cuda) [default: CUDA device 0's, else sm_90].
+    #[arg(long, value_parser = parse_arch)]
+    arch: Option<CudaArch>,
     /// Produce PTX instead of CUBIN (with --target cuda).
     #[arg(long)]
     ptx: bool,
@@ -35,14 +35,48 @@ fn parse_spec(s: &str) -> Result<KernelSpec, String> {
     s.parse().map_err(|e: jitccl::codegen::InvalidSpec| e.to_string())
 }
 
+/// The arch for `--target cuda` without `--arch` when no device tells it: the newest that
+/// NVRTC 12 and 13 both compile for and the templates are tuned for (Hopper).
+const DEFAULT_ARCH: CudaArch = CudaArch(90);
+
 impl TargetArgs {
-    fn target(&self) -> Target {
-        match self.target {
+    fn target(&self) -> Result<Target, String> {
+        let arch = || match self.arch {
+            Some(a) => Ok(a),
+            None => device_arch(),
+        };
+        Ok(match self.target {
             TargetKind::Host => Target::Host,
-            TargetKind::Cuda if self.ptx => Target::ptx(self.arch),
-            TargetKind::Cuda => Target::cubin(self.arch),
-        }
+            TargetKind::Cuda if self.ptx => Target::ptx(arch()?),
+            TargetKind::Cuda => Target::cubin(arch()?),
+        })
     }
+}
+
+/// CUDA device 0's arch, else (no driver or no device) [`DEFAULT_ARCH`] with a note on
+/// stderr. A device older than the templates' minimum is an error: its kernels cannot be built.
+fn device_arch() -> Result<CudaArch, String> {
+    use cudarc::driver::{result::device, sys::CUdevice_attribute as A};
+    // Checks for the driver library (cudarc panics without one) and initializes it.
+    if let Err(why) = jitccl::cuda_device_count() {
+        eprintln!("# note: no --arch and no CUDA device to take it from ({why}); compiling for {DEFAULT_ARCH}");
+        return Ok(DEFAULT_ARCH);
+    }
+    let capability = || -> Result<(i32, i32), cudarc::driver::DriverError> {
+        let dev = device::get(0)?;
+        // SAFETY: `dev` is a valid device handle; the driver is initialized.
+        unsafe {
+            Ok((
+                device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            ))
+        }
+    };
+    let (major, minor) = capability().map_err(|e| format!("cannot read CUDA device 0's compute capability: {e}"))?;
+    let arch = format!("sm_{major}{minor}");
+    let arch = parse_arch(&arch).map_err(|e| format!("CUDA device 0 is {arch}: {e}; pass --arch"))?;
+    eprintln!("# no --arch: compiling for {arch}, CUDA device 0's arch");
+    Ok(arch)
 }
 
 #[derive(Subcommand)]
@@ -83,17 +117,17 @@ impl KernelsCmd {
     pub(super) fn run(self) -> Result<ExitCode, String> {
         match self {
             KernelsCmd::List { target } => {
-                for s in valid_for(target.target()) {
+                for s in valid_for(target.target()?) {
                     println!("{s}");
                 }
                 Ok(ExitCode::SUCCESS)
             }
             KernelsCmd::Show { spec, target } => {
-                print!("{}", render(&spec, target.target()).map_err(|e| e.to_string())?);
+                print!("{}", render(&spec, target.target()?).map_err(|e| e.to_string())?);
                 Ok(ExitCode::SUCCESS)
             }
             KernelsCmd::Compile { specs, all, target, jobs } => {
-                let target = target.target();
+                let target = target.target()?;
                 let specs = if all { valid_for(target) } else { specs };
                 for s in &specs {
                     s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
