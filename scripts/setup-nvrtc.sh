@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs NVRTC (and the CUDA headers it needs) from PyPI wheels into the project-local,
 # git-ignored folder .deps/nvrtc. No GPU is needed. Idempotent: a complete install is kept.
-# The runtime finds this folder by itself (see codegen/src/compile/nvrtc.rs); override with
+# The runtime finds this folder by itself (see codegen/src/compile/nvrtc/discovery.rs); override with
 # JITCCL_NVRTC_PATH=<dir or libnvrtc.so path>.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -9,10 +9,10 @@ use rustc_hash::FxHashMap;
 
 use crate::cache::{DiskCache, Lookup};
 use crate::compile::host::{host_cc, HostKernel};
-use crate::compile::nvrtc::{nvrtc, CudaOutput};
+use crate::compile::nvrtc::nvrtc;
 use crate::compile::CompileError;
 use crate::render::render;
-use crate::spec::{CudaArch, KernelSpec, Target};
+use crate::spec::{CudaArch, CudaOutput, KernelSpec, Target};
 
 /// Where a kernel came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,16 +33,35 @@ pub struct CudaImage {
     pub bytes: Vec<u8>,
 }
 
-enum Artifact {
+/// A compiled kernel of either target, as [`Generator::get`] returns it.
+#[derive(Clone)]
+pub enum Artifact {
     Host(Arc<HostKernel>),
     Cuda(Arc<CudaImage>),
 }
 
-impl Clone for Artifact {
-    fn clone(&self) -> Self {
+impl Artifact {
+    /// The target this artifact was compiled for.
+    pub fn target(&self) -> Target {
         match self {
-            Artifact::Host(k) => Artifact::Host(k.clone()),
-            Artifact::Cuda(i) => Artifact::Cuda(i.clone()),
+            Artifact::Host(_) => Target::Host,
+            Artifact::Cuda(i) => Target::Cuda { arch: i.arch, output: i.output },
+        }
+    }
+
+    /// The host kernel, or an error naming the target this artifact is for.
+    pub fn into_host(self) -> Result<Arc<HostKernel>, CompileError> {
+        match self {
+            Artifact::Host(k) => Ok(k),
+            other => Err(CompileError::WrongArtifact { target: other.target(), wanted: "host kernel" }),
+        }
+    }
+
+    /// The CUDA image, or an error naming the target this artifact is for.
+    pub fn into_cuda(self) -> Result<Arc<CudaImage>, CompileError> {
+        match self {
+            Artifact::Cuda(i) => Ok(i),
+            other => Err(CompileError::WrongArtifact { target: other.target(), wanted: "CUDA image" }),
         }
     }
 }
@@ -53,7 +72,7 @@ type Slot = Arc<Mutex<Option<Artifact>>>;
 /// for one kernel compile it once.
 pub struct Generator {
     disk: Option<DiskCache>,
-    loaded: Mutex<FxHashMap<(KernelSpec, Target, CudaOutput), Slot>>,
+    loaded: Mutex<FxHashMap<(KernelSpec, Target), Slot>>,
 }
 
 impl Generator {
@@ -78,10 +97,8 @@ impl Generator {
 
     /// The host kernel for `spec`, compiled if needed.
     pub fn host_kernel(&self, spec: &KernelSpec) -> Result<(Arc<HostKernel>, Provenance), CompileError> {
-        match self.get(spec, Target::Host, CudaOutput::Cubin)? {
-            (Artifact::Host(k), p) => Ok((k, p)),
-            (Artifact::Cuda(_), _) => unreachable!("host key holds a host kernel"),
-        }
+        let (artifact, prov) = self.get(spec, Target::Host)?;
+        Ok((artifact.into_host()?, prov))
     }
 
     /// The CUDA image (CUBIN or PTX) of `spec` for `arch`.
@@ -91,67 +108,73 @@ impl Generator {
         arch: CudaArch,
         output: CudaOutput,
     ) -> Result<(Arc<CudaImage>, Provenance), CompileError> {
-        match self.get(spec, Target::Cuda(arch), output)? {
-            (Artifact::Cuda(i), p) => Ok((i, p)),
-            (Artifact::Host(_), _) => unreachable!("cuda key holds a cuda image"),
-        }
+        let (artifact, prov) = self.get(spec, Target::Cuda { arch, output })?;
+        Ok((artifact.into_cuda()?, prov))
     }
 
-    fn get(&self, spec: &KernelSpec, target: Target, output: CudaOutput) -> Result<(Artifact, Provenance), CompileError> {
+    /// The artifact of `spec` for `target`, compiled if needed: from memory, else from the
+    /// disk cache, else compiled now.
+    pub fn get(&self, spec: &KernelSpec, target: Target) -> Result<(Artifact, Provenance), CompileError> {
         // A typed key and a fast hash: this lookup is on every launch's path.
-        let key = (*spec, target, output);
+        let key = (*spec, target);
         let slot = self.loaded.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone();
         let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(a) = slot.as_ref() {
             return Ok((a.clone(), Provenance::Memory));
         }
-        let (artifact, prov) = self.build(spec, target, output)?;
+        let source = render(spec, target)?;
+        let (artifact, prov) = match target {
+            Target::Host => self.build_host(spec, &source)?,
+            Target::Cuda { arch, output } => self.build_cuda(spec, &source, arch, output)?,
+        };
         *slot = Some(artifact.clone());
         Ok((artifact, prov))
     }
 
-    fn build(&self, spec: &KernelSpec, target: Target, output: CudaOutput) -> Result<(Artifact, Provenance), CompileError> {
-        spec.validate_for(target)?;
-        let source = render(spec, target)?;
+    fn build_host(&self, spec: &KernelSpec, source: &str) -> Result<(Artifact, Provenance), CompileError> {
         let name = spec.to_string();
         let t0 = Instant::now();
-        match target {
-            Target::Host => {
-                let cc = host_cc()?;
-                let (path, _tmp, prov) = match &self.disk {
-                    Some(d) => {
-                        let path = d.path(&source, "host", &cc.id(), "so");
-                        let dir = path.parent().expect("cache paths have a parent");
-                        let (_, prov) = cached(d, &path, || cc.compile(&source, &name, dir))?;
-                        (path, None, prov)
-                    }
-                    None => {
-                        let t = tempfile::tempdir().map_err(|e| CompileError::io("creating a temporary folder", e))?;
-                        let path = t.path().join("kernel.so");
-                        let bytes = cc.compile(&source, &name, t.path())?;
-                        std::fs::write(&path, bytes).map_err(|e| CompileError::io(format!("writing {}", path.display()), e))?;
-                        (path, Some(t), Provenance::Compiled)
-                    }
-                };
-                let k = HostKernel::load(&path, &spec.symbol())?;
-                tracing::debug!(kernel = %name, ?prov, ms = t0.elapsed().as_secs_f64() * 1e3, "host kernel ready");
-                Ok((Artifact::Host(Arc::new(k)), prov))
+        let cc = host_cc()?;
+        let (path, _tmp, prov) = match &self.disk {
+            Some(d) => {
+                let path = d.path(source, &Target::Host.to_string(), &cc.id(), "so");
+                let dir = path.parent().expect("cache paths have a parent");
+                let (_, prov) = cached(d, &path, || cc.compile(source, &name, dir))?;
+                (path, None, prov)
             }
-            Target::Cuda(arch) => {
-                let nv = nvrtc()?;
-                let ext = match output {
-                    CudaOutput::Cubin => "cubin",
-                    CudaOutput::Ptx => "ptx",
-                };
-                let compile = || nv.compile(&source, &name, arch, output);
-                let (bytes, prov) = match &self.disk {
-                    Some(d) => cached(d, &d.path(&source, &target.to_string(), &nv.id(), ext), compile)?,
-                    None => (compile()?, Provenance::Compiled),
-                };
-                tracing::debug!(kernel = %name, %arch, ?prov, ms = t0.elapsed().as_secs_f64() * 1e3, "cuda kernel ready");
-                Ok((Artifact::Cuda(Arc::new(CudaImage { arch, output, bytes })), prov))
+            None => {
+                let t = tempfile::tempdir().map_err(|e| CompileError::io("creating a temporary folder", e))?;
+                let path = t.path().join("kernel.so");
+                let bytes = cc.compile(source, &name, t.path())?;
+                std::fs::write(&path, bytes).map_err(|e| CompileError::io(format!("writing {}", path.display()), e))?;
+                (path, Some(t), Provenance::Compiled)
             }
-        }
+        };
+        let k = HostKernel::load(&path, &spec.symbol())?;
+        tracing::debug!(kernel = %name, ?prov, ms = t0.elapsed().as_secs_f64() * 1e3, "host kernel ready");
+        Ok((Artifact::Host(Arc::new(k)), prov))
+    }
+
+    fn build_cuda(
+        &self,
+        spec: &KernelSpec,
+        source: &str,
+        arch: CudaArch,
+        output: CudaOutput,
+    ) -> Result<(Artifact, Provenance), CompileError> {
+        let name = spec.to_string();
+        let t0 = Instant::now();
+        let nv = nvrtc()?;
+        let compile = || nv.compile(source, &name, arch, output);
+        let (bytes, prov) = match &self.disk {
+            Some(d) => {
+                let target = Target::Cuda { arch, output };
+                cached(d, &d.path(source, &target.to_string(), &nv.id(), output.ext()), compile)?
+            }
+            None => (compile()?, Provenance::Compiled),
+        };
+        tracing::debug!(kernel = %name, %arch, ?prov, ms = t0.elapsed().as_secs_f64() * 1e3, "cuda kernel ready");
+        Ok((Artifact::Cuda(Arc::new(CudaImage { arch, output, bytes })), prov))
     }
 }
 
@@ -200,6 +223,78 @@ mod tests {
         assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Compiled);
         assert_eq!(g2.host_kernel(&with(&B)).unwrap().1, Provenance::Compiled);
         assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Memory);
+    }
+
+    #[test]
+    fn typed_accessors_refuse_the_other_target() {
+        let spec: KernelSpec = "all_gather.ring.ll.u8".parse().unwrap();
+        let (artifact, _) = Generator::new(None).get(&spec, Target::Host).unwrap();
+        assert_eq!(artifact.target(), Target::Host);
+        match artifact.clone().into_cuda() {
+            Err(e @ CompileError::WrongArtifact { target: Target::Host, .. }) => {
+                assert!(e.to_string().contains("compiled for host is not a CUDA image"), "{e}")
+            }
+            other => panic!("expected WrongArtifact, got {:?}", other.map(|i| i.arch)),
+        }
+        assert!(artifact.into_host().is_ok());
+    }
+
+    #[test]
+    fn each_target_and_output_is_its_own_entry() {
+        if let Err(e) = crate::compile::nvrtc::nvrtc() {
+            assert_ne!(std::env::var("JITCCL_REQUIRE_NVRTC").as_deref(), Ok("1"), "{e}");
+            println!("skipping: {e}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let spec: KernelSpec = "all_gather.ring.ll.u8".parse().unwrap();
+        let targets = [
+            Target::Host,
+            Target::cubin(CudaArch(80)),
+            Target::cubin(CudaArch(90)),
+            Target::ptx(CudaArch(90)),
+        ];
+        let g = Generator::new(Some(DiskCache::new(dir.path())));
+        // Every target compiles once, although they share the spec: no entry answers for another.
+        for t in targets {
+            let (a, prov) = g.get(&spec, t).unwrap();
+            assert_eq!((a.target(), prov), (t, Provenance::Compiled), "{t}");
+        }
+        for t in targets {
+            assert_eq!(g.get(&spec, t).unwrap().1, Provenance::Memory, "{t}");
+        }
+        let g2 = Generator::new(Some(DiskCache::new(dir.path())));
+        for t in targets {
+            assert_eq!(g2.get(&spec, t).unwrap().1, Provenance::Disk, "{t}");
+        }
+        let image = |arch, output| g.cuda_image(&spec, arch, output).unwrap().0;
+        let (cubin80, cubin90) = (image(CudaArch(80), CudaOutput::Cubin), image(CudaArch(90), CudaOutput::Cubin));
+        let ptx = image(CudaArch(90), CudaOutput::Ptx);
+        assert!(cubin80.bytes.starts_with(b"\x7fELF") && cubin90.bytes.starts_with(b"\x7fELF"));
+        assert_ne!(cubin80.bytes, cubin90.bytes);
+        assert_eq!((ptx.arch, ptx.output), (CudaArch(90), CudaOutput::Ptx));
+        assert!(String::from_utf8_lossy(&ptx.bytes).contains(".target sm_90"));
+        // One disk entry per target: host .so, two CUBINs, one PTX.
+        let mut files: Vec<String> = walk(dir.path())
+            .into_iter()
+            .filter_map(|p| p.extension().map(|e| e.to_string_lossy().into_owned()))
+            .filter(|e| e != "sum")
+            .collect();
+        files.sort();
+        assert_eq!(files, ["cubin", "cubin", "ptx", "so"]);
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                found.extend(walk(&p));
+            } else {
+                found.push(p);
+            }
+        }
+        found
     }
 
     #[test]

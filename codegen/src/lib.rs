@@ -10,6 +10,6 @@ mod render;
 pub mod spec;
 
 pub use compile::CompileError;
-pub use generator::{CudaImage, Generator, Provenance};
+pub use generator::{Artifact, CudaImage, Generator, Provenance};
 pub use render::render;
 pub use spec::*;

@@ -131,7 +131,7 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         spec: spec.to_string(),
         target: target.to_string(),
         symbol: spec.symbol(),
-        cuda: matches!(target, Target::Cuda(_)),
+        cuda: matches!(target, Target::Cuda { .. }),
         proto: spec.proto.name(),
         algo_file: algo_file(spec),
         dtype: spec.dtype,

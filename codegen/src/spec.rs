@@ -251,20 +251,54 @@ impl FromStr for CudaArch {
     }
 }
 
-/// Where a kernel runs.
+/// What NVRTC produces for a CUDA target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CudaOutput {
+    /// Machine code for exactly one architecture (`sm_XX`): no driver JIT at load time.
+    Cubin,
+    /// Virtual ISA (`compute_XX`) text, JIT-compiled by the driver for the device.
+    Ptx,
+}
+
+impl CudaOutput {
+    /// The file extension of this output in the disk cache.
+    pub fn ext(self) -> &'static str {
+        match self {
+            CudaOutput::Cubin => "cubin",
+            CudaOutput::Ptx => "ptx",
+        }
+    }
+}
+
+/// Where a kernel runs, with everything target-specific that tells two compiled artifacts of
+/// one spec apart (so a cache key is just `(KernelSpec, Target)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Target {
     /// The system C compiler; one OS thread per CTA.
     Host,
-    /// NVRTC for one GPU architecture.
-    Cuda(CudaArch),
+    /// NVRTC for one GPU architecture, producing `output`.
+    Cuda { arch: CudaArch, output: CudaOutput },
 }
 
+impl Target {
+    /// CUBIN for `arch`: the usual CUDA target (no driver JIT at load time).
+    pub fn cubin(arch: CudaArch) -> Target {
+        Target::Cuda { arch, output: CudaOutput::Cubin }
+    }
+
+    /// PTX for `arch` (the fallback when no CUBIN fits the device).
+    pub fn ptx(arch: CudaArch) -> Target {
+        Target::Cuda { arch, output: CudaOutput::Ptx }
+    }
+}
+
+/// `host`, `cuda:sm_90` (CUBIN) or `cuda:sm_90:ptx`.
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Host => f.write_str("host"),
-            Target::Cuda(a) => write!(f, "cuda:{a}"),
+            Target::Cuda { arch, output: CudaOutput::Cubin } => write!(f, "cuda:{arch}"),
+            Target::Cuda { arch, output: CudaOutput::Ptx } => write!(f, "cuda:{arch}:ptx"),
         }
     }
 }
@@ -345,7 +379,7 @@ impl KernelSpec {
     /// Checks that `target` can compile this spec.
     pub fn validate_for(&self, target: Target) -> Result<(), InvalidSpec> {
         self.validate()?;
-        if let Target::Cuda(arch) = target {
+        if let Target::Cuda { arch, .. } = target {
             if self.dtype.is_fp8() && arch < CudaArch::FP8 {
                 return Err(invalid(format!(
                     "{} needs {} or newer on CUDA (asked for {arch})",
@@ -440,9 +474,19 @@ mod tests {
         let e = "all_reduce.ring.xx.f32.sum".parse::<KernelSpec>().unwrap_err();
         assert!(e.0.contains("unknown protocol 'xx'"), "{e}");
         let fp8: KernelSpec = "all_reduce.ring.ll.f8e4m3.max".parse().unwrap();
-        assert!(fp8.validate_for(Target::Cuda(CudaArch(80))).is_err());
-        assert!(fp8.validate_for(Target::Cuda(CudaArch(90))).is_ok());
+        assert!(fp8.validate_for(Target::cubin(CudaArch(80))).is_err());
+        assert!(fp8.validate_for(Target::cubin(CudaArch(90))).is_ok());
+        assert!(fp8.validate_for(Target::ptx(CudaArch(80))).is_err());
         assert!(fp8.validate_for(Target::Host).is_ok());
+    }
+
+    #[test]
+    fn targets_display_and_differ_by_output() {
+        assert_eq!(Target::Host.to_string(), "host");
+        assert_eq!(Target::cubin(CudaArch(90)).to_string(), "cuda:sm_90");
+        assert_eq!(Target::ptx(CudaArch(90)).to_string(), "cuda:sm_90:ptx");
+        assert_ne!(Target::cubin(CudaArch(90)), Target::ptx(CudaArch(90)));
+        assert_ne!(Target::cubin(CudaArch(80)), Target::cubin(CudaArch(90)));
     }
 
     #[test]

@@ -40,13 +40,13 @@ fn jobs(generator: &Generator) -> Vec<(KernelSpec, CudaArch)> {
     let mut jobs = Vec::new();
     for spec in KernelSpec::all() {
         assert!(
-            spec.validate_for(Target::Cuda(SM90)).is_ok(),
+            spec.validate_for(Target::cubin(SM90)).is_ok(),
             "{spec} rejected for {SM90}"
         );
         jobs.push((spec, SM90));
         if spec.dtype.is_fp8() {
             assert!(
-                spec.validate_for(Target::Cuda(SM80)).is_err(),
+                spec.validate_for(Target::cubin(SM80)).is_err(),
                 "{spec} accepted for {SM80}, which has no fp8 conversions"
             );
             match generator.cuda_image(&spec, SM80, CudaOutput::Cubin) {
@@ -55,7 +55,7 @@ fn jobs(generator: &Generator) -> Vec<(KernelSpec, CudaArch)> {
             }
         } else {
             assert!(
-                spec.validate_for(Target::Cuda(SM80)).is_ok(),
+                spec.validate_for(Target::cubin(SM80)).is_ok(),
                 "{spec} rejected for {SM80}"
             );
             jobs.push((spec, SM80));

@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
-use jitccl::codegen::compile::nvrtc::CudaOutput;
 use jitccl::codegen::{render, CudaArch, Generator, KernelSpec, Provenance, Target};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -20,9 +19,12 @@ pub(super) struct TargetArgs {
     /// Compile target.
     #[arg(long, value_enum, default_value = "host")]
     target: TargetKind,
-    /// CUDA architecture (with --target cuda).
-    #[arg(long, default_value = "sm_90", value_parser = parse_arch)]
-    arch: CudaArch,
+    /// CUDA architecture (with --target cuda) [default: CUDA device 0's, else sm_90].
+    #[arg(long, value_parser = parse_arch)]
+    arch: Option<CudaArch>,
+    /// Produce PTX instead of CUBIN (with --target cuda).
+    #[arg(long)]
+    ptx: bool,
 }
 
 fn parse_arch(s: &str) -> Result<CudaArch, String> {
@@ -33,13 +35,48 @@ fn parse_spec(s: &str) -> Result<KernelSpec, String> {
     s.parse().map_err(|e: jitccl::codegen::InvalidSpec| e.to_string())
 }
 
+/// The arch for `--target cuda` without `--arch` when no device tells it: the newest that
+/// NVRTC 12 and 13 both compile for and the templates are tuned for (Hopper).
+const DEFAULT_ARCH: CudaArch = CudaArch(90);
+
 impl TargetArgs {
-    fn target(&self) -> Target {
-        match self.target {
+    fn target(&self) -> Result<Target, String> {
+        let arch = || match self.arch {
+            Some(a) => Ok(a),
+            None => device_arch(),
+        };
+        Ok(match self.target {
             TargetKind::Host => Target::Host,
-            TargetKind::Cuda => Target::Cuda(self.arch),
-        }
+            TargetKind::Cuda if self.ptx => Target::ptx(arch()?),
+            TargetKind::Cuda => Target::cubin(arch()?),
+        })
     }
+}
+
+/// CUDA device 0's arch, else (no driver or no device) [`DEFAULT_ARCH`] with a note on
+/// stderr. A device older than the templates' minimum is an error: its kernels cannot be built.
+fn device_arch() -> Result<CudaArch, String> {
+    use cudarc::driver::{result::device, sys::CUdevice_attribute as A};
+    // Checks for the driver library (cudarc panics without one) and initializes it.
+    if let Err(why) = jitccl::cuda_device_count() {
+        eprintln!("# note: no --arch and no CUDA device to take it from ({why}); compiling for {DEFAULT_ARCH}");
+        return Ok(DEFAULT_ARCH);
+    }
+    let capability = || -> Result<(i32, i32), cudarc::driver::DriverError> {
+        let dev = device::get(0)?;
+        // SAFETY: `dev` is a valid device handle; the driver is initialized.
+        unsafe {
+            Ok((
+                device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            ))
+        }
+    };
+    let (major, minor) = capability().map_err(|e| format!("cannot read CUDA device 0's compute capability: {e}"))?;
+    let arch = format!("sm_{major}{minor}");
+    let arch = parse_arch(&arch).map_err(|e| format!("CUDA device 0 is {arch}: {e}; pass --arch"))?;
+    eprintln!("# no --arch: compiling for {arch}, CUDA device 0's arch");
+    Ok(arch)
 }
 
 #[derive(Subcommand)]
@@ -66,9 +103,6 @@ pub(super) enum KernelsCmd {
         all: bool,
         #[command(flatten)]
         target: TargetArgs,
-        /// Produce PTX instead of CUBIN (CUDA).
-        #[arg(long)]
-        ptx: bool,
         /// Parallel compiles, 1 to 1024 (default: the number of cores).
         #[arg(short = 'j', long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
         jobs: Option<usize>,
@@ -83,32 +117,31 @@ impl KernelsCmd {
     pub(super) fn run(self) -> Result<ExitCode, String> {
         match self {
             KernelsCmd::List { target } => {
-                for s in valid_for(target.target()) {
+                for s in valid_for(target.target()?) {
                     println!("{s}");
                 }
                 Ok(ExitCode::SUCCESS)
             }
             KernelsCmd::Show { spec, target } => {
-                print!("{}", render(&spec, target.target()).map_err(|e| e.to_string())?);
+                print!("{}", render(&spec, target.target()?).map_err(|e| e.to_string())?);
                 Ok(ExitCode::SUCCESS)
             }
-            KernelsCmd::Compile { specs, all, target, ptx, jobs } => {
-                let target = target.target();
+            KernelsCmd::Compile { specs, all, target, jobs } => {
+                let target = target.target()?;
                 let specs = if all { valid_for(target) } else { specs };
                 for s in &specs {
                     s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
                 }
-                let output = if ptx { CudaOutput::Ptx } else { CudaOutput::Cubin };
                 let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
                 // More threads than kernels would only idle.
                 let jobs = jobs.min(specs.len()).max(1);
-                Ok(compile_all(&specs, target, output, jobs))
+                Ok(compile_all(&specs, target, jobs))
             }
         }
     }
 }
 
-fn compile_all(specs: &[KernelSpec], target: Target, output: CudaOutput, jobs: usize) -> ExitCode {
+fn compile_all(specs: &[KernelSpec], target: Target, jobs: usize) -> ExitCode {
     let gen = Generator::global();
     if let Some(d) = gen.cache_dir() {
         eprintln!("# compiling {} kernel(s) for {target} with {jobs} job(s); cache {}", specs.len(), d.display());
@@ -122,11 +155,7 @@ fn compile_all(specs: &[KernelSpec], target: Target, output: CudaOutput, jobs: u
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(spec) = specs.get(i) else { break };
-                let res = match target {
-                    Target::Host => gen.host_kernel(spec).map(|(_, p)| p),
-                    Target::Cuda(arch) => gen.cuda_image(spec, arch, output).map(|(_, p)| p),
-                };
-                match res {
+                match gen.get(spec, target).map(|(_, p)| p) {
                     Ok(Provenance::Compiled) => _ = compiled.fetch_add(1, Ordering::Relaxed),
                     Ok(_) => _ = cached.fetch_add(1, Ordering::Relaxed),
                     Err(e) => {

@@ -213,6 +213,42 @@ fn every_spec_compiles_for_the_host() {
 }
 
 #[test]
+fn cuda_arch_defaults_to_the_device_else_sm_90_and_ptx_is_its_own_target() {
+    let cache = tempfile::tempdir().unwrap();
+    let spec = "all_reduce.ring.ll.f32.sum";
+    let out = jitccl(&["kernels", "compile", "--target", "cuda", spec], cache.path());
+    if !out.status.success() && std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() != Ok("1") {
+        eprintln!("skipping: {}", text(&out.stdout));
+        return;
+    }
+    assert_eq!(summary(&out), (1, 0, 0), "{}", text(&out.stdout));
+    let (stderr, arch) = (text(&out.stderr), "sm_90");
+    match jitccl::cuda_device_count() {
+        Ok(_) => assert!(stderr.contains("CUDA device 0's arch"), "{stderr}"),
+        Err(_) => assert!(stderr.contains("no --arch and no CUDA device") && stderr.contains(arch), "{stderr}"),
+    }
+    let ptx = jitccl(&["kernels", "compile", "--target", "cuda", "--arch", "sm_90", "--ptx", spec], cache.path());
+    assert_eq!(summary(&ptx), (1, 0, 0), "PTX is not the CUBIN's cache entry: {}", text(&ptx.stdout));
+    assert!(text(&ptx.stderr).contains("for cuda:sm_90:ptx"), "{}", text(&ptx.stderr));
+    assert!(cache.path().join("cuda-sm_90-ptx").is_dir());
+}
+
+#[test]
+fn nvrtc_folder_without_the_library_names_what_was_looked_for() {
+    let (cache, empty) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let out = jitccl_with(
+        &["kernels", "compile", "--target", "cuda", "--arch", "sm_80", "all_reduce.ring.ll.f32.sum"],
+        cache.path(),
+        &[("JITCCL_NVRTC_PATH", &empty.path().display().to_string())],
+    );
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success());
+    assert!(stdout.contains(&empty.path().display().to_string()), "{stdout}");
+    assert!(stdout.contains("libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so"), "{stdout}");
+    assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn missing_nvrtc_is_a_clear_error() {
     let cache = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_jitccl"))

@@ -4,7 +4,7 @@
 pub mod host;
 pub mod nvrtc;
 
-use crate::spec::InvalidSpec;
+use crate::spec::{InvalidSpec, Target};
 
 /// Why a kernel could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +18,9 @@ pub enum CompileError {
     /// A compiled artifact could not be loaded or lacks the kernel symbol.
     #[error("cannot load compiled kernel {kernel}: {reason}")]
     Load { kernel: String, reason: String },
+    /// A generic lookup's artifact is for another target than the caller expects.
+    #[error("the kernel compiled for {target} is not a {wanted}")]
+    WrongArtifact { target: Target, wanted: &'static str },
     #[error(transparent)]
     Spec(#[from] InvalidSpec),
     #[error("template rendering failed: {0}")]
