@@ -25,7 +25,9 @@ fn ip(args: &[&str]) -> Result<(), String> {
 
 impl Hosts {
     fn create() -> Result<Hosts, String> {
-        let id = std::process::id() % 100_000;
+        // Tests run at once: each pair gets names of its own.
+        static PAIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let id = format!("{}{}", std::process::id() % 100_000, PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let hosts = Hosts { ns: [format!("jcA{id}"), format!("jcB{id}")] };
         let veth = [format!("jcva{id}"), format!("jcvb{id}")];
         for ns in &hosts.ns {
@@ -43,13 +45,19 @@ impl Hosts {
 
     /// Starts rank `rank` of 2 in its namespace, running `jitccl perf <args>`.
     fn rank(&self, rank: usize, port: u16, args: &[&str]) -> Child {
+        self.rank_of(rank, 2, rank, port, args)
+    }
+
+    /// Starts rank `rank` of `world` on host `host`, running `jitccl perf <args>`; the
+    /// rendezvous is on host 0.
+    fn rank_of(&self, rank: usize, world: usize, host: usize, port: u16, args: &[&str]) -> Child {
         Command::new("ip")
-            .args(["netns", "exec", &self.ns[rank], env!("CARGO_BIN_EXE_jitccl"), "perf"])
+            .args(["netns", "exec", &self.ns[host], env!("CARGO_BIN_EXE_jitccl"), "perf"])
             .args(args)
             .env("MASTER_ADDR", ADDR[0])
             .env("MASTER_PORT", port.to_string())
             .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", "2")
+            .env("WORLD_SIZE", world.to_string())
             .env("JITCCL_DEBUG", "INFO")
             .env("JITCCL_TIMEOUT", "60")
             .stdout(Stdio::piped())
@@ -100,5 +108,32 @@ fn collectives_between_two_hosts() {
         assert!(r0.1.contains("# Out of bounds values : 0 OK"), "{run:?}:\n{}", r0.1);
         // Different hosts: no shared memory, one peer over the network.
         assert!(r0.2.contains("0 peer(s) over shared memory, 1 over the network"), "{run:?}: {}", r0.2);
+    }
+}
+
+/// Ranks interleaved across the hosts (0 and 2 on one, 1 and 3 on the other): the graph
+/// search keeps each host's ranks together, so every channel's ring crosses between the
+/// hosts exactly twice (rank order would cross four times), and the results still match.
+#[test]
+fn rings_cross_between_interleaved_hosts_twice() {
+    let hosts = Hosts::create().unwrap_or_else(|e| panic!("cannot create the two test hosts (needs root and iproute2): {e}"));
+    let args = ["all_reduce", "-n", "4", "-b", "4", "-e", "64K", "-f", "16", "-w", "1", "-i", "2", "--channels", "2"];
+    let limit = Instant::now() + Duration::from_secs(120);
+    let ranks: Vec<Child> = (0..4).map(|r| hosts.rank_of(r, 4, r % 2, 29700, &args)).collect();
+    let outs: Vec<_> = ranks.into_iter().map(|c| finish(c, limit)).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.0, "rank {r} failed:\n{}{}", o.1, o.2);
+    }
+    assert!(outs[0].1.contains("# Out of bounds values : 0 OK"), "{}", outs[0].1);
+    let rings: Vec<Vec<usize>> = outs[0]
+        .2
+        .lines()
+        .filter_map(|l| l.split_once("ring [")?.1.split_once(']').map(|(r, _)| r.to_string()))
+        .map(|r| r.split(", ").map(|x| x.parse().expect("a rank")).collect())
+        .collect();
+    assert_eq!(rings.len(), 2, "rank 0 should log one ring per channel:\n{}", outs[0].2);
+    for ring in &rings {
+        let crossings = (0..4).filter(|&i| ring[i] % 2 != ring[(i + 1) % 4] % 2).count();
+        assert_eq!(crossings, 2, "ring {ring:?} crosses between the hosts {crossings} times");
     }
 }

@@ -14,7 +14,8 @@ use crate::config::{Config, Resolved};
 use crate::device::Device;
 use crate::enqueue::{self, Group, Tables};
 use crate::error::{invalid, Error, Result};
-use crate::graph::Graph;
+use crate::graph::{self, GlobalSystem, Graph, SearchParams};
+use crate::topo::System;
 use crate::store::{Server, Store, TcpStore};
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::layout::Layout;
@@ -135,7 +136,7 @@ impl Comm {
         // in /dev/shm even if a process dies later.
         bs.barrier()?;
         own.unlink();
-        let graph = Graph::uniform(nranks, cfg.nchannels);
+        let graph = global_graph(&bs, rank, &endpoints, cfg.nchannels)?;
         let conns = connect(&layout, rank, &bases, &graph)?;
         // Every rank tunes as rank 0 does (its machine's topology, its table): so they
         // cannot disagree.
@@ -169,6 +170,47 @@ impl Comm {
         let inner = rank_state(rank, &layout, cfg, conns, &bases, &net, cpus, tuner, activity, segments)?;
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
     }
+}
+
+/// The rings and trees of a communicator of processes: every rank shares its machine's
+/// topology (detected, or `JITCCL_TOPO_FILE`) and its NUMA domain, and every rank searches
+/// the same global system, so all find the same graph (`JITCCL_GRAPH_FILE` replaces the
+/// search, `JITCCL_GRAPH_DUMP_FILE` records it). Hosts are told apart as the transports
+/// tell them (machine and network namespace). A search that cannot give exactly the
+/// configured channels falls back to the uniform graph, with a warning.
+fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize) -> Result<Graph> {
+    let nranks = endpoints.len();
+    let sys = System::local()?;
+    let numa = sys.cpus.first().map_or(0, |c| c.numaid);
+    let shared = bs.all_gather(format!("{numa}\n{}", sys.to_xml()).as_bytes())?;
+    let mut per_rank = Vec::with_capacity(nranks);
+    for (q, bytes) in shared.iter().enumerate() {
+        let text = String::from_utf8_lossy(bytes);
+        let (numa, xml) = text.split_once('\n').unwrap_or(("", ""));
+        let mut sys = System::from_xml_str(&format!("rank {q}'s topology"), xml)?;
+        sys.host_hash = Some(fingerprint(&endpoints[q].host));
+        let numa = numa.parse().map_err(|_| Error::Internal(format!("rank {q} sent a malformed NUMA domain '{numa}'")))?;
+        per_rank.push((sys, graph::Device::Numa(numa)));
+    }
+    let global = GlobalSystem::from_ranks(per_rank)?;
+    let params = SearchParams { min_channels: nchannels, max_channels: nchannels, ..SearchParams::default() };
+    let graph = graph::search_or_load(&global, &params, global.ranks[rank].host)?;
+    if graph.channels.len() != nchannels {
+        tracing::warn!(
+            "rank {rank}: the graph search gave {} channel(s), {nchannels} are configured: using rank-order rings",
+            graph.channels.len()
+        );
+        return Ok(Graph::uniform(nranks, nchannels));
+    }
+    for (c, ch) in graph.channels.iter().enumerate() {
+        tracing::info!("rank {rank}: channel {c}: ring {:?}, tree parents {:?}", ch.ring, ch.tree.parent);
+    }
+    Ok(graph)
+}
+
+/// A stable 64-bit digest of `s` (FNV-1a): the same in every process.
+fn fingerprint(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 /// How many machines the ranks run on.
