@@ -3,6 +3,7 @@
 //! (once) and queues it on the caller's stream. The
 //! rank's state lives in `state`, its failure state in `failure`, its creation in `init`.
 
+mod alltoall;
 mod failure;
 mod init;
 mod state;

@@ -1,0 +1,230 @@
+//! AlltoAll(v), Gather and Scatter, built as NCCL builds them: from point-to-point
+//! transfers, one `sendrecv` launch per round. Round `k` sends to `rank + k` and receives
+//! from `rank - k` (mod nranks), so every round pairs up across ranks and a cycle of
+//! exchanges cannot deadlock; round 0 is the rank's own block, moved by a transfer to
+//! itself. Every transfer of a call is built and checked before the first is queued, so
+//! a bad argument changes nothing.
+
+use std::ops::Range;
+
+use super::Comm;
+use crate::device::DeviceBuffer;
+use crate::element::Element;
+use crate::enqueue::Call;
+use crate::error::{invalid, Result};
+use crate::stream::Stream;
+
+/// Per peer, the block sent to it or received from it (`None`: nothing moves).
+type Blocks<T> = Vec<Option<DeviceBuffer<T>>>;
+
+impl Comm {
+    /// Sends block `q` of `send` to rank `q` and receives rank `q`'s block for this rank
+    /// into block `q` of `recv`. A block is `count` elements; `send` and `recv` each hold
+    /// `nranks * count` and must not overlap (not in place, as in NCCL).
+    pub fn all_to_all<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        let total = self.group().total(count)?;
+        let name = "AllToAll";
+        let (sends, recvs) =
+            (self.even_blocks(name, "send", send, count, total)?, self.even_blocks(name, "recv", recv, count, total)?);
+        self.rounds(name, sends, recvs, stream)
+    }
+
+    /// AlltoAll with a count and an offset per peer: `send_counts[q]` elements at
+    /// `send_displs[q]` of `send` go to rank `q`, and `recv_counts[q]` elements from rank
+    /// `q` land at `recv_displs[q]` of `recv` (all in elements). Each slice holds nranks
+    /// entries; every block lies inside its buffer; send blocks overlap no recv block.
+    /// `recv_counts[q]` must equal what rank `q` sends here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_to_allv<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &DeviceBuffer<T>,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+        stream: &Stream,
+    ) -> Result<()> {
+        let name = "AllToAllv";
+        let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
+        let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
+        self.rounds(name, sends, recvs, stream)
+    }
+
+    /// Gathers every rank's `count` elements of `send` into `recv` on `root` (rank q's at
+    /// `q * count`; `recv` holds `nranks * count` there and is not touched elsewhere). In
+    /// place when the root's `send` is `recv`'s slice at `root * count`.
+    pub fn gather<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.rooted("Gather", root, count, send, recv, true, stream)
+    }
+
+    /// Sends block `q` (`count` elements at `q * count`) of `send` on `root` to rank `q`'s
+    /// `recv` (`count` elements; `send` holds `nranks * count` on the root and is not read
+    /// elsewhere). In place when the root's `recv` is `send`'s slice at `root * count`.
+    pub fn scatter<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        count: usize,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.rooted("Scatter", root, count, recv, send, false, stream)
+    }
+
+    /// Gather (`to_root`) or Scatter: `one` is a rank's own block, `all` the root's
+    /// nranks blocks. The root's own block does not move when it is already in place.
+    #[allow(clippy::too_many_arguments)]
+    fn rooted<T: Element>(
+        &self,
+        name: &str,
+        root: usize,
+        count: usize,
+        one: &DeviceBuffer<T>,
+        all: &DeviceBuffer<T>,
+        to_root: bool,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.group().root(root)?;
+        let (one_side, all_side) = if to_root { ("send", "recv") } else { ("recv", "send") };
+        let n = self.nranks();
+        let mut ones = vec![None; n];
+        ones[root] = Some(block(name, one_side, one, 0, count)?);
+        let mut alls = vec![None; n];
+        if self.rank() == root {
+            alls = self.even_blocks(name, all_side, all, count, self.group().total(count)?)?;
+            let start = |b: &Option<DeviceBuffer<T>>| b.as_ref().map(|b| b.byte_range().start);
+            if start(&ones[root]) == start(&alls[root]) {
+                ones[root] = None;
+                alls[root] = None;
+            }
+        }
+        let (sends, recvs) = if to_root { (ones, alls) } else { (alls, ones) };
+        self.rounds(name, sends, recvs, stream)
+    }
+
+    /// `buf` cut into nranks blocks of `count`, after checking it holds `total`.
+    fn even_blocks<T: Element>(
+        &self,
+        name: &str,
+        side: &str,
+        buf: &DeviceBuffer<T>,
+        count: usize,
+        total: usize,
+    ) -> Result<Blocks<T>> {
+        if buf.len() < total {
+            return invalid(format!("{name} {side} buffer holds {} elements, {total} are needed", buf.len()));
+        }
+        (0..self.nranks()).map(|q| block(name, side, buf, q * count, count).map(Some)).collect()
+    }
+
+    /// `buf` cut by per-peer counts and offsets, each checked.
+    fn blocks<T: Element>(
+        &self,
+        name: &str,
+        side: &str,
+        buf: &DeviceBuffer<T>,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Blocks<T>> {
+        let n = self.nranks();
+        if counts.len() != n || displs.len() != n {
+            return invalid(format!(
+                "{name}: {} {side} counts and {} {side} offsets given, one per rank ({n}) is needed",
+                counts.len(),
+                displs.len()
+            ));
+        }
+        counts.iter().zip(displs).map(|(&c, &d)| block(name, side, buf, d, c).map(Some)).collect()
+    }
+
+    /// Queues one transfer per round (see the module comment); empty blocks move nothing.
+    /// All transfers are checked, and send blocks against recv blocks, before any is queued.
+    fn rounds<T: Element>(&self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, stream: &Stream) -> Result<()> {
+        let used = |v: &Blocks<T>| {
+            v.iter().flatten().filter(|b| !b.is_empty()).map(DeviceBuffer::byte_range).collect::<Vec<_>>()
+        };
+        if !disjoint(&used(&sends), &used(&recvs)) {
+            return invalid(format!("{name}: a send block overlaps a recv block"));
+        }
+        let (rank, n) = (self.rank(), self.nranks());
+        fn side<T: Element>(v: &Blocks<T>, peer: usize) -> Option<(&DeviceBuffer<T>, usize, usize)> {
+            v[peer].as_ref().filter(|b| !b.is_empty()).map(|b| (b, b.len(), peer))
+        }
+        let mut calls = Vec::with_capacity(n);
+        for k in 0..n {
+            let (to, from) = ((rank + k) % n, (rank + n - k) % n);
+            let (send, recv) = (side(&sends, to), side(&recvs, from));
+            if send.is_some() || recv.is_some() {
+                calls.push(Call::checked_p2p(self.group(), send, recv)?);
+            }
+        }
+        calls.into_iter().try_for_each(|call| self.submit(call, stream))
+    }
+}
+
+/// Elements `start..start + len` of `buf`, or InvalidArgument naming the call. An empty
+/// block is never read or written, so its offset does not matter (as in NCCL).
+fn block<T: Element>(
+    name: &str,
+    side: &str,
+    buf: &DeviceBuffer<T>,
+    start: usize,
+    len: usize,
+) -> Result<DeviceBuffer<T>> {
+    match start.checked_add(len) {
+        _ if len == 0 => buf.slice(0..0),
+        Some(end) if end <= buf.len() => buf.slice(start..end),
+        _ => invalid(format!(
+            "{name}: {side} block of {len} elements at {start} is outside its buffer of {} elements",
+            buf.len()
+        )),
+    }
+}
+
+/// Whether no range of `a` overlaps a range of `b` (empty ranges overlap nothing). Sorted
+/// by start, a range overlaps an earlier-starting one of the other side exactly when it
+/// starts before the furthest end seen on that side.
+fn disjoint(a: &[Range<usize>], b: &[Range<usize>]) -> bool {
+    let mut all: Vec<(&Range<usize>, usize)> =
+        a.iter().map(|r| (r, 0)).chain(b.iter().map(|r| (r, 1))).filter(|(r, _)| !r.is_empty()).collect();
+    all.sort_by_key(|(r, _)| r.start);
+    let mut end = [0usize; 2];
+    for (r, side) in all {
+        if r.start < end[1 - side] {
+            return false;
+        }
+        end[side] = end[side].max(r.end);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::disjoint;
+
+    // One-range lists are meant: each is a side's set of blocks.
+    #[allow(clippy::single_range_in_vec_init)]
+    #[test]
+    fn disjoint_finds_any_cross_overlap() {
+        assert!(disjoint(&[0..4, 8..12], &[4..8, 12..16]));
+        assert!(disjoint(&[0..4, 2..6], &[6..8]), "overlap on one side only");
+        assert!(!disjoint(&[0..4], &[3..5]));
+        assert!(!disjoint(&[0..100], &[10..20, 200..300]), "inside a long earlier range");
+        assert!(!disjoint(&[5..6], &[0..2, 1..10]));
+        assert!(disjoint(&[3..3], &[0..10]), "empty");
+    }
+}
