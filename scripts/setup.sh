@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything jitccl needs beyond a Rust toolchain: a C compiler (the host target's kernel
 # compiler), NVRTC (CUDA kernels, from PyPI wheels; no GPU needed) and, for the tests,
-# iproute2. Idempotent.
+# iproute2 and Open MPI's mpirun. Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cc=${CC:-cc}
@@ -19,6 +19,11 @@ echo "setup: C compiler: $("$cc" --version | head -n 1)"
 if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "setup: installing iproute2 (for the two-host test)"
   apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+fi
+# Open MPI's mpirun launches the example of tests/mpirun.rs (ranks from OMPI_COMM_WORLD_*).
+if ! command -v mpirun >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing openmpi-bin (for the mpirun test)"
+  apt-get update -qq && apt-get install -y -qq openmpi-bin >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
 bash "$root/scripts/setup-nvrtc.sh"

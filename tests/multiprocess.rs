@@ -1,8 +1,8 @@
 //! Ranks in separate processes: every collective and protocol through `jitccl perf` (which
 //! runs its ranks as processes over shared memory and counts wrong elements against the
 //! reference on every rank), also with several sockets per network connection, a refused
-//! socket count, the launcher's fail-fast behaviour, a missing rank process, and a
-//! store-based init.
+//! socket count, the launcher's fail-fast behaviour and its hiding of an outer launcher, a
+//! missing rank process, and a store-based init.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -116,6 +116,20 @@ fn launch_prefixes_output_and_fails_fast() {
     }
     assert!(text(&out.stderr).contains("rank 1 exited"), "{}", text(&out.stderr));
     assert!(t0.elapsed() < Duration::from_secs(20), "the other ranks were not terminated");
+}
+
+/// `jitccl launch` inside another launcher's job (an salloc, an mpirun): its ranks see only
+/// its own variables, so `init_from_env` finds no disagreement.
+#[test]
+fn launch_hides_an_outer_launchers_variables() {
+    let script = r#"echo "rank $RANK slurm=${SLURM_PROCID-unset} ompi=${OMPI_COMM_WORLD_RANK-unset}""#;
+    let outer = [("SLURM_PROCID", "5"), ("SLURM_NTASKS", "8"), ("OMPI_COMM_WORLD_RANK", "5")];
+    let out = jitccl(&["launch", "-n", "2", "--", "sh", "-c", script], &outer);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for r in 0..2 {
+        assert!(stdout.contains(&format!("[{r}] rank {r} slurm=unset ompi=unset")), "{stdout}");
+    }
 }
 
 #[test]

@@ -34,7 +34,7 @@ pub mod topo;
 mod transport;
 mod tune;
 
-pub use bootstrap::{BootstrapError, UniqueId, UNIQUE_ID_BYTES};
+pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::Comm;
 pub use op::Op;
 pub use config::{Config, MAX_CHANNELS};

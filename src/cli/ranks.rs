@@ -145,6 +145,11 @@ fn spawn(command: &[String], rank: usize, nproc: usize, port: u16, prefix_stdout
     let (program, args) = command.split_first().expect("checked by the caller");
     let launcher = std::process::id() as i32;
     let mut cmd = Command::new(program);
+    // An outer launcher's variables (this run inside an salloc or mpirun) would disagree
+    // with the ones set here, and `init_from_env` would refuse them.
+    for var in jitccl::launcher_vars() {
+        cmd.env_remove(var);
+    }
     cmd.args(args)
         .env("RANK", rank.to_string())
         .env("LOCAL_RANK", rank.to_string())

@@ -46,6 +46,9 @@ pub enum BootstrapError {
     /// An environment variable is missing or malformed.
     #[error("bootstrap: environment variable {var}: {problem}")]
     EnvVar { var: &'static str, problem: String },
+    /// The launchers' variables give no rank, or several launchers give different ones.
+    #[error("bootstrap: launcher environment: {0}")]
+    Launch(String),
     /// No network interface matches the requested filter.
     #[error(
         "bootstrap: no usable network interface matches JITCCL_SOCKET_IFNAME={filter:?} (interfaces: {available})"

@@ -26,6 +26,7 @@ mod error;
 mod id;
 mod iface;
 mod incoming;
+mod launch;
 mod net;
 mod ring;
 mod root;
@@ -36,10 +37,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-pub(crate) use env::TorchrunEnv;
 pub use error::BootstrapError;
 pub(crate) use error::Result;
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
+pub use launch::launcher_vars;
+pub(crate) use launch::LaunchEnv;
 pub(crate) use net::deadline_after;
 
 use env::{DEFAULT_TIMEOUT, IFNAME_VAR, TIMEOUT_VAR};

@@ -1,5 +1,5 @@
 //! Creating communicators: all ranks in this process (`init_all`), or one rank of a group
-//! of processes (bootstrap from a unique id, a store, JITCCL_COMM_ID or the torchrun
+//! of processes (bootstrap from a unique id, a store, JITCCL_COMM_ID or the launcher's
 //! environment, then agreement on the configuration). Either way: every rank's receive
 //! segment, the graph, each peer's transport from the transport table, the connectors.
 
@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::affinity::{self, CpuSet};
-use crate::bootstrap::{Bootstrap, BootstrapConfig, TorchrunEnv, UniqueId};
+use crate::bootstrap::{Bootstrap, BootstrapConfig, LaunchEnv, UniqueId};
 use crate::comm::failure::Failure;
 use crate::comm::{Comm, CommInner};
 use crate::config::{Config, Resolved};
@@ -70,12 +70,15 @@ impl Comm {
         Self::init_rank(&id_from_store(store, rank)?, nranks, rank, config)
     }
 
-    /// Joins the communicator the environment describes: `JITCCL_COMM_ID=host:port` (rank 0
-    /// runs the root there), else torchrun's MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE
-    /// (rank 0 serves a store at MASTER_ADDR:MASTER_PORT, the others connect to it).
+    /// Joins the communicator the environment describes. Rank and size come from the
+    /// launcher: torchrun (RANK, WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK / _SIZE), PMI
+    /// (PMI_RANK, PMI_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS); several must agree. The
+    /// rendezvous is `JITCCL_COMM_ID=host:port` (rank 0 runs the root there), else
+    /// MASTER_ADDR:MASTER_PORT (rank 0 serves a store there, the others connect to it);
+    /// only torchrun sets the latter, so under mpirun or srun pass one of them.
     pub fn init_from_env(config: &Config) -> Result<Comm> {
         crate::logging::init();
-        let env = TorchrunEnv::from_env()?;
+        let env = LaunchEnv::from_env()?;
         let (rank, nranks) = (env.rank, env.world_size);
         let bcfg = BootstrapConfig::from_env()?;
         if let Some(id) = UniqueId::from_env(rank == 0, &bcfg)? {

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::bootstrap::TorchrunEnv;
+use crate::bootstrap::LaunchEnv;
 
 /// Selects a child role when this binary is re-run by `across_processes_*`.
 const CHILD_VAR: &str = "JITCCL_BOOTSTRAP_TEST_CHILD";
@@ -76,7 +76,7 @@ fn bootstrap_child_process() {
     let (rank, boot) = if role == "env" {
         // torchrun convention for rank/size, JITCCL_COMM_ID for the root, the
         // JITCCL_* variables for the config.
-        let tr = TorchrunEnv::from_env().unwrap();
+        let tr = LaunchEnv::from_env().unwrap();
         let config = BootstrapConfig::from_env().unwrap();
         assert_eq!(config.ifname.as_deref(), Some("lo"));
         let id = UniqueId::from_env(tr.rank == 0, &config).unwrap().expect("JITCCL_COMM_ID is set");
