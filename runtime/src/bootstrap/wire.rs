@@ -44,27 +44,22 @@ pub const MAX_CONTROL_PAYLOAD: u64 = 4096;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Kind {
+    // On the wire: Hello is 1, the others count on from it.
     Hello = 1,
-    RootReply = 2,
-    RootError = 3,
-    RingConnect = 4,
-    RingData = 5,
-    P2p = 6,
-    HelloAck = 7,
+    RootReply,
+    RootError,
+    RingConnect,
+    RingData,
+    P2p,
+    HelloAck,
 }
 
 impl Kind {
+    const ALL: [Kind; 7] =
+        [Kind::Hello, Kind::RootReply, Kind::RootError, Kind::RingConnect, Kind::RingData, Kind::P2p, Kind::HelloAck];
+
     fn from_u32(v: u32) -> Option<Self> {
-        Some(match v {
-            1 => Self::Hello,
-            2 => Self::RootReply,
-            3 => Self::RootError,
-            4 => Self::RingConnect,
-            5 => Self::RingData,
-            6 => Self::P2p,
-            7 => Self::HelloAck,
-            _ => return None,
-        })
+        Kind::ALL.into_iter().find(|k| *k as u32 == v)
     }
 }
 

@@ -22,11 +22,7 @@ impl Comm {
     /// into block `q` of `recv`. A block is `count` elements; `send` and `recv` each hold
     /// `nranks * count` and must not overlap (not in place, as in NCCL).
     pub fn all_to_all<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
     ) -> Result<()> {
         let total = self.group().total(count)?;
         let name = "AllToAll";
@@ -42,14 +38,8 @@ impl Comm {
     /// `recv_counts[q]` must equal what rank `q` sends here.
     #[allow(clippy::too_many_arguments)]
     pub fn all_to_allv<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: &DeviceBuffer<T>,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, send_counts: &[usize], send_displs: &[usize], recv: &DeviceBuffer<T>,
+        recv_counts: &[usize], recv_displs: &[usize], stream: &Stream,
     ) -> Result<()> {
         let name = "AllToAllv";
         let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
@@ -61,12 +51,7 @@ impl Comm {
     /// `q * count`; `recv` holds `nranks * count` there and is not touched elsewhere). In
     /// place when the root's `send` is `recv`'s slice at `root * count`.
     pub fn gather<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        root: usize,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
         self.rooted("Gather", root, count, send, recv, true, stream)
     }
@@ -75,12 +60,7 @@ impl Comm {
     /// `recv` (`count` elements; `send` holds `nranks * count` on the root and is not read
     /// elsewhere). In place when the root's `recv` is `send`'s slice at `root * count`.
     pub fn scatter<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        root: usize,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
         self.rooted("Scatter", root, count, recv, send, false, stream)
     }
@@ -89,13 +69,7 @@ impl Comm {
     /// nranks blocks. The root's own block does not move when it is already in place.
     #[allow(clippy::too_many_arguments)]
     fn rooted<T: Element>(
-        &self,
-        name: &str,
-        root: usize,
-        count: usize,
-        one: &DeviceBuffer<T>,
-        all: &DeviceBuffer<T>,
-        to_root: bool,
+        &self, name: &str, root: usize, count: usize, one: &DeviceBuffer<T>, all: &DeviceBuffer<T>, to_root: bool,
         stream: &Stream,
     ) -> Result<()> {
         self.group().root(root)?;
@@ -118,12 +92,7 @@ impl Comm {
 
     /// `buf` cut into nranks blocks of `count`, after checking it holds `total`.
     fn even_blocks<T: Element>(
-        &self,
-        name: &str,
-        side: &str,
-        buf: &DeviceBuffer<T>,
-        count: usize,
-        total: usize,
+        &self, name: &str, side: &str, buf: &DeviceBuffer<T>, count: usize, total: usize,
     ) -> Result<Blocks<T>> {
         if buf.len() < total {
             return invalid(format!("{name} {side} buffer holds {} elements, {total} are needed", buf.len()));
@@ -133,12 +102,7 @@ impl Comm {
 
     /// `buf` cut by per-peer counts and offsets, each checked.
     fn blocks<T: Element>(
-        &self,
-        name: &str,
-        side: &str,
-        buf: &DeviceBuffer<T>,
-        counts: &[usize],
-        displs: &[usize],
+        &self, name: &str, side: &str, buf: &DeviceBuffer<T>, counts: &[usize], displs: &[usize],
     ) -> Result<Blocks<T>> {
         let n = self.nranks();
         if counts.len() != n || displs.len() != n {
@@ -179,11 +143,7 @@ impl Comm {
 /// Elements `start..start + len` of `buf`, or InvalidArgument naming the call. An empty
 /// block is never read or written, so its offset does not matter (as in NCCL).
 fn block<T: Element>(
-    name: &str,
-    side: &str,
-    buf: &DeviceBuffer<T>,
-    start: usize,
-    len: usize,
+    name: &str, side: &str, buf: &DeviceBuffer<T>, start: usize, len: usize,
 ) -> Result<DeviceBuffer<T>> {
     match start.checked_add(len) {
         _ if len == 0 => buf.slice(0..0),

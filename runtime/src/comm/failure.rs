@@ -34,11 +34,7 @@ impl Failure {
     /// `board` is this rank's board, `boards` holds per rank its board where this process
     /// can write it.
     pub(crate) fn new(
-        rank: usize,
-        timeout: Duration,
-        board: Board,
-        boards: Vec<Option<Board>>,
-        net: Option<Arc<Activity>>,
+        rank: usize, timeout: Duration, board: Board, boards: Vec<Option<Board>>, net: Option<Arc<Activity>>,
     ) -> Failure {
         Failure {
             rank,
@@ -136,7 +132,10 @@ impl Failure {
         // this rank waited on, and give them a moment to say whom they waited on.
         let waited: Vec<usize> = failed().map(|(_, st)| st.peer as usize).filter(|&p| p < self.nranks).collect();
         if st.code != abi::ERR_TIMEOUT && st.code != abi::ERR_PEER || waited.is_empty() {
-            return Error::Internal(format!("{op} on rank {rank}: kernel returned status {} (peer {})", st.code, st.peer));
+            return Error::Internal(format!(
+                "{op} on rank {rank}: kernel returned status {} (peer {})",
+                st.code, st.peer
+            ));
         }
         self.announce(waited[0]);
         // Until every chain from the waited peers ends at a rank that spoke (or the grace is

@@ -15,8 +15,8 @@ use crate::device::Device;
 use crate::enqueue::{self, Group, Tables};
 use crate::error::{invalid, Error, Result};
 use crate::graph::{self, GlobalSystem, Graph, SearchParams};
-use crate::topo::System;
 use crate::store::{Server, Store, TcpStore};
+use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::layout::Layout;
 use crate::transport::net::{Activity, NetListener, Proxy};
@@ -92,29 +92,21 @@ impl Comm {
     }
 
     fn init_rank_with(
-        id: &UniqueId,
-        nranks: usize,
-        rank: usize,
-        config: &Config,
-        store_server: Option<Server>,
+        id: &UniqueId, nranks: usize, rank: usize, config: &Config, store_server: Option<Server>,
     ) -> Result<Comm> {
         crate::logging::init();
         if rank >= nranks {
             return invalid(format!("rank {rank} is not below nranks {nranks}"));
         }
         let abort = Arc::new(AtomicBool::new(false));
-        let bs = Bootstrap::init(
-            id,
-            rank,
-            nranks,
-            &BootstrapConfig::from_env()?.with_abort(abort.clone()),
-        )?;
+        let bs = Bootstrap::init(id, rank, nranks, &BootstrapConfig::from_env()?.with_abort(abort.clone()))?;
 
         // Ranks on one machine share its CPUs, whatever namespace each runs in.
         let machine = transport::machine_id();
         let machines = bs.all_gather(machine.as_bytes())?;
         let same_machine = |q: &usize| machines[*q] == machine.as_bytes();
-        let cpus = affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
+        let cpus =
+            affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
         // Every rank must have been given the same configuration, or their kernels would
         // not agree on channels, protocols or FIFO slots.
         let cfg = config.resolve(nranks)?;
@@ -132,8 +124,7 @@ impl Comm {
         let own = ShmSegment::create(layout.segment_bytes())?;
         // What the transport table decides each pair's transport from.
         let me = Endpoint::of_process(own.name())?;
-        let endpoints =
-            bs.all_gather(&me.encode())?.iter().map(|b| Endpoint::decode(b)).collect::<Result<Vec<_>>>()?;
+        let endpoints = bs.all_gather(&me.encode())?.iter().map(|b| Endpoint::decode(b)).collect::<Result<Vec<_>>>()?;
         let Attached { bases, keep, net } = attach(&layout, rank, &endpoints, None, own.ptr())?;
         // Once everyone has mapped every segment, the names can go: nothing is left behind
         // in /dev/shm even if a process dies later.
@@ -147,12 +138,15 @@ impl Comm {
         let plan = if rank == 0 { tune::plan(nranks, nnodes, &cfg)? } else { Vec::new() };
         let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], nranks, nnodes, &cfg)?);
         let proxy = if net.iter().any(|&n| n) {
-            let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
+            let ip =
+                bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
             let listener = NetListener::bind(ip)?;
             let addrs = bs
                 .all_gather(listener.addr()?.to_string().as_bytes())?
                 .iter()
-                .map(|a| String::from_utf8_lossy(a).parse().map_err(|e| Error::Internal(format!("bad peer address: {e}"))))
+                .map(|a| {
+                    String::from_utf8_lossy(a).parse().map_err(|e| Error::Internal(format!("bad peer address: {e}")))
+                })
                 .collect::<Result<Vec<std::net::SocketAddr>>>()?;
             let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
             let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
@@ -192,7 +186,8 @@ fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: 
         let (numa, xml) = text.split_once('\n').unwrap_or(("", ""));
         let mut sys = System::from_xml_str(&format!("rank {q}'s topology"), xml)?;
         sys.host_hash = Some(fingerprint(&endpoints[q].host));
-        let numa = numa.parse().map_err(|_| Error::Internal(format!("rank {q} sent a malformed NUMA domain '{numa}'")))?;
+        let numa =
+            numa.parse().map_err(|_| Error::Internal(format!("rank {q} sent a malformed NUMA domain '{numa}'")))?;
         per_rank.push((sys, graph::Device::Numa(numa)));
     }
     let global = GlobalSystem::from_ranks(per_rank)?;
@@ -236,7 +231,9 @@ struct Attached {
 
 /// Maps every peer's receive segment here through the transport the table picks for it
 /// (logged with the reason); `own` is this rank's.
-fn attach(layout: &Layout, rank: usize, endpoints: &[Endpoint], local: Option<&[*mut u8]>, own: *mut u8) -> Result<Attached> {
+fn attach(
+    layout: &Layout, rank: usize, endpoints: &[Endpoint], local: Option<&[*mut u8]>, own: *mut u8,
+) -> Result<Attached> {
     let ctx = AttachCtx { bytes: layout.segment_bytes(), endpoints, local };
     let n = endpoints.len();
     let mut a = Attached { bases: vec![own; n], keep: Vec::new(), net: vec![false; n] };
@@ -254,16 +251,8 @@ fn attach(layout: &Layout, rank: usize, endpoints: &[Endpoint], local: Option<&[
 /// `net[q]`: peer q is reached through the proxy.
 #[allow(clippy::too_many_arguments)]
 fn rank_state(
-    rank: usize,
-    layout: &Layout,
-    cfg: Resolved,
-    conns: RankConns,
-    bases: &[*mut u8],
-    net: &[bool],
-    cpus: Option<Arc<CpuSet>>,
-    tuner: Arc<Tuner>,
-    activity: Option<Arc<Activity>>,
-    segments: Arc<dyn Send + Sync>,
+    rank: usize, layout: &Layout, cfg: Resolved, conns: RankConns, bases: &[*mut u8], net: &[bool],
+    cpus: Option<Arc<CpuSet>>, tuner: Arc<Tuner>, activity: Option<Arc<Activity>>, segments: Arc<dyn Send + Sync>,
 ) -> Result<CommInner> {
     let nranks = bases.len();
     let board = layout.board(bases[rank]);
@@ -302,8 +291,18 @@ impl Comm {
                 let Attached { bases, net, .. } = attach(&layout, rank, &endpoints, Some(&local), local[rank])?;
                 let conns = connect(&layout, rank, &bases, &graph)?;
                 let cpus = affinity::for_local_rank(rank, nranks);
-                let inner =
-                    rank_state(rank, &layout, cfg.clone(), conns, &bases, &net, cpus, tuner.clone(), None, segments.clone())?;
+                let inner = rank_state(
+                    rank,
+                    &layout,
+                    cfg.clone(),
+                    conns,
+                    &bases,
+                    &net,
+                    cpus,
+                    tuner.clone(),
+                    None,
+                    segments.clone(),
+                )?;
                 Ok(Comm::from_inner(inner))
             })
             .collect()

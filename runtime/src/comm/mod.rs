@@ -68,12 +68,7 @@ impl Comm {
     /// `recv[i] = op over ranks of send[i]` for `i < count`. In place when `send` and
     /// `recv` are the same buffer.
     pub fn all_reduce<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        op: Op,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
     ) -> Result<()> {
         self.submit(Call::checked(self.group(), Collective::AllReduce, Some(op), send, recv, count, 0)?, stream)
     }
@@ -81,12 +76,7 @@ impl Comm {
     /// Copies `count` elements of `send` on `root` into `recv` on every rank (`send` is
     /// not read elsewhere).
     pub fn broadcast<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        root: usize,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
         self.submit(Call::checked(self.group(), Collective::Broadcast, None, send, recv, count, root)?, stream)
     }
@@ -94,13 +84,7 @@ impl Comm {
     /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
     /// not touched elsewhere).
     pub fn reduce<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        op: Op,
-        root: usize,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, root: usize, stream: &Stream,
     ) -> Result<()> {
         self.submit(Call::checked(self.group(), Collective::Reduce, Some(op), send, recv, count, root)?, stream)
     }
@@ -108,11 +92,7 @@ impl Comm {
     /// Gathers every rank's `count` elements of `send` into `recv` (rank r's at
     /// `r * count`). In place when `send` is `recv`'s slice at `rank * count`.
     pub fn all_gather<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
     ) -> Result<()> {
         self.submit(Call::checked(self.group(), Collective::AllGather, None, send, recv, count, 0)?, stream)
     }
@@ -120,12 +100,7 @@ impl Comm {
     /// Reduces every rank's `send` (nranks blocks of `count`) and leaves block `rank` of the
     /// result in `recv`. In place when `recv` is `send`'s slice at `rank * count`.
     pub fn reduce_scatter<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
-        op: Op,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
     ) -> Result<()> {
         self.submit(Call::checked(self.group(), Collective::ReduceScatter, Some(op), send, recv, count, 0)?, stream)
     }
@@ -144,16 +119,13 @@ impl Comm {
     /// `from` into `recv`, in one launch (so that exchanges in a cycle cannot deadlock).
     #[allow(clippy::too_many_arguments)]
     pub fn sendrecv<T: Element>(
-        &self,
-        send: &DeviceBuffer<T>,
-        send_count: usize,
-        to: usize,
-        recv: &DeviceBuffer<T>,
-        recv_count: usize,
-        from: usize,
-        stream: &Stream,
+        &self, send: &DeviceBuffer<T>, send_count: usize, to: usize, recv: &DeviceBuffer<T>, recv_count: usize,
+        from: usize, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked_p2p(self.group(), Some((send, send_count, to)), Some((recv, recv_count, from)))?, stream)
+        self.submit(
+            Call::checked_p2p(self.group(), Some((send, send_count, to)), Some((recv, recv_count, from)))?,
+            stream,
+        )
     }
 
     fn group(&self) -> &Group {

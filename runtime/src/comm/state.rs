@@ -35,10 +35,7 @@ pub(crate) struct CommInner {
 
 impl CommInner {
     pub(crate) fn new(
-        enq: enqueue::Rank,
-        failure: Failure,
-        net: Option<Arc<Activity>>,
-        segments: Arc<dyn Send + Sync>,
+        enq: enqueue::Rank, failure: Failure, net: Option<Arc<Activity>>, segments: Arc<dyn Send + Sync>,
     ) -> CommInner {
         CommInner {
             enq,
@@ -52,7 +49,9 @@ impl CommInner {
         }
     }
 
-    pub(crate) fn with_bootstrap(self, bs: Bootstrap, abort: Arc<AtomicBool>, store_server: Option<Server>) -> CommInner {
+    pub(crate) fn with_bootstrap(
+        self, bs: Bootstrap, abort: Arc<AtomicBool>, store_server: Option<Server>,
+    ) -> CommInner {
         CommInner { bootstrap: Some((bs, abort)), _store_server: store_server, ..self }
     }
 
@@ -63,7 +62,10 @@ impl CommInner {
     /// Whether a new operation may be queued: not after an abort or a failure.
     pub(crate) fn usable(&self, name: &str) -> Result<()> {
         if self.is_aborted() {
-            return Err(Error::InvalidUsage(format!("{name} on rank {}: the communicator was aborted", self.enq.group.rank)));
+            return Err(Error::InvalidUsage(format!(
+                "{name} on rank {}: the communicator was aborted",
+                self.enq.group.rank
+            )));
         }
         self.failure.error().map_or(Ok(()), Err)
     }

@@ -5,7 +5,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -13,15 +13,12 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use super::protocol::{
-    Command, Put, MAX_FRAME_LEN, MAX_KEYS_PER_COMMAND, MAX_KEY_LEN, MAX_VALUE_LEN, MAX_WAIT_KEY_BYTES, NOT_READY,
-    READY, STOP_WAITING, VALIDATION_MAGIC, WAIT_CANCELED,
+    Command, Put, MAX_WAIT_KEY_BYTES, NOT_READY, READY, STOP_WAITING, VALIDATION_MAGIC, WAIT_CANCELED,
 };
+use super::request::{key_list, Frame, Wire, KEY_PREFIX};
 use super::{Result, Store, StoreError};
 use crate::bootstrap::deadline_after;
 
-/// Prepended to every key on the wire, as PyTorch's TCPStore client does, so a key set
-/// here is the key a PyTorch process reads from the same server, and the other way round.
-const KEY_PREFIX: &str = "/";
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const REFUSED: &str = "the server closed the connection before answering: it is at its connection limit \
@@ -137,10 +134,7 @@ impl TcpStore {
     /// Runs one request on the connection (reconnecting first if needed) within the
     /// store's timeout. On failure the connection is dropped: it may be out of step.
     fn request<T>(
-        &self,
-        link: &mut Option<TcpStream>,
-        op: &'static str,
-        keys: &[&str],
+        &self, link: &mut Option<TcpStream>, op: &'static str, keys: &[&str],
         exchange: impl FnOnce(&mut Wire<'_>) -> io::Result<T>,
     ) -> Result<T> {
         let deadline = deadline_after(Instant::now(), self.timeout);
@@ -324,143 +318,15 @@ impl Store for TcpStore {
     }
 }
 
-/// A request being encoded, checked against the protocol's limits as it grows so that a
-/// call breaking them fails before anything is sent.
-struct Frame {
-    op: &'static str,
-    bytes: Vec<u8>,
-}
-
-impl Frame {
-    fn new(op: &'static str, command: Command) -> Frame {
-        Frame { op, bytes: vec![command as u8] }
-    }
-
-    fn refuse(&self, msg: String) -> StoreError {
-        StoreError::InvalidArgument { op: self.op, msg }
-    }
-
-    fn key(&mut self, key: &str) -> Result<()> {
-        let len = KEY_PREFIX.len() + key.len();
-        if len > MAX_KEY_LEN {
-            return Err(self.refuse(format!("a key of {len} bytes on the wire (limit {MAX_KEY_LEN})")));
-        }
-        self.bytes.put_u64(len as u64);
-        self.bytes.extend_from_slice(KEY_PREFIX.as_bytes());
-        self.bytes.extend_from_slice(key.as_bytes());
-        Ok(())
-    }
-
-    fn value(&mut self, value: &[u8]) -> Result<()> {
-        if value.len() > MAX_VALUE_LEN {
-            return Err(self.refuse(format!("a value of {} bytes (limit {MAX_VALUE_LEN})", value.len())));
-        }
-        self.bytes.put_bytes(value);
-        Ok(())
-    }
-
-    fn count(&mut self, n: usize) -> Result<()> {
-        if n > MAX_KEYS_PER_COMMAND {
-            return Err(self.refuse(format!("{n} keys (limit {MAX_KEYS_PER_COMMAND})")));
-        }
-        self.bytes.put_u64(n as u64);
-        Ok(())
-    }
-
-    fn finish(self) -> Result<Vec<u8>> {
-        if self.bytes.len() > MAX_FRAME_LEN {
-            return Err(self.refuse(format!("a request of {} bytes (limit {MAX_FRAME_LEN})", self.bytes.len())));
-        }
-        Ok(self.bytes)
-    }
-}
-
-/// The frame of a command whose argument is a key list.
-fn key_list(op: &'static str, command: Command, keys: &[&str]) -> Result<Frame> {
-    let mut frame = Frame::new(op, command);
-    frame.count(keys.len())?;
-    for key in keys {
-        frame.key(key)?;
-    }
-    Ok(frame)
-}
-
-/// The connection during one call: every read and write fails with `TimedOut` once
-/// `deadline` has passed.
-struct Wire<'a> {
-    stream: &'a mut TcpStream,
-    deadline: Instant,
-}
-
-impl Wire<'_> {
-    fn left(&self) -> io::Result<Duration> {
-        remaining(self.deadline).ok_or_else(|| io::ErrorKind::TimedOut.into())
-    }
-
-    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.stream.set_write_timeout(Some(self.left()?))?;
-        self.stream.write_all(bytes)
-    }
-
-    fn exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
-        let mut filled = 0;
-        while filled < buf.len() {
-            self.stream.set_read_timeout(Some(self.left()?))?;
-            match self.stream.read(&mut buf[filled..]) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
-        let mut out = [0; N];
-        self.exact(&mut out)?;
-        Ok(out)
-    }
-
-    fn u8(&mut self) -> io::Result<u8> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn u32(&mut self) -> io::Result<u32> {
-        self.array().map(u32::from_le_bytes)
-    }
-
-    fn i64(&mut self) -> io::Result<i64> {
-        self.array().map(i64::from_le_bytes)
-    }
-
-    /// A length-prefixed value, allocated as its bytes arrive, never from the length alone.
-    fn bytes(&mut self) -> io::Result<Vec<u8>> {
-        const CHUNK: usize = 64 << 10;
-        let len = u64::from_le_bytes(self.array()?);
-        if len > MAX_VALUE_LEN as u64 {
-            return Err(invalid(format!("a reply value of {len} bytes (limit {MAX_VALUE_LEN})")));
-        }
-        let len = len as usize;
-        let mut value = Vec::new();
-        while value.len() < len {
-            let start = value.len();
-            value.resize(len.min(start + CHUNK), 0);
-            self.exact(&mut value[start..])?;
-        }
-        Ok(value)
-    }
-}
-
-fn remaining(deadline: Instant) -> Option<Duration> {
+pub(super) fn remaining(deadline: Instant) -> Option<Duration> {
     deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
 }
 
-fn is_timeout(e: &io::Error) -> bool {
+pub(super) fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
-fn invalid(msg: String) -> io::Error {
+pub(super) fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 

@@ -13,6 +13,7 @@
 //! ```
 
 mod client;
+mod request;
 mod conn;
 mod limits;
 mod prefix;

@@ -115,20 +115,12 @@ fn candidates(dir: &Path) -> Vec<PathBuf> {
     let mut wheels: Vec<PathBuf> = read_dir_names(&dir.join("nvidia")).map(|(_, p)| p.join("lib")).collect();
     wheels.sort();
     subdirs.extend(wheels);
-    subdirs
-        .iter()
-        .flat_map(|d| LIB_NAMES.iter().map(move |n| d.join(n)))
-        .filter(|f| f.is_file())
-        .collect()
+    subdirs.iter().flat_map(|d| LIB_NAMES.iter().map(move |n| d.join(n))).filter(|f| f.is_file()).collect()
 }
 
 /// What was looked for in `dir`, for errors.
 fn searched(dir: &Path) -> String {
-    format!(
-        "no libnvrtc ({}) in {} or its sub-folders lib64, lib, nvidia/*/lib",
-        LIB_NAMES.join(", "),
-        dir.display()
-    )
+    format!("no libnvrtc ({}) in {} or its sub-folders lib64, lib, nvidia/*/lib", LIB_NAMES.join(", "), dir.display())
 }
 
 /// The first usable NVRTC in `path`: the file itself, or one found in the folder.
@@ -152,9 +144,8 @@ fn first_usable(files: &[PathBuf]) -> Result<Nvrtc, Vec<String>> {
     for file in files {
         tracing::debug!(file = %file.display(), "nvrtc: trying");
         // SAFETY: loading NVRTC runs no initializers with preconditions on our side.
-        let opened = unsafe { Library::new(file) }
-            .map_err(|e| format!("cannot load {}: {e}", file.display()))
-            .and_then(|lib| {
+        let opened =
+            unsafe { Library::new(file) }.map_err(|e| format!("cannot load {}: {e}", file.display())).and_then(|lib| {
                 let location = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
                 Nvrtc::from_library(lib, location.display().to_string())
             });
@@ -197,11 +188,7 @@ pub(super) fn open_first(places: &[Place]) -> Result<Nvrtc, String> {
         }
     }
     let looked: Vec<String> = places.iter().map(|p| p.to_string()).collect();
-    let mut msg = format!(
-        "no usable NVRTC 12 or 13: looked for {} in {}",
-        LIB_NAMES.join(", "),
-        looked.join(", ")
-    );
+    let mut msg = format!("no usable NVRTC 12 or 13: looked for {} in {}", LIB_NAMES.join(", "), looked.join(", "));
     if !refused.is_empty() {
         msg += &format!("; refused: {}", refused.join("; "));
     }

@@ -86,7 +86,9 @@ impl Nvrtc {
     /// Compiles one translation unit for `arch`: CUBIN bytes, or PTX text (without a
     /// trailing NUL; append one before handing it to `cuModuleLoadData`).
     /// `name` names the program in NVRTC's diagnostics and in errors.
-    pub fn compile(&self, source: &str, name: &str, arch: CudaArch, output: CudaOutput) -> Result<Vec<u8>, CompileError> {
+    pub fn compile(
+        &self, source: &str, name: &str, arch: CudaArch, output: CudaOutput,
+    ) -> Result<Vec<u8>, CompileError> {
         let failed = |log: String| CompileError::Failed { compiler: "nvrtc", kernel: name.to_owned(), log };
         if !self.supports(arch) {
             let archs: Vec<String> = self.archs.iter().map(|a| CudaArch(*a).to_string()).collect();
@@ -206,9 +208,7 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
             return;
         };
         for arch in [CudaArch(80), CudaArch(90)] {
-            let cubin = nv
-                .compile(KERNEL, "jitccl_test_kernel", arch, CudaOutput::Cubin)
-                .unwrap();
+            let cubin = nv.compile(KERNEL, "jitccl_test_kernel", arch, CudaOutput::Cubin).unwrap();
             assert!(cubin.starts_with(b"\x7fELF"), "{arch}: not an ELF image");
         }
     }
@@ -218,9 +218,7 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
         let Some(nv) = nvrtc_or_skip("compiles_ptx_with_inline_asm") else {
             return;
         };
-        let ptx = nv
-            .compile(KERNEL, "jitccl_test_kernel", CudaArch(90), CudaOutput::Ptx)
-            .unwrap();
+        let ptx = nv.compile(KERNEL, "jitccl_test_kernel", CudaArch(90), CudaOutput::Ptx).unwrap();
         let ptx = String::from_utf8(ptx).unwrap();
         assert!(ptx.contains(".entry jitccl_test_kernel"), "{ptx}");
         assert!(ptx.contains(".target sm_90"), "{ptx}");
@@ -235,16 +233,9 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
         };
         let src = "extern \"C\" __global__ void broken(int* p) { *p = undeclared_name; }";
         match nv.compile(src, "broken", CudaArch(90), CudaOutput::Cubin) {
-            Err(CompileError::Failed {
-                compiler: "nvrtc",
-                kernel,
-                log,
-            }) => {
+            Err(CompileError::Failed { compiler: "nvrtc", kernel, log }) => {
                 assert_eq!(kernel, "broken");
-                assert!(
-                    log.contains("undeclared_name") && log.contains("broken.cu"),
-                    "{log}"
-                );
+                assert!(log.contains("undeclared_name") && log.contains("broken.cu"), "{log}");
             }
             other => panic!("expected Failed, got {other:?}"),
         }
@@ -255,9 +246,7 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
         let Some(nv) = nvrtc_or_skip("unsupported_arch_is_failed") else {
             return;
         };
-        let err = nv
-            .compile(KERNEL, "jitccl_test_kernel", CudaArch(7), CudaOutput::Cubin)
-            .unwrap_err();
+        let err = nv.compile(KERNEL, "jitccl_test_kernel", CudaArch(7), CudaOutput::Cubin).unwrap_err();
         assert!(matches!(err, CompileError::Failed { .. }), "{err}");
     }
 
@@ -294,15 +283,8 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
     fn override_to_missing_path_is_unavailable() {
         let missing = Path::new("/nonexistent/jitccl/libnvrtc.so.12");
         match Nvrtc::load(Some(missing)).map_err(unavailable) {
-            Err(CompileError::Unavailable {
-                compiler: "nvrtc",
-                reason,
-            }) => {
-                assert!(
-                    reason.contains(ENV_PATH)
-                        && reason.contains("/nonexistent/jitccl/libnvrtc.so.12"),
-                    "{reason}"
-                );
+            Err(CompileError::Unavailable { compiler: "nvrtc", reason }) => {
+                assert!(reason.contains(ENV_PATH) && reason.contains("/nonexistent/jitccl/libnvrtc.so.12"), "{reason}");
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }
@@ -312,10 +294,7 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
     fn override_to_directory_without_library_names_it() {
         let empty = tempfile::tempdir().unwrap();
         let reason = Nvrtc::load(Some(empty.path())).unwrap_err();
-        assert!(
-            reason.contains(&empty.path().display().to_string()) && reason.contains("no libnvrtc"),
-            "{reason}"
-        );
+        assert!(reason.contains(&empty.path().display().to_string()) && reason.contains("no libnvrtc"), "{reason}");
     }
 
     #[test]
@@ -325,26 +304,10 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
         };
         // The first compile of the process pays NVRTC's one-time initialization.
         let started = Instant::now();
-        nv.compile(
-            KERNEL,
-            "jitccl_test_kernel",
-            CudaArch(90),
-            CudaOutput::Cubin,
-        )
-        .unwrap();
+        nv.compile(KERNEL, "jitccl_test_kernel", CudaArch(90), CudaOutput::Cubin).unwrap();
         let first = started.elapsed();
         let started = Instant::now();
-        nv.compile(
-            KERNEL,
-            "jitccl_test_kernel",
-            CudaArch(90),
-            CudaOutput::Cubin,
-        )
-        .unwrap();
-        println!(
-            "nvrtc {}: small kernel to CUBIN sm_90: first {first:?}, again {:?}",
-            nv.id(),
-            started.elapsed()
-        );
+        nv.compile(KERNEL, "jitccl_test_kernel", CudaArch(90), CudaOutput::Cubin).unwrap();
+        println!("nvrtc {}: small kernel to CUBIN sm_90: first {first:?}, again {:?}", nv.id(), started.elapsed());
     }
 }
