@@ -5,7 +5,11 @@
 //! peer they wait for (`Args::peer_failed`), so a wait on a failed rank ends at once, and
 //! the error names the rank that failed first, not merely the neighbour that was waited on.
 
+mod watch;
+
 use std::sync::atomic::{AtomicI32, Ordering};
+
+pub(crate) use watch::Watch;
 
 /// Set in a board word when the failure was seen as a closed connection rather than
 /// reported.
@@ -16,7 +20,8 @@ const CLOSED: i32 = 1 << 30;
 pub(crate) struct Notice {
     /// The rank that failed first, as far as the writer knew.
     pub culprit: usize,
-    /// The writer saw the rank's connection close (the culprit is that rank).
+    /// The writer saw the rank go: its connection closed or its process exited (the
+    /// culprit is that rank).
     pub closed: bool,
 }
 
@@ -32,7 +37,7 @@ impl Notice {
     /// How the culprit's failure became known, for error messages.
     pub(crate) fn how(self, from: usize) -> String {
         if self.closed {
-            format!("the connection to rank {from} closed")
+            format!("rank {from} is gone: its process exited or its connection closed")
         } else {
             format!("reported by rank {from}")
         }

@@ -134,8 +134,15 @@ impl Shared {
     /// completion, or by `idle` when there is none.
     fn complete(&self, i: u64, res: Result<()>) {
         if let Err(e) = res {
-            tracing::warn!("stream operation failed: {e}");
-            self.error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+            // The operations queued behind a failed one fail with the same error: one
+            // warning says it.
+            let mut first = self.error.lock().unwrap_or_else(|e| e.into_inner());
+            if first.is_none() {
+                tracing::warn!("stream operation failed: {e}");
+            } else {
+                tracing::debug!("stream operation failed: {e}");
+            }
+            first.get_or_insert(e);
         }
         self.completed.store(i + 1, Release);
         if i + 1 >= self.wake_at.load(Acquire) {

@@ -14,6 +14,7 @@ use crate::config::{Config, Resolved};
 use crate::device::Device;
 use crate::enqueue::{self, Group, Tables};
 use crate::error::{invalid, Error, Result};
+use crate::fault::Watch;
 use crate::graph::{self, GlobalSystem, Graph, SearchParams};
 use crate::store::{Server, Store, TcpStore};
 use crate::topo::System;
@@ -29,6 +30,7 @@ use crate::tune::{self, Tuner};
 /// first so it stops before the memory goes), the peers' segments as mapped here (shared
 /// memory or local shadows), and this rank's own.
 struct Segments {
+    _watch: Option<Watch>,
     _proxy: Option<Proxy>,
     _attached: Vec<Box<dyn Send + Sync>>,
     _own: ShmSegment,
@@ -163,7 +165,11 @@ impl Comm {
             if me.net_only { " (JITCCL_TRANSPORT=net)" } else { "" }
         );
         let activity = proxy.as_ref().map(Proxy::activity);
-        let segments = Arc::new(Segments { _proxy: proxy, _attached: keep, _own: own });
+        // Peer processes on this host: their exit is noticed through pidfds.
+        let local: Vec<(usize, u32)> =
+            (0..nranks).filter(|&q| q != rank && !net[q]).map(|q| (q, endpoints[q].pid)).collect();
+        let watch = Watch::start(rank, &local, layout.board(bases[rank]));
+        let segments = Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _own: own });
         let inner = rank_state(rank, &layout, cfg, conns, &bases, &net, cpus, tuner, activity, segments)?;
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
     }

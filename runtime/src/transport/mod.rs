@@ -55,34 +55,39 @@ pub(crate) struct Endpoint {
     pub segment: String,
     /// `JITCCL_TRANSPORT=net`: TCP even where memory could be shared.
     pub net_only: bool,
+    /// The rank's process, for peers on its host to watch.
+    pub pid: u32,
 }
 
 impl Endpoint {
     /// A rank of a group of processes, receiving in the shared segment `segment`.
     pub(crate) fn of_process(segment: &str) -> Result<Endpoint> {
-        Ok(Endpoint { host: host_id(), group: None, segment: segment.to_string(), net_only: force_net()? })
+        let pid = std::process::id();
+        Ok(Endpoint { host: host_id(), group: None, segment: segment.to_string(), net_only: force_net()?, pid })
     }
 
     /// The endpoint of every rank of a new group created together in this process.
     pub(crate) fn of_group() -> Endpoint {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let group = Some(NEXT.fetch_add(1, Ordering::Relaxed));
-        Endpoint { host: host_id(), group, segment: String::new(), net_only: false }
+        Endpoint { host: host_id(), group, segment: String::new(), net_only: false, pid: std::process::id() }
     }
 
     /// The bytes exchanged at init (fields joined by a separator no field holds).
     pub(crate) fn encode(&self) -> Vec<u8> {
         let group = self.group.map_or(String::new(), |g| g.to_string());
-        [self.host.as_str(), &group, &self.segment, if self.net_only { "net" } else { "" }].join("\u{1f}").into_bytes()
+        let pid = self.pid.to_string();
+        [self.host.as_str(), &group, &self.segment, if self.net_only { "net" } else { "" }, &pid].join("\u{1f}").into_bytes()
     }
 
     pub(crate) fn decode(b: &[u8]) -> Result<Endpoint> {
         let bad = || Error::Internal(format!("a peer sent a malformed endpoint ({} bytes)", b.len()));
         let s = std::str::from_utf8(b).map_err(|_| bad())?;
         let f: Vec<&str> = s.split('\u{1f}').collect();
-        let [host, group, segment, net] = f[..] else { return Err(bad()) };
+        let [host, group, segment, net, pid] = f[..] else { return Err(bad()) };
         let group = if group.is_empty() { None } else { Some(group.parse().map_err(|_| bad())?) };
-        Ok(Endpoint { host: host.into(), group, segment: segment.into(), net_only: net == "net" })
+        let pid = pid.parse().map_err(|_| bad())?;
+        Ok(Endpoint { host: host.into(), group, segment: segment.into(), net_only: net == "net", pid })
     }
 }
 
@@ -129,7 +134,7 @@ mod tests {
     use super::*;
 
     fn ep(host: &str, group: Option<u64>, net_only: bool) -> Endpoint {
-        Endpoint { host: host.into(), group, segment: "jitccl-1-2-3".into(), net_only }
+        Endpoint { host: host.into(), group, segment: "jitccl-1-2-3".into(), net_only, pid: 7 }
     }
 
     #[test]

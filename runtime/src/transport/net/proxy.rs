@@ -35,6 +35,8 @@ const BUSY_SLEEP: Duration = Duration::from_millis(1);
 /// must act on wakes it).
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 const WAKE: Token = Token(usize::MAX);
+/// The longest a failing rank waits for its fault frames to leave.
+const FAULT_FLUSH: Duration = Duration::from_millis(200);
 
 /// What wakes the proxy besides its sockets: kernels of its rank starting, and stopping.
 pub(crate) struct Activity {
@@ -45,6 +47,8 @@ pub(crate) struct Activity {
     stop: AtomicBool,
     /// 1 + the culprit of this rank's failure, to be reported to every net peer (0: none).
     fault: AtomicUsize,
+    /// Every peer has been sent the fault frame (or its connection is gone).
+    fault_sent: AtomicBool,
     waker: Waker,
 }
 
@@ -62,9 +66,16 @@ impl Activity {
 
     /// Tells every net peer that this rank's communicator failed, `culprit` having failed
     /// first as far as this rank knows.
+    ///
+    /// Waits (up to `FAULT_FLUSH`) until the frames are out: a process that exits on the
+    /// error would otherwise close its connections first, and its peers would blame it.
     pub(crate) fn report_failure(&self, culprit: usize) {
         self.fault.store(culprit + 1, Ordering::SeqCst);
         self.wake();
+        let end = Instant::now() + FAULT_FLUSH;
+        while !self.fault_sent.load(Ordering::Acquire) && Instant::now() < end {
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// Stops the proxy: it drains what its kernels posted, then closes.
@@ -130,6 +141,7 @@ pub(super) fn spawn(
         sleeping: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         fault: AtomicUsize::new(0),
+        fault_sent: AtomicBool::new(false),
         waker,
     });
     let sides = Sides(sends, recvs);
@@ -242,6 +254,9 @@ fn run(
                     r.dead = true;
                 }
             }
+        }
+        if failed && !act.fault_sent.load(Ordering::Relaxed) && sends.iter().all(SendSide::settled) {
+            act.fault_sent.store(true, Ordering::Release);
         }
         idle = if progressed { 0 } else { idle.saturating_add(1) };
         wait = Duration::ZERO;
