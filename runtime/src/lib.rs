@@ -43,4 +43,4 @@ pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
 pub use stream::Stream;
-pub use tune::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError};
+pub use tune::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology};

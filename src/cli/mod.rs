@@ -1,4 +1,4 @@
-//! Command-line interface: `jitccl kernels | perf | launch | store | topo`.
+//! Command-line interface: `jitccl kernels | perf | tune | launch | store | topo`.
 
 mod kernels;
 mod launch;
@@ -7,6 +7,7 @@ mod ranks;
 mod size;
 mod store;
 mod topo;
+mod tune;
 
 use std::process::ExitCode;
 
@@ -26,6 +27,8 @@ enum Command {
     Kernels(kernels::KernelsCmd),
     /// Benchmark a collective over a range of sizes (nccl-tests layout).
     Perf(perf::PerfArgs),
+    /// Measure every algorithm, protocol, channel count and chunk size per size and write the tuning table.
+    Tune(tune::TuneArgs),
     /// Start N local rank processes (torchrun's environment), failing fast.
     Launch(launch::LaunchArgs),
     /// Run the rendezvous key-value store server.
@@ -50,6 +53,7 @@ impl Cli {
         let res = match self.cmd {
             Command::Kernels(k) => k.run(),
             Command::Perf(p) => p.run(),
+            Command::Tune(t) => t.run(),
             Command::Launch(l) => l.run(),
             Command::Store(s) => s.run(),
             Command::Topo(t) => t.run(),

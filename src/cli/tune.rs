@@ -1,0 +1,294 @@
+//! `jitccl tune`: measures every candidate (algorithm × protocol × channels × chunk size)
+//! of each collective over a size sweep on this machine, writes the fastest per size as a
+//! tuning table, and prints per size the cost model's pick, the measured best and the gap.
+//!
+//! Each candidate is one `jitccl perf` run (this program again, covering all sizes, so the
+//! rank processes start once per candidate), forced through a one-row tuning table rather
+//! than `--algo/--proto`: a row also fixes the chunk size, and the DEBUG log then confirms
+//! that the choice came from it. The model's own pick is one more run with an empty table.
+//! Every finished run is appended to `<output>.partial`, so an interrupted run resumes.
+
+mod measure;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jitccl::{Collective, Protocol, Row, Table, Topology};
+
+use super::at_least;
+use super::ranks::parse_nranks;
+use super::size::{parse_size, sweep_sizes};
+use measure::{Candidate, Measurement, Partial};
+
+#[derive(clap::Args)]
+pub struct TuneArgs {
+    /// Collectives to tune, comma-separated (default all_reduce; sendrecv has no table rows).
+    #[arg(long, value_delimiter = ',')]
+    colls: Vec<Collective>,
+    /// Number of ranks (the table applies to this many).
+    #[arg(short = 'n', long, default_value_t = 2, value_parser = parse_nranks)]
+    nranks: usize,
+    /// Smallest size in bytes (K/M/G suffixes; default 8).
+    #[arg(short = 'b', long = "minbytes", value_parser = parse_size)]
+    min_bytes: Option<usize>,
+    /// Largest size in bytes (default 32M; 1M with --quick).
+    #[arg(short = 'e', long = "maxbytes", value_parser = parse_size)]
+    max_bytes: Option<usize>,
+    /// Multiply the size by this factor each step (default 4; 16 with --quick).
+    #[arg(short = 'f', long = "stepfactor", value_parser = at_least::<2>)]
+    factor: Option<usize>,
+    /// Untimed iterations per size (default 5; 2 with --quick).
+    #[arg(short = 'w', long = "warmup_iters")]
+    warmup: Option<usize>,
+    /// Timed iterations per size (default 20; 10 with --quick).
+    #[arg(short = 'i', long = "iters", value_parser = at_least::<1>)]
+    iters: Option<usize>,
+    /// Try 1 to this many channels (default: what the runtime configures, JITCCL_NCHANNELS
+    /// or cores / ranks up to 4; 2 with --quick).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
+    max_channels: Option<usize>,
+    /// Chunk sizes (bytes per FIFO step, K/M suffixes) to try besides the model's, comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    chunks: Vec<usize>,
+    /// The table to write (default: this topology's cache file, which communicators load).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// A few minutes on 2 cores: all_reduce only, 8 B to 1 MiB by 16, 1 or 2 channels, few iterations.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// The settings of a run, defaults filled in.
+struct Plan {
+    colls: Vec<Collective>,
+    nranks: usize,
+    sizes: Vec<usize>,
+    factor: usize,
+    warmup: usize,
+    iters: usize,
+    candidates: Vec<Candidate>,
+}
+
+impl Plan {
+    /// The perf arguments every run shares.
+    fn perf_args(&self, coll: Collective) -> Vec<String> {
+        let (b, e) = (self.sizes[0], self.sizes[self.sizes.len() - 1]);
+        [
+            "perf".to_string(),
+            coll.to_string(),
+            format!("-n{}", self.nranks),
+            format!("-b{b}"),
+            format!("-e{e}"),
+            format!("-f{}", self.factor),
+            format!("-w{}", self.warmup),
+            format!("-i{}", self.iters),
+            "-c1".to_string(),
+        ]
+        .to_vec()
+    }
+
+    /// What the partial file must have been made with to be resumed.
+    fn signature(&self) -> String {
+        format!(
+            "nranks={} sizes={}..{}x{} warmup={} iters={}",
+            self.nranks,
+            self.sizes[0],
+            self.sizes[self.sizes.len() - 1],
+            self.factor,
+            self.warmup,
+            self.iters
+        )
+    }
+}
+
+/// The runtime's default channel count (config.rs): JITCCL_NCHANNELS, else cores / ranks, 1 to 4.
+fn default_channels(nranks: usize) -> usize {
+    let env = std::env::var("JITCCL_NCHANNELS").ok().and_then(|v| v.trim().parse::<usize>().ok());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    env.unwrap_or((cores / nranks.max(1)).clamp(1, 4)).clamp(1, jitccl::MAX_CHANNELS)
+}
+
+/// Online CPUs, as rank 0 reports them in its tuning plan (the topology fingerprint's input).
+fn machine_cores() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
+impl TuneArgs {
+    fn plan(&self) -> Result<Plan, String> {
+        let q = self.quick;
+        let colls = if self.colls.is_empty() || q { vec![Collective::AllReduce] } else { self.colls.clone() };
+        if colls.contains(&Collective::SendRecv) {
+            return Err(
+                "sendrecv cannot be tuned: point-to-point follows a fixed rule and tables have no sendrecv rows".into(),
+            );
+        }
+        let factor = self.factor.unwrap_or(if q { 16 } else { 4 });
+        let max = self.max_bytes.unwrap_or(if q { 1 << 20 } else { 32 << 20 });
+        let sizes = sweep_sizes(self.min_bytes.unwrap_or(8), max, factor)?;
+        let max_ch = self.max_channels.unwrap_or(if q { 2 } else { default_channels(self.nranks) });
+        let mut chunks = vec![None];
+        chunks.extend(self.chunks.iter().map(|&c| Some(c)));
+        // Valid (algorithm, protocol) pairs differ per collective; `candidates` holds the union
+        // and each collective takes those its table rows may name.
+        let mut candidates = Vec::new();
+        for &algo in Collective::AllReduce.algorithms() {
+            for &proto in Protocol::ALL {
+                for channels in 1..=max_ch {
+                    for &chunk in &chunks {
+                        candidates.push(Candidate { algo, proto, channels, chunk });
+                    }
+                }
+            }
+        }
+        Ok(Plan {
+            colls,
+            nranks: self.nranks,
+            sizes,
+            factor,
+            warmup: self.warmup.unwrap_or(if q { 2 } else { 5 }),
+            iters: self.iters.unwrap_or(if q { 10 } else { 20 }),
+            candidates,
+        })
+    }
+
+    pub fn run(self) -> Result<ExitCode, String> {
+        let plan = self.plan()?;
+        let cores = machine_cores();
+        let topo = Topology::host(plan.nranks, default_channels(plan.nranks), cores);
+        let output = match &self.output {
+            Some(p) => p.clone(),
+            None => Table::cache_path(&topo)
+                .ok_or("no cache directory for the table (JITCCL_CACHE_DIR / HOME unset?); pass --output")?,
+        };
+        let partial_path = PathBuf::from(format!("{}.partial", output.display()));
+        let mut partial = Partial::open(&partial_path, &plan.signature())?;
+        if partial.kept() > 0 {
+            eprintln!("jitccl tune: resuming: {} measurement(s) kept from {}", partial.kept(), partial_path.display());
+        }
+        let work = std::env::temp_dir().join(format!("jitccl-tune-{}", std::process::id()));
+        std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+        let res = self.tune(&plan, &topo, &output, &mut partial, &work);
+        let _ = std::fs::remove_dir_all(&work);
+        let table = res?;
+        table.write(&output).map_err(|e| format!("writing {}: {e}", output.display()))?;
+        let _ = std::fs::remove_file(&partial_path);
+        println!("# wrote {} row(s) to {}", table.rows.len(), output.display());
+        Ok(ExitCode::SUCCESS)
+    }
+
+    fn tune(
+        &self, plan: &Plan, topo: &Topology, output: &Path, partial: &mut Partial, work: &Path,
+    ) -> Result<Table, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+        let runs: Vec<(Collective, Option<Candidate>)> = plan
+            .colls
+            .iter()
+            .flat_map(|&coll| {
+                let cands = plan.candidates.iter().filter(move |c| coll.algorithms().contains(&c.algo));
+                std::iter::once((coll, None)).chain(cands.map(move |c| (coll, Some(*c))))
+            })
+            .collect();
+        let todo = runs.iter().filter(|(coll, c)| partial.get(*coll, c.as_ref()).is_none()).count();
+        println!(
+            "# jitccl tune: {} run(s) of jitccl perf ({} to do), {} rank(s), sizes {}..{} B by {}, table: {}",
+            runs.len(),
+            todo,
+            plan.nranks,
+            plan.sizes[0],
+            plan.sizes[plan.sizes.len() - 1],
+            plan.factor,
+            output.display()
+        );
+        let bar = ProgressBar::with_draw_target(Some(todo as u64), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} runs, ETA {eta} {msg}") {
+            bar.set_style(style);
+        }
+        for (coll, cand) in &runs {
+            if partial.get(*coll, cand.as_ref()).is_some() {
+                continue;
+            }
+            bar.set_message(format!("{coll} {}", cand.map_or("model".into(), |c| c.to_string())));
+            let m = measure::run(&exe, plan, *coll, cand.as_ref(), work);
+            if let Measurement::Failed(why) = &m {
+                bar.suspend(|| {
+                    eprintln!("jitccl tune: {coll} {}: {why}", cand.map_or("model".into(), |c| c.to_string()))
+                });
+            }
+            partial.record(*coll, cand.as_ref(), &m)?;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+
+        let mut table =
+            Table { fingerprint: Some(topo.fingerprint), nranks: Some(plan.nranks), nnodes: Some(1), rows: Vec::new() };
+        for &coll in &plan.colls {
+            table.rows.extend(report(plan, coll, partial)?);
+        }
+        Ok(table)
+    }
+}
+
+/// Prints the comparison for `coll` and returns its rows: per size the fastest candidate,
+/// adjacent sizes with the same winner merged, each row reaching up to the next one's size.
+fn report(plan: &Plan, coll: Collective, partial: &Partial) -> Result<Vec<Row>, String> {
+    let model = match partial.get(coll, None) {
+        Some(Measurement::Done { times, .. }) => Some(times),
+        _ => None,
+    };
+    let picks = match partial.get(coll, None) {
+        Some(Measurement::Done { picks, .. }) => picks.clone(),
+        _ => BTreeMap::new(),
+    };
+    println!("#\n# {coll}, {} ranks: the cost model's pick and the measured best per size (time: min of out-of-place and in-place, us)", plan.nranks);
+    println!("# {:>10}  {:<22} {:>10}  {:<24} {:>10} {:>8}", "size (B)", "model pick", "time", "best", "time", "gap");
+    let mut winners: Vec<(usize, Candidate)> = Vec::new();
+    for &size in &plan.sizes {
+        let best = plan
+            .candidates
+            .iter()
+            .filter_map(|c| match partial.get(coll, Some(c)) {
+                Some(Measurement::Done { times, .. }) => times.get(&size).map(|&t| (*c, t)),
+                _ => None,
+            })
+            // The model's run is a candidate too (its pick with the model's chunk): timing
+            // noise may have made it faster than the same candidate's own run.
+            .chain(model.and_then(|m| Some((Candidate::from_pick(picks.get(&size)?)?, *m.get(&size)?))))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let Some((cand, t)) = best else {
+            return Err(format!("{coll}: no candidate ran at {size} B (see the errors above)"));
+        };
+        let pick = picks.get(&size).map_or("?", String::as_str);
+        let (mt, gap) = match model.and_then(|m| m.get(&size)) {
+            Some(&mt) => (format!("{mt:.2}"), format!("{:.1}%", 100.0 * (mt - t) / t)),
+            None => ("failed".into(), "-".into()),
+        };
+        println!("  {size:>10}  {pick:<22} {mt:>10}  {:<24} {t:>10.2} {gap:>8}", cand.to_string());
+        winners.push((size, cand));
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    for (i, &(size, c)) in winners.iter().enumerate() {
+        let max = winners.get(i + 1).map_or(size as u64, |&(next, _)| next as u64 - 1);
+        match rows.last_mut() {
+            Some(r) if (r.algo, r.proto, r.channels, r.chunk_bytes) == (c.algo, c.proto, Some(c.channels), c.chunk) => {
+                r.max_bytes = max
+            }
+            _ => rows.push(c.row(coll, if i == 0 { 0 } else { size as u64 }, max, Some(plan.nranks))),
+        }
+    }
+    Ok(rows)
+}
+
+/// Appends a line to a file, creating it.
+fn append(path: &Path, line: &str) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    writeln!(f, "{line}").map_err(|e| format!("writing {}: {e}", path.display()))
+}

@@ -1,0 +1,108 @@
+//! `jitccl tune`: a quick run writes a table that parses, covers the sizes and is then used
+//! (the DEBUG log says "from the tuning table"); a run resumes from its partial file; and
+//! ranks given different tables follow rank 0's.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use jitccl::{Collective, Table};
+
+const EXE: &str = env!("CARGO_BIN_EXE_jitccl");
+
+/// `jitccl <args>` with no tuning variables from the caller's environment.
+fn jitccl(args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(EXE);
+    cmd.args(args);
+    for v in ["JITCCL_TUNER_CONFIG_FILE", "JITCCL_ALGO", "JITCCL_PROTO", "JITCCL_NCHANNELS", "JITCCL_DEBUG"] {
+        cmd.env_remove(v);
+    }
+    cmd.envs(vars.iter().copied()).output().unwrap()
+}
+
+fn ok(o: &Output) -> (String, String) {
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success(), "exit {}\n{out}\n{err}", o.status);
+    (out, err)
+}
+
+fn quick(table: &Path) -> Output {
+    jitccl(&["tune", "--quick", "-n", "2", "-b", "8", "-e", "4K", "-o", table.to_str().unwrap()], &[])
+}
+
+#[test]
+fn quick_tune_writes_a_table_that_perf_then_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.csv");
+    let (out, _) = ok(&quick(&path));
+    // One line per size (8, 128, 2048): the model's pick, the best and the gap.
+    for size in ["8", "128", "2048"] {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(size))
+            .unwrap_or_else(|| panic!("no {size} B line:\n{out}"));
+        assert!(line.contains('%') && line.contains("ch"), "{line}");
+    }
+    assert!(!dir.path().join("t.csv.partial").exists(), "the partial file outlived a finished run");
+
+    let table = Table::read(&path).unwrap();
+    assert_eq!(table.nranks, Some(2));
+    assert!(table.fingerprint.is_some());
+    for size in [8u64, 100, 128, 2048] {
+        let rows = table
+            .rows
+            .iter()
+            .filter(|r| r.coll == Collective::AllReduce && (r.min_bytes..=r.max_bytes).contains(&size));
+        assert_eq!(rows.count(), 1, "{size} B is not covered by exactly one row:\n{}", table.to_csv());
+    }
+
+    let o = jitccl(
+        &["perf", "all_reduce", "-n", "2", "-b", "8", "-e", "4K", "-f", "16", "-w", "1", "-i", "2"],
+        &[("JITCCL_TUNER_CONFIG_FILE", path.to_str().unwrap()), ("JITCCL_DEBUG", "DEBUG")],
+    );
+    let (_, err) = ok(&o);
+    assert!(err.contains("all_reduce 128 B x 2 ranks") && err.contains("from the tuning table"), "{err}");
+}
+
+#[test]
+fn an_interrupted_tune_resumes_from_its_partial_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.csv");
+    // One finished candidate, implausibly fast, so that keeping it shows in the table.
+    let partial = "# jitccl tune partial: nranks=2 sizes=8..2048x16 warmup=2 iters=10\n\
+                   all_reduce\ttree/ll/2/-1\tok\t8=0.001=?;128=0.001=?;2048=0.001=?\n";
+    std::fs::write(dir.path().join("t.csv.partial"), partial).unwrap();
+    let (out, err) = ok(&quick(&path));
+    assert!(err.contains("resuming: 1 measurement(s) kept"), "{err}");
+    assert!(out.contains("(18 to do)"), "{out}");
+    let table = Table::read(&path).unwrap();
+    assert_eq!(table.rows.len(), 1, "{}", table.to_csv());
+    assert_eq!((table.rows[0].algo.to_string(), table.rows[0].channels), ("tree".into(), Some(2)));
+
+    // A partial file from other parameters is started over, not mixed in.
+    std::fs::write(dir.path().join("t.csv.partial"), partial.replace("nranks=2", "nranks=3")).unwrap();
+    let (out, err) = ok(&quick(&path));
+    assert!(err.contains("starting over") && out.contains("(19 to do)"), "{err}\n{out}");
+}
+
+#[test]
+fn ranks_given_different_tables_follow_rank_0s() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+    std::fs::write(&a, "allreduce,0,4096,oneshot,ll,1,-1,-1\n").unwrap();
+    std::fs::write(&b, "allreduce,0,4096,ring,simple,1,-1,-1\n").unwrap();
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then t={}; else t={}; fi; JITCCL_TUNER_CONFIG_FILE=$t exec \"$0\" perf all_reduce -n 2 -b 8 -e 8 -w 0 -i 1",
+        a.display(),
+        b.display()
+    );
+    let o =
+        jitccl(&["launch", "-n", "2", "--timeout", "60", "--", "sh", "-c", &script, EXE], &[("JITCCL_DEBUG", "DEBUG")]);
+    let (_, err) = ok(&o);
+    for rank in ["[0]", "[1]"] {
+        let chose = err.lines().any(|l| {
+            l.starts_with(rank) && l.contains("all_reduce 8 B x 2 ranks: oneshot/ll") && l.contains("tuning table")
+        });
+        assert!(chose, "{rank} did not take rank 0's row:\n{err}");
+    }
+    assert!(!err.contains("ring/simple"), "a rank followed its own table:\n{err}");
+}
