@@ -6,6 +6,9 @@
 mod alltoall;
 mod failure;
 mod init;
+mod life;
+mod rendezvous;
+mod split;
 mod state;
 
 use std::sync::atomic::Ordering;
@@ -19,6 +22,7 @@ use crate::enqueue::{Call, Group};
 use crate::error::Result;
 use crate::op::Op;
 use crate::stream::Stream;
+pub use split::Split;
 pub(crate) use state::CommInner;
 
 /// One rank of a communicator.
@@ -133,7 +137,16 @@ impl Comm {
     }
 
     fn submit(&self, call: Call, stream: &Stream) -> Result<()> {
-        self.inner.usable(call.coll.name())?;
-        self.inner.enq.submit(self.inner.clone(), call, stream)
+        let name = call.coll.name();
+        self.inner.usable(name)?;
+        // Counted for finalize from here until the launch has run; a call that queues
+        // nothing (an error, or nothing to move, as enq.submit skips) is uncounted now.
+        self.inner.life.queue(name, self.rank())?;
+        let queues = call.count != 0 || call.recv_count != 0;
+        let res = self.inner.enq.submit(self.inner.clone(), call, stream);
+        if res.is_err() || !queues {
+            self.inner.life.unqueue();
+        }
+        res
     }
 }
