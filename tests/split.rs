@@ -35,10 +35,13 @@ fn odd_even_children_are_ordered_by_key_and_reduce_concurrently() {
         let child = c.split((r % 2) as u32, r as i64).unwrap().expect("a color was given");
         // Both children reduce at once, each from its ranks' threads.
         let got = sum(&child, r as i64).unwrap();
-        (child.rank(), child.nranks(), got)
+        // A child splits in turn: its rank 0 alone, the others together.
+        let grand = child.split((child.rank() > 0) as u32, 0).unwrap().unwrap();
+        (child.rank(), child.nranks(), got, grand.nranks())
     });
-    for (r, (crank, n, got)) in out.into_iter().enumerate() {
+    for (r, (crank, n, got, grand)) in out.into_iter().enumerate() {
         assert_eq!((crank, n), (r / 2, 3), "parent rank {r}");
+        assert_eq!(grand, if crank == 0 { 1 } else { 2 }, "parent rank {r}");
         let expect: i64 = (0..6i64).filter(|q| q % 2 == (r % 2) as i64).sum();
         assert_eq!(got, vec![expect; 17], "parent rank {r}");
     }
@@ -104,6 +107,26 @@ fn split_of_an_aborted_parent_fails_on_every_rank_without_hanging() {
         let e = res.expect_err("the parent was aborted");
         assert!(e.to_string().contains("aborted"), "rank {r}: {e}");
     }
+}
+
+#[test]
+fn a_rank_that_never_splits_fails_the_others_by_the_timeout() {
+    let config = Config { timeout: Some(Duration::from_millis(500)), ..cfg() };
+    let comms = Comm::init_all(3, &config).unwrap();
+    let out = per_rank(&comms[..2], |_, c| c.split(0, 0).map(|k| k.is_some()));
+    for (r, res) in out.into_iter().enumerate() {
+        let e = res.expect_err("rank 2 never splits");
+        assert!(matches!(&e, Error::InvalidUsage(m) if m.contains("[2]")), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn children_inherit_the_name() {
+    let config = Config { comm_name: Some("world".into()), ..cfg() };
+    let comms = Comm::init_all(2, &config).unwrap();
+    let dups = per_rank(&comms, |_, c| c.dup().unwrap());
+    assert_eq!(dups[1].name(), Some("world"));
+    assert_eq!(format!("{:?}", dups[1]), "Comm 'world' (rank 1 of 2)");
 }
 
 #[test]

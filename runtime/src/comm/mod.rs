@@ -33,7 +33,10 @@ pub struct Comm {
 
 impl std::fmt::Debug for Comm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Comm(rank {} of {})", self.rank(), self.nranks())
+        match self.name() {
+            Some(name) => write!(f, "Comm '{name}' (rank {} of {})", self.rank(), self.nranks()),
+            None => write!(f, "Comm(rank {} of {})", self.rank(), self.nranks()),
+        }
     }
 }
 
@@ -48,6 +51,10 @@ impl Comm {
     pub fn nranks(&self) -> usize {
         self.inner.enq.group.nranks
     }
+    /// The name given by `Config.comm_name` or `JITCCL_COMM_NAME`, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.enq.cfg.comm_name.as_deref()
+    }
     pub fn device(&self) -> &Device {
         &self.inner.enq.device
     }
@@ -57,7 +64,7 @@ impl Comm {
     ///
     /// [`Error::Aborted`]: crate::Error::Aborted
     pub fn abort(&self) {
-        tracing::warn!("rank {}: communicator aborted", self.rank());
+        tracing::warn!("{self:?}: communicator aborted");
         self.inner.enq.abort.store(1, Ordering::Release);
         if let Some((bs, flag)) = &self.inner.bootstrap {
             flag.store(true, Ordering::Release);

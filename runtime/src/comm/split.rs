@@ -85,6 +85,7 @@ fn child_config(r: &Resolved) -> Config {
         timeout: Some(r.timeout),
         slot_bytes: Some(r.slot_bytes),
         nsocks: Some(r.nsocks),
+        comm_name: r.comm_name.clone(),
         ..Config::default()
     }
 }
@@ -124,8 +125,7 @@ impl Comm {
             Err(Error::Internal(format!("split on rank {rank}: no bootstrap and no rendezvous")))
         }?;
         tracing::info!(
-            "rank {rank} of {}: split {seq} (color {color:?}, key {key}) -> {:?}",
-            self.nranks(),
+            "{self:?}: split {seq} (color {color:?}, key {key}) -> {:?}",
             child.as_ref().map(|c| (c.rank(), c.nranks()))
         );
         Ok(child)
