@@ -177,3 +177,28 @@ fn process_ranks_split_over_their_bootstrap() {
         assert_eq!((drank, all), (r, 4), "rank {r}");
     }
 }
+
+#[test]
+fn a_finalized_process_rank_fails_every_rank_split() {
+    let id = UniqueId::new().unwrap();
+    let out: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                let id = &id;
+                s.spawn(move || {
+                    let c = Comm::init_rank(id, 3, r, &cfg()).unwrap();
+                    if r == 1 {
+                        c.finalize().unwrap();
+                    }
+                    c.split(0, 0).map(|k| k.is_some())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    for (r, res) in out.into_iter().enumerate() {
+        let e = res.expect_err("rank 1 was finalized");
+        let want = if r == 1 { "finalized" } else { "rank 1 of the parent cannot split" };
+        assert!(matches!(&e, Error::InvalidUsage(m) if m.contains(want)), "rank {r}: {e}");
+    }
+}

@@ -30,11 +30,13 @@ impl From<u32> for Split {
     }
 }
 
-/// One rank's (color, key) in a split.
+/// One rank's (color, key) in a split; `broken`: its communicator cannot split (failed or
+/// finalized), so no rank may.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry {
     color: Option<u32>,
     key: i64,
+    broken: bool,
 }
 
 impl Entry {
@@ -42,7 +44,7 @@ impl Entry {
 
     fn encode(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
-        b[0] = self.color.is_some() as u8;
+        b[0] = if self.broken { 2 } else { self.color.is_some() as u8 };
         b[1..5].copy_from_slice(&self.color.unwrap_or(0).to_le_bytes());
         b[5..].copy_from_slice(&self.key.to_le_bytes());
         b
@@ -50,12 +52,12 @@ impl Entry {
 
     fn decode(q: usize, b: &[u8]) -> Result<Entry> {
         let bad = || Error::Internal(format!("split: rank {q} sent a malformed (color, key)"));
-        if b.len() != Self::BYTES || b[0] > 1 {
+        if b.len() != Self::BYTES || b[0] > 2 {
             return Err(bad());
         }
         let color = u32::from_le_bytes(b[1..5].try_into().map_err(|_| bad())?);
         let key = i64::from_le_bytes(b[5..].try_into().map_err(|_| bad())?);
-        Ok(Entry { color: (b[0] == 1).then_some(color), key })
+        Ok(Entry { color: (b[0] == 1).then_some(color), key, broken: b[0] == 2 })
     }
 }
 
@@ -100,25 +102,31 @@ impl Comm {
     /// the same order as its other splits; the ranks giving the same `color` form a new
     /// communicator, ranked by (`key`, rank here). [`Split::NoColor`] joins none and
     /// returns `Ok(None)`. The child has this communicator's configuration and shares no
-    /// state with it. Fails with this communicator's error if it failed or was aborted
-    /// (a rank that was aborted or failed makes the others' split fail too), and with
-    /// `InvalidUsage` if some rank does not call split within the timeout.
+    /// state with it. Fails with this communicator's error if it failed, was aborted or
+    /// finalized; such a rank makes the others' split fail too (at once, except an aborted
+    /// process rank: its bootstrap is closed, the others fail by the bootstrap timeout).
+    /// Thread ranks fail with `InvalidUsage` if some rank does not split within the
+    /// communicator's timeout (process ranks: the bootstrap timeout).
     pub fn split(&self, color: impl Into<Split>, key: i64) -> Result<Option<Comm>> {
         let rank = self.rank();
         let color = match color.into() {
             Split::Color(c) => Some(c),
             Split::NoColor => None,
         };
-        let entry = Entry { color, key };
+        let own = self.inner.usable("split");
+        let entry = Entry { color, key, broken: own.is_err() };
         let seq = self.inner.life.next_split();
         let cfg = child_config(&self.inner.enq.cfg);
+        // A rank that cannot split still takes part, so the others fail at once; it
+        // reports its own error. (An aborted process rank cannot: its bootstrap is closed,
+        // and the others fail by the bootstrap timeout.)
         let child = if let Some((bs, _)) = &self.inner.bootstrap {
-            self.inner.usable("split")?;
-            split_processes(bs, seq, entry, &cfg)
+            if own.is_err() && bs.is_aborted() {
+                return own.map(|()| None);
+            }
+            let child = split_processes(bs, seq, entry, &cfg);
+            own.and(child)
         } else if let Some(rv) = self.inner.life.rendezvous.get() {
-            // A rank that cannot split still arrives, so the others fail at once; it
-            // reports its own error.
-            let own = self.inner.usable("split");
             let child = rv.arrive(seq, rank, entry, &cfg, self.inner.enq.cfg.timeout);
             own.and(child)
         } else {
@@ -186,6 +194,14 @@ fn split_processes(bs: &Bootstrap, seq: u64, me: Entry, cfg: &Config) -> Result<
         .enumerate()
         .map(|(q, b)| Entry::decode(q, b))
         .collect::<Result<Vec<_>>>()?;
+    if me.broken {
+        return Ok(None);
+    }
+    if let Some(q) = entries.iter().position(|e| e.broken) {
+        return Err(Error::InvalidUsage(format!(
+            "split on rank {rank}: rank {q} of the parent cannot split (failed, aborted or finalized)"
+        )));
+    }
     let Some(members) = groups(&entries).into_iter().find(|m| m.contains(&rank)) else {
         return Ok(None);
     };
