@@ -19,6 +19,17 @@ fn per_rank<T: Send>(comms: &[Comm], f: impl Fn(usize, &Comm) -> T + Sync) -> Ve
     })
 }
 
+/// Runs `f(rank, comm)` for `n` ranks joined by `init_rank`, one thread each (they
+/// bootstrap as processes do), and returns the results by rank.
+fn process_ranks<T: Send>(n: usize, f: impl Fn(usize, Comm) -> T + Sync) -> Vec<T> {
+    let id = UniqueId::new().unwrap();
+    std::thread::scope(|s| {
+        let (id, f) = (&id, &f);
+        let hs: Vec<_> = (0..n).map(|r| s.spawn(move || f(r, Comm::init_rank(id, n, r, &cfg()).unwrap()))).collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    })
+}
+
 /// An all_reduce (sum) of `value` over `comm`, on a stream of its own.
 fn sum(comm: &Comm, value: i64) -> Result<Vec<i64>, Error> {
     let s = comm.device().stream()?;
@@ -151,24 +162,14 @@ fn finalize_completes_queued_work_then_refuses_calls() {
 
 #[test]
 fn process_ranks_split_over_their_bootstrap() {
-    let id = UniqueId::new().unwrap();
-    let out: Vec<_> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..4)
-            .map(|r| {
-                let id = &id;
-                s.spawn(move || {
-                    let c = Comm::init_rank(id, 4, r, &cfg()).unwrap();
-                    // Colors 0 (ranks 0, 2) and 1 (ranks 1, 3), keys reversed.
-                    let k = c.split((r % 2) as u32, -(r as i64)).unwrap().unwrap();
-                    let got = sum(&k, r as i64 + 1).unwrap();
-                    let none = c.split(Split::NoColor, 0).unwrap();
-                    let d = c.dup().unwrap();
-                    let all = sum(&d, 1).unwrap();
-                    (k.rank(), k.nranks(), got[0], none.is_none(), d.rank(), all[0])
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    let out = process_ranks(4, |r, c| {
+        // Colors 0 (ranks 0, 2) and 1 (ranks 1, 3), keys reversed.
+        let k = c.split((r % 2) as u32, -(r as i64)).unwrap().unwrap();
+        let got = sum(&k, r as i64 + 1).unwrap();
+        let none = c.split(Split::NoColor, 0).unwrap();
+        let d = c.dup().unwrap();
+        let all = sum(&d, 1).unwrap();
+        (k.rank(), k.nranks(), got[0], none.is_none(), d.rank(), all[0])
     });
     for (r, (krank, kn, got, none, drank, all)) in out.into_iter().enumerate() {
         let expect = if r % 2 == 0 { 1 + 3 } else { 2 + 4 };
@@ -180,21 +181,11 @@ fn process_ranks_split_over_their_bootstrap() {
 
 #[test]
 fn a_finalized_process_rank_fails_every_rank_split() {
-    let id = UniqueId::new().unwrap();
-    let out: Vec<_> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
-            .map(|r| {
-                let id = &id;
-                s.spawn(move || {
-                    let c = Comm::init_rank(id, 3, r, &cfg()).unwrap();
-                    if r == 1 {
-                        c.finalize().unwrap();
-                    }
-                    c.split(0, 0).map(|k| k.is_some())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    let out = process_ranks(3, |r, c| {
+        if r == 1 {
+            c.finalize().unwrap();
+        }
+        c.split(0, 0).map(|k| k.is_some())
     });
     for (r, res) in out.into_iter().enumerate() {
         let e = res.expect_err("rank 1 was finalized");
