@@ -38,6 +38,9 @@ pub struct Config {
     /// `JITCCL_NSOCKS_PERTHREAD` (NCCL's NCCL_NSOCKS_PERTHREAD: jitccl has one proxy thread
     /// per rank). Default 1, at most 16.
     pub nsocks: Option<usize>,
+    /// A name for the communicator in logs and its `Debug`; `JITCCL_COMM_NAME`. Part of
+    /// the configuration every rank must agree on. Children of a split inherit it.
+    pub comm_name: Option<String>,
 }
 
 /// A complete configuration.
@@ -49,6 +52,7 @@ pub(crate) struct Resolved {
     pub timeout: Duration,
     pub slot_bytes: [usize; NPROTOS],
     pub nsocks: usize,
+    pub comm_name: Option<String>,
 }
 
 /// Most channels a rank may use (each is a CTA: a thread on the host).
@@ -169,6 +173,7 @@ impl Config {
                 "nsocks (JITCCL_NSOCKS_PERTHREAD) must be 1..={MAX_NSOCKS} sockets per connector, got {nsocks}"
             )));
         }
-        Ok(Resolved { nchannels, algos, protos, timeout, slot_bytes, nsocks })
+        let comm_name = self.comm_name.clone().or_else(|| env("JITCCL_COMM_NAME").map(|n| n.trim().to_string()));
+        Ok(Resolved { nchannels, algos, protos, timeout, slot_bytes, nsocks, comm_name })
     }
 }

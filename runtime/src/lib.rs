@@ -35,7 +35,7 @@ mod transport;
 mod tune;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::Comm;
+pub use comm::{Comm, Split};
 pub use op::Op;
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{cuda_device_count, Device, DeviceBuffer};

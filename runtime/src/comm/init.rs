@@ -311,6 +311,7 @@ impl Comm {
                 )?;
                 Ok(Comm::from_inner(inner))
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()
+            .map(Comm::share_rendezvous)
     }
 }

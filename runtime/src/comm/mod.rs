@@ -6,6 +6,9 @@
 mod alltoall;
 mod failure;
 mod init;
+mod life;
+mod rendezvous;
+mod split;
 mod state;
 
 use std::sync::atomic::Ordering;
@@ -19,6 +22,7 @@ use crate::enqueue::{Call, Group};
 use crate::error::Result;
 use crate::op::Op;
 use crate::stream::Stream;
+pub use split::Split;
 pub(crate) use state::CommInner;
 
 /// One rank of a communicator.
@@ -29,7 +33,10 @@ pub struct Comm {
 
 impl std::fmt::Debug for Comm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Comm(rank {} of {})", self.rank(), self.nranks())
+        match self.name() {
+            Some(name) => write!(f, "Comm '{name}' (rank {} of {})", self.rank(), self.nranks()),
+            None => write!(f, "Comm(rank {} of {})", self.rank(), self.nranks()),
+        }
     }
 }
 
@@ -44,6 +51,10 @@ impl Comm {
     pub fn nranks(&self) -> usize {
         self.inner.enq.group.nranks
     }
+    /// The name given by `Config.comm_name` or `JITCCL_COMM_NAME`, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.enq.cfg.comm_name.as_deref()
+    }
     pub fn device(&self) -> &Device {
         &self.inner.enq.device
     }
@@ -53,7 +64,7 @@ impl Comm {
     ///
     /// [`Error::Aborted`]: crate::Error::Aborted
     pub fn abort(&self) {
-        tracing::warn!("rank {}: communicator aborted", self.rank());
+        tracing::warn!("{self:?}: communicator aborted");
         self.inner.enq.abort.store(1, Ordering::Release);
         if let Some((bs, flag)) = &self.inner.bootstrap {
             flag.store(true, Ordering::Release);
@@ -133,7 +144,16 @@ impl Comm {
     }
 
     fn submit(&self, call: Call, stream: &Stream) -> Result<()> {
-        self.inner.usable(call.coll.name())?;
-        self.inner.enq.submit(self.inner.clone(), call, stream)
+        let name = call.coll.name();
+        self.inner.usable(name)?;
+        // Counted for finalize from here until the launch has run; a call that queues
+        // nothing (an error, or nothing to move, as enq.submit skips) is uncounted now.
+        self.inner.life.queue(name, self.rank())?;
+        let queues = call.count != 0 || call.recv_count != 0;
+        let res = self.inner.enq.submit(self.inner.clone(), call, stream);
+        if res.is_err() || !queues {
+            self.inner.life.unqueue();
+        }
+        res
     }
 }

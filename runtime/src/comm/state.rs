@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::affinity::LiveRank;
 use crate::bootstrap::Bootstrap;
 use crate::comm::failure::Failure;
+use crate::comm::life::Life;
 use crate::device::{self, CtaPool};
 use crate::enqueue;
 use crate::error::{Error, Result};
@@ -18,6 +19,8 @@ use crate::transport::net::Activity;
 pub(crate) struct CommInner {
     pub enq: enqueue::Rank,
     pub failure: Failure,
+    /// Finalize and split state.
+    pub life: Life,
     /// One kernel of this communicator at a time: they share connector state.
     exec: Mutex<()>,
     _live: LiveRank,
@@ -40,6 +43,7 @@ impl CommInner {
         CommInner {
             enq,
             failure,
+            life: Life::default(),
             exec: Mutex::new(()),
             _live: LiveRank::new(),
             bootstrap: None,
@@ -67,6 +71,9 @@ impl CommInner {
                 self.enq.group.rank
             )));
         }
+        if self.life.is_finalized() {
+            return Err(Life::finalized_error(name, self.enq.group.rank));
+        }
         self.failure.error().map_or(Ok(()), Err)
     }
 }
@@ -75,6 +82,7 @@ impl Owner for CommInner {
     /// Runs one CTA per channel on the stream's pool; a failing channel's status becomes
     /// the error, and the error fails the communicator.
     fn run(&self, l: &Launch, pool: &mut CtaPool) -> Result<()> {
+        let _counted = self.life.running();
         let _one_at_a_time = self.exec.lock().unwrap_or_else(|e| e.into_inner());
         // Behind a failed operation, nothing runs: it would pair with stale FIFO steps.
         if let Some(e) = self.failure.error() {

@@ -1,0 +1,219 @@
+//! New communicators from an existing one, as NCCL's ncclCommSplit / ncclCommDup /
+//! ncclCommFinalize. A split is collective over the parent's ranks: ranks that give the
+//! same color form a child, ordered by (key, parent rank). Process ranks agree over the
+//! parent's bootstrap and each child bootstraps afresh from a unique id its first rank
+//! creates; thread ranks (`init_all`) meet in an in-process rendezvous. Either way a child
+//! is a new communicator with the parent's resolved configuration and no state shared with
+//! it, so the parent's abort, failure or drop leaves the child alone.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::comm::rendezvous::Rendezvous;
+use crate::comm::Comm;
+use crate::config::{Config, Resolved};
+use crate::error::{Error, Result};
+
+/// Which child a rank joins in [`Comm::split`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Split {
+    /// The ranks giving the same color form one child.
+    Color(u32),
+    /// This rank joins no child (NCCL_SPLIT_NOCOLOR): its split returns `None`.
+    NoColor,
+}
+
+impl From<u32> for Split {
+    fn from(color: u32) -> Split {
+        Split::Color(color)
+    }
+}
+
+/// One rank's (color, key) in a split; `broken`: its communicator cannot split (failed or
+/// finalized), so no rank may.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry {
+    color: Option<u32>,
+    key: i64,
+    broken: bool,
+}
+
+impl Entry {
+    const BYTES: usize = 13;
+
+    fn encode(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0] = if self.broken { 2 } else { self.color.is_some() as u8 };
+        b[1..5].copy_from_slice(&self.color.unwrap_or(0).to_le_bytes());
+        b[5..].copy_from_slice(&self.key.to_le_bytes());
+        b
+    }
+
+    fn decode(q: usize, b: &[u8]) -> Result<Entry> {
+        let bad = || Error::Internal(format!("split: rank {q} sent a malformed (color, key)"));
+        if b.len() != Self::BYTES || b[0] > 2 {
+            return Err(bad());
+        }
+        let color = u32::from_le_bytes(b[1..5].try_into().map_err(|_| bad())?);
+        let key = i64::from_le_bytes(b[5..].try_into().map_err(|_| bad())?);
+        Ok(Entry { color: (b[0] == 1).then_some(color), key, broken: b[0] == 2 })
+    }
+}
+
+/// The children of a split: per color (in color order), its members' parent ranks in
+/// child-rank order, (key, parent rank).
+pub(crate) fn groups(entries: &[Entry]) -> Vec<Vec<usize>> {
+    let mut colors: Vec<u32> = entries.iter().filter_map(|e| e.color).collect();
+    colors.sort_unstable();
+    colors.dedup();
+    colors
+        .into_iter()
+        .map(|c| {
+            let mut m: Vec<usize> = (0..entries.len()).filter(|&q| entries[q].color == Some(c)).collect();
+            m.sort_by_key(|&q| (entries[q].key, q));
+            m
+        })
+        .collect()
+}
+
+/// The parent's configuration, complete: every child of every rank gets the same one
+/// (resolving afresh could differ by rank, e.g. channels from the cores per rank).
+fn child_config(r: &Resolved) -> Config {
+    Config {
+        nchannels: Some(r.nchannels),
+        algos: Some(r.algos.clone()),
+        protos: Some(r.protos.clone()),
+        timeout: Some(r.timeout),
+        slot_bytes: Some(r.slot_bytes),
+        nsocks: Some(r.nsocks),
+        comm_name: r.comm_name.clone(),
+        ..Config::default()
+    }
+}
+
+/// The bootstrap tag of split `seq`'s unique id (high bit set: apart from other tags).
+fn id_tag(seq: u64) -> u64 {
+    (1 << 63) | seq
+}
+
+impl Comm {
+    /// Splits this communicator (NCCL's ncclCommSplit): every rank of it calls this, in
+    /// the same order as its other splits; the ranks giving the same `color` form a new
+    /// communicator, ranked by (`key`, rank here). [`Split::NoColor`] joins none and
+    /// returns `Ok(None)`. The child has this communicator's configuration and shares no
+    /// state with it. Fails with this communicator's error if it failed, was aborted or
+    /// finalized; such a rank makes the others' split fail too (at once, except an aborted
+    /// process rank: its bootstrap is closed, the others fail by the bootstrap timeout).
+    /// Thread ranks fail with `InvalidUsage` if some rank does not split within the
+    /// communicator's timeout (process ranks: the bootstrap timeout).
+    pub fn split(&self, color: impl Into<Split>, key: i64) -> Result<Option<Comm>> {
+        let rank = self.rank();
+        let color = match color.into() {
+            Split::Color(c) => Some(c),
+            Split::NoColor => None,
+        };
+        let own = self.inner.usable("split");
+        let entry = Entry { color, key, broken: own.is_err() };
+        let seq = self.inner.life.next_split();
+        let cfg = child_config(&self.inner.enq.cfg);
+        // A rank that cannot split still takes part, so the others fail at once; it
+        // reports its own error. (An aborted process rank cannot: its bootstrap is closed,
+        // and the others fail by the bootstrap timeout.)
+        let child = if let Some((bs, _)) = &self.inner.bootstrap {
+            if own.is_err() && bs.is_aborted() {
+                return own.map(|()| None);
+            }
+            let child = split_processes(bs, seq, entry, &cfg);
+            own.and(child)
+        } else if let Some(rv) = self.inner.life.rendezvous.get() {
+            let child = rv.arrive(seq, rank, entry, &cfg, self.inner.enq.cfg.timeout);
+            own.and(child)
+        } else {
+            Err(Error::Internal(format!("split on rank {rank}: no bootstrap and no rendezvous")))
+        }?;
+        tracing::info!(
+            "{self:?}: split {seq} (color {color:?}, key {key}) -> {:?}",
+            child.as_ref().map(|c| (c.rank(), c.nranks()))
+        );
+        Ok(child)
+    }
+
+    /// A new communicator of the same ranks in the same order (NCCL's ncclCommDup):
+    /// `split(0, rank)`, collective likewise.
+    pub fn dup(&self) -> Result<Comm> {
+        self.split(0, self.rank() as i64)?
+            .ok_or_else(|| Error::Internal(format!("dup on rank {}: no communicator came back", self.rank())))
+    }
+
+    /// Ends this rank's use of the communicator (NCCL's ncclCommFinalize): from now on
+    /// every call (collectives, split, dup) fails with `InvalidUsage` "finalized". The
+    /// operations already queued still run on their streams (the streams are the
+    /// caller's); this waits, up to the timeout, until they have. Returns the error that
+    /// failed the communicator, if one did (the queued work did not complete), or
+    /// `InvalidUsage` if the queued work was still running at the timeout. A second call
+    /// does the same again.
+    pub fn finalize(&self) -> Result<()> {
+        let timeout = self.inner.enq.cfg.timeout;
+        if !self.inner.life.finalize(timeout) {
+            return Err(Error::InvalidUsage(format!(
+                "finalize on rank {}: operations still queued after {timeout:?}",
+                self.rank()
+            )));
+        }
+        if self.inner.enq.abort.load(Ordering::Acquire) != 0 {
+            return Err(Error::InvalidUsage(format!("finalize on rank {}: the communicator was aborted", self.rank())));
+        }
+        self.inner.failure.error().map_or(Ok(()), Err)
+    }
+
+    /// Whether [`finalize`](Self::finalize) was called.
+    pub fn is_finalized(&self) -> bool {
+        self.inner.life.is_finalized()
+    }
+
+    /// Gives the ranks of one `init_all` the rendezvous their splits meet in.
+    pub(crate) fn share_rendezvous(comms: Vec<Comm>) -> Vec<Comm> {
+        let rv = Arc::new(Rendezvous::new(comms.iter().map(|c| Arc::downgrade(&c.inner)).collect()));
+        for c in &comms {
+            // Freshly made: not set yet.
+            let _ = c.inner.life.rendezvous.set(rv.clone());
+        }
+        comms
+    }
+}
+
+/// A split of process ranks: (color, key) all-gathered over the parent's bootstrap; each
+/// child's first rank creates its unique id (its process runs the child's root) and sends
+/// it to the other members, then every member joins the child.
+fn split_processes(bs: &Bootstrap, seq: u64, me: Entry, cfg: &Config) -> Result<Option<Comm>> {
+    let rank = bs.rank();
+    let entries = bs
+        .all_gather(&me.encode())?
+        .iter()
+        .enumerate()
+        .map(|(q, b)| Entry::decode(q, b))
+        .collect::<Result<Vec<_>>>()?;
+    if me.broken {
+        return Ok(None);
+    }
+    if let Some(q) = entries.iter().position(|e| e.broken) {
+        return Err(Error::InvalidUsage(format!(
+            "split on rank {rank}: rank {q} of the parent cannot split (failed, aborted or finalized)"
+        )));
+    }
+    let Some(members) = groups(&entries).into_iter().find(|m| m.contains(&rank)) else {
+        return Ok(None);
+    };
+    let new_rank = members.iter().position(|&q| q == rank).unwrap_or(0);
+    let id = if new_rank == 0 {
+        let id = UniqueId::new()?;
+        for &q in &members[1..] {
+            bs.send(q, id_tag(seq), &id.to_bytes())?;
+        }
+        id
+    } else {
+        UniqueId::from_bytes(&bs.recv(members[0], id_tag(seq))?)?
+    };
+    Comm::init_rank(&id, members.len(), new_rank, cfg).map(Some)
+}
