@@ -35,6 +35,8 @@ const BUSY_SLEEP: Duration = Duration::from_millis(1);
 /// must act on wakes it).
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 const WAKE: Token = Token(usize::MAX);
+/// How long after a peer's last link closed it is noted as gone.
+const CLOSED_GRACE: Duration = Duration::from_millis(200);
 /// The longest a failing rank waits for its fault frames to leave.
 const FAULT_FLUSH: Duration = Duration::from_millis(200);
 
@@ -175,13 +177,24 @@ fn run(
     // it sent before closing may still be on its way on another link.
     let mut open = vec![0usize; sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).max().map_or(0, |m| m + 1)];
     sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).for_each(|p| open[p] += 1);
-    let mut closed = |peer: usize| {
+    // Peers whose links have all closed, and since when: noted on the board only after
+    // CLOSED_GRACE, for what a peer that finished normally sent last may still be moving
+    // through this proxy (a notice would end a wait it is about to satisfy).
+    let mut gone: Vec<(usize, Instant)> = Vec::new();
+    let mut closed = |peer: usize, gone: &mut Vec<(usize, Instant)>| {
         open[peer] -= 1;
         if open[peer] == 0 {
-            board.note(peer, Notice { culprit: peer, closed: true });
+            gone.push((peer, Instant::now()));
         }
     };
     loop {
+        gone.retain(|&(peer, at)| {
+            let due = at.elapsed() >= CLOSED_GRACE;
+            if due {
+                board.note(peer, Notice { culprit: peer, closed: true });
+            }
+            !due
+        });
         if let Err(e) = poll.poll(&mut events, Some(wait)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 tracing::error!("rank {rank}: the net proxy's poller failed, stopping: {e}");
@@ -233,7 +246,7 @@ fn run(
                     // too: noted on the board, it ends the kernel waits on that peer (and
                     // only those), whichever it was.
                     link_failed(rank, "to", s.link, &why, !s.flushed());
-                    closed(s.link.peer);
+                    closed(s.link.peer, &mut gone);
                     close(&s.socks);
                     s.dead = true;
                 }
@@ -247,7 +260,7 @@ fn run(
                     match r.fault {
                         Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false }),
                         None => {
-                            closed(r.link.peer);
+                            closed(r.link.peer, &mut gone);
                             close(&r.socks);
                         }
                     }
@@ -269,7 +282,7 @@ fn run(
             act.sleeping.store(true, Ordering::SeqCst);
             let running = act.running.load(Ordering::SeqCst) > 0;
             if busy || !running {
-                wait = if busy { BUSY_SLEEP } else { IDLE_SLEEP };
+                wait = if busy || !gone.is_empty() { BUSY_SLEEP } else { IDLE_SLEEP };
             }
         }
     }
