@@ -2,8 +2,8 @@
 //! was queued) and the bookkeeping splits need (a per-rank split counter, the rendezvous
 //! shared by the thread ranks of one `init_all`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::comm::rendezvous::Rendezvous;
@@ -11,10 +11,12 @@ use crate::error::{Error, Result};
 
 #[derive(Default)]
 pub(crate) struct Life {
-    /// (finalized, launches queued and not yet run). One lock for both, so a submit cannot
-    /// slip in between finalize's check and its wait.
-    state: Mutex<(bool, usize)>,
-    drained: Condvar,
+    /// Launches queued and not yet run, and whether the communicator is finalized: plain
+    /// atomics, for they are touched on every launch by the caller and the stream, and a
+    /// lock or a wake-up there costs a launch's latency. SeqCst on both sides (count, then
+    /// flag; flag, then count) keeps a submit from slipping past a finalize unseen.
+    queued: AtomicUsize,
+    finalized: AtomicBool,
     /// How many splits this rank has started: ranks split in the same order, so the n-th
     /// split of every rank meets in round n.
     splits: AtomicU64,
@@ -27,35 +29,27 @@ pub(crate) struct Queued<'a>(&'a Life);
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        let mut s = self.0.lock();
-        s.1 = s.1.saturating_sub(1);
-        if s.1 == 0 {
-            self.0.drained.notify_all();
-        }
+        self.0.queued.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Life {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (bool, usize)> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub(crate) fn finalized_error(name: &str, rank: usize) -> Error {
         Error::InvalidUsage(format!("{name} on rank {rank}: the communicator was finalized"))
     }
 
     pub(crate) fn is_finalized(&self) -> bool {
-        self.lock().0
+        self.finalized.load(Ordering::SeqCst)
     }
 
     /// Counts a launch about to be queued; refused once finalized. The count goes down
     /// when the launch has run ([`Life::running`]) or was not queued ([`Life::unqueue`]).
     pub(crate) fn queue(&self, name: &str, rank: usize) -> Result<()> {
-        let mut s = self.lock();
-        if s.0 {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        if self.finalized.load(Ordering::SeqCst) {
+            self.unqueue();
             return Err(Self::finalized_error(name, rank));
         }
-        s.1 += 1;
         Ok(())
     }
 
@@ -78,14 +72,13 @@ impl Life {
     /// Returns whether they all did.
     pub(crate) fn finalize(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut s = self.lock();
-        s.0 = true;
-        while s.1 > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+        self.finalized.store(true, Ordering::SeqCst);
+        // Rare and short: polling spares every launch a wake-up.
+        while self.queued.load(Ordering::SeqCst) > 0 {
+            if Instant::now() >= deadline {
                 return false;
             }
-            s = self.drained.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+            std::thread::sleep(Duration::from_millis(1));
         }
         true
     }

@@ -77,7 +77,8 @@ fn watch(rank: usize, mut fds: Vec<(usize, OwnedFd)>, board: Board, stop: &Atomi
         let exited: Vec<usize> = polled.iter().enumerate().filter(|(_, p)| p.revents != 0).map(|(i, _)| i).collect();
         for &i in exited.iter().rev() {
             let (peer, _) = fds.remove(i);
-            tracing::warn!("rank {rank}: rank {peer}'s process exited");
+            // Normal at the end of a job: it matters only to a rank still waiting on it.
+            tracing::info!("rank {rank}: rank {peer}'s process exited");
             board.note(peer, Notice { culprit: peer, closed: true });
         }
     }
