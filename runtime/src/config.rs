@@ -73,9 +73,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn parse_env<T>(name: &str, parse: impl FnOnce(&str) -> std::result::Result<T, String>) -> Result<Option<T>> {
-    env(name)
-        .map(|v| parse(v.trim()).map_err(|e| Error::InvalidArgument(format!("{name}='{v}': {e}"))))
-        .transpose()
+    env(name).map(|v| parse(v.trim()).map_err(|e| Error::InvalidArgument(format!("{name}='{v}': {e}")))).transpose()
 }
 
 /// Slot sizes of the three protocols from Simple's: LL and LL128 slots carry less data
@@ -91,10 +89,9 @@ fn slots_from_simple(simple: usize) -> [usize; NPROTOS] {
 /// both are set.
 fn overrides<T: Item>(one: Option<T>, set: &Option<Overrides<T>>, fields: (&str, &str)) -> Result<Overrides<T>> {
     match (one, set) {
-        (Some(_), Some(_)) => Err(Error::InvalidArgument(format!(
-            "Config.{} and Config.{} are both set; set one",
-            fields.0, fields.1
-        ))),
+        (Some(_), Some(_)) => {
+            Err(Error::InvalidArgument(format!("Config.{} and Config.{} are both set; set one", fields.0, fields.1)))
+        }
         (Some(item), None) => Ok(Overrides::force_where_available(item)),
         (None, Some(o)) => Ok(o.clone()),
         (None, None) => Ok(parse_env(T::VAR, |v| Overrides::parse(v).map_err(|e| e.to_string()))?.unwrap_or_default()),

@@ -24,7 +24,9 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A wait on a peer made no progress within the timeout.
-    #[error("{op} on rank {rank}: no progress for {timeout_s} s on channel {channel} waiting for {waiting} rank {peer}")]
+    #[error(
+        "{op} on rank {rank}: no progress for {timeout_s} s on channel {channel} waiting for {waiting} rank {peer}"
+    )]
     Timeout { op: String, rank: usize, channel: usize, peer: i32, waiting: &'static str, timeout_s: f64 },
     /// The operation waited for a rank that had failed (or whose connection closed): the
     /// communicator has failed. `culprit` is the rank that failed first, as far as this

@@ -85,7 +85,6 @@ impl Board {
     pub(crate) fn get(&self, rank: usize) -> Option<Notice> {
         Notice::decode(self.word(rank).load(Ordering::Acquire))
     }
-
 }
 
 #[cfg(test)]

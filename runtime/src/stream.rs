@@ -382,4 +382,3 @@ fn prefetch<T>(p: *const T) {
         unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((p as *const i8).add(off)) };
     }
 }
-

@@ -69,12 +69,7 @@ pub(crate) struct Call {
 impl Call {
     /// A collective of `group` (not SendRecv), its buffers checked against what it needs.
     pub(crate) fn checked<T: Element>(
-        group: &Group,
-        coll: Collective,
-        op: Option<Op>,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
+        group: &Group, coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize,
         root: usize,
     ) -> Result<Call> {
         group.collective(coll, &buf(send), &buf(recv), count, root, size_of::<T>())?;
@@ -98,9 +93,7 @@ impl Call {
 
     /// A point-to-point call of `group`, checked: each side given is (buffer, count, peer).
     pub(crate) fn checked_p2p<T: Element>(
-        group: &Group,
-        send: Option<(&DeviceBuffer<T>, usize, usize)>,
-        recv: Option<(&DeviceBuffer<T>, usize, usize)>,
+        group: &Group, send: Option<(&DeviceBuffer<T>, usize, usize)>, recv: Option<(&DeviceBuffer<T>, usize, usize)>,
     ) -> Result<Call> {
         let view = |x: Option<(&DeviceBuffer<T>, usize, usize)>| x.map(|(b, n, p)| (buf(b), n, p));
         group.sendrecv(view(send), view(recv), size_of::<T>())?;
@@ -134,12 +127,7 @@ fn buf<T: Element>(b: &DeviceBuffer<T>) -> Buf {
 
 impl Rank {
     pub(crate) fn new(
-        group: Group,
-        device: Device,
-        cfg: Resolved,
-        tables: Tables,
-        board: Board,
-        cpus: Option<Arc<CpuSet>>,
+        group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
         Rank { group, device, cfg, tables, abort: AtomicI32::new(0), board, cpus, tuner, kernels: Mutex::default() }
@@ -147,7 +135,9 @@ impl Rank {
 
     /// The kernel for one launch: from this rank's table, else validated and fetched
     /// (compiled if need be) from the generator.
-    fn kernel(&self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>) -> Result<Arc<HostKernel>> {
+    fn kernel(
+        &self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>,
+    ) -> Result<Arc<HostKernel>> {
         let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op };
         if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
             return Ok(k.clone());
@@ -163,7 +153,11 @@ impl Rank {
     pub(crate) fn submit(&self, owner: Arc<dyn Owner>, call: Call, stream: &Stream) -> Result<()> {
         let name = call.coll.name();
         if stream.device() != &self.device {
-            return invalid(format!("{name}: the stream is on {:?}, the communicator on {:?}", stream.device(), self.device));
+            return invalid(format!(
+                "{name}: the stream is on {:?}, the communicator on {:?}",
+                stream.device(),
+                self.device
+            ));
         }
         if call.count == 0 && call.recv_count == 0 {
             return Ok(());

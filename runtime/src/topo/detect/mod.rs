@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 
 use super::xml::Element;
 
+mod gpus;
+mod nvml;
+
 /// Where detection reads from; tests point it at a fake tree.
 #[derive(Debug, Clone)]
 pub(crate) struct Roots {
@@ -45,14 +48,8 @@ pub(crate) fn complete(root: &mut Element, roots: &Roots) {
     for port in net_ports(roots) {
         add_port(root, roots, port);
     }
-    add_gpus(root);
+    gpus::add(root, roots, &gpus::detect(roots));
 }
-
-/// Hook for GPU detection (CUDA driver / NVML), which is not done here: for each device,
-/// the `<pci busid class="0x030200">` element (found or inserted like a NIC's, under its
-/// NUMA domain) gets a `<gpu dev sm rank gdr>` child with `<nvlink target count tclass>`
-/// children. Until then GPUs come only from a topology file.
-fn add_gpus(_root: &mut Element) {}
 
 /// FNV-1a of hostname and boot id: stable across processes and Rust versions, and unlike
 /// the hostname alone it differs between two machines given the same name.
@@ -135,11 +132,7 @@ fn net_ports(roots: &Roots) -> Vec<Port> {
             .unwrap_or_default();
         names.sort();
         for name in names {
-            let Ok(dev) = fs::canonicalize(dir.join(&name).join("device")) else { continue };
-            let pci_chain: Vec<String> = dev
-                .components()
-                .filter_map(|c| c.as_os_str().to_str().filter(|s| is_busid(s)).map(str::to_ascii_lowercase))
-                .collect();
+            let pci_chain = chain_of(&dir.join(&name).join("device"));
             if pci_chain.is_empty() {
                 continue;
             }
@@ -190,22 +183,7 @@ fn pci_element(roots: &Roots, busid: &str) -> Element {
 /// that device, else with its chain of PCI elements under its NUMA domain's `<cpu>`.
 fn add_port(root: &mut Element, roots: &Roots, port: Port) {
     let Some(own) = port.pci_chain.last().cloned() else { return };
-    if find_pci(root, &own).is_none() {
-        let numa = read(roots.sys.join("bus/pci/devices").join(&own).join("numa_node"))
-            .and_then(|n| n.parse::<i64>().ok())
-            .and_then(|n| u32::try_from(n).ok());
-        // Domain -1 (unknown) goes to the first domain, as the OS treats it.
-        let numa = numa.unwrap_or_else(|| first_numaid(root));
-        let mut parent = cpu_element(root, numa);
-        for busid in &port.pci_chain {
-            let pos = parent.children.iter().position(|c| c.name == "pci" && c.get("busid") == Some(busid.as_str()));
-            let pos = pos.unwrap_or_else(|| {
-                parent.children.push(pci_element(roots, busid));
-                parent.children.len() - 1
-            });
-            parent = &mut parent.children[pos];
-        }
-    }
+    pci_chain(root, roots, &port.pci_chain);
     let next_dev = count_nets(root);
     let Some(pci) = find_pci(root, &own) else { return };
     if pci.children_named("nic").next().is_none() {
@@ -224,6 +202,38 @@ fn add_port(root: &mut Element, roots: &Roots, port: Port) {
         net.set("guid", g);
     }
     nic.children.push(net);
+}
+
+/// The `<pci>` element of the last bus id of `chain` (root complex down to the function),
+/// with the elements of the chain that the tree lacks inserted under the function's NUMA
+/// domain; an element the tree already has anywhere is used where it is.
+fn pci_chain<'a>(root: &'a mut Element, roots: &Roots, chain: &[String]) -> Option<&'a mut Element> {
+    let own = chain.last()?;
+    if find_pci(root, own).is_none() {
+        let numa = read(roots.sys.join("bus/pci/devices").join(own).join("numa_node"))
+            .and_then(|n| n.parse::<i64>().ok())
+            .and_then(|n| u32::try_from(n).ok());
+        // Domain -1 (unknown) goes to the first domain, as the OS treats it.
+        let numa = numa.unwrap_or_else(|| first_numaid(root));
+        let mut parent = cpu_element(root, numa);
+        for busid in chain {
+            let pos = parent.children.iter().position(|c| c.name == "pci" && c.get("busid") == Some(busid.as_str()));
+            let pos = pos.unwrap_or_else(|| {
+                parent.children.push(pci_element(roots, busid));
+                parent.children.len() - 1
+            });
+            parent = &mut parent.children[pos];
+        }
+    }
+    find_pci(root, own)
+}
+
+/// PCI bus ids from the root complex down to the device whose sysfs folder is `dev`.
+fn chain_of(dev: &Path) -> Vec<String> {
+    let Ok(dev) = fs::canonicalize(dev) else { return Vec::new() };
+    dev.components()
+        .filter_map(|c| c.as_os_str().to_str().filter(|s| is_busid(s)).map(str::to_ascii_lowercase))
+        .collect()
 }
 
 fn first_numaid(root: &Element) -> u32 {
