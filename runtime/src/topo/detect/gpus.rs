@@ -110,20 +110,14 @@ fn count_gpu_devs(el: &Element) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topo::detect::tests::{fake_roots, write};
     use crate::topo::System;
     use std::os::unix::fs::symlink;
-    use std::path::PathBuf;
-
-    fn write(path: PathBuf, text: &str) {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, text).unwrap();
-    }
 
     /// Two NVIDIA GPUs behind one PCIe switch in NUMA domain 0, and an audio function of
     /// the same vendor that is not a GPU.
     fn fake_host() -> (tempfile::TempDir, Roots) {
-        let d = tempfile::tempdir().unwrap();
-        let roots = Roots { sys: d.path().join("sys"), proc: d.path().join("proc") };
+        let (d, roots) = fake_roots();
         write(roots.sys.join("devices/system/node/node0/cpumap"), "ff\n");
         let bus = roots.sys.join("bus/pci/devices");
         fs::create_dir_all(&bus).unwrap();

@@ -245,19 +245,25 @@ fn count_nets(el: &Element) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn write(path: PathBuf, text: &str) {
+    pub(in crate::topo::detect) fn write(path: PathBuf, text: &str) {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, text).unwrap();
     }
 
-    /// A fake host: two NUMA nodes, eth0 on a PCI function behind a bridge in domain 1.
-    fn fake_host() -> (tempfile::TempDir, Roots) {
+    /// Empty `/sys` and `/proc` trees in a temporary folder.
+    pub(in crate::topo::detect) fn fake_roots() -> (tempfile::TempDir, Roots) {
         let d = tempfile::tempdir().unwrap();
         let roots = Roots { sys: d.path().join("sys"), proc: d.path().join("proc") };
+        (d, roots)
+    }
+
+    /// A fake host: two NUMA nodes, eth0 on a PCI function behind a bridge in domain 1.
+    fn fake_host() -> (tempfile::TempDir, Roots) {
+        let (d, roots) = fake_roots();
         write(roots.sys.join("devices/system/node/node0/cpumap"), "00000003\n");
         write(roots.sys.join("devices/system/node/node1/cpumap"), "0000000c\n");
         write(
