@@ -73,3 +73,29 @@ fn malformed_file_is_refused_with_file_and_line() {
     assert!(err.contains(&format!("{}:3: ", bad.display())), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn prints_the_models_pick_per_collective_and_size() {
+    let file = format!("{FIXTURES}/ndv4-a100-pci-only.xml");
+    let text = stdout(&jitccl_topo(&["--xml", &file, "-N", "3", "--cores", "2"], &[]));
+    let head = text.lines().position(|l| l.starts_with("model picks (3 ranks")).unwrap_or_else(|| panic!("{text}"));
+    let rows: Vec<Vec<&str>> = text.lines().skip(head + 2).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), 9, "8 B to 128 MiB by 8x: {text}");
+    let mut last = [0.0f64; 5];
+    for row in &rows {
+        assert_eq!(row.len(), 11, "bytes and (pick, us) for 5 collectives: {row:?}");
+        for c in 0..5 {
+            let pick: Vec<&str> = row[1 + 2 * c].split('/').collect();
+            assert_eq!(pick.len(), 3, "{row:?}");
+            // Only AllReduce has more than the ring.
+            assert!(c == 0 || pick[0] == "ring", "{row:?}");
+            assert!(["simple", "ll", "ll128"].contains(&pick[1]), "{row:?}");
+            let us: f64 = row[2 + 2 * c].parse().unwrap();
+            assert!(us >= last[c], "time never falls with size: {row:?}");
+            last[c] = us;
+        }
+    }
+    assert!(last.iter().all(|&us| us > 1000.0), "128 MiB takes more than 1 ms: {text}");
+    let bad = jitccl_topo(&["-N", "0"], &[]);
+    assert!(!bad.status.success());
+}

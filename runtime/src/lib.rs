@@ -43,4 +43,6 @@ pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
 pub use op::Op;
 pub use stream::Stream;
-pub use tune::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology};
+pub use tune::{
+    AlgoOverrides, Estimate, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology,
+};

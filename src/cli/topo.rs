@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use jitccl::graph::{search_or_load, Device, GlobalSystem, Graph, SearchParams};
 use jitccl::topo::{NodeKind, Path, System};
+use jitccl::{Collective, Topology};
 
 #[derive(clap::Args)]
 pub struct TopoArgs {
@@ -16,6 +17,16 @@ pub struct TopoArgs {
     /// Write the topology, as NCCL topology XML, to this file.
     #[arg(long, value_name = "FILE")]
     dump_xml: Option<PathBuf>,
+    /// Cores per machine for the cost model's host constants (default: this machine's).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
+    cores: Option<usize>,
+    /// Ranks to plan for, spread in blocks over the devices (default: one per device).
+    #[arg(short = 'N', long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    nranks: Option<usize>,
+    /// Channels to search for (default: up to 32 with GPUs; the communicator's default,
+    /// cores per rank from 1 to 4, without).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
+    channels: Option<usize>,
 }
 
 impl TopoArgs {
@@ -29,14 +40,27 @@ impl TopoArgs {
             std::fs::write(f, sys.to_xml()).map_err(|e| format!("{}: {e}", f.display()))?;
         }
         print_system(&sys);
-        let global = GlobalSystem::one_rank_per_device(sys);
+        let cores = self.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let global = spread(GlobalSystem::one_rank_per_device(sys), self.nranks)?;
         print_paths(&global);
-        let graph = search_or_load(&global, &SearchParams::default(), 0).map_err(|e| e.to_string())?;
+        let mut params = SearchParams::default();
+        let host_default = global.hosts[0].gpus.is_empty().then(|| (cores / global.ranks.len()).clamp(1, 4));
+        if let Some(n) = self.channels.or(host_default) {
+            (params.min_channels, params.max_channels) = (n, n);
+        }
+        let graph = search_or_load(&global, &params, 0).map_err(|e| e.to_string())?;
         print_graph(&graph);
-        // The cost model's choice per collective and size (runtime/src/tune/) goes here
-        // once it takes a Graph.
+        print_picks(&Topology::from_graph(&graph, cores), cores);
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// `nranks` ranks in contiguous blocks over the devices `one` has a rank on.
+fn spread(one: GlobalSystem, nranks: Option<usize>) -> Result<GlobalSystem, String> {
+    let Some(n) = nranks else { return Ok(one) };
+    let ndev = one.ranks.len();
+    let ranks = (0..n).map(|r| one.ranks[r * ndev / n]).collect();
+    GlobalSystem::new(one.hosts, ranks).map_err(|e| e.to_string())
 }
 
 fn print_system(sys: &System) {
@@ -133,5 +157,36 @@ fn print_graph(g: &Graph) {
             })
             .collect();
         println!("    tree {} | nic per rank {}", tree.join(" "), nics.join(" "));
+    }
+}
+
+/// What the cost model picks per collective and size (a commutative op, no table, no
+/// override): what a communicator on this graph runs without a tuning table.
+fn print_picks(topo: &Topology, cores: usize) {
+    const COLLS: [Collective; 5] = [
+        Collective::AllReduce,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ];
+    println!(
+        "model picks ({} ranks, {} node(s), {} channel(s), host constants for {cores} cores; algorithm/protocol/channels, estimated us):",
+        topo.nranks, topo.nnodes, topo.nchannels
+    );
+    let head: Vec<String> = COLLS.iter().map(|c| format!("{:>26}", c.to_string())).collect();
+    println!("  {:>10}{}", "bytes", head.join(""));
+    for shift in (3..=28).step_by(3) {
+        let bytes = 1usize << shift;
+        let cells: Vec<String> = COLLS
+            .iter()
+            .map(|&c| {
+                let pick = topo
+                    .fastest(c, bytes)
+                    .map_or("-".to_string(), |e| format!("{}/{}/{} {:.1}", e.algo, e.proto, e.nchannels, e.us));
+                format!("{pick:>26}")
+            })
+            .collect();
+        println!("  {bytes:>10}{}", cells.join(""));
     }
 }

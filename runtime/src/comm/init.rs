@@ -136,9 +136,8 @@ impl Comm {
         let conns = connect(&layout, rank, &bases, &graph)?;
         // Every rank tunes as rank 0 does (its machine's topology, its table): so they
         // cannot disagree.
-        let nnodes = count_hosts(&endpoints);
-        let plan = if rank == 0 { tune::plan(nranks, nnodes, &cfg)? } else { Vec::new() };
-        let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], nranks, nnodes, &cfg)?);
+        let plan = if rank == 0 { tune::plan(&graph)? } else { Vec::new() };
+        let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
         let proxy = if net.iter().any(|&n| n) {
             let ip =
                 bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
@@ -204,7 +203,8 @@ fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: 
             "rank {rank}: the graph search gave {} channel(s), {nchannels} are configured: using rank-order rings",
             graph.channels.len()
         );
-        return Ok(Graph::uniform(nranks, nchannels));
+        // The hosts still count for the cost model (inter-node hops and bandwidth).
+        return Ok(Graph { nhosts: count_hosts(endpoints), ..Graph::uniform(nranks, nchannels) });
     }
     for (c, ch) in graph.channels.iter().enumerate() {
         tracing::info!("rank {rank}: channel {c}: ring {:?}, tree parents {:?}", ch.ring, ch.tree.parent);
@@ -285,7 +285,7 @@ impl Comm {
         let group = Endpoint::of_group();
         let endpoints = vec![group; nranks];
         let graph = Graph::uniform(nranks, cfg.nchannels);
-        let tuner = Arc::new(tune::from_plan(&tune::plan(nranks, 1, &cfg)?, nranks, 1, &cfg)?);
+        let tuner = Arc::new(tune::from_plan(&tune::plan(&graph)?, &graph, &cfg)?);
         tracing::info!(
             "init_all: {nranks} ranks in one process, {} channel(s), slots {:?} B, timeout {:?}",
             cfg.nchannels,

@@ -21,7 +21,8 @@ use rustc_hash::FxHashMap;
 
 use crate::config::Resolved;
 use crate::error::{Error, Result};
-pub use model::{Constants, Topology};
+use crate::graph::Graph;
+pub use model::{Constants, Estimate, Topology};
 pub use overrides::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Set};
 pub use table::{Row, Table, TableError};
 
@@ -205,7 +206,7 @@ impl Tuner {
             if algos.contains(&row.algo) && protos.contains(&row.proto) {
                 let nch = match row.channels {
                     Some(n) => n.min(self.topo.nchannels),
-                    None => self.best(coll, &[row.algo], &[row.proto], k.bytes).map_or(1, |(_, _, n, _)| n),
+                    None => self.best(coll, &[row.algo], &[row.proto], k.bytes).map_or(1, |e| e.nchannels),
                 };
                 let why = format!("row {}..={} B", row.min_bytes, row.max_bytes);
                 return Ok((make(row.algo, row.proto, nch, row.chunk_bytes), Source::Table, why));
@@ -213,10 +214,10 @@ impl Tuner {
             overridden = Some(format!("the table's {}/{} is not allowed here", row.algo, row.proto));
         }
         let all_algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(usable).collect();
-        let (algo, proto, nch, t) = self
+        let Estimate { algo, proto, nchannels: nch, us: t } = self
             .best(coll, &algos, &protos, k.bytes)
             .ok_or_else(|| Error::Internal(format!("no {coll} candidate has a cost")))?;
-        let unrestricted = self.best(coll, &all_algos, Protocol::ALL, k.bytes).map(|(a, p, _, _)| (a, p));
+        let unrestricted = self.best(coll, &all_algos, Protocol::ALL, k.bytes).map(|e| (e.algo, e.proto));
         let source = if unrestricted == Some((algo, proto)) { Source::Model } else { Source::Override };
         let mut why = format!("{t:.2} us estimated");
         if !k.commutative {
@@ -228,23 +229,8 @@ impl Tuner {
         Ok((make(algo, proto, nch, None), source, why))
     }
 
-    /// The fastest (algorithm, protocol, channels) among the candidates and its time;
-    /// ties go to the earlier candidate, then to fewer channels.
-    fn best(
-        &self, coll: Collective, algos: &[Algorithm], protos: &[Protocol], bytes: usize,
-    ) -> Option<(Algorithm, Protocol, usize, f64)> {
-        let mut best: Option<(Algorithm, Protocol, usize, f64)> = None;
-        for &a in algos {
-            for &p in protos {
-                for nch in 1..=self.topo.nchannels.max(1) {
-                    let Some(t) = model::time(&self.topo, &self.consts, coll, a, p, nch, bytes) else { continue };
-                    if best.is_none_or(|b| t < b.3) {
-                        best = Some((a, p, nch, t));
-                    }
-                }
-            }
-        }
-        best
+    fn best(&self, coll: Collective, algos: &[Algorithm], protos: &[Protocol], bytes: usize) -> Option<Estimate> {
+        model::best(&self.topo, &self.consts, coll, algos, protos, bytes)
     }
 }
 
@@ -256,11 +242,11 @@ fn machine_cores() -> usize {
 }
 
 /// What rank 0 tells every rank so that all tune alike: its machine's core count (the
-/// host topology's one machine-dependent input) and the table it found for that topology
-/// (see [`Table::load`]), if any.
-pub(crate) fn plan(nranks: usize, nnodes: usize, cfg: &Resolved) -> Result<Vec<u8>> {
+/// host topology's one machine-dependent input besides the graph, which every rank
+/// searched alike) and the table it found for that topology (see [`Table::load`]), if any.
+pub(crate) fn plan(graph: &Graph) -> Result<Vec<u8>> {
     let cores = machine_cores();
-    let topo = Topology { nnodes, ..Topology::host(nranks, cfg.nchannels, cores) };
+    let topo = Topology::from_graph(graph, cores);
     let table = Table::load(&topo).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let mut plan = (cores as u64).to_le_bytes().to_vec();
     plan.extend(table.map_or(Vec::new(), |t| t.to_bytes()));
@@ -268,11 +254,11 @@ pub(crate) fn plan(nranks: usize, nnodes: usize, cfg: &Resolved) -> Result<Vec<u
 }
 
 /// The tuner of every rank, from rank 0's [`plan`].
-pub(crate) fn from_plan(plan: &[u8], nranks: usize, nnodes: usize, cfg: &Resolved) -> Result<Tuner> {
+pub(crate) fn from_plan(plan: &[u8], graph: &Graph, cfg: &Resolved) -> Result<Tuner> {
     let bad = || Error::Internal(format!("rank 0's tuning plan is malformed ({} bytes)", plan.len()));
     let (cores, table) = plan.split_at_checked(8).ok_or_else(bad)?;
     let cores = u64::from_le_bytes(cores.try_into().map_err(|_| bad())?) as usize;
-    let topo = Topology { nnodes, ..Topology::host(nranks, cfg.nchannels, cores.max(1)) };
+    let topo = Topology::from_graph(graph, cores.max(1));
     let table = if table.is_empty() {
         None
     } else {

@@ -38,6 +38,8 @@
 use jitccl_codegen::abi::NPROTOS;
 use jitccl_codegen::{Algorithm, Collective, Protocol};
 
+use crate::graph::Graph;
+
 /// What the model knows of the machine: from the graph search, or [`Topology::host`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Topology {
@@ -96,8 +98,10 @@ const HOST_HOP_SWITCH: f64 = 2.06;
 const HOST_BW: f64 = 8.6;
 const HOST_SECOND_CHANNEL: f64 = 0.5;
 const HOST_CHAN_LAT: f64 = 20.0;
+/// Hop latency through the network transport (TCP and a proxy thread each side), us.
+const HOST_NET_HOP: f64 = 30.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 1;
+const HOST_MODEL_VERSION: u64 = 2;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -118,6 +122,28 @@ impl Topology {
             contention: (nranks as f64 / cores as f64).max(1.0),
             fingerprint: fnv1a(&[0x686f7374, HOST_MODEL_VERSION, cores as u64]),
         }
+    }
+
+    /// The host case for a searched graph: its hosts, its channels, and between hosts its
+    /// bandwidth (the NICs' speed) and the network transport's hop latency; `cores` are
+    /// one machine's.
+    pub fn from_graph(graph: &Graph, cores: usize) -> Topology {
+        let mut t = Topology::host(graph.nranks, graph.nchannels(), cores);
+        t.nnodes = graph.nhosts.clamp(1, t.nranks);
+        if t.nnodes > 1 {
+            if graph.bw_inter > 0.0 {
+                t.bw_inter = graph.bw_inter.min(HOST_BW);
+            }
+            t.lat_inter = HOST_NET_HOP;
+        }
+        t
+    }
+
+    /// The model's fastest (algorithm, protocol, channels) for `coll` over `bytes` with a
+    /// commutative op and nothing overridden, as a communicator on this topology picks
+    /// without a tuning table.
+    pub fn fastest(&self, coll: Collective, bytes: usize) -> Option<Estimate> {
+        best(self, &Constants::HOST, coll, coll.algorithms(), Protocol::ALL, bytes)
     }
 
     /// The fingerprint as tables and cache file names show it.
@@ -148,6 +174,35 @@ fn algo_index(a: Algorithm) -> usize {
 /// Depth of a binary tree over `n` members (heap layout, as graph::tree builds it).
 fn tree_depth(n: usize) -> usize {
     (usize::BITS - 1 - n.max(1).leading_zeros()) as usize
+}
+
+/// A candidate and its estimated time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub algo: Algorithm,
+    pub proto: Protocol,
+    pub nchannels: usize,
+    /// Estimated time of one call, us.
+    pub us: f64,
+}
+
+/// The fastest candidate among `algos` x `protos` x 1..=the topology's channels; ties go
+/// to the earlier candidate, then to fewer channels.
+pub(crate) fn best(
+    t: &Topology, k: &Constants, coll: Collective, algos: &[Algorithm], protos: &[Protocol], bytes: usize,
+) -> Option<Estimate> {
+    let mut best: Option<Estimate> = None;
+    for &algo in algos {
+        for &proto in protos {
+            for nchannels in 1..=t.nchannels.max(1) {
+                let Some(us) = time(t, k, coll, algo, proto, nchannels, bytes) else { continue };
+                if best.is_none_or(|b| us < b.us) {
+                    best = Some(Estimate { algo, proto, nchannels, us });
+                }
+            }
+        }
+    }
+    best
 }
 
 /// Estimated time in us of `coll` over `bytes` (the caller's per-call byte count) with
@@ -228,6 +283,23 @@ mod tests {
         assert_eq!(Topology::host(2, 1, 2).fingerprint, Topology::host(8, 4, 2).fingerprint);
         assert_ne!(Topology::host(2, 1, 2).fingerprint, Topology::host(2, 1, 4).fingerprint);
         assert_eq!(Topology::host(2, 1, 2).fingerprint_hex().len(), 16);
+    }
+
+    #[test]
+    fn a_graph_over_two_hosts_costs_network_hops() {
+        let one = Graph::uniform(4, 2);
+        let two = Graph { nhosts: 2, bw_inter: 1.25, ..Graph::uniform(4, 2) };
+        let (t1, t2) = (Topology::from_graph(&one, 4), Topology::from_graph(&two, 4));
+        assert_eq!((t1.nnodes, t1.nchannels, t1.nranks), (1, 2, 4));
+        assert_eq!((t2.nnodes, t2.bw_inter, t2.lat_inter), (2, 1.25, HOST_NET_HOP));
+        let ring = |t: &Topology, bytes| {
+            time(t, &Constants::HOST, Collective::AllReduce, Algorithm::Ring, Protocol::Simple, 1, bytes).unwrap()
+        };
+        // Two of the ring's six hops cross hosts; big messages run at the NIC's speed.
+        let hops = 2.0 * (HOST_NET_HOP - t1.lat_intra);
+        assert!((ring(&t2, 8) - ring(&t1, 8) - hops).abs() < 0.01);
+        assert!(ring(&t2, 1 << 26) > 5.0 * ring(&t1, 1 << 26));
+        assert_eq!(t1.fastest(Collective::AllReduce, 1 << 26).map(|e| e.algo), Some(Algorithm::Ring));
     }
 
     #[test]
