@@ -23,6 +23,9 @@ pub(crate) fn init() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            // Colour codes only for a terminal: rank output piped through `jitccl perf`
+            // or into a file stays plain text.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false)
             .with_thread_names(true)
             .try_init();

@@ -206,6 +206,24 @@ fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: 
         // The hosts still count for the cost model (inter-node hops and bandwidth).
         return Ok(Graph { nhosts: count_hosts(endpoints), ..Graph::uniform(nranks, nchannels) });
     }
+    if rank == 0 {
+        let host = &global.hosts[0];
+        tracing::info!(
+            "topology: {} host(s); rank 0's: {} NUMA domain(s), {} GPU(s), {} NIC(s) ({}); graph: {} channel(s), intra {:.1} GB/s ({}), inter {:.1} GB/s ({}), {} search steps{}",
+            global.hosts.len(),
+            host.cpus.len(),
+            host.gpus.len(),
+            host.nics.len(),
+            host.source,
+            graph.channels.len(),
+            graph.bw_intra,
+            graph.type_intra,
+            graph.bw_inter,
+            graph.type_inter,
+            graph.steps,
+            if graph.fallback { ", fallback rings" } else { "" }
+        );
+    }
     for (c, ch) in graph.channels.iter().enumerate() {
         tracing::info!("rank {rank}: channel {c}: ring {:?}, tree parents {:?}", ch.ring, ch.tree.parent);
     }

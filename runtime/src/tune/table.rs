@@ -220,13 +220,20 @@ impl Table {
                     return Ok(None);
                 }
             },
-            _ => return Ok(None),
+            _ => {
+                tracing::info!(
+                    "tuning: no table for topology {} ({TABLE_VAR} unset, none cached): the cost model decides",
+                    topo.fingerprint_hex()
+                );
+                return Ok(None);
+            }
         };
+        let path = named.map_or_else(|| "the cached tuning table".to_string(), |p| p.display().to_string());
         if let Some(why) = table.mismatch(topo) {
-            let path = named.map_or_else(|| "the cached tuning table".to_string(), |p| p.display().to_string());
             tracing::warn!("ignoring tuning table {path}: {why}");
             return Ok(None);
         }
+        tracing::info!("tuning: {path}, {} row(s), for topology {}", table.rows.len(), topo.fingerprint_hex());
         Ok(Some(table))
     }
 
