@@ -117,7 +117,7 @@ run_mpi() { # n bytes warmup iters log
     { cat "$5" >&2; die "MPI run with $1 ranks, $2 B gave no result (log: $5)"; }
 }
 run_jitccl() { # n bytes warmup iters log
-  "$jitccl" perf all_reduce -n "$1" -b "$2" -e "$2" -f 2 -d float -o sum -w "$3" -i "$4" >"$5" 2>&1 || true
+  "$jitccl" perf all_reduce -N "$1" -b "$2" -e "$2" -f 2 -d float -o sum -w "$3" -n "$4" >"$5" 2>&1 || true
   # the nccl-tests row: out-of-place time is field 6, busbw 8, #wrong 9
   awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $6, $8, $9; found = 1; exit } END { exit !found }' "$5" ||
     { cat "$5" >&2; die "jitccl run with $1 ranks, $2 B gave no result (log: $5)"; }

@@ -7,6 +7,6 @@ cd "$root"
 bash scripts/setup.sh
 cargo build --release --quiet
 if [ $# -eq 0 ]; then
-  set -- -n 2 -b 8 -e 64M -f 2
+  set -- -N 2 -b 8 -e 64M -f 2
 fi
 exec ./target/release/jitccl perf all_reduce "$@"

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 /// Starts rank `rank` of 4 as its own process (torchrun's variables), looping on AllReduce.
 fn rank(rank: usize, port: u16, env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
-    cmd.args(["perf", "all_reduce", "-n", "4", "-b", "64M", "-e", "64M", "-w", "1", "-i", "100000", "-c", "0"])
+    cmd.args(["perf", "all_reduce", "-N", "4", "-b", "64M", "-e", "64M", "-w", "1", "-n", "100000", "-c", "0"])
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
         .env("RANK", rank.to_string())

@@ -43,8 +43,8 @@ fn every_collective_and_protocol(env: &[(&str, &str)], max_bytes: &str) {
     for proto in ["simple", "ll", "ll128"] {
         for (coll, n, dtype, op) in runs {
             let args = [
-                "perf", coll, "-n", n, "-b", "4", "-e", max_bytes, "-f", "5", "-d", dtype, "-o", op, "--proto", proto,
-                "-w", "1", "-i", "2",
+                "perf", coll, "-N", n, "-b", "4", "-e", max_bytes, "-f", "5", "-d", dtype, "-o", op, "--proto", proto,
+                "-w", "1", "-n", "2",
             ];
             // Tiny FIFO slots: many steps and FIFO wrap-arounds even at these sizes.
             let mut vars = vec![("JITCCL_BUFFSIZE", "2048"), ("JITCCL_TIMEOUT", "60")];
@@ -88,7 +88,7 @@ fn every_collective_and_protocol_over_several_sockets_per_connection() {
 fn a_bad_socket_count_is_refused_naming_the_variable() {
     for bad in ["0", "17", "x"] {
         let out = jitccl(
-            &["perf", "all_reduce", "-n", "2", "-b", "8", "-e", "8"],
+            &["perf", "all_reduce", "-N", "2", "-b", "8", "-e", "8"],
             &[("JITCCL_TRANSPORT", "net"), ("JITCCL_NSOCKS_PERTHREAD", bad)],
         );
         let stderr = text(&out.stderr);
@@ -144,7 +144,7 @@ fn launch_hides_an_outer_launchers_variables() {
 fn a_missing_rank_process_is_named() {
     let exe = env!("CARGO_BIN_EXE_jitccl");
     // Rank 1 never joins: rank 0 must fail with an error naming it, not hang.
-    let script = format!(r#"[ "$RANK" = 1 ] && exit 0; exec "{exe}" perf all_reduce -n 2 -b 8 -e 8"#);
+    let script = format!(r#"[ "$RANK" = 1 ] && exit 0; exec "{exe}" perf all_reduce -N 2 -b 8 -e 8"#);
     let t0 = Instant::now();
     let out = jitccl(&["launch", "-n", "2", "--", "sh", "-c", &script], &[("JITCCL_BOOTSTRAP_TIMEOUT", "2")]);
     assert!(!out.status.success());

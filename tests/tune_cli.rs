@@ -56,7 +56,7 @@ fn quick_tune_writes_a_table_that_perf_then_uses() {
     }
 
     let o = jitccl(
-        &["perf", "all_reduce", "-n", "2", "-b", "8", "-e", "4K", "-f", "16", "-w", "1", "-i", "2"],
+        &["perf", "all_reduce", "-N", "2", "-b", "8", "-e", "4K", "-f", "16", "-w", "1", "-n", "2"],
         &[("JITCCL_TUNER_CONFIG_FILE", path.to_str().unwrap()), ("JITCCL_DEBUG", "DEBUG")],
     );
     let (_, err) = ok(&o);
@@ -91,7 +91,7 @@ fn ranks_given_different_tables_follow_rank_0s() {
     std::fs::write(&a, "allreduce,0,4096,oneshot,ll,1,-1,-1\n").unwrap();
     std::fs::write(&b, "allreduce,0,4096,ring,simple,1,-1,-1\n").unwrap();
     let script = format!(
-        "if [ \"$RANK\" = 0 ]; then t={}; else t={}; fi; JITCCL_TUNER_CONFIG_FILE=$t exec \"$0\" perf all_reduce -n 2 -b 8 -e 8 -w 0 -i 1",
+        "if [ \"$RANK\" = 0 ]; then t={}; else t={}; fi; JITCCL_TUNER_CONFIG_FILE=$t exec \"$0\" perf all_reduce -N 2 -b 8 -e 8 -w 0 -n 1",
         a.display(),
         b.display()
     );

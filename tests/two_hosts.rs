@@ -101,7 +101,7 @@ fn collectives_between_two_hosts() {
     ];
     for (i, run) in runs.iter().enumerate() {
         let mut args = run.to_vec();
-        args.extend(["-n", "2", "-b", "4", "-e", "1M", "-f", "16", "-w", "1", "-i", "3"]);
+        args.extend(["-N", "2", "-b", "4", "-e", "1M", "-f", "16", "-w", "1", "-n", "3"]);
         let port = 29600 + i as u16;
         let limit = Instant::now() + Duration::from_secs(120);
         let ranks = [hosts.rank(0, port, &args), hosts.rank(1, port, &args)];
@@ -120,7 +120,7 @@ fn collectives_between_two_hosts() {
 fn rings_cross_between_interleaved_hosts_twice() {
     let hosts =
         Hosts::create().unwrap_or_else(|e| panic!("cannot create the two test hosts (needs root and iproute2): {e}"));
-    let args = ["all_reduce", "-n", "4", "-b", "4", "-e", "64K", "-f", "16", "-w", "1", "-i", "2", "--channels", "2"];
+    let args = ["all_reduce", "-N", "4", "-b", "4", "-e", "64K", "-f", "16", "-w", "1", "-n", "2", "--channels", "2"];
     let limit = Instant::now() + Duration::from_secs(120);
     let ranks: Vec<Child> = (0..4).map(|r| hosts.rank_of(r, 4, r % 2, 29700, &args)).collect();
     let outs: Vec<_> = ranks.into_iter().map(|c| finish(c, limit)).collect();

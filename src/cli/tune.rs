@@ -20,7 +20,7 @@ use jitccl::{Collective, Protocol, Row, Table, Topology};
 
 use super::at_least;
 use super::ranks::parse_nranks;
-use super::size::{parse_size, sweep_sizes};
+use super::size::{parse_size, sweep_sizes, Step};
 use measure::{Candidate, Measurement, Partial};
 
 #[derive(clap::Args)]
@@ -79,13 +79,15 @@ impl Plan {
         [
             "perf".to_string(),
             coll.to_string(),
-            format!("-n{}", self.nranks),
+            format!("-N{}", self.nranks),
             format!("-b{b}"),
             format!("-e{e}"),
             format!("-f{}", self.factor),
             format!("-w{}", self.warmup),
-            format!("-i{}", self.iters),
+            format!("-n{}", self.iters),
             "-c1".to_string(),
+            // The slowest rank's time, as a collective takes (nccl-tests' default is the mean).
+            "-a3".to_string(),
         ]
         .to_vec()
     }
@@ -129,7 +131,7 @@ impl TuneArgs {
         }
         let factor = self.factor.unwrap_or(if q { 16 } else { 4 });
         let max = self.max_bytes.unwrap_or(if q { 1 << 20 } else { 32 << 20 });
-        let sizes = sweep_sizes(self.min_bytes.unwrap_or(8), max, factor)?;
+        let sizes = sweep_sizes(self.min_bytes.unwrap_or(8), max, Step::Factor(factor))?;
         let max_ch = self.max_channels.unwrap_or(if q { 2 } else { default_channels(self.nranks) });
         let mut chunks = vec![None];
         chunks.extend(self.chunks.iter().map(|&c| Some(c)));

@@ -29,10 +29,20 @@ fn numeric_flags_are_range_checked() {
             (&["launch", "--timeout=-1", "-n", "1", "--", "true"], &["--timeout"]),
             (&["launch", "--timeout", "0", "-n", "1", "--", "true"], &["--timeout"]),
             (&["launch", "-n", "0", "--", "true"], &["--nproc", "at least 1"]),
-            (&["perf", "all_reduce", "-n", "0"], &["--nranks", "at least 1"]),
+            (&["perf", "all_reduce", "-N", "0"], &["--nranks", "at least 1"]),
             (&["perf", "all_reduce", "--channels", "0"], &["--channels"]),
             (&["perf", "all_reduce", "--channels", "33"], &["--channels"]),
-            (&["perf", "all_reduce", "-i", "0"], &["--iters"]),
+            (&["perf", "all_reduce", "-n", "0"], &["--iters", "at least 1"]),
+            (&["perf", "all_reduce", "-m", "0"], &["--agg_iters", "at least 1"]),
+            (&["perf", "all_reduce", "-i", "0"], &["--stepbytes", "at least 1"]),
+            (&["perf", "all_reduce", "-t", "0"], &["--nthreads"]),
+            (&["perf", "all_reduce", "-g", "100000"], &["--ngpus"]),
+            (&["perf", "all_reduce", "-a", "4"], &["--average", "3 (max)"]),
+            (&["perf", "all_reduce", "-z", "2"], &["--blocking", "0 or 1"]),
+            (&["perf", "all_reduce", "--cudagraph=-1"], &["--cudagraph"]),
+            (&["perf", "all_reduce", "--warmup_iters=-1"], &["--warmup_iters"]),
+            (&["perf", "all_reduce", "-c", "x"], &["--check"]),
+            (&["perf", "all_reduce", "--devices", "0,x", "--target", "cuda"], &["--devices"]),
             (&["kernels", "compile", "-j", "0", "all_reduce.ring.ll.f32.sum"], &["--jobs"]),
             (&["kernels", "compile", "-j", "100000000", "all_reduce.ring.ll.f32.sum"], &["--jobs"]),
             (&["store", "serve", "-p", "70000"], &["--port"]),
@@ -61,7 +71,7 @@ fn launch_refuses_too_many_ranks_without_starting_any() {
 
 #[test]
 fn perf_refuses_too_many_ranks_without_starting_any() {
-    refused(&[(&["perf", "all_reduce", "-n", "100000"], &["--nranks", "at most"])], Duration::from_secs(5));
+    refused(&[(&["perf", "all_reduce", "-N", "100000"], &["--nranks", "at most"])], Duration::from_secs(5));
 }
 
 #[test]
@@ -134,7 +144,7 @@ fn ranks_die_with_a_killed_launcher() {
 #[test]
 fn environment_values_are_range_checked() {
     let cache = tempfile::tempdir().unwrap();
-    let perf = ["perf", "all_reduce", "-n", "2", "-b", "8", "-e", "8", "--threads"];
+    let perf = ["perf", "all_reduce", "-N", "2", "-b", "8", "-e", "8", "--threads"];
     for (var, value) in [
         ("JITCCL_TIMEOUT", "1e30"),
         ("JITCCL_TIMEOUT", "nan"),

@@ -2,6 +2,7 @@
 //! disk cache reused by a second process), the perf table, and errors on bad input.
 
 mod limits;
+mod perf;
 mod procs;
 
 use std::process::{Command, Output};
@@ -122,7 +123,7 @@ fn compile_reports_a_failure_with_nonzero_exit() {
 #[test]
 fn corrupt_cache_entries_are_recompiled_with_a_warning() {
     let cache = tempfile::tempdir().unwrap();
-    let perf = ["perf", "all_reduce", "--threads", "-n", "2", "-b", "64", "-e", "64", "-w", "0", "-i", "1"];
+    let perf = ["perf", "all_reduce", "--threads", "-N", "2", "-b", "64", "-e", "64", "-w", "0", "-n", "1"];
     let first = jitccl(&perf, cache.path());
     assert!(first.status.success(), "{}", text(&first.stderr));
     let objects: Vec<_> = std::fs::read_dir(cache.path().join("host"))
@@ -161,11 +162,12 @@ fn corrupt_cache_entries_are_recompiled_with_a_warning() {
 #[test]
 fn perf_prints_a_checked_table() {
     let cache = tempfile::tempdir().unwrap();
-    for coll in ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "sendrecv"] {
+    let kernels = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "sendrecv"];
+    for coll in kernels.into_iter().chain(["all_to_all", "gather", "scatter"]) {
         let out = jitccl(
             &[
-                "perf", coll, "-n", "3", "-b", "1K", "-e", "64K", "-f", "8", "-d", "bfloat16", "-o", "max", "-w", "1",
-                "-i", "2",
+                "perf", coll, "-N", "3", "-b", "1K", "-e", "64K", "-f", "8", "-d", "bfloat16", "-o", "max", "-w", "1",
+                "-n", "2",
             ],
             cache.path(),
         );
@@ -189,8 +191,8 @@ fn perf_rejects_bad_input() {
     let cases: &[(&[&str], &str)] = &[
         (&["perf", "all_reduce", "-d", "float7"], "unknown datatype 'float7'"),
         (&["perf", "all_reduce", "-b", "1X"], "bad size '1X'"),
-        (&["perf", "alltoall"], "unknown collective 'alltoall'"),
-        (&["perf", "reduce", "-n", "2", "-r", "2"], "root 2 is not one of the 2 ranks"),
+        (&["perf", "allgatherv"], "unknown collective 'allgatherv'"),
+        (&["perf", "reduce", "-N", "2", "-r", "2"], "root 2 is not one of the 2 ranks"),
         (&["perf", "all_reduce", "-b", "1M", "-e", "1K"], "larger than maxbytes"),
     ];
     for (args, why) in cases {
@@ -272,7 +274,7 @@ fn missing_nvrtc_is_a_clear_error() {
     assert_eq!(summary(&out), (0, 1, 0));
     // The host target does not need NVRTC.
     let host = Command::new(env!("CARGO_BIN_EXE_jitccl"))
-        .args(["perf", "all_reduce", "-n", "2", "-b", "64", "-e", "64", "-i", "1", "-w", "0"])
+        .args(["perf", "all_reduce", "-N", "2", "-b", "64", "-e", "64", "-n", "1", "-w", "0"])
         .env("JITCCL_CACHE_DIR", cache.path())
         .env("JITCCL_NVRTC_PATH", "/nonexistent/nvrtc")
         .output()

@@ -1,0 +1,202 @@
+//! `jitccl perf`'s command line. Where nccl-tests has a flag, perf takes it with the same
+//! letter, long name and meaning (`-n` iterations, `-w` warm-up, `-t` threads, `-g` GPUs,
+//! `-m` aggregation, `-z` blocking, `-G` graph launches, `-a` averaging, `-b -e -f -i -d -o
+//! -r -c`), so an nccl-tests command line means the same here. Ranks are `-N` (nccl-tests
+//! takes them from MPI); `--target`, `--devices`, `--algo`, `--proto`, `--channels` and
+//! `--threads` are jitccl's own. Every number is range-checked at parse time, and the
+//! combinations in [`PerfArgs::validate`], with an error naming the flag.
+
+use jitccl::codegen::BuiltinOp;
+use jitccl::{Algorithm, DataType, Protocol};
+
+use super::super::at_least;
+use super::super::ranks::{max_local_ranks, parse_nranks};
+use super::super::size::{parse_size, sweep_sizes, Step};
+use super::coll::PerfColl;
+
+/// Which device kind the ranks run on.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// This machine's CPUs and memory.
+    Host,
+    /// CUDA GPUs.
+    Cuda,
+}
+
+/// How the per-rank times become the reported one (nccl-tests' `-a`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Average {
+    Rank0,
+    Mean,
+    Min,
+    Max,
+}
+
+#[derive(clap::Args)]
+pub struct PerfArgs {
+    /// all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all,
+    /// gather or scatter.
+    pub coll: PerfColl,
+    /// Total number of ranks (at most max(1024, 4 x CPUs)): -N / (-t x -g) processes.
+    #[arg(short = 'N', long, default_value_t = 2, value_parser = parse_nranks)]
+    pub nranks: usize,
+    /// Threads per process (nccl-tests' -t), each driving -g ranks.
+    #[arg(short = 't', long = "nthreads", default_value_t = 1, value_parser = per_process)]
+    pub nthreads: usize,
+    /// Ranks ("GPUs") per thread (nccl-tests' -g): one thread launches on all of them.
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1, value_parser = per_process)]
+    pub ngpus: usize,
+    /// All ranks in this one process, driven by one thread (the same as -g N).
+    #[arg(long, conflicts_with_all = ["nthreads", "ngpus"])]
+    pub threads: bool,
+    /// Smallest size in bytes (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    pub min_bytes: usize,
+    /// Largest size in bytes (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = parse_size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this factor (at least 2) each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = at_least::<2>)]
+    pub factor: usize,
+    /// Add this many bytes (K/M/G suffixes, at least 1) each step instead of multiplying.
+    #[arg(short = 'i', long = "stepbytes", value_parser = step_bytes, conflicts_with = "factor")]
+    pub step_bytes: Option<usize>,
+    /// Datatype (nccl-tests names: int8 uint8 int32 uint32 int64 uint64 half float double
+    /// bfloat16 f8e4m3 f8e5m2).
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub dtype: DataType,
+    /// Reduction op: sum prod min max avg premulsum.
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    pub op: BuiltinOp,
+    /// Root rank of broadcast, reduce, gather and scatter.
+    #[arg(short = 'r', long, default_value_t = 0)]
+    pub root: usize,
+    /// Timed iterations (at least 1).
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = at_least::<1>)]
+    pub iters: usize,
+    /// Untimed iterations before timing.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: usize,
+    /// Operations launched per iteration before it synchronizes (at least 1).
+    #[arg(short = 'm', long = "agg_iters", default_value_t = 1, value_parser = at_least::<1>)]
+    pub agg: usize,
+    /// 1: synchronize after every operation; 0: once per iteration.
+    #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = zero_or_one, action = clap::ArgAction::Set)]
+    pub blocking: bool,
+    /// Graph launches (nccl-tests' CUDA graph replay): only 0, as no target captures graphs.
+    #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
+    pub cudagraph: u64,
+    /// How per-rank times combine: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum.
+    #[arg(short = 'a', long = "average", default_value = "1", value_parser = average)]
+    pub average: Average,
+    /// Check results against the reference this many times per size (0: no check).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: usize,
+    /// Where the ranks run.
+    #[arg(long, value_enum, default_value_t = Target::Host)]
+    pub target: Target,
+    /// With --target cuda: rank i's GPU is the i-th entry (e.g. 0,0,0,0: four ranks on GPU 0).
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Vec<usize>,
+    /// Force the algorithm (ring, tree, oneshot).
+    #[arg(long)]
+    pub algo: Option<Algorithm>,
+    /// Force the protocol (simple, ll, ll128).
+    #[arg(long)]
+    pub proto: Option<Protocol>,
+    /// Channels per rank.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
+    pub channels: Option<usize>,
+}
+
+/// How the ranks are spread: `procs` processes of `threads` threads of `per_thread` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub nranks: usize,
+    pub procs: usize,
+    pub threads: usize,
+    pub per_thread: usize,
+}
+
+impl Layout {
+    pub fn per_process(&self) -> usize {
+        self.threads * self.per_thread
+    }
+}
+
+impl PerfArgs {
+    pub fn step(&self) -> Step {
+        self.step_bytes.map_or(Step::Factor(self.factor), Step::Bytes)
+    }
+
+    pub fn sizes(&self) -> Result<Vec<usize>, String> {
+        sweep_sizes(self.min_bytes, self.max_bytes, self.step())
+    }
+
+    /// Checks what no single flag's parser can, before any rank starts, and says how the
+    /// ranks are spread.
+    pub fn validate(&self) -> Result<Layout, String> {
+        self.sizes()?;
+        let n = self.nranks;
+        if self.root >= n {
+            return Err(format!("root {} is not one of the {n} ranks", self.root));
+        }
+        if self.cudagraph > 0 {
+            return Err(format!(
+                "-G/--cudagraph {}: CUDA graph replay is not supported (the host target has no graphs, and the CUDA target does not capture them); use -G 0",
+                self.cudagraph
+            ));
+        }
+        if !self.devices.is_empty() {
+            if self.target != Target::Cuda {
+                return Err("--devices applies to --target cuda only".into());
+            }
+            if self.devices.len() != n {
+                return Err(format!("--devices lists {} GPU(s), one per rank (-N {n}) is needed", self.devices.len()));
+            }
+        }
+        let (threads, per_thread) = if self.threads { (1, n) } else { (self.nthreads, self.ngpus) };
+        let per_process = threads * per_thread;
+        if !n.is_multiple_of(per_process) {
+            return Err(format!(
+                "-N {n} ranks do not fill whole processes of -t {threads} x -g {per_thread} = {per_process} ranks"
+            ));
+        }
+        Ok(Layout { nranks: n, procs: n / per_process, threads, per_thread })
+    }
+}
+
+/// Value parser of -t and -g: 1 to the local rank limit (so their product cannot overflow).
+fn per_process(s: &str) -> Result<usize, String> {
+    let max = max_local_ranks();
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        Ok(_) => Err(format!("must be 1 to {max}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn step_bytes(s: &str) -> Result<usize, String> {
+    match parse_size(s)? {
+        0 => Err("must be at least 1".into()),
+        b => Ok(b),
+    }
+}
+
+fn zero_or_one(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err("must be 0 or 1".into()),
+    }
+}
+
+fn average(s: &str) -> Result<Average, String> {
+    match s.trim() {
+        "0" => Ok(Average::Rank0),
+        "1" => Ok(Average::Mean),
+        "2" => Ok(Average::Min),
+        "3" => Ok(Average::Max),
+        _ => Err("must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)".into()),
+    }
+}

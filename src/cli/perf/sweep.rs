@@ -1,0 +1,165 @@
+//! One thread's part of the sweep: it drives its ranks (nccl-tests' -g) through every size,
+//! out of place and in place: warm-up, timed iterations of -m operations each (with -z,
+//! synchronized after every one), then -c reference checks. Each thread times its own
+//! ranks; the time and the wrong count are combined over all ranks with a collective, so
+//! threads and processes need no other channel.
+
+use std::time::Instant;
+
+use jitccl::codegen::BuiltinOp;
+use jitccl::reference::{count_wrong, inputs, op_for_rank, RefElement};
+use jitccl::{Comm, DeviceBuffer, Op, Stream};
+
+use super::flags::{Average, Layout, PerfArgs};
+use super::report::{Report, Timing};
+
+/// The ranks one thread drives, with their streams and buffers (sized for the largest step).
+struct Ranks<'a, T: jitccl::Element> {
+    comms: &'a [Comm],
+    streams: &'a [Stream],
+    bufs: Vec<(DeviceBuffer<T>, DeviceBuffer<T>)>,
+}
+
+/// This thread's (send, recv) view per rank for one size and placement.
+type Views<T> = Vec<(DeviceBuffer<T>, DeviceBuffer<T>)>;
+
+/// Runs the sweep on `comms`; true when no element was wrong.
+pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams: &[Stream]) -> Result<bool, String> {
+    let (n, esize) = (lay.nranks, size_of::<T>());
+    let (max_count, _) = a.coll.shape(a.max_bytes, esize, n);
+    let full = if a.coll.blocks() { max_count * n } else { max_count };
+    let bufs = comms
+        .iter()
+        .map(|c| Ok((c.device().alloc::<T>(full.max(1))?, c.device().alloc::<T>(full.max(1))?)))
+        .collect::<jitccl::Result<Vec<_>>>()
+        .map_err(|e| e.to_string())?;
+    let ranks = Ranks { comms, streams, bufs };
+
+    let mut report = Report::new(comms.iter().any(|c| c.rank() == 0));
+    report.header(a, lay);
+    let root = if a.coll.rooted() { a.root as i64 } else { -1 };
+    let redop = if a.coll.reduces() { a.op.to_string() } else { "none".into() };
+    for bytes in a.sizes()? {
+        let (count, size) = a.coll.shape(bytes, esize, n);
+        let shown = if a.coll.blocks() { count * n } else { count };
+        let mut line = Report::row_start(size, shown, a.dtype.nccl_name(), &redop, root);
+        for in_place in [false, true] {
+            let t = if in_place && !a.coll.in_place() {
+                None
+            } else {
+                Some(measure(a, lay, &ranks, count, in_place).map_err(|e| format!("size {size}: {e}"))?)
+            };
+            report.cell(&mut line, in_place, size, a.coll.bus_factor(n), t.as_ref(), a.check > 0);
+        }
+        report.say(&line);
+    }
+    report.finish(a.max_bytes);
+    Ok(report.wrong == 0)
+}
+
+/// The reduction op perf passes (None for collectives that do not reduce).
+fn op(a: &PerfArgs) -> Option<Op> {
+    if !a.coll.reduces() {
+        return None;
+    }
+    Some(match a.op {
+        BuiltinOp::Sum => Op::Sum,
+        BuiltinOp::Prod => Op::Prod,
+        BuiltinOp::Min => Op::Min,
+        BuiltinOp::Max => Op::Max,
+        BuiltinOp::Avg => Op::Avg,
+        BuiltinOp::PreMulSum => Op::PreMulSum(0.0),
+    })
+}
+
+/// One operation on every rank of this thread.
+fn launch_all<T: jitccl::Element>(a: &PerfArgs, r: &Ranks<T>, v: &Views<T>, count: usize) -> jitccl::Result<()> {
+    for ((c, s), (send, recv)) in r.comms.iter().zip(r.streams).zip(v) {
+        let op = op(a).map(|o| op_for_rank(o, c.rank()));
+        a.coll.launch(c, s, send, recv, count, op, a.root)?;
+    }
+    Ok(())
+}
+
+fn sync_all(streams: &[Stream]) -> jitccl::Result<()> {
+    streams.iter().try_for_each(|s| s.synchronize())
+}
+
+/// `iters` iterations of -m operations each; -z synchronizes after every operation.
+fn iterate<T: jitccl::Element>(
+    a: &PerfArgs, r: &Ranks<T>, v: &Views<T>, count: usize, iters: usize,
+) -> jitccl::Result<()> {
+    for _ in 0..iters {
+        for _ in 0..a.agg {
+            launch_all(a, r, v, count)?;
+            if a.blocking {
+                sync_all(r.streams)?;
+            }
+        }
+    }
+    sync_all(r.streams)
+}
+
+fn measure<T: RefElement>(
+    a: &PerfArgs, lay: &Layout, r: &Ranks<T>, count: usize, in_place: bool,
+) -> jitccl::Result<Timing> {
+    let n = lay.nranks;
+    let v = r
+        .comms
+        .iter()
+        .zip(&r.bufs)
+        .map(|(c, (send, recv))| a.coll.views(send, recv, c.rank(), count, n, in_place))
+        .collect::<jitccl::Result<Views<T>>>()?;
+    iterate(a, r, &v, count, a.warmup)?;
+    let t0 = Instant::now();
+    iterate(a, r, &v, count, a.iters)?;
+    let us = t0.elapsed().as_secs_f64() * 1e6 / (a.iters * a.agg) as f64;
+    let mut wrong = vec![0.0; r.comms.len()];
+    for _ in 0..a.check {
+        for (w, k) in wrong.iter_mut().zip(check(a, lay, r, &v, count)?) {
+            *w += k as f64;
+        }
+    }
+    // nccl-tests' -a: rank 0's time, or the mean, min or max over all ranks.
+    let (times, how): (Vec<f64>, _) = match a.average {
+        Average::Rank0 => (r.comms.iter().map(|c| if c.rank() == 0 { us } else { 0.0 }).collect(), Op::Sum),
+        Average::Mean => (vec![us / n as f64; r.comms.len()], Op::Sum),
+        Average::Min => (vec![us; r.comms.len()], Op::Min),
+        Average::Max => (vec![us; r.comms.len()], Op::Max),
+    };
+    let us = over_ranks(r, &times, how)?;
+    let wrong = over_ranks(r, &wrong, Op::Sum)? as usize;
+    Ok(Timing { us, wrong })
+}
+
+/// Combines one value per rank of every thread and process (all take part).
+fn over_ranks<T: jitccl::Element>(r: &Ranks<T>, values: &[f64], op: Op) -> jitccl::Result<f64> {
+    let bufs =
+        r.comms.iter().zip(values).map(|(c, v)| c.device().alloc_from(&[*v])).collect::<jitccl::Result<Vec<_>>>()?;
+    for ((c, s), b) in r.comms.iter().zip(r.streams).zip(&bufs) {
+        c.all_reduce(b, b, 1, op, s)?;
+    }
+    sync_all(r.streams)?;
+    Ok(bufs[0].to_vec()[0])
+}
+
+/// Runs the operation once on reference inputs; the wrong elements of each of this
+/// thread's ranks.
+fn check<T: RefElement>(
+    a: &PerfArgs, lay: &Layout, r: &Ranks<T>, v: &Views<T>, count: usize,
+) -> jitccl::Result<Vec<usize>> {
+    let (n, op) = (lay.nranks, op(a));
+    for (c, (send, _)) in r.comms.iter().zip(v) {
+        send.copy_from_host(&inputs::<T>(op, c.rank(), send.len()))?;
+    }
+    launch_all(a, r, v, count)?;
+    sync_all(r.streams)?;
+    Ok(r.comms
+        .iter()
+        .zip(v)
+        .map(|(c, (_, recv))| match a.coll.expected::<T>(op, n, a.root, c.rank(), count) {
+            Some(want) => count_wrong(&recv.to_vec(), &want, op, n),
+            None => 0,
+        })
+        .collect())
+}

@@ -1,0 +1,146 @@
+//! `jitccl perf` with nccl-tests' flags: AlltoAll, Gather and Scatter checked against the
+//! reference with nccl-tests' bus bandwidth factors, ranks spread over processes, threads
+//! and ranks per thread (-N, -t, -g), aggregation, blocking, averaging and fixed steps,
+//! and the refusals (-G, --target cuda without a GPU, bad combinations).
+
+use crate::{jitccl, text};
+
+/// The table's rows, each split into columns.
+fn rows(stdout: &str) -> Vec<Vec<String>> {
+    stdout.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(str::to_string).collect()).collect()
+}
+
+/// Runs perf, asserts it passed its reference check, and returns its rows.
+fn checked(args: &[&str]) -> Vec<Vec<String>> {
+    let cache = tempfile::tempdir().unwrap();
+    let out = jitccl(args, cache.path());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{args:?}: {stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{args:?}: {stdout}");
+    let rows = rows(&stdout);
+    assert!(!rows.is_empty(), "{args:?}: no rows: {stdout}");
+    for r in &rows {
+        assert_eq!(r.len(), 13, "{args:?}: {r:?}");
+        assert_eq!(r[8], "0", "{args:?}: wrong elements out of place: {r:?}");
+    }
+    rows
+}
+
+#[test]
+fn all_to_all_gather_and_scatter_run_and_check() {
+    for (coll, n, how, root, in_place) in [
+        ("all_to_all", "2", "--threads", "0", false),
+        ("all_to_all", "3", "-t1", "0", false),
+        ("alltoall", "3", "--threads", "0", false),
+        ("gather", "2", "-t1", "1", true),
+        ("gather", "3", "--threads", "2", true),
+        ("scatter", "2", "--threads", "1", true),
+        ("scatter", "3", "-t1", "0", true),
+    ] {
+        let args = [
+            "perf", coll, "-N", n, how, "-r", root, "-b", "1K", "-e", "1M", "-f", "32", "-d", "int32", "-w", "1", "-n",
+            "3",
+        ];
+        let rows = checked(&args);
+        let nr: usize = n.parse().unwrap();
+        assert_eq!(rows.len(), 3, "{args:?}: sizes 1K, 32K, 1M: {rows:?}");
+        for r in &rows {
+            let (size, count): (usize, usize) = (r[0].parse().unwrap(), r[1].parse().unwrap());
+            // The size column is the whole n-block buffer, as nccl-tests counts it.
+            assert_eq!(size, count * 4, "{r:?}");
+            assert_eq!(count % nr, 0, "{r:?}");
+            assert_eq!(r[3], "none", "{r:?}");
+            assert_eq!(r[4], if coll.contains("all") { "-1" } else { root }, "{r:?}");
+            if in_place {
+                assert_eq!(r[12], "0", "{args:?}: wrong elements in place: {r:?}");
+            } else {
+                assert!(r[9..].iter().all(|c| c == "N/A"), "AlltoAll has no in-place form: {r:?}");
+            }
+            // busbw = algbw x (n-1)/n (nccl-tests' PERFORMANCE.md), within the rounding
+            // of two decimals.
+            let (alg, bus): (f64, f64) = (r[6].parse().unwrap(), r[7].parse().unwrap());
+            if alg >= 0.5 {
+                let want = alg * (nr - 1) as f64 / nr as f64;
+                assert!((bus - want).abs() <= 0.011, "{args:?}: busbw {bus} for algbw {alg}: {r:?}");
+            }
+        }
+    }
+}
+
+/// -N ranks as -N/(t x g) processes of -t threads of -g ranks, including several ranks per
+/// process across processes (they meet through a store).
+#[test]
+fn ranks_spread_over_processes_threads_and_ranks_per_thread() {
+    for (layout, says) in [
+        (&["-N", "4", "-t", "2", "-g", "2"][..], "ranks as threads of one process (2 thread(s) x 2 rank(s))"),
+        (&["-N", "4", "-g", "2"][..], "rank processes (2 x 1 thread(s) x 2 rank(s))"),
+        (&["-N", "3", "-t", "3"][..], "ranks as threads of one process (3 thread(s) x 1 rank(s))"),
+    ] {
+        for coll in ["all_reduce", "all_to_all"] {
+            let mut args = vec!["perf", coll, "-b", "64", "-e", "4K", "-f", "8", "-w", "1", "-n", "2"];
+            args.extend(layout);
+            let cache = tempfile::tempdir().unwrap();
+            let out = jitccl(&args, cache.path());
+            let stdout = text(&out.stdout);
+            assert!(out.status.success(), "{args:?}: {stdout}\n{}", text(&out.stderr));
+            assert!(stdout.contains(says), "{args:?}: {stdout}");
+            assert!(stdout.contains("# Out of bounds values : 0 OK"), "{args:?}: {stdout}");
+            assert_eq!(rows(&stdout).len(), 3, "{args:?}: {stdout}");
+        }
+    }
+}
+
+/// nccl-tests' -i (fixed step), -m (aggregation), -z (blocking) and -a (averaging).
+#[test]
+fn nccl_tests_timing_flags_work() {
+    let rows =
+        checked(&["perf", "reduce_scatter", "-N", "2", "--threads", "-b", "1K", "-e", "3K", "-i", "1K", "-n", "2"]);
+    let sizes: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(sizes, ["1024", "2048", "3072"]);
+    for extra in [&["-m", "3", "-z", "1", "-a", "0"][..], &["-m", "2", "-a", "2"], &["-z", "0", "-a", "3"]] {
+        let mut args = vec!["perf", "broadcast", "-N", "2", "-b", "8", "-e", "64", "-f", "8", "-w", "1", "-n", "2"];
+        args.extend(extra);
+        checked(&args);
+    }
+}
+
+#[test]
+fn cuda_target_without_a_gpu_fails_clearly() {
+    let cache = tempfile::tempdir().unwrap();
+    for args in
+        [&["perf", "all_reduce", "--target", "cuda"][..], &["perf", "gather", "--target", "cuda", "--devices", "0,0"]]
+    {
+        let out = jitccl(args, cache.path());
+        let err = text(&out.stderr);
+        // With a GPU it fails too, for now: the runtime cannot create ranks on CUDA yet.
+        assert!(!out.status.success(), "{args:?}: {}", text(&out.stdout));
+        assert!(err.contains("--target cuda") && !err.contains("panicked"), "{args:?}: {err}");
+        if jitccl::cuda_device_count().is_err() {
+            assert!(err.contains("no usable GPU"), "{args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn perf_refuses_wrong_flag_combinations() {
+    let cache = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["perf", "all_to_all", "-G", "1"], &["-G/--cudagraph", "not supported"]),
+        (&["perf", "gather", "-N", "3", "-r", "3"], &["root 3 is not one of the 3 ranks"]),
+        (&["perf", "scatter", "-N", "3", "-t", "2"], &["-N 3", "-t 2"]),
+        (&["perf", "all_to_all", "--devices", "0,0"], &["--devices", "--target cuda"]),
+        (&["perf", "all_to_all", "--target", "cuda", "--devices", "0"], &["--devices", "-N 2"]),
+        (&["perf", "all_reduce", "-i", "1K", "-f", "4"], &["--stepbytes", "--stepfactor"]),
+        (&["perf", "all_reduce", "-b", "1", "-e", "1M", "-i", "1"], &["--stepbytes", "at most 10000"]),
+        (&["perf", "all_reduce", "--threads", "-t", "2"], &["--threads", "--nthreads"]),
+        (&["perf", "gather", "--target", "tpu"], &["--target", "tpu"]),
+    ];
+    for (args, why) in cases {
+        let out = jitccl(args, cache.path());
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        for w in *why {
+            assert!(err.contains(w), "{args:?}: expected '{w}' in: {err}");
+        }
+    }
+}
