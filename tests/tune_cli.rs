@@ -26,7 +26,7 @@ fn ok(o: &Output) -> (String, String) {
 }
 
 fn quick(table: &Path) -> Output {
-    jitccl(&["tune", "--quick", "-n", "2", "-b", "8", "-e", "4K", "-o", table.to_str().unwrap()], &[])
+    jitccl(&["tune", "--quick", "-N", "2", "-b", "8", "-e", "4K", "-o", table.to_str().unwrap()], &[])
 }
 
 #[test]

@@ -29,7 +29,7 @@ pub struct TuneArgs {
     #[arg(long, value_delimiter = ',')]
     colls: Vec<Collective>,
     /// Number of ranks (the table applies to this many).
-    #[arg(short = 'n', long, default_value_t = 2, value_parser = parse_nranks)]
+    #[arg(short = 'N', long, default_value_t = 2, value_parser = parse_nranks)]
     nranks: usize,
     /// Smallest size in bytes (K/M/G suffixes; default 8).
     #[arg(short = 'b', long = "minbytes", value_parser = parse_size)]
@@ -44,7 +44,7 @@ pub struct TuneArgs {
     #[arg(short = 'w', long = "warmup_iters")]
     warmup: Option<usize>,
     /// Timed iterations per size (default 20; 10 with --quick).
-    #[arg(short = 'i', long = "iters", value_parser = at_least::<1>)]
+    #[arg(short = 'n', long = "iters", value_parser = at_least::<1>)]
     iters: Option<usize>,
     /// Try 1 to this many channels (default: what the runtime configures, JITCCL_NCHANNELS
     /// or cores / ranks up to 4; 2 with --quick).
