@@ -19,7 +19,11 @@ fn compile(c: &mut Criterion) {
     let mut g = c.benchmark_group("compile");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
     g.bench_function("host_cold", |b| {
-        b.iter_batched(|| Generator::new(None), |gen| black_box(gen.host_kernel(&spec).expect("compile")), BatchSize::PerIteration)
+        b.iter_batched(
+            || Generator::new(None),
+            |gen| black_box(gen.host_kernel(&spec).expect("compile")),
+            BatchSize::PerIteration,
+        )
     });
     if nvrtc().is_ok() {
         g.bench_function("nvrtc_cold_sm90_cubin", |b| {

@@ -25,20 +25,13 @@ fn capped_sum<T>(a: T, b: T) -> T {
 fn main() -> Result<(), jitccl::Error> {
     let (nranks, count) = (4, 6);
     let comms = Comm::init_all(nranks, &Config::default())?;
-    let streams = comms
-        .iter()
-        .map(|c| c.device().stream())
-        .collect::<Result<Vec<_>, _>>()?;
+    let streams = comms.iter().map(|c| c.device().stream()).collect::<Result<Vec<_>, _>>()?;
 
     // Rank r holds (i - 3) * (r + 1) * (-1)^r.
-    let input = |r: usize, i: usize| {
-        (i as f32 - 3.0) * (r + 1) as f32 * if r.is_multiple_of(2) { 1.0 } else { -1.0 }
-    };
+    let input = |r: usize, i: usize| (i as f32 - 3.0) * (r + 1) as f32 * if r.is_multiple_of(2) { 1.0 } else { -1.0 };
     let mut bufs: Vec<DeviceBuffer<f32>> = Vec::new();
     for (r, (c, s)) in comms.iter().zip(&streams).enumerate() {
-        let send = c
-            .device()
-            .alloc_from(&(0..count).map(|i| input(r, i)).collect::<Vec<_>>())?;
+        let send = c.device().alloc_from(&(0..count).map(|i| input(r, i)).collect::<Vec<_>>())?;
         let recv = c.device().alloc::<f32>(count)?;
         c.all_reduce(&send, &recv, count, Op::custom(&ABSMAX), s)?;
         bufs.push(recv);
@@ -46,18 +39,10 @@ fn main() -> Result<(), jitccl::Error> {
     for s in &streams {
         s.synchronize()?;
     }
-    let want: Vec<f32> = (0..count)
-        .map(|i| (1..nranks).fold(input(0, i), |acc, r| absmax(acc, input(r, i))))
-        .collect();
-    println!(
-        "all_reduce(absmax) over {nranks} ranks: {:?}",
-        bufs[0].to_vec()
-    );
+    let want: Vec<f32> = (0..count).map(|i| (1..nranks).fold(input(0, i), |acc, r| absmax(acc, input(r, i)))).collect();
+    println!("all_reduce(absmax) over {nranks} ranks: {:?}", bufs[0].to_vec());
     println!("Rust reference:                      {want:?}");
-    assert!(
-        bufs.iter().all(|b| b.to_vec() == want),
-        "a rank disagrees with the reference"
-    );
+    assert!(bufs.iter().all(|b| b.to_vec() == want), "a rank disagrees with the reference");
 
     // The generic op on bytes: reduce to rank 0.
     let mut out = None;
@@ -73,16 +58,10 @@ fn main() -> Result<(), jitccl::Error> {
         s.synchronize()?;
     }
     let got = out.expect("rank 0").to_vec();
-    println!(
-        "reduce(capped_sum) of u8 to rank 0:  {got:?} (capped_sum(60, 40) = {})",
-        capped_sum(60u8, 40u8)
-    );
+    println!("reduce(capped_sum) of u8 to rank 0:  {got:?} (capped_sum(60, 40) = {})", capped_sum(60u8, 40u8));
     assert_eq!(got, vec![60, 100, 28]);
 
-    println!(
-        "\nThe C body generated for absmax (the same text for the host and CUDA):{}",
-        ABSMAX.body
-    );
+    println!("\nThe C body generated for absmax (the same text for the host and CUDA):{}", ABSMAX.body);
     println!("and for capped_sum:{}", CAPPED_SUM.body);
     Ok(())
 }

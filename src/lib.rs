@@ -15,8 +15,8 @@
 //! ```
 
 pub use jitccl_codegen as codegen;
-pub use jitccl_runtime::*;
 pub use jitccl_macros::reduction;
+pub use jitccl_runtime::*;
 #[doc(hidden)]
 pub use {float8, half};
 

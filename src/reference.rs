@@ -123,11 +123,7 @@ pub fn reduced<T: RefElement>(op: Op, nranks: usize, i: usize) -> T {
                 let s = wrap(v.iter().sum()).to_i128();
                 wrap(s / nranks as i128)
             }
-            Op::PreMulSum(_) => wrap(
-                (0..nranks)
-                    .map(|r| wrap(v[r] * premul_scalar(r) as i128).to_i128())
-                    .sum(),
-            ),
+            Op::PreMulSum(_) => wrap((0..nranks).map(|r| wrap(v[r] * premul_scalar(r) as i128).to_i128()).sum()),
             Op::Custom(c) => panic!("custom op {} has no built-in reference", c.name),
         }
     } else {

@@ -46,7 +46,9 @@ impl World {
 
 /// One collective call on every rank, checked against the reference. Returns a
 /// description of what went wrong.
-fn check<T: RefElement>(w: &World, coll: Collective, op: Option<Op>, count: usize, in_place: bool) -> Result<(), String> {
+fn check<T: RefElement>(
+    w: &World, coll: Collective, op: Option<Op>, count: usize, in_place: bool,
+) -> Result<(), String> {
     let n = w.n();
     let root = count % n;
     let mut outs: Vec<DeviceBuffer<T>> = Vec::new();
@@ -67,7 +69,8 @@ fn check<T: RefElement>(w: &World, coll: Collective, op: Option<Op>, count: usiz
             }
             Collective::AllGather => {
                 let recv = dev.alloc::<T>(count * n).unwrap();
-                let send = if in_place { recv.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
+                let send =
+                    if in_place { recv.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
                 send.copy_from_host(&inputs::<T>(None, r, count)).unwrap();
                 let res = c.all_gather(&send, &recv, count, s);
                 outs.push(recv);
@@ -75,7 +78,8 @@ fn check<T: RefElement>(w: &World, coll: Collective, op: Option<Op>, count: usiz
             }
             Collective::ReduceScatter => {
                 let send = dev.alloc_from(&inputs::<T>(op, r, count * n)).unwrap();
-                let recv = if in_place { send.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
+                let recv =
+                    if in_place { send.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
                 let res = c.reduce_scatter(&send, &recv, count, op_r.unwrap(), s);
                 outs.push(recv);
                 res

@@ -24,7 +24,14 @@ fn check_all_patterns<T: RefElement>(bits: impl Iterator<Item = T>, reference: i
                 wrong.push(format!("{x:?} * {scalar}: got {g:?}, want {want:?}"));
             }
         }
-        assert!(wrong.is_empty(), "{}: {} of {} wrong: {:?}", T::DTYPE, wrong.len(), xs.len(), &wrong[..wrong.len().min(8)]);
+        assert!(
+            wrong.is_empty(),
+            "{}: {} of {} wrong: {:?}",
+            T::DTYPE,
+            wrong.len(),
+            xs.len(),
+            &wrong[..wrong.len().min(8)]
+        );
     }
 }
 

@@ -10,9 +10,7 @@ use std::time::Duration;
 use jitccl::codegen::compile::nvrtc::{nvrtc, CudaOutput};
 use jitccl::codegen::{CudaArch, Generator, KernelSpec, Provenance, RedOp};
 use jitccl::reference::RefElement;
-use jitccl::{
-    Algorithm, Collective, Comm, Config, CustomOp, DataType, Element, Error, Op, Protocol, Stream,
-};
+use jitccl::{Algorithm, Collective, Comm, Config, CustomOp, DataType, Element, Error, Op, Protocol, Stream};
 
 // ---- the ops under test ----
 
@@ -54,11 +52,7 @@ fn digits<T>(a: T, b: T) -> T {
 }
 
 /// Float features, checked bit for bit against Rust on random inputs.
-#[jitccl::reduction(
-    identity = 0.0,
-    commutative = false,
-    types(f32, f64, f16, bf16, F8E4M3, F8E5M2)
-)]
+#[jitccl::reduction(identity = 0.0, commutative = false, types(f32, f64, f16, bf16, F8E4M3, F8E5M2))]
 fn float_mix<T>(a: T, b: T) -> T {
     let p = a.mul_add(b, 0.5 as T);
     let q = (a - b).abs().sqrt();
@@ -142,32 +136,20 @@ fn world(nranks: usize, algo: Option<Algorithm>, proto: Option<Protocol>) -> Wor
         ..Config::default()
     };
     let comms = Comm::init_all(nranks, &cfg).expect("init_all");
-    let streams = comms
-        .iter()
-        .map(|c| c.device().stream().expect("stream"))
-        .collect();
+    let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();
     World { comms, streams }
 }
 
 /// Every rank's output of `coll` with `op` on inputs `x(rank, i)`; for reduce, only the
 /// root's (the others are empty).
 fn run<T: Element>(
-    w: &World,
-    coll: Collective,
-    op: Op,
-    count: usize,
-    root: usize,
-    x: &dyn Fn(usize, usize) -> T,
+    w: &World, coll: Collective, op: Op, count: usize, root: usize, x: &dyn Fn(usize, usize) -> T,
 ) -> Result<Vec<Vec<T>>, Error> {
     let n = w.comms.len();
     let mut outs = Vec::new();
     for (r, (c, s)) in w.comms.iter().zip(&w.streams).enumerate() {
         let dev = c.device();
-        let len = if coll == Collective::ReduceScatter {
-            count * n
-        } else {
-            count
-        };
+        let len = if coll == Collective::ReduceScatter { count * n } else { count };
         let send = dev.alloc_from(&(0..len).map(|i| x(r, i)).collect::<Vec<T>>())?;
         let recv = dev.alloc::<T>(count)?;
         match coll {
@@ -183,22 +165,12 @@ fn run<T: Element>(
     }
     Ok(outs
         .into_iter()
-        .map(|(r, b)| {
-            if coll == Collective::Reduce && r != root {
-                Vec::new()
-            } else {
-                b.to_vec()
-            }
-        })
+        .map(|(r, b)| if coll == Collective::Reduce && r != root { Vec::new() } else { b.to_vec() })
         .collect())
 }
 
 /// `f` folded over ranks in `order`: `f(f(x[o0], x[o1]), x[o2])...`.
-fn fold<T: Copy>(
-    f: fn(T, T) -> T,
-    order: impl IntoIterator<Item = usize>,
-    x: impl Fn(usize) -> T,
-) -> T {
+fn fold<T: Copy>(f: fn(T, T) -> T, order: impl IntoIterator<Item = usize>, x: impl Fn(usize) -> T) -> T {
     let mut it = order.into_iter();
     let first = x(it.next().expect("a rank"));
     it.fold(first, |acc, r| f(acc, x(r)))
@@ -207,37 +179,21 @@ fn fold<T: Copy>(
 /// Checks all_reduce, reduce and reduce_scatter of an op whose result on the inputs does
 /// not depend on the combination order, against `f` folded in rank order.
 fn check_all<T: RefElement>(
-    w: &World,
-    colls: &[Collective],
-    op: &'static CustomOp,
-    f: fn(T, T) -> T,
-    x: &dyn Fn(usize, usize) -> T,
+    w: &World, colls: &[Collective], op: &'static CustomOp, f: fn(T, T) -> T, x: &dyn Fn(usize, usize) -> T,
 ) {
     let n = w.comms.len();
     for &coll in colls {
         for count in [1, 37, 1000] {
             let root = count % n;
-            let outs = run(w, coll, Op::custom(op), count, root, x)
-                .unwrap_or_else(|e| panic!("{coll} {}: {e}", op.name));
+            let outs =
+                run(w, coll, Op::custom(op), count, root, x).unwrap_or_else(|e| panic!("{coll} {}: {e}", op.name));
             for (r, got) in outs.iter().enumerate() {
                 if coll == Collective::Reduce && r != root {
                     continue;
                 }
-                let base = if coll == Collective::ReduceScatter {
-                    r * count
-                } else {
-                    0
-                };
-                let want: Vec<T> = (0..count)
-                    .map(|i| fold(f, 0..n, |q| x(q, base + i)))
-                    .collect();
-                assert_eq!(
-                    got,
-                    &want,
-                    "{coll} {} on {} ranks, count {count}, rank {r}",
-                    op.name,
-                    T::DTYPE
-                );
+                let base = if coll == Collective::ReduceScatter { r * count } else { 0 };
+                let want: Vec<T> = (0..count).map(|i| fold(f, 0..n, |q| x(q, base + i))).collect();
+                assert_eq!(got, &want, "{coll} {} on {} ranks, count {count}, rank {r}", op.name, T::DTYPE);
             }
         }
     }
@@ -253,41 +209,21 @@ fn unsigned<T: RefElement>(r: usize, i: usize) -> T {
     T::from_f64(((i * 7 + r * 13 + 3) % 6) as f64)
 }
 
-const ALL: &[Collective] = &[
-    Collective::AllReduce,
-    Collective::Reduce,
-    Collective::ReduceScatter,
-];
+const ALL: &[Collective] = &[Collective::AllReduce, Collective::Reduce, Collective::ReduceScatter];
 
 // ---- collectives against the Rust reference ----
 
 #[test]
 fn absmax_through_every_reducing_collective() {
     use half::{bf16, f16};
-    for (proto, n) in [
-        (Protocol::LL, 3),
-        (Protocol::Simple, 4),
-        (Protocol::LL128, 5),
-    ] {
+    for (proto, n) in [(Protocol::LL, 3), (Protocol::Simple, 4), (Protocol::LL128, 5)] {
         let w = world(n, Some(Algorithm::Ring), Some(proto));
         check_all::<f32>(&w, ALL, &ABSMAX, absmax, &signed);
     }
     let w = world(4, Some(Algorithm::Ring), Some(Protocol::LL));
-    check_all::<f64>(
-        &w,
-        &[Collective::AllReduce],
-        &ABSMAX_ANY,
-        absmax_any,
-        &signed,
-    );
+    check_all::<f64>(&w, &[Collective::AllReduce], &ABSMAX_ANY, absmax_any, &signed);
     check_all::<f16>(&w, ALL, &ABSMAX_ANY, absmax_any, &signed);
-    check_all::<bf16>(
-        &w,
-        &[Collective::ReduceScatter],
-        &ABSMAX_ANY,
-        absmax_any,
-        &signed,
-    );
+    check_all::<bf16>(&w, &[Collective::ReduceScatter], &ABSMAX_ANY, absmax_any, &signed);
     let tree = world(5, Some(Algorithm::Tree), Some(Protocol::Simple));
     check_all::<f32>(&tree, &[Collective::AllReduce], &ABSMAX, absmax, &signed);
 }
@@ -299,69 +235,16 @@ fn clamped_sum_saturates_in_every_type() {
     let w = world(5, None, Some(Protocol::LL));
     let tree = world(5, Some(Algorithm::Tree), Some(Protocol::LL128));
     check_all::<i8>(&w, ALL, &CLAMPED_SUM, clamped_sum, &unsigned);
-    check_all::<u8>(
-        &w,
-        &[Collective::ReduceScatter],
-        &CLAMPED_SUM,
-        clamped_sum,
-        &unsigned,
-    );
-    check_all::<i32>(
-        &tree,
-        &[Collective::AllReduce],
-        &CLAMPED_SUM,
-        clamped_sum,
-        &unsigned,
-    );
-    check_all::<u64>(
-        &w,
-        &[Collective::Reduce],
-        &CLAMPED_SUM,
-        clamped_sum,
-        &unsigned,
-    );
-    check_all::<f32>(
-        &tree,
-        &[Collective::AllReduce],
-        &CLAMPED_SUM,
-        clamped_sum,
-        &unsigned,
-    );
-    check_all::<f64>(
-        &w,
-        &[Collective::ReduceScatter],
-        &CLAMPED_SUM,
-        clamped_sum,
-        &unsigned,
-    );
-    check_all::<f16>(
-        &w,
-        &[Collective::AllReduce],
-        &CLAMPED_SUM,
-        clamped_sum,
-        &unsigned,
-    );
-    check_all::<bf16>(
-        &w,
-        &[Collective::Reduce],
-        &CLAMPED_SUM,
-        clamped_sum,
-        &unsigned,
-    );
+    check_all::<u8>(&w, &[Collective::ReduceScatter], &CLAMPED_SUM, clamped_sum, &unsigned);
+    check_all::<i32>(&tree, &[Collective::AllReduce], &CLAMPED_SUM, clamped_sum, &unsigned);
+    check_all::<u64>(&w, &[Collective::Reduce], &CLAMPED_SUM, clamped_sum, &unsigned);
+    check_all::<f32>(&tree, &[Collective::AllReduce], &CLAMPED_SUM, clamped_sum, &unsigned);
+    check_all::<f64>(&w, &[Collective::ReduceScatter], &CLAMPED_SUM, clamped_sum, &unsigned);
+    check_all::<f16>(&w, &[Collective::AllReduce], &CLAMPED_SUM, clamped_sum, &unsigned);
+    check_all::<bf16>(&w, &[Collective::Reduce], &CLAMPED_SUM, clamped_sum, &unsigned);
     assert_eq!(clamped_sum(15u8, 9), 20);
-    let got = run(
-        &w,
-        Collective::AllReduce,
-        Op::custom(&CLAMPED_SUM),
-        1,
-        0,
-        &|_, _| 5i32,
-    )
-    .unwrap();
-    assert!(
-        got.iter().all(|v| v == &[20]),
-        "5 ranks x 5, clamped: {got:?}"
-    );
+    let got = run(&w, Collective::AllReduce, Op::custom(&CLAMPED_SUM), 1, 0, &|_, _| 5i32).unwrap();
+    assert!(got.iter().all(|v| v == &[20]), "5 ranks x 5, clamped: {got:?}");
 }
 
 // ---- non-commutative ops: ring order ----
@@ -378,41 +261,23 @@ fn check_ring_order<T: RefElement>(w: &World, f: fn(T, T) -> T) {
     for root in [0, n - 1] {
         let count = 45;
         let got = run(w, Collective::Reduce, op, count, root, &digit::<T>).unwrap();
-        let want: Vec<T> = (0..count)
-            .map(|i| fold(f, (1..=n).map(|k| (root + k) % n), |q| digit(q, i)))
-            .collect();
-        assert_eq!(
-            got[root],
-            want,
-            "reduce to root {root} on {n} ranks ({})",
-            T::DTYPE
-        );
+        let want: Vec<T> = (0..count).map(|i| fold(f, (1..=n).map(|k| (root + k) % n), |q| digit(q, i))).collect();
+        assert_eq!(got[root], want, "reduce to root {root} on {n} ranks ({})", T::DTYPE);
     }
     // ReduceScatter: block q starts at rank q + 1 and ends at rank q.
     let count = 23;
     let got = run(w, Collective::ReduceScatter, op, count, 0, &digit::<T>).unwrap();
     for (q, block) in got.iter().enumerate() {
-        let want: Vec<T> = (0..count)
-            .map(|i| fold(f, (1..=n).map(|k| (q + k) % n), |r| digit(r, q * count + i)))
-            .collect();
-        assert_eq!(
-            block,
-            &want,
-            "reduce_scatter block {q} on {n} ranks ({})",
-            T::DTYPE
-        );
+        let want: Vec<T> =
+            (0..count).map(|i| fold(f, (1..=n).map(|k| (q + k) % n), |r| digit(r, q * count + i))).collect();
+        assert_eq!(block, &want, "reduce_scatter block {q} on {n} ranks ({})", T::DTYPE);
     }
     // AllReduce: chunk c of a step is combined starting at rank c; with one element per
     // rank, element i starts at rank i. Larger counts: some rotation of the rank order,
     // the same on every rank.
     let got = run(w, Collective::AllReduce, op, n, 0, &digit::<T>).unwrap();
-    let want: Vec<T> = (0..n)
-        .map(|i| fold(f, (0..n).map(|k| (i + k) % n), |r| digit(r, i)))
-        .collect();
-    assert!(
-        got.iter().all(|g| g == &want),
-        "all_reduce of {n} elements: {got:?}, want {want:?}"
-    );
+    let want: Vec<T> = (0..n).map(|i| fold(f, (0..n).map(|k| (i + k) % n), |r| digit(r, i))).collect();
+    assert!(got.iter().all(|g| g == &want), "all_reduce of {n} elements: {got:?}, want {want:?}");
     let count = 200;
     let got = run(w, Collective::AllReduce, op, count, 0, &digit::<T>).unwrap();
     assert!(got.iter().all(|g| g == &got[0]), "ranks disagree");
@@ -424,11 +289,7 @@ fn check_ring_order<T: RefElement>(w: &World, f: fn(T, T) -> T) {
 
 #[test]
 fn non_commutative_ops_combine_in_ring_order() {
-    for (proto, n) in [
-        (Protocol::Simple, 4),
-        (Protocol::LL, 3),
-        (Protocol::LL128, 5),
-    ] {
+    for (proto, n) in [(Protocol::Simple, 4), (Protocol::LL, 3), (Protocol::LL128, 5)] {
         let w = world(n, Some(Algorithm::Ring), Some(proto));
         check_ring_order::<i32>(&w, digits);
         if proto == Protocol::Simple {
@@ -437,15 +298,7 @@ fn non_commutative_ops_combine_in_ring_order() {
     }
     // A worked example: ranks 0..4 hold 1, 2, 3, 4; reduce to rank 0 combines 2, 3, 4, 1.
     let w = world(4, Some(Algorithm::Ring), None);
-    let got = run(
-        &w,
-        Collective::Reduce,
-        Op::custom(&DIGITS),
-        1,
-        0,
-        &|r, _| r as i32 + 1,
-    )
-    .unwrap();
+    let got = run(&w, Collective::Reduce, Op::custom(&DIGITS), 1, 0, &|r, _| r as i32 + 1).unwrap();
     assert_eq!(got[0], vec![2341]);
 }
 
@@ -454,9 +307,7 @@ fn the_tuner_gives_non_commutative_ops_the_ring() {
     // 4 ranks and 16 bytes: a commutative op would get the one-shot algorithm here.
     let w = world(4, None, None);
     let got = run(&w, Collective::AllReduce, Op::custom(&DIGITS), 4, 0, &digit::<i32>).unwrap();
-    let want: Vec<i32> = (0..4)
-        .map(|i| fold(digits, (0..4).map(|k| (i + k) % 4), |r| digit(r, i)))
-        .collect();
+    let want: Vec<i32> = (0..4).map(|i| fold(digits, (0..4).map(|k| (i + k) % 4), |r| digit(r, i))).collect();
     assert!(got.iter().all(|g| g == &want), "{got:?}, want {want:?}");
 }
 
@@ -475,24 +326,15 @@ fn tree_and_oneshot_refuse_non_commutative_ops() {
     let w = world(4, Some(Algorithm::Tree), None);
     let c = &w.comms[0];
     let buf = c.device().alloc_from(&[7i32; 8]).unwrap();
-    let e = c
-        .all_reduce(&buf, &buf, 8, Op::custom(&DIGITS), &w.streams[0])
-        .unwrap_err();
+    let e = c.all_reduce(&buf, &buf, 8, Op::custom(&DIGITS), &w.streams[0]).unwrap_err();
     match &e {
         Error::InvalidArgument(m) => {
-            assert!(
-                m.contains("'digits' is not commutative") && m.contains("ring"),
-                "unclear reason: {m}"
-            )
+            assert!(m.contains("'digits' is not commutative") && m.contains("ring"), "unclear reason: {m}")
         }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     w.streams[0].synchronize().unwrap();
-    assert_eq!(
-        buf.to_vec(),
-        vec![7; 8],
-        "a refused call changed the buffer"
-    );
+    assert_eq!(buf.to_vec(), vec![7; 8], "a refused call changed the buffer");
     // The spec says the same.
     let spec = KernelSpec::new(
         Collective::AllReduce,
@@ -504,9 +346,7 @@ fn tree_and_oneshot_refuse_non_commutative_ops() {
     assert!(spec.unwrap_err().0.contains("not commutative"));
     // A type the op is not defined for is refused too.
     let f = c.device().alloc_from(&[1.0f32]).unwrap();
-    let e = c
-        .all_reduce(&f, &f, 1, Op::custom(&DIGITS), &w.streams[0])
-        .unwrap_err();
+    let e = c.all_reduce(&f, &f, 1, Op::custom(&DIGITS), &w.streams[0]).unwrap_err();
     assert!(e.to_string().contains("not defined for f32"), "{e}");
 }
 
@@ -573,21 +413,13 @@ fn check_bits<T: Element + Same>(w: &World, op: &'static CustomOp, f: fn(T, T) -
             break v;
         }
     };
-    let xs: Vec<Vec<T>> = (0..2)
-        .map(|_| (0..count).map(|_| value()).collect())
-        .collect();
-    let got = run(w, Collective::Reduce, Op::custom(op), count, 0, &|r, i| {
-        xs[r][i]
-    })
-    .unwrap();
+    let xs: Vec<Vec<T>> = (0..2).map(|_| (0..count).map(|_| value()).collect()).collect();
+    let got = run(w, Collective::Reduce, Op::custom(op), count, 0, &|r, i| xs[r][i]).unwrap();
     let mut wrong = Vec::new();
     for i in 0..count {
         let want = f(xs[1][i], xs[0][i]);
         if !got[0][i].same(want) {
-            wrong.push(format!(
-                "f({:?}, {:?}) = {:?}, kernel {:?}",
-                xs[1][i], xs[0][i], want, got[0][i]
-            ));
+            wrong.push(format!("f({:?}, {:?}) = {:?}, kernel {:?}", xs[1][i], xs[0][i], want, got[0][i]));
         }
     }
     assert!(
@@ -629,20 +461,13 @@ fn kernels_do_not_trap_where_rust_panics() {
         (i32::MIN + 1, -1, i32::MIN), // MIN / -1 wraps to MIN; MIN % -1 is 0
         (7, 2, 4 + 1),                // and ordinary values are ordinary
     ];
-    let got = run(
-        &w,
-        Collective::Reduce,
-        Op::custom(&WRAPPING),
-        cases.len(),
-        0,
-        &|r, i| {
-            if r == 1 {
-                cases[i].0
-            } else {
-                cases[i].1
-            }
-        },
-    )
+    let got = run(&w, Collective::Reduce, Op::custom(&WRAPPING), cases.len(), 0, &|r, i| {
+        if r == 1 {
+            cases[i].0
+        } else {
+            cases[i].1
+        }
+    })
     .unwrap();
     let want: Vec<i32> = cases.iter().map(|c| c.2).collect();
     assert_eq!(got[0], want);
@@ -660,41 +485,19 @@ fn a_changed_body_is_another_kernel() {
     let x = |r: usize, i: usize| (10 * r + i) as i32;
     let first = run(&w, Collective::Reduce, Op::custom(&PICK_FIRST), 3, 0, &x).unwrap();
     let second = run(&w, Collective::Reduce, Op::custom(&PICK_SECOND), 3, 0, &x).unwrap();
-    assert_eq!(
-        first[0],
-        vec![10, 11, 12],
-        "pick_first keeps what rank 1 sent"
-    );
+    assert_eq!(first[0], vec![10, 11, 12], "pick_first keeps what rank 1 sent");
     assert_eq!(second[0], vec![0, 1, 2], "pick_second keeps rank 0's own");
 
     let dir = tempfile::tempdir().unwrap();
     let g = Generator::new(Some(jitccl::codegen::cache::DiskCache::new(dir.path())));
     let spec = |op: &'static CustomOp| {
-        KernelSpec::new(
-            Collective::Reduce,
-            Algorithm::Ring,
-            Protocol::LL,
-            DataType::I32,
-            Some(RedOp::Custom(op)),
-        )
-        .unwrap()
+        KernelSpec::new(Collective::Reduce, Algorithm::Ring, Protocol::LL, DataType::I32, Some(RedOp::Custom(op)))
+            .unwrap()
     };
-    assert_eq!(
-        spec(&PICK_FIRST).to_string(),
-        spec(&PICK_SECOND).to_string()
-    );
-    assert_eq!(
-        g.host_kernel(&spec(&PICK_FIRST)).unwrap().1,
-        Provenance::Compiled
-    );
-    assert_eq!(
-        g.host_kernel(&spec(&PICK_SECOND)).unwrap().1,
-        Provenance::Compiled
-    );
-    assert_eq!(
-        g.host_kernel(&spec(&PICK_FIRST)).unwrap().1,
-        Provenance::Memory
-    );
+    assert_eq!(spec(&PICK_FIRST).to_string(), spec(&PICK_SECOND).to_string());
+    assert_eq!(g.host_kernel(&spec(&PICK_FIRST)).unwrap().1, Provenance::Compiled);
+    assert_eq!(g.host_kernel(&spec(&PICK_SECOND)).unwrap().1, Provenance::Compiled);
+    assert_eq!(g.host_kernel(&spec(&PICK_FIRST)).unwrap().1, Provenance::Memory);
     let src = |op| jitccl::codegen::render(&spec(op), jitccl::codegen::Target::Host).unwrap();
     assert_ne!(src(&PICK_FIRST), src(&PICK_SECOND));
 }
@@ -707,20 +510,14 @@ fn emitted_constants_describe_the_op() {
     assert_eq!(ABSMAX.identity, "0.0f");
     assert!(ABSMAX.commutative);
     assert_eq!(ABSMAX.dtypes, &[DataType::F32]);
-    assert_eq!(
-        ABSMAX_ANY.dtypes,
-        &[DataType::F32, DataType::F64, DataType::F16, DataType::BF16]
-    );
+    assert_eq!(ABSMAX_ANY.dtypes, &[DataType::F32, DataType::F64, DataType::F16, DataType::BF16]);
     assert!(!DIGITS.commutative);
     assert_eq!(DIGITS.identity, "0");
     assert_eq!(CLAMPED_SUM.dtypes.len(), 8);
     assert_eq!(PICK_FIRST.name, "pick");
     // The references are the functions themselves (narrow floats computed in f32).
     assert_eq!(absmax(-3.0, 2.0), 3.0);
-    assert_eq!(
-        absmax_any(half::f16::from_f32(-1.5), half::f16::from_f32(1.0)),
-        half::f16::from_f32(1.5)
-    );
+    assert_eq!(absmax_any(half::f16::from_f32(-1.5), half::f16::from_f32(1.0)), half::f16::from_f32(1.5));
     assert_eq!(digits(12, 3), 123);
     assert_eq!(digits(1.0f64, 2.0), 12.0);
 }
@@ -728,17 +525,8 @@ fn emitted_constants_describe_the_op() {
 // ---- NVRTC: the same specs for CUDA ----
 
 fn cuda_specs() -> Vec<KernelSpec> {
-    let ops: [&'static CustomOp; 9] = [
-        &ABSMAX,
-        &ABSMAX_ANY,
-        &CLAMPED_SUM,
-        &DIGITS,
-        &FLOAT_MIX,
-        &INT_MIX,
-        &WRAPPING,
-        &PICK_FIRST,
-        &PICK_SECOND,
-    ];
+    let ops: [&'static CustomOp; 9] =
+        [&ABSMAX, &ABSMAX_ANY, &CLAMPED_SUM, &DIGITS, &FLOAT_MIX, &INT_MIX, &WRAPPING, &PICK_FIRST, &PICK_SECOND];
     let mut specs = Vec::new();
     for op in ops {
         for &dtype in op.dtypes {
@@ -753,23 +541,10 @@ fn cuda_specs() -> Vec<KernelSpec> {
         }
     }
     // Every collective, algorithm and protocol for one op.
-    for &coll in [
-        Collective::AllReduce,
-        Collective::Reduce,
-        Collective::ReduceScatter,
-    ]
-    .iter()
-    {
+    for &coll in [Collective::AllReduce, Collective::Reduce, Collective::ReduceScatter].iter() {
         for &algo in coll.algorithms() {
             for &proto in Protocol::ALL {
-                let s = KernelSpec::new(
-                    coll,
-                    algo,
-                    proto,
-                    DataType::F16,
-                    Some(RedOp::Custom(&ABSMAX_ANY)),
-                )
-                .unwrap();
+                let s = KernelSpec::new(coll, algo, proto, DataType::F16, Some(RedOp::Custom(&ABSMAX_ANY))).unwrap();
                 if !specs.contains(&s) {
                     specs.push(s);
                 }
@@ -795,15 +570,6 @@ fn specs_compile_with_nvrtc_for_sm90() {
             failed.push(format!("{spec}: {e}"));
         }
     }
-    assert!(
-        failed.is_empty(),
-        "{} of {} failed:\n{}",
-        failed.len(),
-        specs.len(),
-        failed.join("\n")
-    );
-    eprintln!(
-        "{} custom-op kernels compiled with NVRTC for sm_90",
-        specs.len()
-    );
+    assert!(failed.is_empty(), "{} of {} failed:\n{}", failed.len(), specs.len(), failed.join("\n"));
+    eprintln!("{} custom-op kernels compiled with NVRTC for sm_90", specs.len());
 }

@@ -52,12 +52,17 @@ fn kill_one(env: &[(&str, &str)]) -> Vec<Duration> {
     for r in [0, 1, 3] {
         let err = String::from_utf8_lossy(&outs[r].stderr);
         assert!(!outs[r].status.success(), "rank {r} succeeded after rank 2 died");
-        assert!(err.contains("rank 2 failed first") && err.contains("gone"), "rank {r} should name dead rank 2:\n{err}\n{}", outs.iter().map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).collect::<Vec<_>>().join("\n=====\n"));
+        assert!(
+            err.contains("rank 2 failed first") && err.contains("gone"),
+            "rank {r} should name dead rank 2:\n{err}\n{}",
+            outs.iter().map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).collect::<Vec<_>>().join("\n=====\n")
+        );
     }
     for pid in pids {
-        let left = std::fs::read_dir("/dev/shm").unwrap().filter_map(|e| e.ok()).any(|e| {
-            e.file_name().to_string_lossy().starts_with(&format!("jitccl-{pid}-"))
-        });
+        let left = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().starts_with(&format!("jitccl-{pid}-")));
         assert!(!left, "process {pid} left a /dev/shm segment");
     }
     took

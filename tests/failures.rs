@@ -57,7 +57,9 @@ fn a_late_rank_fails_the_communicator_on_every_rank_and_is_named() {
     }
     let t0 = Instant::now();
     for r in 0..n {
-        let res = comms[r].all_reduce(&bufs[r], &bufs[r], count, Op::Sum, &streams[r]).and_then(|()| streams[r].synchronize());
+        let res = comms[r]
+            .all_reduce(&bufs[r], &bufs[r], count, Op::Sum, &streams[r])
+            .and_then(|()| streams[r].synchronize());
         let e = res.expect_err("a failed communicator reported success");
         assert_eq!(blamed(&e), Some(3), "rank {r}: {e}");
     }
@@ -87,5 +89,8 @@ fn operations_queued_behind_a_failed_one_fail_at_once() {
 #[test]
 fn a_failure_reaches_ranks_that_do_not_wait_on_the_culprit() {
     let timeout = Duration::from_secs(2);
-    common::failure_reaches_a_rank_that_does_not_wait_on_the_culprit(&Comm::init_all(3, &cfg(timeout)).unwrap(), timeout);
+    common::failure_reaches_a_rank_that_does_not_wait_on_the_culprit(
+        &Comm::init_all(3, &cfg(timeout)).unwrap(),
+        timeout,
+    );
 }

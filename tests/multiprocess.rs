@@ -43,8 +43,8 @@ fn every_collective_and_protocol(env: &[(&str, &str)], max_bytes: &str) {
     for proto in ["simple", "ll", "ll128"] {
         for (coll, n, dtype, op) in runs {
             let args = [
-                "perf", coll, "-n", n, "-b", "4", "-e", max_bytes, "-f", "5", "-d", dtype, "-o", op, "--proto", proto, "-w",
-                "1", "-i", "2",
+                "perf", coll, "-n", n, "-b", "4", "-e", max_bytes, "-f", "5", "-d", dtype, "-o", op, "--proto", proto,
+                "-w", "1", "-i", "2",
             ];
             // Tiny FIFO slots: many steps and FIFO wrap-arounds even at these sizes.
             let mut vars = vec![("JITCCL_BUFFSIZE", "2048"), ("JITCCL_TIMEOUT", "60")];
@@ -106,7 +106,15 @@ fn a_bad_socket_count_is_refused_naming_the_variable() {
 fn launch_prefixes_output_and_fails_fast() {
     let t0 = Instant::now();
     let out = jitccl(
-        &["launch", "-n", "3", "--", "sh", "-c", r#"echo "rank $RANK of $WORLD_SIZE"; [ "$RANK" = 1 ] && sleep 1 && exit 3; sleep 60"#],
+        &[
+            "launch",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "rank $RANK of $WORLD_SIZE"; [ "$RANK" = 1 ] && sleep 1 && exit 3; sleep 60"#,
+        ],
         &[],
     );
     assert!(!out.status.success());

@@ -2,8 +2,8 @@
 //! JITCCL_ALGO), and tables from JITCCL_TUNER_CONFIG_FILE. One test: the variables are
 //! process-wide, and each scenario must see only its own.
 
-use jitccl::{Row, Table};
 use jitccl::{Algorithm, Collective, Comm, Config, Error, Op, Protocol};
+use jitccl::{Row, Table};
 
 fn world(n: usize, cfg: &Config) -> jitccl::Result<Vec<(Comm, jitccl::Stream)>> {
     Comm::init_all(n, cfg)?
@@ -17,7 +17,11 @@ fn world(n: usize, cfg: &Config) -> jitccl::Result<Vec<(Comm, jitccl::Stream)>> 
 
 /// AllReduce of rank+1 over every rank; the sum, or the first rank's error.
 fn all_reduce(w: &[(Comm, jitccl::Stream)], count: usize) -> jitccl::Result<Vec<f32>> {
-    let bufs: Vec<_> = w.iter().enumerate().map(|(r, (c, _))| c.device().alloc_from(&vec![r as f32 + 1.0; count])).collect::<Result<_, _>>()?;
+    let bufs: Vec<_> = w
+        .iter()
+        .enumerate()
+        .map(|(r, (c, _))| c.device().alloc_from(&vec![r as f32 + 1.0; count]))
+        .collect::<Result<_, _>>()?;
     for ((c, s), b) in w.iter().zip(&bufs) {
         c.all_reduce(b, b, count, Op::Sum, s)?;
     }
@@ -42,7 +46,11 @@ fn overrides_and_tables_steer_the_choice() {
 
     // An override that leaves AllReduce nothing: refused, naming the variable; nothing
     // written; other collectives unaffected.
-    let cfg = Config { nchannels: Some(1), algos: Some("allreduce:^ring,tree,oneshot".parse().unwrap()), ..Config::default() };
+    let cfg = Config {
+        nchannels: Some(1),
+        algos: Some("allreduce:^ring,tree,oneshot".parse().unwrap()),
+        ..Config::default()
+    };
     let w = world(2, &cfg).unwrap();
     let (c, s) = &w[0];
     let buf = c.device().alloc_from(&[7.0f32; 4]).unwrap();
@@ -61,7 +69,10 @@ fn overrides_and_tables_steer_the_choice() {
     // Per-collective entries through the variable; an unknown name fails init naming it.
     std::env::set_var("JITCCL_ALGO", "ring;allreduce:tree");
     std::env::set_var("JITCCL_PROTO", "^ll128");
-    assert_eq!(all_reduce(&world(3, &Config { nchannels: Some(1), ..Config::default() }).unwrap(), 100).unwrap(), vec![6.0; 100]);
+    assert_eq!(
+        all_reduce(&world(3, &Config { nchannels: Some(1), ..Config::default() }).unwrap(), 100).unwrap(),
+        vec![6.0; 100]
+    );
     std::env::set_var("JITCCL_ALGO", "ring,nvls");
     expect_invalid(world(2, &Config::default()).map(|_| ()), &["JITCCL_ALGO='ring,nvls'", "'nvls'"]);
     std::env::remove_var("JITCCL_ALGO");
@@ -90,12 +101,22 @@ fn overrides_and_tables_steer_the_choice() {
         ..Table::default()
     };
     table.write(&path).unwrap();
-    assert_eq!(all_reduce(&world(4, &Config { nchannels: Some(1), ..Config::default() }).unwrap(), 1000).unwrap(), vec![10.0; 1000]);
+    assert_eq!(
+        all_reduce(&world(4, &Config { nchannels: Some(1), ..Config::default() }).unwrap(), 1000).unwrap(),
+        vec![10.0; 1000]
+    );
     // The same table at 5 ranks is ignored (with a warning): the model runs.
-    assert_eq!(all_reduce(&world(5, &Config { nchannels: Some(1), ..Config::default() }).unwrap(), 10).unwrap(), vec![15.0; 10]);
+    assert_eq!(
+        all_reduce(&world(5, &Config { nchannels: Some(1), ..Config::default() }).unwrap(), 10).unwrap(),
+        vec![15.0; 10]
+    );
 
     // A malformed table is refused with its file and line, when the communicator is made.
-    std::fs::write(&path, "# fingerprint: 0\nallreduce,0,100,ring,simple,-1,-1,-1\nallreduce,0,100,ring,fast,-1,-1,-1\n").unwrap();
+    std::fs::write(
+        &path,
+        "# fingerprint: 0\nallreduce,0,100,ring,simple,-1,-1,-1\nallreduce,0,100,ring,fast,-1,-1,-1\n",
+    )
+    .unwrap();
     let w = world(2, &Config { nchannels: Some(2), ..Config::default() });
     expect_invalid(w.map(|_| ()), &[&format!("{}:3:", path.display()), "'fast'"]);
     // A missing named file is an error too, naming the variable.

@@ -27,7 +27,8 @@ impl Hosts {
     fn create() -> Result<Hosts, String> {
         // Tests run at once: each pair gets names of its own.
         static PAIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let id = format!("{}{}", std::process::id() % 100_000, PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let id =
+            format!("{}{}", std::process::id() % 100_000, PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let hosts = Hosts { ns: [format!("jcA{id}"), format!("jcB{id}")] };
         let veth = [format!("jcva{id}"), format!("jcvb{id}")];
         for ns in &hosts.ns {
@@ -87,7 +88,8 @@ fn finish(mut child: Child, limit: Instant) -> (bool, String, String) {
 
 #[test]
 fn collectives_between_two_hosts() {
-    let hosts = Hosts::create().unwrap_or_else(|e| panic!("cannot create the two test hosts (needs root and iproute2): {e}"));
+    let hosts =
+        Hosts::create().unwrap_or_else(|e| panic!("cannot create the two test hosts (needs root and iproute2): {e}"));
     let runs: &[&[&str]] = &[
         &["all_reduce", "-d", "float", "-o", "sum", "--proto", "simple"],
         &["all_reduce", "-d", "bfloat16", "-o", "max", "--proto", "ll"],
@@ -116,7 +118,8 @@ fn collectives_between_two_hosts() {
 /// hosts exactly twice (rank order would cross four times), and the results still match.
 #[test]
 fn rings_cross_between_interleaved_hosts_twice() {
-    let hosts = Hosts::create().unwrap_or_else(|e| panic!("cannot create the two test hosts (needs root and iproute2): {e}"));
+    let hosts =
+        Hosts::create().unwrap_or_else(|e| panic!("cannot create the two test hosts (needs root and iproute2): {e}"));
     let args = ["all_reduce", "-n", "4", "-b", "4", "-e", "64K", "-f", "16", "-w", "1", "-i", "2", "--channels", "2"];
     let limit = Instant::now() + Duration::from_secs(120);
     let ranks: Vec<Child> = (0..4).map(|r| hosts.rank_of(r, 4, r % 2, 29700, &args)).collect();

@@ -103,10 +103,7 @@ impl Generator {
 
     /// The CUDA image (CUBIN or PTX) of `spec` for `arch`.
     pub fn cuda_image(
-        &self,
-        spec: &KernelSpec,
-        arch: CudaArch,
-        output: CudaOutput,
+        &self, spec: &KernelSpec, arch: CudaArch, output: CudaOutput,
     ) -> Result<(Arc<CudaImage>, Provenance), CompileError> {
         let (artifact, prov) = self.get(spec, Target::Cuda { arch, output })?;
         Ok((artifact.into_cuda()?, prov))
@@ -156,11 +153,7 @@ impl Generator {
     }
 
     fn build_cuda(
-        &self,
-        spec: &KernelSpec,
-        source: &str,
-        arch: CudaArch,
-        output: CudaOutput,
+        &self, spec: &KernelSpec, source: &str, arch: CudaArch, output: CudaOutput,
     ) -> Result<(Artifact, Provenance), CompileError> {
         let name = spec.to_string();
         let t0 = Instant::now();
@@ -181,9 +174,7 @@ impl Generator {
 /// The checked entry at `path`, else `compile`'s output, stored there. A damaged entry is
 /// compiled again, with a warning (its path and what is wrong).
 fn cached(
-    d: &DiskCache,
-    path: &Path,
-    compile: impl FnOnce() -> Result<Vec<u8>, CompileError>,
+    d: &DiskCache, path: &Path, compile: impl FnOnce() -> Result<Vec<u8>, CompileError>,
 ) -> Result<(Vec<u8>, Provenance), CompileError> {
     match d.lookup(path) {
         Lookup::Hit(bytes) => return Ok((bytes, Provenance::Disk)),
@@ -248,12 +239,8 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let spec: KernelSpec = "all_gather.ring.ll.u8".parse().unwrap();
-        let targets = [
-            Target::Host,
-            Target::cubin(CudaArch(80)),
-            Target::cubin(CudaArch(90)),
-            Target::ptx(CudaArch(90)),
-        ];
+        let targets =
+            [Target::Host, Target::cubin(CudaArch(80)), Target::cubin(CudaArch(90)), Target::ptx(CudaArch(90))];
         let g = Generator::new(Some(DiskCache::new(dir.path())));
         // Every target compiles once, although they share the spec: no entry answers for another.
         for t in targets {
@@ -299,11 +286,21 @@ mod tests {
 
     #[test]
     fn compile_errors_carry_the_log() {
-        static BAD: CustomOp =
-            CustomOp { name: "bad", body: "return a +* b;", identity: "0", commutative: true, dtypes: &[DataType::F32] };
-        let spec =
-            KernelSpec::new(Collective::AllReduce, Algorithm::Ring, Protocol::Simple, DataType::F32, Some(RedOp::Custom(&BAD)))
-                .unwrap();
+        static BAD: CustomOp = CustomOp {
+            name: "bad",
+            body: "return a +* b;",
+            identity: "0",
+            commutative: true,
+            dtypes: &[DataType::F32],
+        };
+        let spec = KernelSpec::new(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            Protocol::Simple,
+            DataType::F32,
+            Some(RedOp::Custom(&BAD)),
+        )
+        .unwrap();
         match Generator::new(None).host_kernel(&spec) {
             Err(CompileError::Failed { compiler: "cc", log, .. }) => assert!(log.contains("error"), "{log}"),
             other => panic!("expected a compile failure, got {other:?}"),

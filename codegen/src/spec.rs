@@ -114,10 +114,7 @@ impl DataType {
         !self.is_integer()
     }
     pub fn is_integer(self) -> bool {
-        matches!(
-            self,
-            DataType::I8 | DataType::U8 | DataType::I32 | DataType::U32 | DataType::I64 | DataType::U64
-        )
+        matches!(self, DataType::I8 | DataType::U8 | DataType::I32 | DataType::U32 | DataType::I64 | DataType::U64)
     }
     pub fn is_signed_integer(self) -> bool {
         matches!(self, DataType::I8 | DataType::I32 | DataType::I64)
@@ -239,11 +236,7 @@ pub struct KernelSpec {
 impl KernelSpec {
     /// Builds a spec and checks it is one that can be generated.
     pub fn new(
-        coll: Collective,
-        algo: Algorithm,
-        proto: Protocol,
-        dtype: DataType,
-        op: Option<RedOp>,
+        coll: Collective, algo: Algorithm, proto: Protocol, dtype: DataType, op: Option<RedOp>,
     ) -> Result<Self, InvalidSpec> {
         let spec = KernelSpec { coll, algo, proto, dtype, op };
         spec.validate()?;

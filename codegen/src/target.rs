@@ -27,9 +27,7 @@ impl FromStr for CudaArch {
     type Err = InvalidSpec;
     fn from_str(s: &str) -> Result<Self, InvalidSpec> {
         let digits = s.trim_start_matches("sm_").trim_start_matches("compute_");
-        let n: u32 = digits
-            .parse()
-            .map_err(|_| invalid(format!("bad CUDA arch '{s}' (expected e.g. sm_90)")))?;
+        let n: u32 = digits.parse().map_err(|_| invalid(format!("bad CUDA arch '{s}' (expected e.g. sm_90)")))?;
         if CudaArch(n) < CudaArch::MIN {
             return Err(invalid(format!("CUDA arch {s} is older than the minimum {}", CudaArch::MIN)));
         }

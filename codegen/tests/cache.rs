@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use jitccl_codegen::compile::nvrtc::{nvrtc, CudaOutput};
 use jitccl_codegen::cache::DiskCache;
+use jitccl_codegen::compile::nvrtc::{nvrtc, CudaOutput};
 use jitccl_codegen::{CudaArch, Generator, KernelSpec, Provenance};
 
 fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
@@ -22,10 +22,14 @@ fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
 }
 
 /// Truncated, emptied, one byte changed.
-const DAMAGES: [fn(&mut Vec<u8>); 3] = [|b| b.truncate(b.len() / 2), |b| b.clear(), |b| {
-    let m = b.len() / 2;
-    b[m] ^= 0xff
-}];
+const DAMAGES: [fn(&mut Vec<u8>); 3] = [
+    |b| b.truncate(b.len() / 2),
+    |b| b.clear(),
+    |b| {
+        let m = b.len() / 2;
+        b[m] ^= 0xff
+    },
+];
 
 fn damage(path: &Path, how: fn(&mut Vec<u8>)) {
     let mut bytes = std::fs::read(path).unwrap();

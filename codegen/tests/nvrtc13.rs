@@ -37,7 +37,10 @@ fn nvrtc13_compiles_specs_and_refuses_dropped_archs() {
     let src = render(&spec, Target::cubin(CudaArch(70))).unwrap();
     match nv.compile(&src, specs[0], CudaArch(70), CudaOutput::Cubin) {
         Err(CompileError::Failed { log, .. }) => {
-            assert!(log.contains(&format!("NVRTC {}.{} cannot compile for sm_70", nv.version().0, nv.version().1)), "{log}")
+            assert!(
+                log.contains(&format!("NVRTC {}.{} cannot compile for sm_70", nv.version().0, nv.version().1)),
+                "{log}"
+            )
         }
         other => panic!("expected Failed, got {other:?}"),
     }

@@ -39,10 +39,7 @@ fn nvrtc_or_skip(test: &str) -> Option<&'static Nvrtc> {
 fn jobs(generator: &Generator) -> Vec<(KernelSpec, CudaArch)> {
     let mut jobs = Vec::new();
     for spec in KernelSpec::all() {
-        assert!(
-            spec.validate_for(Target::cubin(SM90)).is_ok(),
-            "{spec} rejected for {SM90}"
-        );
+        assert!(spec.validate_for(Target::cubin(SM90)).is_ok(), "{spec} rejected for {SM90}");
         jobs.push((spec, SM90));
         if spec.dtype.is_fp8() {
             assert!(
@@ -54,10 +51,7 @@ fn jobs(generator: &Generator) -> Vec<(KernelSpec, CudaArch)> {
                 other => panic!("{spec} for {SM80}: expected a spec error, got {other:?}"),
             }
         } else {
-            assert!(
-                spec.validate_for(Target::cubin(SM80)).is_ok(),
-                "{spec} rejected for {SM80}"
-            );
+            assert!(spec.validate_for(Target::cubin(SM80)).is_ok(), "{spec} rejected for {SM80}");
             jobs.push((spec, SM80));
         }
     }
@@ -99,10 +93,7 @@ fn every_spec_compiles_to_cubin_for_sm80_and_sm90() {
                     Err(CompileError::Failed { log, .. }) => log,
                     Err(e) => e.to_string(),
                 };
-                failures
-                    .lock()
-                    .unwrap()
-                    .push((format!("{spec} for {arch}"), problem));
+                failures.lock().unwrap().push((format!("{spec} for {arch}"), problem));
             });
         }
     });
@@ -121,11 +112,8 @@ fn every_spec_compiles_to_cubin_for_sm80_and_sm90() {
     if !failures.is_empty() {
         failures.sort();
         let names: Vec<&str> = failures.iter().map(|(k, _)| k.as_str()).collect();
-        let logs: Vec<String> = failures
-            .iter()
-            .take(SHOWN_LOGS)
-            .map(|(k, log)| format!("--- {k}:\n{}", shorten(log)))
-            .collect();
+        let logs: Vec<String> =
+            failures.iter().take(SHOWN_LOGS).map(|(k, log)| format!("--- {k}:\n{}", shorten(log))).collect();
         panic!(
             "{} of {} kernels failed to compile: {}\n\nfirst logs:\n{}",
             failures.len(),
@@ -144,39 +132,21 @@ fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
     let generator = Generator::new(None);
     let ptx_of = |name: &str| {
         let spec: KernelSpec = name.parse().unwrap();
-        let (image, _) = generator
-            .cuda_image(&spec, SM90, CudaOutput::Ptx)
-            .unwrap_or_else(|e| panic!("{e}"));
-        (
-            spec,
-            String::from_utf8(image.bytes.clone()).expect("PTX is text"),
-        )
+        let (image, _) = generator.cuda_image(&spec, SM90, CudaOutput::Ptx).unwrap_or_else(|e| panic!("{e}"));
+        (spec, String::from_utf8(image.bytes.clone()).expect("PTX is text"))
     };
 
     let (spec, ptx) = ptx_of("all_reduce.ring.ll.f32.sum");
-    assert!(
-        ptx.contains(&format!(".visible .entry {}(", spec.symbol())),
-        "no entry {} in\n{ptx}",
-        spec.symbol()
-    );
+    assert!(ptx.contains(&format!(".visible .entry {}(", spec.symbol())), "no entry {} in\n{ptx}", spec.symbol());
     assert!(ptx.contains(".target sm_90"));
     // LL: a line moves as one 16-byte access; the steps are posted with release order.
-    for insn in [
-        "ld.volatile.global.v2.u64",
-        "st.volatile.global.v2.u64",
-        "st.release.sys.u64",
-        "bar.sync",
-    ] {
+    for insn in ["ld.volatile.global.v2.u64", "st.volatile.global.v2.u64", "st.release.sys.u64", "bar.sync"] {
         assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
     }
 
     let (spec, ptx) = ptx_of("reduce.ring.ll128.f8e4m3.sum");
     assert!(ptx.contains(&spec.symbol()));
-    for insn in [
-        "ld.acquire.sys.u64",
-        "cvt.rn.satfinite.e4m3x2.f32",
-        "cvt.rn.f16x2.e4m3x2",
-    ] {
+    for insn in ["ld.acquire.sys.u64", "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.f16x2.e4m3x2"] {
         assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
     }
 }

@@ -7,8 +7,7 @@ use syn::spanned::Spanned;
 use crate::emit_c::{float_lit, int_lit, parse_float};
 use crate::types::{Elem, Prim, ELEM_NAMES};
 
-pub const USAGE: &str =
-    "expected `#[jitccl::reduction(identity = <literal>, commutative = <bool>, \
+pub const USAGE: &str = "expected `#[jitccl::reduction(identity = <literal>, commutative = <bool>, \
      types(<type>, ...), name = \"<name>\")]` (identity is required; the others are optional)";
 
 /// The identity element as written.
@@ -26,12 +25,7 @@ pub struct Args {
 }
 
 pub fn parse(attr: TokenStream) -> syn::Result<Args> {
-    let mut args = Args {
-        identity: None,
-        commutative: true,
-        types: None,
-        name: None,
-    };
+    let mut args = Args { identity: None, commutative: true, types: None, name: None };
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("identity") {
             let e: syn::Expr = meta.value()?.parse()?;
@@ -53,16 +47,9 @@ pub fn parse(attr: TokenStream) -> syn::Result<Args> {
             let mut list: Vec<(Elem, Span)> = Vec::new();
             let span = meta.path.span();
             meta.parse_nested_meta(|m| {
-                let last = m
-                    .path
-                    .segments
-                    .last()
-                    .map(|s| s.ident.to_string())
-                    .unwrap_or_default();
+                let last = m.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
                 let Some(e) = Elem::from_name(&last) else {
-                    return Err(m.error(format!(
-                        "unsupported element type `{last}`: supported are {ELEM_NAMES}"
-                    )));
+                    return Err(m.error(format!("unsupported element type `{last}`: supported are {ELEM_NAMES}")));
                 };
                 if list.iter().any(|(x, _)| *x == e) {
                     return Err(m.error(format!("`{last}` is listed twice")));
@@ -71,10 +58,7 @@ pub fn parse(attr: TokenStream) -> syn::Result<Args> {
                 Ok(())
             })?;
             if list.is_empty() {
-                return Err(syn::Error::new(
-                    span,
-                    "`types(...)` needs at least one type",
-                ));
+                return Err(syn::Error::new(span, "`types(...)` needs at least one type"));
             }
             args.types = Some((list, span));
         } else {
@@ -88,10 +72,7 @@ pub fn parse(attr: TokenStream) -> syn::Result<Args> {
 
 fn identity(e: &syn::Expr) -> syn::Result<Identity> {
     let bad = || {
-        syn::Error::new(
-            e.span(),
-            "the identity must be a numeric literal, e.g. `identity = 0.0` or `identity = -1`",
-        )
+        syn::Error::new(e.span(), "the identity must be a numeric literal, e.g. `identity = 0.0` or `identity = -1`")
     };
     let (lit, neg) = match e {
         syn::Expr::Lit(l) => (&l.lit, false),
@@ -135,17 +116,11 @@ pub fn identity_c(id: &Identity, span: Span, elems: &[Elem]) -> syn::Result<Stri
             Identity::Int(v) if p.is_int() => {
                 let (lo, hi) = p.int_range();
                 if *v < lo || *v > hi {
-                    return Err(syn::Error::new(
-                        span,
-                        format!("identity {v} is not a value of {}", e.name()),
-                    ));
+                    return Err(syn::Error::new(span, format!("identity {v} is not a value of {}", e.name())));
                 }
             }
             Identity::Float(d, _) if p.is_int() => {
-                return Err(syn::Error::new(
-                    span,
-                    format!("identity {d} is not a value of {}", e.name()),
-                ));
+                return Err(syn::Error::new(span, format!("identity {d} is not a value of {}", e.name())));
             }
             _ => {}
         }

@@ -240,14 +240,9 @@ fn c_type(t: FTy) -> &'static str {
 }
 
 fn is_simple(s: &str) -> bool {
-    let s = s
-        .strip_prefix('(')
-        .and_then(|s| s.strip_suffix(')'))
-        .unwrap_or(s);
+    let s = s.strip_prefix('(').and_then(|s| s.strip_suffix(')')).unwrap_or(s);
     let s = s.strip_prefix('-').unwrap_or(s);
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
 }
 
 /// An integer constant of type `p`.
@@ -296,21 +291,9 @@ pub fn parse_float(digits: &str, neg: bool, p: Prim) -> f64 {
 
 impl<'a> Em<'a> {
     fn new(
-        body: &'a Body,
-        ty: &'a Typed,
-        helpers: &'a mut BTreeSet<Helper>,
-        counter: &'a mut usize,
-        depth: usize,
+        body: &'a Body, ty: &'a Typed, helpers: &'a mut BTreeSet<Helper>, counter: &'a mut usize, depth: usize,
     ) -> Self {
-        Em {
-            body,
-            ty,
-            helpers,
-            counter,
-            names: vec![None; body.bindings.len()],
-            lines: Vec::new(),
-            depth,
-        }
+        Em { body, ty, helpers, counter, names: vec![None; body.bindings.len()], lines: Vec::new(), depth }
     }
 
     fn push(&mut self, l: String) {
@@ -373,16 +356,10 @@ impl<'a> Em<'a> {
         match &e.kind {
             Kind::Var(b) => self.names[*b].clone().expect("bound before use"),
             Kind::Int { value, neg, .. } => {
-                let v = if *neg {
-                    -(*value as i128)
-                } else {
-                    *value as i128
-                };
+                let v = if *neg { -(*value as i128) } else { *value as i128 };
                 int_lit(v, t.prim())
             }
-            Kind::Float { digits, neg, .. } => {
-                float_lit(parse_float(digits, *neg, t.prim()), t.prim())
-            }
+            Kind::Float { digits, neg, .. } => float_lit(parse_float(digits, *neg, t.prim()), t.prim()),
             Kind::Bool(b) => (if *b { "1" } else { "0" }).into(),
             Kind::Unary(op, x) => {
                 let v = self.expr(x);
@@ -427,8 +404,8 @@ impl<'a> Em<'a> {
                 let x = self.expr(recv);
                 let mut args: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
                 // Operands the C expression repeats become names first.
-                let repeats = matches!(m, Method::Min | Method::Max | Method::Clamp)
-                    || (*m == Method::Abs && p.is_int());
+                let repeats =
+                    matches!(m, Method::Min | Method::Max | Method::Clamp) || (*m == Method::Abs && p.is_int());
                 let x = if repeats { self.simple(t, x) } else { x };
                 if repeats {
                     args = args.into_iter().map(|a| self.simple(t, a)).collect();
@@ -440,11 +417,7 @@ impl<'a> Em<'a> {
                 match (m, p.is_float()) {
                     (Method::Abs, true) => format!("{}({x})", h(self, Helper::Fabs(p))),
                     (Method::Abs, false) => {
-                        format!(
-                            "({x} < 0 ? (({c})(({u})0 - ({u}){x})) : {x})",
-                            c = p.c(),
-                            u = p.c_unsigned()
-                        )
+                        format!("({x} < 0 ? (({c})(({u})0 - ({u}){x})) : {x})", c = p.c(), u = p.c_unsigned())
                     }
                     (Method::Sqrt, _) => format!("{}({x})", h(self, Helper::Sqrt(p))),
                     (Method::MulAdd, _) => {
@@ -459,11 +432,7 @@ impl<'a> Em<'a> {
                     (Method::Min, false) => format!("({r} < {x} ? {r} : {x})", r = args[0]),
                     (Method::Max, false) => format!("({x} > {r} ? {x} : {r})", r = args[0]),
                     (Method::Clamp, _) => {
-                        format!(
-                            "({x} < {lo} ? {lo} : {x} > {hi} ? {hi} : {x})",
-                            lo = args[0],
-                            hi = args[1]
-                        )
+                        format!("({x} < {lo} ? {lo} : {x} > {hi} ? {hi} : {x})", lo = args[0], hi = args[1])
                     }
                 }
             }
@@ -479,10 +448,7 @@ impl<'a> Em<'a> {
                 return format!("({lv} {} {rv})", op.c());
             }
             let name = self.temp(FTy::Bool, lv);
-            self.push(format!(
-                "if ({}{name}) {{",
-                if op == Bin::And { "" } else { "!" }
-            ));
+            self.push(format!("if ({}{name}) {{", if op == Bin::And { "" } else { "!" }));
             self.lines.extend(lines);
             self.push(format!("  {name} = {rv};"));
             self.push("}".into());
@@ -516,9 +482,9 @@ impl<'a> Em<'a> {
                 let lv = self.simple(operand, lv);
                 let rv = self.simple(operand, rv);
                 match (op, p.is_signed()) {
-                    (Bin::Div, true) => format!(
-                        "({rv} == 0 ? ({x})0 : {rv} == -1 ? (({x})(({u})0 - ({u}){lv})) : ({x})({lv} / {rv}))"
-                    ),
+                    (Bin::Div, true) => {
+                        format!("({rv} == 0 ? ({x})0 : {rv} == -1 ? (({x})(({u})0 - ({u}){lv})) : ({x})({lv} / {rv}))")
+                    }
                     (Bin::Rem, true) => format!("(({rv} == 0 || {rv} == -1) ? ({x})0 : ({x})({lv} % {rv}))"),
                     _ => format!("({rv} == 0 ? ({x})0 : ({x})({lv} {} {rv}))", op.c()),
                 }
@@ -545,13 +511,7 @@ impl<'a> Em<'a> {
         let x = to.c();
         let (lo, hi) = to.int_range();
         // Powers of two, written out exactly.
-        let pow = |e: u32| {
-            format!(
-                "{}.0{}",
-                1u128 << e,
-                if from == Prim::F32 { "f" } else { "" }
-            )
-        };
+        let pow = |e: u32| format!("{}.0{}", 1u128 << e, if from == Prim::F32 { "f" } else { "" });
         let bits = to.bits();
         if to.is_signed() {
             let top = pow(bits - 1);

@@ -45,20 +45,9 @@ enum VarKind {
 /// Checks that can only be made once types are final.
 enum Check {
     /// An operator's operand type must be acceptable for the operator.
-    Operand {
-        span: Sp,
-        ty: Ty,
-        what: &'static str,
-        ok: fn(FTy) -> bool,
-        need: &'static str,
-    },
+    Operand { span: Sp, ty: Ty, what: &'static str, ok: fn(FTy) -> bool, need: &'static str },
     /// An integer literal must fit its type; a float literal must be finite in it.
-    Lit {
-        span: Sp,
-        ty: Ty,
-        int: Option<(u128, bool)>,
-        digits: Option<(String, bool)>,
-    },
+    Lit { span: Sp, ty: Ty, int: Option<(u128, bool)>, digits: Option<(String, bool)> },
     /// `as` between numeric types (and bool to integer).
     Cast { span: Sp, from: Ty, to: Prim },
 }
@@ -92,16 +81,8 @@ pub fn infer(body: &Body, t: Prim, context: String) -> syn::Result<Typed> {
     for c in checks {
         inf.check(c)?;
     }
-    let nodes = inf
-        .nodes
-        .iter()
-        .map(|t| inf.fin(t.expect("every node is typed")))
-        .collect();
-    let bindings = inf
-        .bindings
-        .iter()
-        .map(|t| inf.fin(t.expect("every binding is typed")))
-        .collect();
+    let nodes = inf.nodes.iter().map(|t| inf.fin(t.expect("every node is typed"))).collect();
+    let bindings = inf.bindings.iter().map(|t| inf.fin(t.expect("every binding is typed"))).collect();
     Ok(Typed { nodes, bindings })
 }
 
@@ -174,22 +155,14 @@ impl Inf {
             return Ok(());
         }
         let hint = match (ra, rb) {
-            (Ty::Var(x), Ty::P(p)) | (Ty::P(p), Ty::Var(x))
-                if p.is_float() && self.vars[x].0 == VarKind::Int =>
-            {
+            (Ty::Var(x), Ty::P(p)) | (Ty::P(p), Ty::Var(x)) if p.is_float() && self.vars[x].0 == VarKind::Int => {
                 " (write integer-valued float literals with a decimal point, e.g. `1.0`)"
             }
             (Ty::Bool, _) | (_, Ty::Bool) => "",
             _ => " (Rust does not convert between numeric types implicitly: use `as`)",
         };
-        Err(self.err(
-            span,
-            format!(
-                "mismatched types in {what}: {} and {}{hint}",
-                describe(ra, self),
-                describe(rb, self)
-            ),
-        ))
+        Err(self
+            .err(span, format!("mismatched types in {what}: {} and {}{hint}", describe(ra, self), describe(rb, self))))
     }
 
     fn set(&mut self, e: &Expr, t: Ty) -> Ty {
@@ -220,21 +193,8 @@ impl Inf {
         }
     }
 
-    fn operand(
-        &mut self,
-        span: Sp,
-        ty: Ty,
-        what: &'static str,
-        ok: fn(FTy) -> bool,
-        need: &'static str,
-    ) {
-        self.checks.push(Check::Operand {
-            span,
-            ty,
-            what,
-            ok,
-            need,
-        });
+    fn operand(&mut self, span: Sp, ty: Ty, what: &'static str, ok: fn(FTy) -> bool, need: &'static str) {
+        self.checks.push(Check::Operand { span, ty, what, ok, need });
     }
 
     fn expr(&mut self, e: &Expr) -> syn::Result<Ty> {
@@ -245,29 +205,15 @@ impl Inf {
                     Some(p) => Ty::P(*p),
                     None => self.var(VarKind::Int),
                 };
-                self.checks.push(Check::Lit {
-                    span: e.span,
-                    ty: t,
-                    int: Some((*value, *neg)),
-                    digits: None,
-                });
+                self.checks.push(Check::Lit { span: e.span, ty: t, int: Some((*value, *neg)), digits: None });
                 t
             }
-            Kind::Float {
-                digits,
-                neg,
-                suffix,
-            } => {
+            Kind::Float { digits, neg, suffix } => {
                 let t = match suffix {
                     Some(p) => Ty::P(*p),
                     None => self.var(VarKind::Float),
                 };
-                self.checks.push(Check::Lit {
-                    span: e.span,
-                    ty: t,
-                    int: None,
-                    digits: Some((digits.clone(), *neg)),
-                });
+                self.checks.push(Check::Lit { span: e.span, ty: t, int: None, digits: Some((digits.clone(), *neg)) });
                 t
             }
             Kind::Bool(_) => Ty::Bool,
@@ -314,13 +260,7 @@ impl Inf {
                                     "integers (float `%` would need libm's fmod, which kernels do not link)",
                                 );
                             } else if op.is_arith() {
-                                self.operand(
-                                    e.span,
-                                    tl,
-                                    "arithmetic",
-                                    |t| matches!(t, FTy::P(_)),
-                                    "numbers",
-                                );
+                                self.operand(e.span, tl, "arithmetic", |t| matches!(t, FTy::P(_)), "numbers");
                             } else if op.is_bitwise() {
                                 self.operand(
                                     e.span,
@@ -356,28 +296,16 @@ impl Inf {
                 if lit_kind == Some(true) {
                     self.unify(tx, Ty::P(to), x.span, "a cast")?;
                 }
-                self.checks.push(Check::Cast {
-                    span: e.span,
-                    from: tx,
-                    to,
-                });
+                self.checks.push(Check::Cast { span: e.span, from: tx, to });
                 Ty::P(to)
             }
             Kind::Method(m, recv, args) => {
                 let tr = self.expr(recv)?;
                 let p = match self.resolve(tr) {
                     Ty::P(p) => p,
-                    Ty::Bool => {
-                        return Err(
-                            self.err(recv.span, format!("no method `{}` on `bool`", m.name()))
-                        )
-                    }
+                    Ty::Bool => return Err(self.err(recv.span, format!("no method `{}` on `bool`", m.name()))),
                     Ty::Var(v) => {
-                        let k = if self.vars[v].0 == VarKind::Int {
-                            "{integer}"
-                        } else {
-                            "{float}"
-                        };
+                        let k = if self.vars[v].0 == VarKind::Int { "{integer}" } else { "{float}" };
                         return Err(self.err(
                             recv.span,
                             format!(
@@ -393,23 +321,13 @@ impl Inf {
                     _ => None,
                 };
                 if let Some(need) = bad {
-                    return Err(self.err(
-                        e.span,
-                        format!(
-                            "`{}` is defined for {need}, not for `{}`",
-                            m.name(),
-                            p.name()
-                        ),
-                    ));
+                    return Err(
+                        self.err(e.span, format!("`{}` is defined for {need}, not for `{}`", m.name(), p.name()))
+                    );
                 }
                 for a in args {
                     let ta = self.expr(a)?;
-                    self.unify(
-                        ta,
-                        Ty::P(p),
-                        a.span,
-                        &format!("the argument of `{}`", m.name()),
-                    )?;
+                    self.unify(ta, Ty::P(p), a.span, &format!("the argument of `{}`", m.name()))?;
                 }
                 Ty::P(p)
             }
@@ -419,51 +337,26 @@ impl Inf {
 
     fn check(&self, c: Check) -> syn::Result<()> {
         match c {
-            Check::Operand {
-                span,
-                ty,
-                what,
-                ok,
-                need,
-            } => {
+            Check::Operand { span, ty, what, ok, need } => {
                 let t = self.fin(ty);
                 if !ok(t) {
                     let name = match t {
                         FTy::P(p) => p.name(),
                         FTy::Bool => "bool",
                     };
-                    return Err(self.err(
-                        span,
-                        format!("{what} is not defined for `{name}`: it needs {need}"),
-                    ));
+                    return Err(self.err(span, format!("{what} is not defined for `{name}`: it needs {need}")));
                 }
             }
-            Check::Lit {
-                span,
-                ty,
-                int,
-                digits,
-            } => {
-                let FTy::P(p) = self.fin(ty) else {
-                    unreachable!("literals are numbers")
-                };
+            Check::Lit { span, ty, int, digits } => {
+                let FTy::P(p) = self.fin(ty) else { unreachable!("literals are numbers") };
                 if let Some((v, neg)) = int {
                     if neg && !p.is_signed() {
-                        return Err(self.err(
-                            span,
-                            format!("cannot negate a `{}`: it is unsigned", p.name()),
-                        ));
+                        return Err(self.err(span, format!("cannot negate a `{}`: it is unsigned", p.name())));
                     }
                     let (lo, hi) = p.int_range();
-                    let fits = if neg {
-                        v <= lo.unsigned_abs()
-                    } else {
-                        v <= hi as u128
-                    };
+                    let fits = if neg { v <= lo.unsigned_abs() } else { v <= hi as u128 };
                     if !fits {
-                        return Err(
-                            self.err(span, format!("literal out of range for `{}`", p.name()))
-                        );
+                        return Err(self.err(span, format!("literal out of range for `{}`", p.name())));
                     }
                 }
                 if let Some((d, _)) = digits {
@@ -472,9 +365,7 @@ impl Inf {
                         _ => d.parse::<f64>().is_ok_and(f64::is_finite),
                     };
                     if !finite {
-                        return Err(
-                            self.err(span, format!("literal out of range for `{}`", p.name()))
-                        );
+                        return Err(self.err(span, format!("literal out of range for `{}`", p.name())));
                     }
                 }
             }

@@ -33,9 +33,7 @@ impl Sp {
         a.set_span(self.start);
         let mut b = a.clone();
         b.set_span(self.end);
-        let ts: TokenStream = [TokenTree::Punct(a), TokenTree::Punct(b)]
-            .into_iter()
-            .collect();
+        let ts: TokenStream = [TokenTree::Punct(a), TokenTree::Punct(b)].into_iter().collect();
         syn::Error::new_spanned(ts, msg)
     }
 }
@@ -68,10 +66,7 @@ pub enum Bin {
 
 impl Bin {
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            Bin::Eq | Bin::Ne | Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge
-        )
+        matches!(self, Bin::Eq | Bin::Ne | Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge)
     }
     pub fn is_arith(self) -> bool {
         matches!(self, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div | Bin::Rem)
@@ -226,19 +221,9 @@ struct Conv<'a> {
 }
 
 /// Checks and resolves `block`, the body of `fn f(p0, p1)`.
-pub fn convert(
-    params: [&syn::Ident; 2],
-    block: &syn::Block,
-    names: &TypeNames,
-) -> syn::Result<Body> {
-    let mut c = Conv {
-        names,
-        bindings: Vec::new(),
-        scopes: vec![Vec::new()],
-        nodes: 0,
-        errors: Vec::new(),
-        poisoned: false,
-    };
+pub fn convert(params: [&syn::Ident; 2], block: &syn::Block, names: &TypeNames) -> syn::Result<Body> {
+    let mut c =
+        Conv { names, bindings: Vec::new(), scopes: vec![Vec::new()], nodes: 0, errors: Vec::new(), poisoned: false };
     for p in params {
         c.bind(p);
     }
@@ -250,11 +235,7 @@ pub fn convert(
             a
         }),
     ) {
-        (Some(block), None) => Ok(Body {
-            bindings: c.bindings,
-            block,
-            nodes: c.nodes,
-        }),
+        (Some(block), None) => Ok(Body { bindings: c.bindings, block, nodes: c.nodes }),
         (_, Some(e)) => Err(e),
         (None, None) => unreachable!("a failed conversion records an error"),
     }
@@ -270,12 +251,7 @@ impl Conv<'_> {
     }
 
     fn lookup(&self, name: &str) -> Option<usize> {
-        self.scopes
-            .iter()
-            .rev()
-            .flat_map(|s| s.iter().rev())
-            .find(|(n, _)| n == name)
-            .map(|&(_, b)| b)
+        self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|&(_, b)| b)
     }
 
     fn fail<T>(&mut self, at: &impl ToTokens, msg: impl std::fmt::Display) -> Option<T> {
@@ -290,11 +266,7 @@ impl Conv<'_> {
 
     fn node(&mut self, span: Sp, kind: Kind) -> Expr {
         self.nodes += 1;
-        Expr {
-            id: self.nodes - 1,
-            span,
-            kind,
-        }
+        Expr { id: self.nodes - 1, span, kind }
     }
 
     fn block(&mut self, b: &syn::Block, span: Span) -> Option<Block> {
@@ -325,7 +297,9 @@ impl Conv<'_> {
                 syn::Stmt::Expr(e, semi) => {
                     ok = false;
                     let msg = match e {
-                        syn::Expr::Assign(_) => "assignment is not supported: bind a new name with `let` instead".to_string(),
+                        syn::Expr::Assign(_) => {
+                            "assignment is not supported: bind a new name with `let` instead".to_string()
+                        }
                         syn::Expr::Binary(x) if is_compound_assign(&x.op) => {
                             "compound assignment is not supported: bind a new name with `let` instead".to_string()
                         }
@@ -335,33 +309,28 @@ impl Conv<'_> {
                         syn::Expr::ForLoop(_) | syn::Expr::While(_) | syn::Expr::Loop(_) => {
                             format!("loops are not supported; {SUPPORTED}")
                         }
-                        syn::Expr::Macro(m) => format!("macro `{}!` is not supported; {SUPPORTED}", path_str(&m.mac.path)),
+                        syn::Expr::Macro(m) => {
+                            format!("macro `{}!` is not supported; {SUPPORTED}", path_str(&m.mac.path))
+                        }
                         _ if e.to_token_stream().into_iter().any(|t| is_return(&t)) => {
                             "`return` is not supported: the body's last expression is the result".to_string()
                         }
                         _ if semi.is_some() && i + 1 == n => {
                             "this block has no value: remove the `;` after its last expression".to_string()
                         }
-                        _ => "only `let` statements and a final expression are supported in a reduction body".to_string(),
+                        _ => {
+                            "only `let` statements and a final expression are supported in a reduction body".to_string()
+                        }
                     };
                     self.fail::<()>(e, msg);
                 }
                 syn::Stmt::Item(it) => {
                     ok = false;
-                    self.fail::<()>(
-                        it,
-                        format!("items are not supported inside a reduction body; {SUPPORTED}"),
-                    );
+                    self.fail::<()>(it, format!("items are not supported inside a reduction body; {SUPPORTED}"));
                 }
                 syn::Stmt::Macro(m) => {
                     ok = false;
-                    self.fail::<()>(
-                        m,
-                        format!(
-                            "macro `{}!` is not supported; {SUPPORTED}",
-                            path_str(&m.mac.path)
-                        ),
-                    );
+                    self.fail::<()>(m, format!("macro `{}!` is not supported; {SUPPORTED}", path_str(&m.mac.path)));
                 }
             }
         }
@@ -370,7 +339,10 @@ impl Conv<'_> {
         }
         match tail {
             Some(t) => Some(Block { lets, tail: Box::new(t) }),
-            None => self.fail_at(span, "this block has no value: it must end with an expression (without `;`) that gives the result"),
+            None => self.fail_at(
+                span,
+                "this block has no value: it must end with an expression (without `;`) that gives the result",
+            ),
         }
     }
 
@@ -382,19 +354,11 @@ impl Conv<'_> {
         let ident = match pat {
             syn::Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
                 if let Some(m) = &pi.mutability {
-                    return self.fail(
-                        m,
-                        "mutable bindings are not supported: bind a new name with `let` instead",
-                    );
+                    return self.fail(m, "mutable bindings are not supported: bind a new name with `let` instead");
                 }
                 &pi.ident
             }
-            p => {
-                return self.fail(
-                    p,
-                    "only simple `let name = ...;` bindings are supported (no patterns)",
-                )
-            }
+            p => return self.fail(p, "only simple `let name = ...;` bindings are supported (no patterns)"),
         };
         let ty = match ty {
             Some(t) => Some((self.ty(t)?, Sp::of(t))),
@@ -402,9 +366,7 @@ impl Conv<'_> {
         };
         let init = match &l.init {
             None => return self.fail(l, "a `let` binding needs a value: `let name = ...;`"),
-            Some(i) if i.diverge.is_some() => {
-                return self.fail(l, "`let ... else` is not supported")
-            }
+            Some(i) if i.diverge.is_some() => return self.fail(l, "`let ... else` is not supported"),
             Some(i) => self.expr(&i.expr)?,
         };
         // Bound after its initializer: `let x = x + 1;` refers to the outer `x`.
@@ -443,8 +405,11 @@ impl Conv<'_> {
             return Some(TyRef::Prim(p));
         }
         if Some(s.as_str()) == self.names.narrow_elem {
-            return self.fail(t,
-                format!("`{s}` is not a compute type: {s} values are widened to f32, combined, and rounded back; write f32"),
+            return self.fail(
+                t,
+                format!(
+                    "`{s}` is not a compute type: {s} values are widened to f32, combined, and rounded back; write f32"
+                ),
             );
         }
         bad(self, &format!("`{s}`"))
@@ -612,11 +577,7 @@ impl Conv<'_> {
             syn::Lit::Int(i) => {
                 let suffix = self.suffix(i.suffix(), i.span())?;
                 if suffix.is_some_and(Prim::is_float) {
-                    return Some(Kind::Float {
-                        digits: i.base10_digits().to_string(),
-                        neg,
-                        suffix,
-                    });
+                    return Some(Kind::Float { digits: i.base10_digits().to_string(), neg, suffix });
                 }
                 let value = match i.base10_parse::<u128>() {
                     Ok(v) => v,
@@ -629,17 +590,10 @@ impl Conv<'_> {
                 if suffix.is_some_and(Prim::is_int) {
                     return self.fail(f, "an integer suffix on a float literal");
                 }
-                Some(Kind::Float {
-                    digits: f.base10_digits().to_string(),
-                    neg,
-                    suffix,
-                })
+                Some(Kind::Float { digits: f.base10_digits().to_string(), neg, suffix })
             }
             syn::Lit::Bool(b) if !neg => Some(Kind::Bool(b.value)),
-            _ => self.fail(
-                l,
-                format!("only numeric and bool literals are supported; {SUPPORTED}"),
-            ),
+            _ => self.fail(l, format!("only numeric and bool literals are supported; {SUPPORTED}")),
         }
     }
 
@@ -649,10 +603,9 @@ impl Conv<'_> {
         }
         match Prim::from_name(s) {
             Some(p) => Some(Some(p)),
-            None => self.fail_at(
-                span,
-                format!("unsupported literal suffix `{s}`: the body computes with {PRIM_NAMES}"),
-            ),
+            None => {
+                self.fail_at(span, format!("unsupported literal suffix `{s}`: the body computes with {PRIM_NAMES}"))
+            }
         }
     }
 }
@@ -684,11 +637,7 @@ fn is_compound_assign(op: &syn::BinOp) -> bool {
 
 pub fn path_str(p: &syn::Path) -> String {
     let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
-    format!(
-        "{}{}",
-        if p.leading_colon.is_some() { "::" } else { "" },
-        segs.join("::")
-    )
+    format!("{}{}", if p.leading_colon.is_some() { "::" } else { "" }, segs.join("::"))
 }
 
 /// The value of a literal node, for checks that do not depend on its type.

@@ -63,10 +63,7 @@ use crate::types::{Elem, Prim, ELEM_NAMES};
 /// this rank's value, so a reduction over ranks `r0, r1, ...` in ring order is
 /// `f(f(x_r0, x_r1), x_r2)...`.
 #[proc_macro_attribute]
-pub fn reduction(
-    attr: proc_macro::TokenStream,
-    item: proc_macro::TokenStream,
-) -> proc_macro::TokenStream {
+pub fn reduction(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
     match expand(attr.into(), item.into()) {
         Ok(ts) => ts.into(),
         Err(e) => e.to_compile_error().into(),
@@ -92,37 +89,22 @@ fn signature<'a>(f: &'a syn::ItemFn, args: &attr::Args) -> syn::Result<Sig<'a>> 
     const SHAPE: &str = "a reduction is `fn name(a: E, b: E) -> E` or, generic over `types(...)`, \
          `fn name<T>(a: T, b: T) -> T`";
     if let Some(t) = &s.constness {
-        return Err(err(
-            t.span(),
-            format!("a reduction is not a `const fn`; {SHAPE}"),
-        ));
+        return Err(err(t.span(), format!("a reduction is not a `const fn`; {SHAPE}")));
     }
     if let Some(t) = &s.asyncness {
-        return Err(err(
-            t.span(),
-            format!("a reduction is not `async`; {SHAPE}"),
-        ));
+        return Err(err(t.span(), format!("a reduction is not `async`; {SHAPE}")));
     }
     if let Some(t) = &s.unsafety {
-        return Err(err(
-            t.span(),
-            format!("a reduction is not `unsafe`; {SHAPE}"),
-        ));
+        return Err(err(t.span(), format!("a reduction is not `unsafe`; {SHAPE}")));
     }
     if let Some(a) = &s.abi {
-        return Err(err(
-            a.span(),
-            format!("a reduction has no `extern` ABI; {SHAPE}"),
-        ));
+        return Err(err(a.span(), format!("a reduction has no `extern` ABI; {SHAPE}")));
     }
     if let Some(v) = &s.variadic {
         return Err(err(v.span(), SHAPE));
     }
     if let Some(w) = &s.generics.where_clause {
-        return Err(err(
-            w.span(),
-            format!("a reduction takes no `where` clause; {SHAPE}"),
-        ));
+        return Err(err(w.span(), format!("a reduction takes no `where` clause; {SHAPE}")));
     }
     let mut generic = None;
     for p in &s.generics.params {
@@ -136,67 +118,40 @@ fn signature<'a>(f: &'a syn::ItemFn, args: &attr::Args) -> syn::Result<Sig<'a>> 
                 }
                 generic = Some(&t.ident);
             }
-            p => {
-                return Err(err(
-                    p.span(),
-                    format!("a reduction has at most one type parameter; {SHAPE}"),
-                ))
-            }
+            p => return Err(err(p.span(), format!("a reduction has at most one type parameter; {SHAPE}"))),
         }
     }
     if s.inputs.len() != 2 {
         return Err(err(
             s.paren_token.span.join(),
-            format!(
-                "a reduction takes exactly two arguments, found {}; {SHAPE}",
-                s.inputs.len()
-            ),
+            format!("a reduction takes exactly two arguments, found {}; {SHAPE}", s.inputs.len()),
         ));
     }
     let mut params = Vec::new();
     let mut tys = Vec::new();
     for a in &s.inputs {
         let syn::FnArg::Typed(pt) = a else {
-            return Err(err(
-                a.span(),
-                format!("a reduction is a free function, not a method; {SHAPE}"),
-            ));
+            return Err(err(a.span(), format!("a reduction is a free function, not a method; {SHAPE}")));
         };
         match &*pt.pat {
-            syn::Pat::Ident(pi)
-                if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() =>
-            {
+            syn::Pat::Ident(pi) if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() => {
                 params.push(&pi.ident)
             }
-            p => {
-                return Err(err(
-                    p.span(),
-                    "arguments must be plain names (no `mut`, no patterns)",
-                ))
-            }
+            p => return Err(err(p.span(), "arguments must be plain names (no `mut`, no patterns)")),
         }
         tys.push(&*pt.ty);
     }
     let same = |a: &syn::Type, b: &syn::Type| quote!(#a).to_string() == quote!(#b).to_string();
     if !same(tys[0], tys[1]) {
-        return Err(err(
-            tys[1].span(),
-            format!("both arguments must have one type; {SHAPE}"),
-        ));
+        return Err(err(tys[1].span(), format!("both arguments must have one type; {SHAPE}")));
     }
     match &s.output {
         syn::ReturnType::Type(_, t) if same(t, tys[0]) => {}
         syn::ReturnType::Type(_, t) => {
-            return Err(err(
-                t.span(),
-                format!("the result must have the arguments' type; {SHAPE}"),
-            ))
+            return Err(err(t.span(), format!("the result must have the arguments' type; {SHAPE}")))
         }
         syn::ReturnType::Default => {
-            return Err(err(
-                s.ident.span(),
-                format!("a reduction returns the arguments' type; {SHAPE}"),
-            ))
+            return Err(err(s.ident.span(), format!("a reduction returns the arguments' type; {SHAPE}")))
         }
     }
     let ty = tys[0];
@@ -204,27 +159,23 @@ fn signature<'a>(f: &'a syn::ItemFn, args: &attr::Args) -> syn::Result<Sig<'a>> 
         Some(g) => {
             let is_g = matches!(ty, syn::Type::Path(p) if p.qself.is_none() && p.path.is_ident(g));
             if !is_g {
-                return Err(err(
-                    ty.span(),
-                    format!("the arguments of a generic reduction have type `{g}`; {SHAPE}"),
-                ));
+                return Err(err(ty.span(), format!("the arguments of a generic reduction have type `{g}`; {SHAPE}")));
             }
             match &args.types {
                 Some((list, _)) => list.iter().map(|(e, _)| *e).collect(),
                 None => {
                     return Err(err(
                         g.span(),
-                        format!("a generic reduction lists its element types: add `types({ELEM_NAMES})` or some of them"),
+                        format!(
+                            "a generic reduction lists its element types: add `types({ELEM_NAMES})` or some of them"
+                        ),
                     ))
                 }
             }
         }
         None => {
             if let Some((_, span)) = &args.types {
-                return Err(err(
-                    *span,
-                    format!("`types(...)` is for a generic reduction; {SHAPE}"),
-                ));
+                return Err(err(*span, format!("`types(...)` is for a generic reduction; {SHAPE}")));
             }
             let e = match ty {
                 syn::Type::Path(p) if p.qself.is_none() => p
@@ -240,21 +191,13 @@ fn signature<'a>(f: &'a syn::ItemFn, args: &attr::Args) -> syn::Result<Sig<'a>> 
                 None => {
                     return Err(syn::Error::new_spanned(
                         ty,
-                        format!(
-                        "unsupported element type `{}`: a reduction is defined for {ELEM_NAMES}",
-                        quote!(#ty)
-                    ),
+                        format!("unsupported element type `{}`: a reduction is defined for {ELEM_NAMES}", quote!(#ty)),
                     ))
                 }
             }
         }
     };
-    Ok(Sig {
-        params: [params[0], params[1]],
-        generic,
-        concrete: generic.is_none().then_some(ty),
-        elems,
-    })
+    Ok(Sig { params: [params[0], params[1]], generic, concrete: generic.is_none().then_some(ty), elems })
 }
 
 fn screaming(name: &str) -> String {
@@ -275,25 +218,17 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let f: syn::ItemFn = syn::parse2(item)?;
     let sig = signature(&f, &args)?;
     let Some((identity, id_span)) = &args.identity else {
-        return Err(err(
-            Span::call_site(),
-            format!("missing `identity = <literal>`; {}", attr::USAGE),
-        ));
+        return Err(err(Span::call_site(), format!("missing `identity = <literal>`; {}", attr::USAGE)));
     };
     let identity = attr::identity_c(identity, *id_span, &sig.elems)?;
 
     let fn_name = syn::ext::IdentExt::unraw(&f.sig.ident).to_string();
     let generic_name = sig.generic.map(|g| g.to_string());
     let narrow_name = match (sig.concrete, sig.elems.as_slice()) {
-        (Some(syn::Type::Path(p)), [e]) if e.is_narrow() => {
-            p.path.segments.last().map(|s| s.ident.to_string())
-        }
+        (Some(syn::Type::Path(p)), [e]) if e.is_narrow() => p.path.segments.last().map(|s| s.ident.to_string()),
         _ => None,
     };
-    let names = ir::TypeNames {
-        param: generic_name.as_deref(),
-        narrow_elem: narrow_name.as_deref(),
-    };
+    let names = ir::TypeNames { param: generic_name.as_deref(), narrow_elem: narrow_name.as_deref() };
     let body = ir::convert(sig.params, &f.block, &names)?;
 
     // One typing (and one C translation) per compute type.
@@ -315,18 +250,9 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     }
     let c_body = emit_c::c_body(&body, &groups);
 
-    let op_name = args
-        .name
-        .as_ref()
-        .map_or_else(|| fn_name.clone(), |(n, _)| n.clone());
-    if !op_name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_')
-    {
-        return Err(err(
-            f.sig.ident.span(),
-            "the op's name must be ASCII: give it one with `name = \"...\"`",
-        ));
+    let op_name = args.name.as_ref().map_or_else(|| fn_name.clone(), |(n, _)| n.clone());
+    if !op_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(err(f.sig.ident.span(), "the op's name must be ASCII: give it one with `name = \"...\"`"));
     }
     let const_ident = format_ident!("{}", screaming(&fn_name), span = f.sig.ident.span());
     let vis = &f.vis;

@@ -70,10 +70,7 @@ impl Prim {
     }
 
     pub fn is_signed(self) -> bool {
-        matches!(
-            self,
-            Prim::I8 | Prim::I32 | Prim::I64 | Prim::F32 | Prim::F64
-        )
+        matches!(self, Prim::I8 | Prim::I32 | Prim::I64 | Prim::F32 | Prim::F64)
     }
 
     pub fn bits(self) -> u32 {

@@ -35,12 +35,12 @@ mod transport;
 mod tune;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::{Comm, Split};
-pub use op::Op;
+pub use comm::{group, group_end, group_start, Comm, CommState, Split};
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{cuda_device_count, Device, DeviceBuffer};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
+pub use op::Op;
 pub use stream::Stream;
 pub use tune::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology};

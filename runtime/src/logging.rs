@@ -17,7 +17,9 @@ pub(crate) fn init() {
                 "warn"
             }
         };
-        let filter = tracing_subscriber::EnvFilter::new(format!("warn,jitccl={level},jitccl_runtime={level},jitccl_codegen={level}"));
+        let filter = tracing_subscriber::EnvFilter::new(format!(
+            "warn,jitccl={level},jitccl_runtime={level},jitccl_codegen={level}"
+        ));
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)

@@ -75,6 +75,9 @@ struct Shared {
     dispatcher_asleep: Padded<AtomicBool>,
     /// Every `Stream` handle is gone: the dispatcher exits once the queue is empty.
     closed: AtomicBool,
+    /// Launches promised by nonblocking communicators and not yet queued (`Reservation`):
+    /// `synchronize` waits for them too, so that it covers every call made before it.
+    reserved: AtomicU64,
     error: Mutex<Option<Error>>,
     sleep: Mutex<()>,
     done: Condvar,
@@ -277,6 +280,28 @@ impl Shared {
         }
     }
 
+    /// Waits until no reservation is outstanding or `deadline` passes; true if none is.
+    /// Reservations end by themselves (their jobs are bounded, and an abort cancels them).
+    fn wait_reserved(&self, deadline: Option<Instant>) -> bool {
+        if self.reserved.load(SeqCst) == 0 {
+            return true;
+        }
+        let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        while self.reserved.load(SeqCst) > 0 {
+            let left = deadline.map_or(Duration::from_millis(10), |d| d.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return false;
+            }
+            // Released reservations notify `done`; the bound only guards against a missed one.
+            g = self.done.wait_timeout(g, left.min(Duration::from_millis(10))).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    fn record_error(&self, e: Error) {
+        self.error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+    }
+
     fn take_error(&self) -> Result<()> {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).take().map_or(Ok(()), Err)
     }
@@ -323,6 +348,7 @@ impl Stream {
             wake_at: Padded(AtomicU64::new(u64::MAX)),
             dispatcher_asleep: Padded(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
+            reserved: AtomicU64::new(0),
             error: Mutex::new(None),
             sleep: Mutex::new(()),
             done: Condvar::new(),
@@ -344,14 +370,28 @@ impl Stream {
         &self.device
     }
 
+    /// Whether `other` is a handle on the same stream.
+    pub(crate) fn same(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.handle, &other.handle)
+    }
+
     pub(crate) fn enqueue(&self, launch: Launch) {
         self.shared().push(launch);
+    }
+
+    /// A launch promised now and queued later (by a nonblocking communicator's progress
+    /// thread): until the reservation is fulfilled or dropped, `synchronize` waits for it.
+    /// Dropped unfulfilled, it records `Aborted` for `op` of `rank` on the stream.
+    pub(crate) fn reserve(&self, op: &'static str, rank: usize) -> Reservation {
+        self.shared().reserved.fetch_add(1, SeqCst);
+        Reservation { stream: self.clone(), op, rank, outcome: None }
     }
 
     /// Waits for every queued operation; returns the first error since the last call.
     /// Operations end by themselves (every kernel wait is bounded), so this returns.
     pub fn synchronize(&self) -> Result<()> {
         let sh = self.shared();
+        sh.wait_reserved(None);
         sh.wait(sh.submitted.load(SeqCst), None);
         sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
         sh.take_error()
@@ -360,7 +400,8 @@ impl Stream {
     /// Like [`Stream::synchronize`], giving up after `timeout` with `Ok(false)`.
     pub fn synchronize_timeout(&self, timeout: Duration) -> Result<bool> {
         let sh = self.shared();
-        if !sh.wait(sh.submitted.load(SeqCst), Some(Instant::now() + timeout)) {
+        let deadline = Instant::now() + timeout;
+        if !sh.wait_reserved(Some(deadline)) || !sh.wait(sh.submitted.load(SeqCst), Some(deadline)) {
             return Ok(false);
         }
         sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
@@ -370,7 +411,48 @@ impl Stream {
     /// Whether all queued work has finished.
     pub fn is_idle(&self) -> bool {
         let sh = self.shared();
-        sh.reached(sh.submitted.load(SeqCst))
+        sh.reserved.load(SeqCst) == 0 && sh.reached(sh.submitted.load(SeqCst))
+    }
+}
+
+/// A launch promised to a stream (see [`Stream::reserve`]).
+pub(crate) struct Reservation {
+    stream: Stream,
+    op: &'static str,
+    rank: usize,
+    /// Set when the promise is kept (`Ok`) or broken with an error of its own.
+    outcome: Option<Result<()>>,
+}
+
+impl Reservation {
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The launches were queued (or there was nothing to launch).
+    pub(crate) fn fulfil(mut self) {
+        self.outcome = Some(Ok(()));
+    }
+
+    /// The launch failed: `synchronize` on the stream returns `e`.
+    pub(crate) fn fail(mut self, e: Error) {
+        self.outcome = Some(Err(e));
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let sh = self.stream.shared();
+        match self.outcome.take() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => sh.record_error(e),
+            None => sh.record_error(Error::Aborted { op: self.op.to_string(), rank: self.rank }),
+        }
+        // After the launch was pushed (fulfil comes after the push), so a synchronize that
+        // sees no reservation also sees the launch.
+        sh.reserved.fetch_sub(1, SeqCst);
+        let _g = sh.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        sh.done.notify_all();
     }
 }
 
@@ -382,4 +464,3 @@ fn prefetch<T>(p: *const T) {
         unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((p as *const i8).add(off)) };
     }
 }
-

@@ -79,35 +79,20 @@ impl PerfArgs {
         if self.root >= self.nranks {
             return Err(format!("root {} is not one of the {} ranks", self.root, self.nranks));
         }
-        let cfg = Config {
-            nchannels: self.channels,
-            algo: self.algo,
-            proto: self.proto,
-            ..Config::default()
-        };
+        let cfg = Config { nchannels: self.channels, algo: self.algo, proto: self.proto, ..Config::default() };
         let in_rank_process = std::env::var_os("RANK").is_some() && std::env::var_os("WORLD_SIZE").is_some();
         if self.threads {
             let comms = Comm::init_all(self.nranks, &cfg).map_err(|e| e.to_string())?;
-            let streams = comms
-                .iter()
-                .map(|c| c.device().stream())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
+            let streams =
+                comms.iter().map(|c| c.device().stream()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
             with_element_type!(self.dtype, sweep(&self, &comms, &streams))
         } else if in_rank_process {
             let comm = Comm::init_from_env(&cfg).map_err(|e| e.to_string())?;
             if comm.nranks() != self.nranks {
-                return Err(format!(
-                    "WORLD_SIZE is {}, but -n asks for {} ranks",
-                    comm.nranks(),
-                    self.nranks
-                ));
+                return Err(format!("WORLD_SIZE is {}, but -n asks for {} ranks", comm.nranks(), self.nranks));
             }
             let stream = comm.device().stream().map_err(|e| e.to_string())?;
-            with_element_type!(
-                self.dtype,
-                sweep(&self, std::slice::from_ref(&comm), std::slice::from_ref(&stream))
-            )
+            with_element_type!(self.dtype, sweep(&self, std::slice::from_ref(&comm), std::slice::from_ref(&stream)))
         } else {
             let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
             let mut command = vec![exe.to_string_lossy().into_owned()];
@@ -169,10 +154,7 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
         .iter()
         .map(|c| {
             let dev = c.device();
-            Ok(RankBufs {
-                send: dev.alloc::<T>(full.max(1))?,
-                recv: dev.alloc::<T>(full.max(1))?,
-            })
+            Ok(RankBufs { send: dev.alloc::<T>(full.max(1))?, recv: dev.alloc::<T>(full.max(1))? })
         })
         .collect::<Result<Vec<_>, jitccl::Error>>()
         .map_err(|e| e.to_string())?;
@@ -189,11 +171,7 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
         Ok(g) => format!("{g} CUDA device(s) present, but this build launches collectives on the host target only"),
         Err(e) => e,
     };
-    let how = if comms.len() == n {
-        "ranks as threads of one process"
-    } else {
-        "rank processes"
-    };
+    let how = if comms.len() == n { "ranks as threads of one process" } else { "rank processes" };
     say(format!(
         "# jitccl perf: {} on the host target ({why_host}), {n} {how}, {} warmup + {} timed iterations, check {}",
         a.coll, a.warmup, a.iters, a.check
@@ -225,11 +203,7 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
     let mut last_bus = [0.0f64; 2];
     for bytes in sweep_sizes(a.min_bytes, a.max_bytes, a.factor)? {
         let (count, size) = a.shape(bytes, esize);
-        let root = if matches!(a.coll, Collective::Broadcast | Collective::Reduce) {
-            a.root as i64
-        } else {
-            -1
-        };
+        let root = if matches!(a.coll, Collective::Broadcast | Collective::Reduce) { a.root as i64 } else { -1 };
         let redop = a.op().map_or("none".to_string(), |_| a.op.to_string());
         let mut line = format!(
             "  {:>10} {:>12} {:>9} {:>7} {:>6}",
@@ -256,17 +230,10 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
         }
         say(line);
     }
-    say(format!(
-        "# Out of bounds values : {wrong_total} {}",
-        if wrong_total == 0 { "OK" } else { "FAILED" }
-    ));
+    say(format!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" }));
     say(format!("# Avg bus bandwidth    : {:.4}", bus_sum / rows.max(1) as f64));
     if !printer {
-        return Ok(if wrong_total == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+        return Ok(if wrong_total == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     // At least 64 MiB, so that the copy runs from memory, not from the last-level cache.
     let memcpy = memcpy_gbps(a.max_bytes.clamp(64 << 20, 256 << 20));
@@ -275,44 +242,28 @@ fn sweep<T: RefElement>(a: &PerfArgs, comms: &[Comm], streams: &[Stream]) -> Res
         100.0 * last_bus[0] / memcpy,
         100.0 * last_bus[1] / memcpy
     ));
-    Ok(if wrong_total == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if wrong_total == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// The buffers one rank passes for one call.
 fn views<T: jitccl::Element>(
-    a: &PerfArgs,
-    b: &RankBufs<T>,
-    rank: usize,
-    count: usize,
-    in_place: bool,
+    a: &PerfArgs, b: &RankBufs<T>, rank: usize, count: usize, in_place: bool,
 ) -> jitccl::Result<(DeviceBuffer<T>, DeviceBuffer<T>)> {
     let n = a.nranks;
     Ok(match (a.coll, in_place) {
         (Collective::AllGather, false) => (b.send.slice(0..count)?, b.recv.slice(0..count * n)?),
-        (Collective::AllGather, true) => (
-            b.recv.slice(rank * count..(rank + 1) * count)?,
-            b.recv.slice(0..count * n)?,
-        ),
+        (Collective::AllGather, true) => (b.recv.slice(rank * count..(rank + 1) * count)?, b.recv.slice(0..count * n)?),
         (Collective::ReduceScatter, false) => (b.send.slice(0..count * n)?, b.recv.slice(0..count)?),
-        (Collective::ReduceScatter, true) => (
-            b.send.slice(0..count * n)?,
-            b.send.slice(rank * count..(rank + 1) * count)?,
-        ),
+        (Collective::ReduceScatter, true) => {
+            (b.send.slice(0..count * n)?, b.send.slice(rank * count..(rank + 1) * count)?)
+        }
         (_, false) => (b.send.slice(0..count)?, b.recv.slice(0..count)?),
         (_, true) => (b.send.slice(0..count)?, b.send.slice(0..count)?),
     })
 }
 
 fn launch_all<T: jitccl::Element>(
-    a: &PerfArgs,
-    comms: &[Comm],
-    streams: &[Stream],
-    views: &[(DeviceBuffer<T>, DeviceBuffer<T>)],
-    count: usize,
+    a: &PerfArgs, comms: &[Comm], streams: &[Stream], views: &[(DeviceBuffer<T>, DeviceBuffer<T>)], count: usize,
 ) -> jitccl::Result<()> {
     let n = a.nranks;
     for ((c, s), (send, recv)) in comms.iter().zip(streams).zip(views) {
@@ -335,12 +286,7 @@ fn sync_all(streams: &[Stream]) -> jitccl::Result<()> {
 }
 
 fn measure<T: RefElement>(
-    a: &PerfArgs,
-    comms: &[Comm],
-    streams: &[Stream],
-    bufs: &[RankBufs<T>],
-    count: usize,
-    in_place: bool,
+    a: &PerfArgs, comms: &[Comm], streams: &[Stream], bufs: &[RankBufs<T>], count: usize, in_place: bool,
 ) -> jitccl::Result<Timing> {
     let v = comms
         .iter()
@@ -380,11 +326,7 @@ fn over_ranks(a: &PerfArgs, comms: &[Comm], streams: &[Stream], local: f64, op: 
 
 /// Runs the collective once on reference inputs and counts wrong elements on all ranks.
 fn check<T: RefElement>(
-    a: &PerfArgs,
-    comms: &[Comm],
-    streams: &[Stream],
-    v: &[(DeviceBuffer<T>, DeviceBuffer<T>)],
-    count: usize,
+    a: &PerfArgs, comms: &[Comm], streams: &[Stream], v: &[(DeviceBuffer<T>, DeviceBuffer<T>)], count: usize,
 ) -> jitccl::Result<usize> {
     let n = a.nranks;
     let op = a.op();
@@ -402,9 +344,7 @@ fn check<T: RefElement>(
             Collective::Reduce => (0..count).map(|i| reduced(op.expect("reduces"), n, i)).collect(),
             Collective::Broadcast => inputs(op, a.root, count),
             Collective::AllGather => (0..n).flat_map(|q| inputs::<T>(op, q, count)).collect(),
-            Collective::ReduceScatter => (0..count)
-                .map(|i| reduced(op.expect("reduces"), n, r * count + i))
-                .collect(),
+            Collective::ReduceScatter => (0..count).map(|i| reduced(op.expect("reduces"), n, r * count + i)).collect(),
             Collective::SendRecv => inputs(op, (r + n - 1) % n, count),
         };
         wrong += count_wrong(&recv.to_vec(), &want, op, n);

@@ -44,9 +44,7 @@ fn check_nranks(n: usize) -> Result<usize, String> {
 
 fn free_port() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("finding a free port: {e}"))
+    l.local_addr().map(|a| a.port()).map_err(|e| format!("finding a free port: {e}"))
 }
 
 /// Copies a child's stream to ours line by line, each line prefixed with the rank.
@@ -181,11 +179,7 @@ fn spawn(command: &[String], rank: usize, nproc: usize, port: u16, prefix_stdout
 /// `prefix_stdout` false, the ranks' standard output passes through unchanged (for
 /// programs where only rank 0 prints, such as `jitccl perf`).
 pub(super) fn run_ranks(
-    nproc: usize,
-    master_port: Option<u16>,
-    command: &[String],
-    timeout: Option<Duration>,
-    prefix_stdout: bool,
+    nproc: usize, master_port: Option<u16>, command: &[String], timeout: Option<Duration>, prefix_stdout: bool,
 ) -> Result<ExitCode, String> {
     check_nranks(nproc).map_err(|e| format!("-n {nproc}: {e}"))?;
     let program = command.first().ok_or("no program to launch")?;

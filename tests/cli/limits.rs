@@ -70,7 +70,8 @@ fn launch_stops_starting_ranks_at_the_first_failure() {
     let marker = dir.path().join("started");
     let script = format!("[ \"$RANK\" = 0 ] && exit 3; echo >> '{}'; exec sleep 60", marker.display());
     let n = 200;
-    let out = run_within(&["launch", "-n", &n.to_string(), "--", "sh", "-c", &script], dir.path(), Duration::from_secs(60));
+    let out =
+        run_within(&["launch", "-n", &n.to_string(), "--", "sh", "-c", &script], dir.path(), Duration::from_secs(60));
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("rank 0 exited with exit status: 3"), "{}", text(&out.stderr));
     let started = std::fs::read_to_string(&marker).unwrap_or_default().lines().count();

@@ -42,7 +42,8 @@ fn kernels_list_and_show() {
     let src = text(&out.stdout);
     assert!(out.status.success());
     assert!(src.contains("jitccl_all_reduce_tree_ll_bf16_max") && src.contains("jc_f32_to_bf16"), "{src}");
-    let cuda = text(&jitccl(&["kernels", "show", "all_reduce.tree.ll.bf16.max", "--target", "cuda"], cache.path()).stdout);
+    let cuda =
+        text(&jitccl(&["kernels", "show", "all_reduce.tree.ll.bf16.max", "--target", "cuda"], cache.path()).stdout);
     assert!(cuda.contains("__global__") && cuda.contains("cvt.rn.bf16.f32"));
 
     for (bad, why) in [
@@ -60,10 +61,8 @@ fn kernels_list_and_show() {
 fn summary(out: &Output) -> (usize, usize, usize) {
     let stdout = text(&out.stdout);
     let line = stdout.lines().last().unwrap_or_default();
-    let nums: Vec<usize> = line
-        .split(|c: char| !c.is_ascii_digit() && c != '.')
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let nums: Vec<usize> =
+        line.split(|c: char| !c.is_ascii_digit() && c != '.').filter_map(|w| w.parse().ok()).collect();
     assert!(line.starts_with("compiled ") && nums.len() >= 3, "bad summary: {stdout}");
     (nums[0], nums[1], nums[2])
 }
@@ -133,8 +132,14 @@ fn corrupt_cache_entries_are_recompiled_with_a_warning() {
         .collect();
     assert!(!objects.is_empty());
     // Truncated (a mapped object would raise SIGBUS), emptied, one byte changed.
-    let damages: [fn(&mut Vec<u8>); 3] =
-        [|b| b.truncate(b.len() / 2), |b| b.clear(), |b| { let m = b.len() / 2; b[m] ^= 0xff }];
+    let damages: [fn(&mut Vec<u8>); 3] = [
+        |b| b.truncate(b.len() / 2),
+        |b| b.clear(),
+        |b| {
+            let m = b.len() / 2;
+            b[m] ^= 0xff
+        },
+    ];
     for damage in damages {
         for so in &objects {
             let mut bytes = std::fs::read(so).unwrap();
@@ -158,7 +163,10 @@ fn perf_prints_a_checked_table() {
     let cache = tempfile::tempdir().unwrap();
     for coll in ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "sendrecv"] {
         let out = jitccl(
-            &["perf", coll, "-n", "3", "-b", "1K", "-e", "64K", "-f", "8", "-d", "bfloat16", "-o", "max", "-w", "1", "-i", "2"],
+            &[
+                "perf", coll, "-n", "3", "-b", "1K", "-e", "64K", "-f", "8", "-d", "bfloat16", "-o", "max", "-w", "1",
+                "-i", "2",
+            ],
             cache.path(),
         );
         let stdout = text(&out.stdout);

@@ -20,7 +20,9 @@ pub fn failure_reaches_a_rank_that_does_not_wait_on_the_culprit(comms: &[Comm], 
     let e0 = streams[0].synchronize().unwrap_err();
     assert!(matches!(e0, Error::Timeout { rank: 0, peer: 2, .. }), "{e0}");
     match &e1 {
-        Error::PeerFailed { rank: 1, peer: 0, culprit: 2, how, .. } => assert!(how.contains("reported by rank 0"), "{e1}"),
+        Error::PeerFailed { rank: 1, peer: 0, culprit: 2, how, .. } => {
+            assert!(how.contains("reported by rank 0"), "{e1}")
+        }
         other => panic!("rank 1 should hear of rank 2's failure from rank 0, got {other}"),
     }
     assert!(waited < timeout * 9 / 10, "rank 1 waited {waited:?}: it did not hear of the failure");

@@ -12,8 +12,7 @@ use crate::compile::CompileError;
 /// Flags for every host kernel. No `-march=native`: cached objects may be shared between
 /// machines with different CPUs. No FMA contraction: float results must match CUDA's
 /// (compiled with `--fmad=false`) bit for bit.
-const CFLAGS: &[&str] =
-    &["-O3", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off"];
+const CFLAGS: &[&str] = &["-O3", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off"];
 
 /// The system C compiler (`$CC`, else `cc`).
 #[derive(Debug)]
@@ -105,7 +104,8 @@ impl HostKernel {
         let load_err = |reason: String| CompileError::Load { kernel: symbol.to_string(), reason };
         // SAFETY: the object is one this crate compiled from generated C; it has no
         // initializers with side effects.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| load_err(format!("{}: {e}", path.display())))?;
+        let lib =
+            unsafe { libloading::Library::new(path) }.map_err(|e| load_err(format!("{}: {e}", path.display())))?;
         // SAFETY: the generated entry point has exactly this signature (kernel.c).
         let entry = unsafe { lib.get::<unsafe extern "C" fn(*const Args, i32) -> i32>(symbol.as_bytes()) }
             .map_err(|e| load_err(format!("{}: {e}", path.display())))?;

@@ -136,9 +136,7 @@ fn prefer_v4<'a>(cands: impl Iterator<Item = &'a Interface> + Clone) -> Option<&
 /// chosen. `filter` is a `JITCCL_SOCKET_IFNAME` value; `peer` an address the chosen
 /// interface should reach (the root's), if known.
 pub fn choose_from(
-    ifaces: &[Interface],
-    filter: Option<&str>,
-    peer: Option<IpAddr>,
+    ifaces: &[Interface], filter: Option<&str>, peer: Option<IpAddr>,
 ) -> Result<(Interface, &'static str)> {
     if let Some(spec) = filter.filter(|s| !s.trim().is_empty()) {
         let f = IfnameFilter::parse(spec);

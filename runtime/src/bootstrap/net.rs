@@ -37,13 +37,7 @@ pub struct Waiter<'a> {
 impl<'a> Waiter<'a> {
     pub fn new(op: &'static str, peer: Option<usize>, timeout: Duration, abort: &'a AtomicBool) -> Self {
         let start = Instant::now();
-        Self {
-            op,
-            peer,
-            start,
-            deadline: deadline_after(start, timeout),
-            abort,
-        }
+        Self { op, peer, start, deadline: deadline_after(start, timeout), abort }
     }
 
     /// A waiter for a different op/peer sharing this one's start and deadline.

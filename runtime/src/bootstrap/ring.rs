@@ -23,12 +23,7 @@ pub(crate) struct Ring {
 /// receiving of a step run at once (non-blocking, one poll), so large blocks cannot
 /// deadlock on full socket buffers.
 pub(crate) fn all_gather(
-    ring: &mut Ring,
-    rank: usize,
-    nranks: usize,
-    nonce: u64,
-    mine: &[u8],
-    w: &Waiter,
+    ring: &mut Ring, rank: usize, nranks: usize, nonce: u64, mine: &[u8], w: &Waiter,
 ) -> Result<Vec<Vec<u8>>> {
     let n = nranks;
     let mut out: Vec<Vec<u8>> = vec![Vec::new(); n];
@@ -66,13 +61,7 @@ pub(crate) fn all_gather(
 
 /// Sends `msg` on `next` while receiving one message from `prev`.
 fn exchange(
-    next: &Socket,
-    next_rank: usize,
-    msg: &[u8],
-    prev: &Socket,
-    prev_rank: usize,
-    nonce: u64,
-    w: &Waiter,
+    next: &Socket, next_rank: usize, msg: &[u8], prev: &Socket, prev_rank: usize, nonce: u64, w: &Waiter,
 ) -> Result<(Header, Vec<u8>)> {
     const CHUNK: usize = 1 << 20;
     let mut sent = 0;

@@ -17,4 +17,3 @@ pub fn device_count() -> std::result::Result<usize, String> {
         Err(e) => Err(format!("cannot count CUDA devices: {e}")),
     }
 }
-

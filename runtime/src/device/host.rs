@@ -137,11 +137,7 @@ impl CtaPool {
 /// Runs `kernel` with `args` as `nchannels` CTAs on `pool`, each bound to `cpus` if given;
 /// returns the first channel that failed (its status says why).
 pub(crate) fn launch(
-    kernel: &HostKernel,
-    args: &Args,
-    nchannels: usize,
-    pool: &mut CtaPool,
-    cpus: Option<&CpuSet>,
+    kernel: &HostKernel, args: &Args, nchannels: usize, pool: &mut CtaPool, cpus: Option<&CpuSet>,
 ) -> Result<Option<usize>> {
     let args = SharedArgs(args);
     pool.run(nchannels, &|c| {

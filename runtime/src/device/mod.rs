@@ -40,7 +40,13 @@ impl Device {
         let bytes = len
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::InvalidArgument(format!("allocation of {len} elements overflows")))?;
-        Ok(DeviceBuffer { mem: Arc::new(Memory::zeroed(bytes)?), offset: 0, len, device: self.clone(), _t: PhantomData })
+        Ok(DeviceBuffer {
+            mem: Arc::new(Memory::zeroed(bytes)?),
+            offset: 0,
+            len,
+            device: self.clone(),
+            _t: PhantomData,
+        })
     }
 
     /// A buffer holding a copy of `data`.
@@ -65,7 +71,13 @@ pub struct DeviceBuffer<T: Element> {
 
 impl<T: Element> Clone for DeviceBuffer<T> {
     fn clone(&self) -> Self {
-        DeviceBuffer { mem: self.mem.clone(), offset: self.offset, len: self.len, device: self.device.clone(), _t: PhantomData }
+        DeviceBuffer {
+            mem: self.mem.clone(),
+            offset: self.offset,
+            len: self.len,
+            device: self.device.clone(),
+            _t: PhantomData,
+        }
     }
 }
 

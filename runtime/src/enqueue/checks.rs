@@ -54,7 +54,9 @@ fn need(coll: Collective) -> Option<Need> {
         Collective::AllReduce => Need { send: (Count, Everywhere), recv: (Count, Everywhere), in_place: SameStart },
         Collective::Broadcast => Need { send: (Count, AtRoot), recv: (Count, Everywhere), in_place: SameStart },
         Collective::Reduce => Need { send: (Count, Everywhere), recv: (Count, AtRoot), in_place: SameStart },
-        Collective::AllGather => Need { send: (Count, Everywhere), recv: (PerRank, Everywhere), in_place: SendIsRecvBlock },
+        Collective::AllGather => {
+            Need { send: (Count, Everywhere), recv: (PerRank, Everywhere), in_place: SendIsRecvBlock }
+        }
         Collective::ReduceScatter => {
             Need { send: (PerRank, Everywhere), recv: (Count, Everywhere), in_place: RecvIsSendBlock }
         }
@@ -96,7 +98,9 @@ impl Group {
     }
 
     /// Checks a rooted or unrooted collective's buffers (`elem` bytes per element).
-    pub(crate) fn collective(&self, coll: Collective, send: &Buf, recv: &Buf, count: usize, root: usize, elem: usize) -> Result<()> {
+    pub(crate) fn collective(
+        &self, coll: Collective, send: &Buf, recv: &Buf, count: usize, root: usize, elem: usize,
+    ) -> Result<()> {
         let name = coll.name();
         let Some(need) = need(coll) else {
             return invalid(format!("{name} has no single count for both buffers"));
@@ -139,8 +143,12 @@ impl Group {
     }
 
     /// Checks a point-to-point call: each side given is (buffer, count, peer).
-    pub(crate) fn sendrecv(&self, send: Option<(Buf, usize, usize)>, recv: Option<(Buf, usize, usize)>, elem: usize) -> Result<()> {
-        for (side, (buf, count, peer)) in [("send", &send), ("recv", &recv)].into_iter().filter_map(|(s, x)| x.as_ref().map(|x| (s, x))) {
+    pub(crate) fn sendrecv(
+        &self, send: Option<(Buf, usize, usize)>, recv: Option<(Buf, usize, usize)>, elem: usize,
+    ) -> Result<()> {
+        for (side, (buf, count, peer)) in
+            [("send", &send), ("recv", &recv)].into_iter().filter_map(|(s, x)| x.as_ref().map(|x| (s, x)))
+        {
             self.peer(*peer)?;
             if buf.len < *count {
                 return invalid(format!("{side} buffer holds {} elements, {count} are needed", buf.len));

@@ -69,12 +69,7 @@ pub(crate) struct Call {
 impl Call {
     /// A collective of `group` (not SendRecv), its buffers checked against what it needs.
     pub(crate) fn checked<T: Element>(
-        group: &Group,
-        coll: Collective,
-        op: Option<Op>,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        count: usize,
+        group: &Group, coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize,
         root: usize,
     ) -> Result<Call> {
         group.collective(coll, &buf(send), &buf(recv), count, root, size_of::<T>())?;
@@ -98,9 +93,7 @@ impl Call {
 
     /// A point-to-point call of `group`, checked: each side given is (buffer, count, peer).
     pub(crate) fn checked_p2p<T: Element>(
-        group: &Group,
-        send: Option<(&DeviceBuffer<T>, usize, usize)>,
-        recv: Option<(&DeviceBuffer<T>, usize, usize)>,
+        group: &Group, send: Option<(&DeviceBuffer<T>, usize, usize)>, recv: Option<(&DeviceBuffer<T>, usize, usize)>,
     ) -> Result<Call> {
         let view = |x: Option<(&DeviceBuffer<T>, usize, usize)>| x.map(|(b, n, p)| (buf(b), n, p));
         group.sendrecv(view(send), view(recv), size_of::<T>())?;
@@ -134,12 +127,7 @@ fn buf<T: Element>(b: &DeviceBuffer<T>) -> Buf {
 
 impl Rank {
     pub(crate) fn new(
-        group: Group,
-        device: Device,
-        cfg: Resolved,
-        tables: Tables,
-        board: Board,
-        cpus: Option<Arc<CpuSet>>,
+        group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
         Rank { group, device, cfg, tables, abort: AtomicI32::new(0), board, cpus, tuner, kernels: Mutex::default() }
@@ -147,7 +135,9 @@ impl Rank {
 
     /// The kernel for one launch: from this rank's table, else validated and fetched
     /// (compiled if need be) from the generator.
-    fn kernel(&self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>) -> Result<Arc<HostKernel>> {
+    fn kernel(
+        &self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>,
+    ) -> Result<Arc<HostKernel>> {
         let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op };
         if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
             return Ok(k.clone());
@@ -159,19 +149,14 @@ impl Rank {
         Ok(kernel)
     }
 
-    /// Tunes, compiles and queues `call` on `stream`, run by `owner` (its communicator).
-    pub(crate) fn submit(&self, owner: Arc<dyn Owner>, call: Call, stream: &Stream) -> Result<()> {
+    /// Tunes and compiles `call` into the launch that runs it on `stream` through `owner`
+    /// (its communicator); `None` when it moves nothing. Nothing is queued yet, so a group
+    /// can compile every launch before it queues any.
+    pub(crate) fn prepare(&self, owner: Arc<dyn Owner>, call: Call, stream: &Stream) -> Result<Option<Launch>> {
         let name = call.coll.name();
-        if stream.device() != &self.device {
-            return invalid(format!("{name}: the stream is on {:?}, the communicator on {:?}", stream.device(), self.device));
-        }
+        precheck(&call, &self.device, stream)?;
         if call.count == 0 && call.recv_count == 0 {
-            return Ok(());
-        }
-        if let (Some(Op::PreMulSum(s)), true) = (call.op, call.dtype.is_integer()) {
-            if s.fract() != 0.0 || !s.is_finite() {
-                return invalid(format!("PreMulSum scalar {s} is not a whole number, as {} needs", call.dtype));
-            }
+            return Ok(None);
         }
         // Collectives that only move data run as bytes.
         let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
@@ -210,7 +195,22 @@ impl Rank {
             nchannels: choice.nchannels as i32,
         };
         tracing::trace!("rank {rank}: enqueue {name} {choice:?} x {} elements", call.count);
-        stream.enqueue(Launch { owner, kernel, args, nchannels: choice.nchannels, name, _keep: call.keep });
-        Ok(())
+        Ok(Some(Launch { owner, kernel, args, nchannels: choice.nchannels, name, _keep: call.keep }))
     }
+}
+
+/// The checks of `call` that need its stream or its whole value (the others ran when it was
+/// made): done before a nonblocking call is queued, so that they fail the call, not the
+/// communicator.
+pub(crate) fn precheck(call: &Call, device: &Device, stream: &Stream) -> Result<()> {
+    let name = call.coll.name();
+    if stream.device() != device {
+        return invalid(format!("{name}: the stream is on {:?}, the communicator on {device:?}", stream.device()));
+    }
+    if let (Some(Op::PreMulSum(s)), true) = (call.op, call.dtype.is_integer()) {
+        if s.fract() != 0.0 || !s.is_finite() {
+            return invalid(format!("PreMulSum scalar {s} is not a whole number, as {} needs", call.dtype));
+        }
+    }
+    Ok(())
 }

@@ -28,8 +28,12 @@ impl Watch {
         for &(peer, pid) in peers {
             match pidfd(pid) {
                 Ok(fd) => fds.push((peer, fd)),
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => board.note(peer, Notice { culprit: peer, closed: true }),
-                Err(e) => tracing::info!("rank {rank}: cannot watch rank {peer}'s process {pid} ({e}): its death is noticed by the timeout"),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    board.note(peer, Notice { culprit: peer, closed: true })
+                }
+                Err(e) => tracing::info!(
+                    "rank {rank}: cannot watch rank {peer}'s process {pid} ({e}): its death is noticed by the timeout"
+                ),
             }
         }
         if fds.is_empty() {

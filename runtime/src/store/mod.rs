@@ -13,11 +13,11 @@
 //! ```
 
 mod client;
-mod request;
 mod conn;
 mod limits;
 mod prefix;
 mod protocol;
+mod request;
 mod server;
 mod state;
 #[cfg(test)]

@@ -32,11 +32,7 @@ impl State {
     /// `reply`, and the connections whose WAIT it completed — they are owed STOP_WAITING —
     /// to `woken`. An error leaves the store unchanged.
     pub(crate) fn apply(
-        &mut self,
-        conn: ConnId,
-        req: Request<'_>,
-        reply: &mut Vec<u8>,
-        woken: &mut Vec<ConnId>,
+        &mut self, conn: ConnId, req: Request<'_>, reply: &mut Vec<u8>, woken: &mut Vec<ConnId>,
     ) -> Result<(), ProtocolError> {
         match req {
             Request::Validate { .. } => return Err(ProtocolError::RepeatedValidate),

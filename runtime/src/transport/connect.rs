@@ -33,7 +33,11 @@ pub(crate) struct RankConns {
 /// and the rings and trees of `graph` (one channel per layout channel).
 pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8], graph: &Graph) -> Result<RankConns> {
     if graph.channels.len() != layout.nchannels {
-        return Err(Error::Internal(format!("a graph of {} channel(s) for {} channel(s)", graph.channels.len(), layout.nchannels)));
+        return Err(Error::Internal(format!(
+            "a graph of {} channel(s) for {} channel(s)",
+            graph.channels.len(),
+            layout.nchannels
+        )));
     }
     let n = layout.nranks;
     let mut channels = vec![Channel::default(); layout.nchannels];
@@ -58,10 +62,9 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8], graph:
         }
         let tree = &g.tree;
         if let Some(p) = tree.parent[rank] {
-            let k = tree.children[p]
-                .iter()
-                .position(|&x| x == rank)
-                .ok_or_else(|| Error::Internal(format!("rank {rank} is not among its parent {p}'s children on channel {c}")))?;
+            let k = tree.children[p].iter().position(|&x| x == rank).ok_or_else(|| {
+                Error::Internal(format!("rank {rank} is not among its parent {p}'s children on channel {c}"))
+            })?;
             ch.tree_parent = p as i32;
             ch.tree_up_send = layout.end(segments[p], c, Edge::FromChild(k), p);
             ch.tree_up_recv = layout.end(segments[rank], c, Edge::FromParent, p);

@@ -43,7 +43,6 @@ pub(crate) fn machine_id() -> String {
     format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
 }
 
-
 /// What a rank tells its peers at init, so that both ends of every pair choose alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoint {
@@ -77,7 +76,9 @@ impl Endpoint {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let group = self.group.map_or(String::new(), |g| g.to_string());
         let pid = self.pid.to_string();
-        [self.host.as_str(), &group, &self.segment, if self.net_only { "net" } else { "" }, &pid].join("\u{1f}").into_bytes()
+        [self.host.as_str(), &group, &self.segment, if self.net_only { "net" } else { "" }, &pid]
+            .join("\u{1f}")
+            .into_bytes()
     }
 
     pub(crate) fn decode(b: &[u8]) -> Result<Endpoint> {

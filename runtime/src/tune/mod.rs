@@ -149,7 +149,8 @@ impl Tuner {
 
     fn decide(&self, k: Key) -> Result<(Choice, Source, String)> {
         let coll = k.coll;
-        let algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(|&a| self.algos.allowed(coll).contains(a)).collect();
+        let algos: Vec<Algorithm> =
+            coll.algorithms().iter().copied().filter(|&a| self.algos.allowed(coll).contains(a)).collect();
         if algos.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "{coll}: JITCCL_ALGO='{}' allows none of its algorithms ({})",
@@ -170,15 +171,27 @@ impl Tuner {
             let cap = step_capacity(proto, self.slot_bytes[proto as usize]);
             (want.unwrap_or(cap).min(cap) / k.elem_size).max(1) as u64
         };
-        let make = |algo, proto, nchannels, chunk_bytes| Choice { algo, proto, nchannels, chunk_elems: chunk(proto, chunk_bytes) };
+        let make = |algo, proto, nchannels, chunk_bytes| Choice {
+            algo,
+            proto,
+            nchannels,
+            chunk_elems: chunk(proto, chunk_bytes),
+        };
 
         // Point-to-point: sender and receiver each launch with their own byte count (the
         // larger of the pair's halves), so nothing may depend on it: every channel, and
         // the first allowed protocol in Simple, LL128, LL order.
         if coll == Collective::SendRecv {
-            let proto = [Protocol::Simple, Protocol::LL128, Protocol::LL].into_iter().find(|p| protos.contains(p)).unwrap_or(protos[0]);
+            let proto = [Protocol::Simple, Protocol::LL128, Protocol::LL]
+                .into_iter()
+                .find(|p| protos.contains(p))
+                .unwrap_or(protos[0]);
             let source = if proto == Protocol::Simple { Source::Rule } else { Source::Override };
-            return Ok((make(Algorithm::Ring, proto, self.topo.nchannels, None), source, "point-to-point uses every channel".into()));
+            return Ok((
+                make(Algorithm::Ring, proto, self.topo.nchannels, None),
+                source,
+                "point-to-point uses every channel".into(),
+            ));
         }
         if !algos.iter().any(usable) {
             let algo = algos[0];
@@ -217,7 +230,9 @@ impl Tuner {
 
     /// The fastest (algorithm, protocol, channels) among the candidates and its time;
     /// ties go to the earlier candidate, then to fewer channels.
-    fn best(&self, coll: Collective, algos: &[Algorithm], protos: &[Protocol], bytes: usize) -> Option<(Algorithm, Protocol, usize, f64)> {
+    fn best(
+        &self, coll: Collective, algos: &[Algorithm], protos: &[Protocol], bytes: usize,
+    ) -> Option<(Algorithm, Protocol, usize, f64)> {
         let mut best: Option<(Algorithm, Protocol, usize, f64)> = None;
         for &a in algos {
             for &p in protos {

@@ -152,7 +152,9 @@ fn tree_depth(n: usize) -> usize {
 
 /// Estimated time in us of `coll` over `bytes` (the caller's per-call byte count) with
 /// `algo`, `proto` and `nch` channels; `None` where the collective has no such algorithm.
-pub fn time(t: &Topology, k: &Constants, coll: Collective, algo: Algorithm, proto: Protocol, nch: usize, bytes: usize) -> Option<f64> {
+pub fn time(
+    t: &Topology, k: &Constants, coll: Collective, algo: Algorithm, proto: Protocol, nch: usize, bytes: usize,
+) -> Option<f64> {
     if !coll.algorithms().contains(&algo) {
         return None;
     }
@@ -170,9 +172,7 @@ pub fn time(t: &Topology, k: &Constants, coll: Collective, algo: Algorithm, prot
         // Inside a node the tree is as deep as its binary layout; nodes add their own tree.
         (Collective::AllReduce, Algorithm::Tree) => (2 * tree_depth(ppn), 2 * tree_depth(nodes), 2.0),
         (Collective::AllReduce, Algorithm::OneShot) => (ppn - 1, n - ppn, (n - 1) as f64 * t.contention.max(1.0)),
-        (Collective::AllGather | Collective::ReduceScatter, _) => {
-            (n - nodes, nodes - 1, (n - 1) as f64 / n as f64)
-        }
+        (Collective::AllGather | Collective::ReduceScatter, _) => (n - nodes, nodes - 1, (n - 1) as f64 / n as f64),
         (Collective::Broadcast | Collective::Reduce, _) => (n - nodes, nodes - 1, 1.0),
         (Collective::SendRecv, _) => (1, 0, 1.0),
     };

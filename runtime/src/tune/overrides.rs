@@ -215,7 +215,11 @@ impl<T: Item> fmt::Display for Overrides<T> {
         let mut sep = "";
         for &c in Collective::ALL {
             if let Some(set) = self.per[c as usize] {
-                write!(f, "{sep}{c}:{}", if set.is_empty() { "^".to_string() + &Set::<T>::all().to_string() } else { set.to_string() })?;
+                write!(
+                    f,
+                    "{sep}{c}:{}",
+                    if set.is_empty() { "^".to_string() + &Set::<T>::all().to_string() } else { set.to_string() }
+                )?;
                 sep = ";";
             }
         }
@@ -276,7 +280,9 @@ mod tests {
 
     #[test]
     fn unknown_names_are_errors_naming_them() {
-        for (s, name) in [("ring,nvls", "'nvls'"), ("allreduce:ring;alltoall:ring", "'alltoall'"), ("^colnet", "'colnet'")] {
+        for (s, name) in
+            [("ring,nvls", "'nvls'"), ("allreduce:ring;alltoall:ring", "'alltoall'"), ("^colnet", "'colnet'")]
+        {
             let e = s.parse::<AlgoOverrides>().unwrap_err().to_string();
             assert!(e.contains(name), "{s}: {e}");
         }

@@ -56,7 +56,8 @@ pub struct Table {
     pub rows: Vec<Row>,
 }
 
-const HEADER: &str = "collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff,chunkBytes";
+const HEADER: &str =
+    "collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff,chunkBytes";
 
 /// NCCL's spelling of a collective in tuner files.
 fn nccl_name(c: Collective) -> &'static str {
@@ -134,7 +135,9 @@ impl Table {
                 reason: format!("{what} '{}' is not valid", value.trim()),
             };
             match key.trim() {
-                "fingerprint" => table.fingerprint = Some(u64::from_str_radix(value.trim(), 16).map_err(|_| bad("fingerprint"))?),
+                "fingerprint" => {
+                    table.fingerprint = Some(u64::from_str_radix(value.trim(), 16).map_err(|_| bad("fingerprint"))?)
+                }
                 "nranks" => table.nranks = Some(value.trim().parse().map_err(|_| bad("nranks"))?),
                 "nnodes" => table.nnodes = Some(value.trim().parse().map_err(|_| bad("nnodes"))?),
                 _ => {}
@@ -157,7 +160,8 @@ impl Table {
             if fields.iter().all(|f| f.is_empty()) {
                 continue;
             }
-            let row = parse_row(&fields).map_err(|reason| TableError::Row { origin: origin.to_string(), line, reason })?;
+            let row =
+                parse_row(&fields).map_err(|reason| TableError::Row { origin: origin.to_string(), line, reason })?;
             table.rows.push(row);
         }
         Ok(table)
@@ -172,10 +176,7 @@ impl Table {
             return Some(format!("it was tuned for {n} nodes, this communicator spans {}", topo.nnodes));
         }
         if let Some(f) = self.fingerprint.filter(|&f| f != topo.fingerprint) {
-            return Some(format!(
-                "it was tuned on topology {f:016x}, this one is {}",
-                topo.fingerprint_hex()
-            ));
+            return Some(format!("it was tuned on topology {f:016x}, this one is {}", topo.fingerprint_hex()));
         }
         None
     }
@@ -195,7 +196,8 @@ impl Table {
 
     /// Where the table for `topo` is cached: `<cache dir>/tune/<fingerprint>.csv`.
     pub fn cache_path(topo: &Topology) -> Option<PathBuf> {
-        jitccl_codegen::cache::DiskCache::from_env().map(|c| c.dir().join("tune").join(format!("{}.csv", topo.fingerprint_hex())))
+        jitccl_codegen::cache::DiskCache::from_env()
+            .map(|c| c.dir().join("tune").join(format!("{}.csv", topo.fingerprint_hex())))
     }
 
     /// The table this process should use for `topo`: the file `JITCCL_TUNER_CONFIG_FILE`
@@ -206,7 +208,9 @@ impl Table {
         let named = std::env::var_os(TABLE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from);
         let table = match (&named, Table::cache_path(topo)) {
             (Some(path), _) => Table::read(path).map_err(|e| match e {
-                TableError::File { origin, reason } => TableError::File { origin: format!("{TABLE_VAR}={origin}"), reason },
+                TableError::File { origin, reason } => {
+                    TableError::File { origin: format!("{TABLE_VAR}={origin}"), reason }
+                }
                 row => row,
             })?,
             (None, Some(path)) if path.exists() => match Table::read(&path) {
@@ -228,7 +232,8 @@ impl Table {
 
     pub fn read(path: &Path) -> Result<Table, TableError> {
         let origin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| TableError::File { origin: origin.clone(), reason: e.to_string() })?;
+        let bytes =
+            std::fs::read(path).map_err(|e| TableError::File { origin: origin.clone(), reason: e.to_string() })?;
         Table::from_bytes(&bytes, &origin)
     }
 
@@ -236,14 +241,20 @@ impl Table {
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("table"), std::process::id()));
+        let tmp = dir.join(format!(
+            ".{}.tmp-{}",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("table"),
+            std::process::id()
+        ));
         std::fs::write(&tmp, self.to_csv())?;
         std::fs::rename(&tmp, path)
     }
 }
 
 /// -1 or a number in `range`.
-fn field(fields: &[&str], i: usize, name: &str, range: std::ops::RangeInclusive<usize>) -> Result<Option<usize>, String> {
+fn field(
+    fields: &[&str], i: usize, name: &str, range: std::ops::RangeInclusive<usize>,
+) -> Result<Option<usize>, String> {
     let Some(v) = fields.get(i).copied() else { return Ok(None) };
     if v == "-1" {
         return Ok(None);
@@ -263,7 +274,8 @@ fn parse_row(f: &[&str]) -> Result<Row, String> {
     if coll == Collective::SendRecv {
         return Err("sendrecv is not tuned by tables (NCCL's format has no point-to-point)".into());
     }
-    let bytes = |i: usize, name: &str| f[i].parse::<u64>().map_err(|_| format!("{name} '{}' is not a byte count", f[i]));
+    let bytes =
+        |i: usize, name: &str| f[i].parse::<u64>().map_err(|_| format!("{name} '{}' is not a byte count", f[i]));
     let (min_bytes, max_bytes) = (bytes(1, "min_bytes")?, bytes(2, "max_bytes")?);
     if min_bytes > max_bytes {
         return Err(format!("min_bytes {min_bytes} is above max_bytes {max_bytes}"));
@@ -322,8 +334,17 @@ mod tests {
             nnodes: Some(1),
             rows: vec![
                 row(Collective::AllReduce, 0, 4095, Algorithm::OneShot, Protocol::LL),
-                Row { channels: Some(2), chunk_bytes: Some(4096), ..row(Collective::AllReduce, 4096, u64::MAX, Algorithm::Ring, Protocol::Simple) },
-                Row { nranks: None, reg_buff: Some(false), pipe_ops: Some(1), ..row(Collective::AllGather, 0, 1 << 20, Algorithm::Ring, Protocol::LL128) },
+                Row {
+                    channels: Some(2),
+                    chunk_bytes: Some(4096),
+                    ..row(Collective::AllReduce, 4096, u64::MAX, Algorithm::Ring, Protocol::Simple)
+                },
+                Row {
+                    nranks: None,
+                    reg_buff: Some(false),
+                    pipe_ops: Some(1),
+                    ..row(Collective::AllGather, 0, 1 << 20, Algorithm::Ring, Protocol::LL128)
+                },
             ],
         }
     }
@@ -344,7 +365,11 @@ mod tests {
 
     #[test]
     fn stock_nccl_rows_parse() {
-        let t = Table::parse("# comment\nallreduce,0,65536,tree,simple,2,1,-1\n\nbroadcast, 0, 100, ring, LL128, -1, -1, -1, -1\n", "f").unwrap();
+        let t = Table::parse(
+            "# comment\nallreduce,0,65536,tree,simple,2,1,-1\n\nbroadcast, 0, 100, ring, LL128, -1, -1, -1, -1\n",
+            "f",
+        )
+        .unwrap();
         assert_eq!(t.rows.len(), 2);
         assert_eq!((t.rows[0].algo, t.rows[0].channels, t.rows[0].nranks), (Algorithm::Tree, Some(2), None));
         assert_eq!(t.rows[1].proto, Protocol::LL128);
@@ -369,7 +394,10 @@ mod tests {
         let why = t.mismatch(&topo(2)).unwrap();
         assert!(why.contains("4 ranks") && why.contains("has 2"), "{why}");
         let why = t.mismatch(&Topology::host(4, 2, 8)).unwrap();
-        assert!(why.contains("topology") && why.contains(&t.fingerprint.map(|f| format!("{f:016x}")).unwrap()), "{why}");
+        assert!(
+            why.contains("topology") && why.contains(&t.fingerprint.map(|f| format!("{f:016x}")).unwrap()),
+            "{why}"
+        );
     }
 
     #[test]

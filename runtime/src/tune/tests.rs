@@ -84,11 +84,17 @@ fn choices_are_always_valid_and_allowed() {
                         for commutative in [true, false] {
                             let Ok(c) = t.choose(coll, bytes, 8, commutative) else {
                                 // Only an override that leaves no algorithm may fail.
-                                assert!(!coll.algorithms().iter().any(|&x| algos.allowed(coll).contains(x)), "{a} / {p}: {coll}");
+                                assert!(
+                                    !coll.algorithms().iter().any(|&x| algos.allowed(coll).contains(x)),
+                                    "{a} / {p}: {coll}"
+                                );
                                 continue;
                             };
                             let what = format!("{a} / {p}: {coll} n={n} {bytes} B commutative={commutative}: {c:?}");
-                            assert!(coll.algorithms().contains(&c.algo) && algos.allowed(coll).contains(c.algo), "{what}");
+                            assert!(
+                                coll.algorithms().contains(&c.algo) && algos.allowed(coll).contains(c.algo),
+                                "{what}"
+                            );
                             assert!(protos.allowed(coll).contains(c.proto), "{what}");
                             assert!((1..=3).contains(&c.nchannels) && c.chunk_elems >= 1, "{what}");
                             if !commutative && algos.allowed(coll).contains(Ring) {
@@ -144,17 +150,37 @@ fn a_table_forces_the_choice_it_names() {
         reg_buff: None,
         chunk_bytes: Some(512),
     };
-    let table = Table { rows: vec![row.clone(), Row { coll: Broadcast, algo: Ring, min_bytes: 0, max_bytes: 10, proto: Protocol::LL128, channels: None, ..row.clone() }], ..Table::default() };
+    let table = Table {
+        rows: vec![
+            row.clone(),
+            Row {
+                coll: Broadcast,
+                algo: Ring,
+                min_bytes: 0,
+                max_bytes: 10,
+                proto: Protocol::LL128,
+                channels: None,
+                ..row.clone()
+            },
+        ],
+        ..Table::default()
+    };
     let t = tuner(4, 4, "", "", Some(table.clone()));
     let c = t.choose(AllReduce, 4096, 4, true).unwrap();
     assert_eq!(c, Choice { algo: Tree, proto: Protocol::LL, nchannels: 2, chunk_elems: 128 });
-    assert_eq!(t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true }).unwrap().1, Source::Table);
+    assert_eq!(
+        t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true }).unwrap().1,
+        Source::Table
+    );
     // Outside the row's range, the model.
     assert_eq!(t.choose(AllReduce, 64, 4, true).unwrap().algo, OneShot);
     let c = t.choose(Broadcast, 8, 1, true).unwrap();
     assert_eq!((c.proto, c.nchannels), (Protocol::LL128, 1), "channels -1: the model's");
     // Rows for 4 ranks do not apply to 3.
-    assert_eq!(tuner(3, 4, "", "", Some(table.clone())).choose(AllReduce, 4096, 4, true).unwrap().proto, Protocol::Simple);
+    assert_eq!(
+        tuner(3, 4, "", "", Some(table.clone())).choose(AllReduce, 4096, 4, true).unwrap().proto,
+        Protocol::Simple
+    );
     // Overrides win over the table; so does commutativity.
     let t = tuner(4, 4, "", "^ll", Some(table.clone()));
     let (c, source, why) = t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true }).unwrap();
@@ -183,7 +209,9 @@ fn sources_say_whether_an_override_changed_the_pick() {
 
 #[test]
 fn legacy_single_values_force_where_available() {
-    let cfg = Config { nchannels: Some(1), algo: Some(Tree), proto: Some(Protocol::LL), ..Config::default() }.resolve(4).unwrap();
+    let cfg = Config { nchannels: Some(1), algo: Some(Tree), proto: Some(Protocol::LL), ..Config::default() }
+        .resolve(4)
+        .unwrap();
     let t = Tuner::new(Topology::host(4, 1, 2), Constants::HOST, None, &cfg);
     assert_eq!(t.choose(AllReduce, 1 << 20, 4, true).unwrap().algo, Tree);
     let c = t.choose(Broadcast, 1 << 20, 1, true).unwrap();

@@ -28,10 +28,7 @@ fn cfg(timeout: Duration) -> BootstrapConfig {
 /// Starts a root and `ranks.len()` rank threads (`ranks[i]` = (rank, nranks) claimed by
 /// thread i, started `delays[i]` after the root), each running `f` on its bootstrap.
 fn run<T: Send>(
-    config: &BootstrapConfig,
-    ranks: &[(usize, usize)],
-    delays: &[Duration],
-    f: impl Fn(Bootstrap) -> T + Sync,
+    config: &BootstrapConfig, ranks: &[(usize, usize)], delays: &[Duration], f: impl Fn(Bootstrap) -> T + Sync,
 ) -> (Vec<Result<T, BootstrapError>>, Result<RootReport, BootstrapError>) {
     log();
     let root = Root::start(config).expect("start root");

@@ -31,9 +31,9 @@ use socket2::{Domain, Socket, Type};
 use crate::config::Resolved;
 use crate::device::Memory;
 use crate::error::{sys, Error, Result};
-use crate::transport::{AttachCtx, Attached, Endpoint, Transport};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
+use crate::transport::{AttachCtx, Attached, Endpoint, Transport};
 pub(crate) use proxy::Activity;
 use recv::RecvSide;
 use send::SendSide;
@@ -116,14 +116,8 @@ impl Proxy {
     /// `bases` are the segment bases the links' FIFOs live in (shadows for net peers).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
-        layout: &Layout,
-        rank: usize,
-        sends: &[Link],
-        recvs: &[Link],
-        bases: &[*mut u8],
-        listener: NetListener,
-        addrs: &[SocketAddr],
-        cfg: &Resolved,
+        layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], listener: NetListener,
+        addrs: &[SocketAddr], cfg: &Resolved,
     ) -> Result<Proxy> {
         let setup = Setup {
             layout,
@@ -273,10 +267,7 @@ impl Setup<'_> {
 
     /// Which of `links` the socket `hello` names is for, if it is one still missing.
     fn place(
-        &self,
-        hello: &Hello,
-        links: &[Link],
-        socks: &[Vec<Option<TcpStream>>],
+        &self, hello: &Hello, links: &[Link], socks: &[Vec<Option<TcpStream>>],
     ) -> std::result::Result<usize, String> {
         if hello.nsocks != self.nsocks {
             return Err(format!(

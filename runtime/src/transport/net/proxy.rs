@@ -115,10 +115,7 @@ type Place = (bool, usize, usize);
 /// `Activity`, then drains and closes. A failed link is noted on `board`, the rank's own
 /// failure board.
 pub(super) fn spawn(
-    rank: usize,
-    sends: Vec<SendSide>,
-    recvs: Vec<RecvSide>,
-    board: Board,
+    rank: usize, sends: Vec<SendSide>, recvs: Vec<RecvSide>, board: Board,
 ) -> Result<(JoinHandle<()>, Arc<Activity>)> {
     let poll = Poll::new().map_err(sys("creating the net proxy's poller"))?;
     let mut places = Vec::new();
@@ -159,12 +156,7 @@ pub(super) fn spawn(
 }
 
 fn run(
-    rank: usize,
-    mut sends: Vec<SendSide>,
-    mut recvs: Vec<RecvSide>,
-    act: &Activity,
-    mut poll: Poll,
-    places: &[Place],
+    rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Activity, mut poll: Poll, places: &[Place],
     board: Board,
 ) {
     let mut events = Events::with_capacity(places.len() + 1);
@@ -175,7 +167,11 @@ fn run(
     let mut failed = false;
     // Per peer, its links still open: a peer is noted closed only once all are, for data
     // it sent before closing may still be on its way on another link.
-    let mut open = vec![0usize; sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).max().map_or(0, |m| m + 1)];
+    let mut open =
+        vec![
+            0usize;
+            sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).max().map_or(0, |m| m + 1)
+        ];
     sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).for_each(|p| open[p] += 1);
     // Peers whose links have all closed, and since when: noted on the board only after
     // CLOSED_GRACE, for what a peer that finished normally sent last may still be moving

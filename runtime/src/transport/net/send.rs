@@ -114,7 +114,12 @@ impl SendSide {
     pub fn report_fault(&mut self, culprit: usize) {
         if !std::mem::replace(&mut self.faulted, true) {
             let header = frame_header(FAULT_STEP, culprit as u64);
-            self.out[0].0.push_back(Frame { step: FAULT_STEP, header, data: std::ptr::NonNull::dangling().as_ptr(), len: 0 });
+            self.out[0].0.push_back(Frame {
+                step: FAULT_STEP,
+                header,
+                data: std::ptr::NonNull::dangling().as_ptr(),
+                len: 0,
+            });
         }
     }
 
