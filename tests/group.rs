@@ -85,7 +85,7 @@ fn several_transfers_to_one_peer_pair_in_posted_order_and_mix_with_collectives()
         let s = c.device().stream().unwrap();
         let peer = 1 - r;
         let a = c.device().alloc_from(&vec![r as i64 * 10 + 1; N]).unwrap();
-        let b = c.device().alloc_from(&vec![r as f32 + 0.5; 3]).unwrap();
+        let b = c.device().alloc_from(&[r as f32 + 0.5; 3]).unwrap();
         let (ra, rb) = (c.device().alloc::<i64>(N).unwrap(), c.device().alloc::<f32>(3).unwrap());
         let sum = c.device().alloc_from(&[r as i32 + 1; 5]).unwrap();
         group_start();
