@@ -21,6 +21,8 @@ use jitccl_codegen::compile::host::HostKernel;
 use crate::device::{CtaPool, Device};
 use crate::error::{Error, Result};
 
+mod reservation;
+
 /// What a launch's owner (its communicator) does to run it: its own checks and
 /// bookkeeping around the device launch.
 pub(crate) trait Owner: Send + Sync {
@@ -379,14 +381,6 @@ impl Stream {
         self.shared().push(launch);
     }
 
-    /// A launch promised now and queued later (by a nonblocking communicator's progress
-    /// thread): until the reservation is fulfilled or dropped, `synchronize` waits for it.
-    /// Dropped unfulfilled, it records `Aborted` for `op` of `rank` on the stream.
-    pub(crate) fn reserve(&self, op: &'static str, rank: usize) -> Reservation {
-        self.shared().reserved.fetch_add(1, SeqCst);
-        Reservation { stream: self.clone(), op, rank, outcome: None }
-    }
-
     /// Waits for every queued operation; returns the first error since the last call.
     /// Operations end by themselves (every kernel wait is bounded), so this returns.
     pub fn synchronize(&self) -> Result<()> {
@@ -412,47 +406,6 @@ impl Stream {
     pub fn is_idle(&self) -> bool {
         let sh = self.shared();
         sh.reserved.load(SeqCst) == 0 && sh.reached(sh.submitted.load(SeqCst))
-    }
-}
-
-/// A launch promised to a stream (see [`Stream::reserve`]).
-pub(crate) struct Reservation {
-    stream: Stream,
-    op: &'static str,
-    rank: usize,
-    /// Set when the promise is kept (`Ok`) or broken with an error of its own.
-    outcome: Option<Result<()>>,
-}
-
-impl Reservation {
-    pub(crate) fn stream(&self) -> &Stream {
-        &self.stream
-    }
-
-    /// The launches were queued (or there was nothing to launch).
-    pub(crate) fn fulfil(mut self) {
-        self.outcome = Some(Ok(()));
-    }
-
-    /// The launch failed: `synchronize` on the stream returns `e`.
-    pub(crate) fn fail(mut self, e: Error) {
-        self.outcome = Some(Err(e));
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        let sh = self.stream.shared();
-        match self.outcome.take() {
-            Some(Ok(())) => {}
-            Some(Err(e)) => sh.record_error(e),
-            None => sh.record_error(Error::Aborted { op: self.op.to_string(), rank: self.rank }),
-        }
-        // After the launch was pushed (fulfil comes after the push), so a synchronize that
-        // sees no reservation also sees the launch.
-        sh.reserved.fetch_sub(1, SeqCst);
-        let _g = sh.sleep.lock().unwrap_or_else(|e| e.into_inner());
-        sh.done.notify_all();
     }
 }
 

@@ -170,7 +170,8 @@ impl Comm {
     /// end with [`Error::Aborted`], and every later call is refused. With
     /// `Config::abort_propagates` the peers are told, so their operations waiting on this
     /// rank fail at once naming it; else they fail by their timeout. Bounded: it waits for
-    /// nothing but the note to the network peers (at most 200 ms).
+    /// nothing but the note to the network peers (at most 200 ms). A blocking init has no
+    /// handle to abort until it returns (as in NCCL): use nonblocking mode to abort an init.
     pub fn abort(&self) {
         tracing::warn!("{self:?}: communicator aborted");
         let cell = &self.h.cell;

@@ -68,7 +68,8 @@ impl Comm {
 
     /// Joins a communicator through `store`: rank 0 creates the unique id (its process runs
     /// the bootstrap root) and publishes it; the others read it (waiting up to the store's
-    /// timeout), as framework process groups do.
+    /// timeout), as framework process groups do. In nonblocking mode the id is read before
+    /// it returns (the store is borrowed; rank 0 publishes it at once), the rest is queued.
     pub fn init_from_store(store: &dyn Store, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
         Self::init_rank(&id_from_store(store, rank)?, nranks, rank, config)
     }

@@ -114,6 +114,11 @@ impl Comm {
     /// process rank: its bootstrap is closed, the others fail by the bootstrap timeout).
     /// Thread ranks fail with `InvalidUsage` if some rank does not split within the
     /// communicator's timeout (process ranks: the bootstrap timeout).
+    ///
+    /// Nonblocking mode: the (color, key) exchange is done before this returns (the child's
+    /// rank and size come from it, and `rank()`/`nranks()` are infallible); the child's own
+    /// init, the costly part, is queued: poll its `async_error`. Refused with
+    /// `InProgress` while this communicator's init is still running.
     pub fn split(&self, color: impl Into<Split>, key: i64) -> Result<Option<Comm>> {
         let rank = self.rank();
         let color = match color.into() {
