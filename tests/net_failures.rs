@@ -53,3 +53,32 @@ fn a_failure_reaches_net_peers_naming_the_rank_that_failed_first() {
     let timeout = Duration::from_secs(2);
     common::failure_reaches_a_rank_that_does_not_wait_on_the_culprit(&net_comms(3, timeout), timeout);
 }
+
+/// With `abort_propagates`, an abort reaches a net peer as a fault frame: the peer's
+/// operation waiting on the aborted rank fails within 1 s, naming it.
+#[test]
+fn an_abort_propagates_over_the_network() {
+    std::env::set_var("JITCCL_TRANSPORT", "net");
+    let id = UniqueId::new().unwrap();
+    let config = Config {
+        nchannels: Some(1),
+        timeout: Some(Duration::from_secs(60)),
+        abort_propagates: Some(true),
+        ..Config::default()
+    };
+    let comms: Vec<Comm> = std::thread::scope(|s| {
+        let (id, config) = (&id, &config);
+        let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Comm::init_rank(id, 2, r, config))).collect();
+        hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    });
+    let s = comms[0].device().stream().unwrap();
+    let b = comms[0].device().alloc_from(&[1i64; 4096]).unwrap();
+    comms[0].all_reduce(&b, &b, 4096, Op::Sum, &s).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    comms[1].abort();
+    let e = s.synchronize().unwrap_err();
+    eprintln!("abort propagated over the network after {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert!(matches!(e, Error::PeerFailed { rank: 0, culprit: 1, .. }), "{e}");
+}

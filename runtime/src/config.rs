@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 use crate::tune::overrides::{Item, Overrides};
 use crate::tune::{AlgoOverrides, ProtoOverrides};
 
+mod agree;
+
 /// What a communicator is created with. `None` fields come from the environment, then
 /// from defaults.
 #[derive(Debug, Clone, Default)]
@@ -41,7 +43,37 @@ pub struct Config {
     /// A name for the communicator in logs and its `Debug`; `JITCCL_COMM_NAME`. Part of
     /// the configuration every rank must agree on. Children of a split inherit it.
     pub comm_name: Option<String>,
+    /// Blocking mode (NCCL's `blocking`); `JITCCL_COMM_BLOCKING` (0 or 1). Default true.
+    /// With `false`, init (`init_rank`, `init_from_store`, `init_from_env`) returns at once
+    /// and every operation is queued to the communicator's progress thread: calls return
+    /// at once and [`Comm::async_error`](crate::Comm::async_error) tells when the work is
+    /// done, as with `ncclCommGetAsyncError`.
+    pub blocking: Option<bool>,
+    /// Fewest channels (CTAs) a rank uses, as NCCL's `minCTAs`; `JITCCL_MIN_CTAS`, 1 to
+    /// [`MAX_CHANNELS`]. Default 1.
+    pub min_ctas: Option<usize>,
+    /// Most channels (CTAs) a rank uses, as NCCL's `maxCTAs`; `JITCCL_MAX_CTAS`, 1 to
+    /// [`MAX_CHANNELS`]. Default [`MAX_CHANNELS`]. The default channel count is clamped
+    /// into `min_ctas..=max_ctas`; an explicit `nchannels` outside it is an error.
+    pub max_ctas: Option<usize>,
+    /// The network transport peers on other hosts use, by name, as NCCL's `netName` /
+    /// `NCCL_NET`; `JITCCL_NET`. Case-insensitive; jitccl has one: `Socket` (TCP, driven by
+    /// the net proxy). An unknown name is an error naming it.
+    pub net_name: Option<String>,
+    /// NCCL's `splitShare`; `JITCCL_COMM_SPLIT_SHARE_RESOURCES` (0 or 1). Accepted and
+    /// agreed on, but it changes nothing: what a parent could share with its split children
+    /// safely (compiled kernels) is already shared process-wide, and sharing the rest
+    /// (segments, connectors, the proxy) would let the parent's abort or destroy corrupt
+    /// the children, which the split contract rules out.
+    pub split_share: Option<bool>,
+    /// On [`Comm::abort`](crate::Comm::abort), tell the peers, so that their operations
+    /// waiting on this rank fail at once naming it, instead of by their timeout;
+    /// `JITCCL_ABORT_PROPAGATE` (0 or 1). Default false (NCCL's abort is local).
+    pub abort_propagates: Option<bool>,
 }
+
+/// The network transports `net_name` may name.
+pub const NET_NAMES: &[&str] = &["Socket"];
 
 /// A complete configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +85,12 @@ pub(crate) struct Resolved {
     pub slot_bytes: [usize; NPROTOS],
     pub nsocks: usize,
     pub comm_name: Option<String>,
+    pub blocking: bool,
+    pub min_ctas: usize,
+    pub max_ctas: usize,
+    pub net_name: &'static str,
+    pub split_share: bool,
+    pub abort_propagates: bool,
 }
 
 /// Most channels a rank may use (each is a CTA: a thread on the host).
@@ -98,22 +136,78 @@ fn overrides<T: Item>(one: Option<T>, set: &Option<Overrides<T>>, fields: (&str,
     }
 }
 
+/// A boolean setting: the field if set, else the variable (0/1, true/false), else `default`.
+fn flag(field: Option<bool>, var: &str, default: bool) -> Result<bool> {
+    Ok(match field {
+        Some(b) => b,
+        None => parse_env(var, |v| match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err("expected 0 or 1".into()),
+        })?
+        .unwrap_or(default),
+    })
+}
+
+/// A CTA bound: the field if set, else the variable, else `default`; within 1..=MAX_CHANNELS.
+fn ctas(field: Option<usize>, name: &str, var: &str, default: usize) -> Result<usize> {
+    let n = match field {
+        Some(n) => n,
+        None => parse_env(var, |v| v.parse::<usize>().map_err(|e| e.to_string()))?.unwrap_or(default),
+    };
+    if n == 0 || n > MAX_CHANNELS {
+        return Err(Error::InvalidArgument(format!("{name} ({var}) must be 1..={MAX_CHANNELS}, got {n}")));
+    }
+    Ok(n)
+}
+
+/// The network transport named by `net_name` or `JITCCL_NET` (default: the only one).
+fn net_name(field: &Option<String>) -> Result<&'static str> {
+    let Some(name) = field.clone().or_else(|| env("JITCCL_NET")) else { return Ok(NET_NAMES[0]) };
+    NET_NAMES.iter().find(|n| n.eq_ignore_ascii_case(name.trim())).copied().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "net_name (JITCCL_NET) '{name}' is no network transport here; known: {NET_NAMES:?}"
+        ))
+    })
+}
+
 impl Config {
+    /// Whether the communicator is created in blocking mode (the field, else
+    /// `JITCCL_COMM_BLOCKING`, else true).
+    pub(crate) fn is_blocking(&self) -> Result<bool> {
+        flag(self.blocking, "JITCCL_COMM_BLOCKING", true)
+    }
+
     /// Completes the configuration for `nranks` ranks sharing this machine's cores.
     pub(crate) fn resolve(&self, nranks: usize) -> Result<Resolved> {
+        let min_ctas = ctas(self.min_ctas, "min_ctas", "JITCCL_MIN_CTAS", 1)?;
+        let max_ctas = ctas(self.max_ctas, "max_ctas", "JITCCL_MAX_CTAS", MAX_CHANNELS)?;
+        if min_ctas > max_ctas {
+            return Err(Error::InvalidArgument(format!(
+                "min_ctas (JITCCL_MIN_CTAS) {min_ctas} is above max_ctas (JITCCL_MAX_CTAS) {max_ctas}"
+            )));
+        }
         let nchannels = match self.nchannels {
             Some(n) => Some(n),
             None => parse_env("JITCCL_NCHANNELS", |v| v.parse::<usize>().map_err(|e| e.to_string()))?,
-        }
-        .unwrap_or_else(|| {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            (cores / nranks.max(1)).clamp(1, 4)
-        });
-        if nchannels == 0 || nchannels > MAX_CHANNELS {
-            return Err(Error::InvalidArgument(format!(
-                "nchannels (JITCCL_NCHANNELS) must be 1..={MAX_CHANNELS}, got {nchannels}"
-            )));
-        }
+        };
+        let nchannels = match nchannels {
+            Some(n) if n == 0 || n > MAX_CHANNELS => {
+                return Err(Error::InvalidArgument(format!(
+                    "nchannels (JITCCL_NCHANNELS) must be 1..={MAX_CHANNELS}, got {n}"
+                )))
+            }
+            Some(n) if !(min_ctas..=max_ctas).contains(&n) => {
+                return Err(Error::InvalidArgument(format!(
+                    "nchannels (JITCCL_NCHANNELS) {n} is outside min_ctas..=max_ctas ({min_ctas}..={max_ctas})"
+                )))
+            }
+            Some(n) => n,
+            None => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (cores / nranks.max(1)).clamp(1, 4).clamp(min_ctas, max_ctas)
+            }
+        };
         let algos = overrides(self.algo, &self.algos, ("algo", "algos"))?;
         let protos = overrides(self.proto, &self.protos, ("proto", "protos"))?;
         let timeout = match self.timeout {
@@ -171,6 +265,20 @@ impl Config {
             )));
         }
         let comm_name = self.comm_name.clone().or_else(|| env("JITCCL_COMM_NAME").map(|n| n.trim().to_string()));
-        Ok(Resolved { nchannels, algos, protos, timeout, slot_bytes, nsocks, comm_name })
+        Ok(Resolved {
+            nchannels,
+            algos,
+            protos,
+            timeout,
+            slot_bytes,
+            nsocks,
+            comm_name,
+            blocking: self.is_blocking()?,
+            min_ctas,
+            max_ctas,
+            net_name: net_name(&self.net_name)?,
+            split_share: flag(self.split_share, "JITCCL_COMM_SPLIT_SHARE_RESOURCES", false)?,
+            abort_propagates: flag(self.abort_propagates, "JITCCL_ABORT_PROPAGATE", false)?,
+        })
     }
 }

@@ -14,6 +14,11 @@ pub enum Error {
     /// A call that is not allowed in the communicator's state (destroyed, aborted, ...).
     #[error("invalid usage: {0}")]
     InvalidUsage(String),
+    /// The communicator is still being initialized in nonblocking mode (NCCL's
+    /// ncclInProgress): poll [`Comm::async_error`](crate::Comm::async_error) until it is
+    /// `Ready`, then call again.
+    #[error("in progress: {0}")]
+    InProgress(String),
     /// A kernel could not be generated, compiled or loaded.
     #[error(transparent)]
     Compile(#[from] CompileError),
@@ -68,6 +73,20 @@ impl Error {
             Error::Aborted { op, rank } => Error::Aborted { op: op.clone(), rank: *rank },
             Error::Internal(m) => Error::Internal(m.clone()),
             other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+impl Error {
+    /// A copy of an error for one more caller (the kinds a caller branches on are kept;
+    /// wrapped errors become `Internal` with their message, as in [`Error::replay`]).
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::InvalidUsage(m) => Error::InvalidUsage(m.clone()),
+            Error::InProgress(m) => Error::InProgress(m.clone()),
+            Error::Unsupported(m) => Error::Unsupported(m.clone()),
+            e => e.replay(),
         }
     }
 }

@@ -38,6 +38,8 @@ impl Notice {
     pub(crate) fn how(self, from: usize) -> String {
         if self.closed {
             format!("rank {from} is gone: its process exited or its connection closed")
+        } else if self.culprit == from {
+            format!("reported by rank {from} itself: it failed or was aborted")
         } else {
             format!("reported by rank {from}")
         }

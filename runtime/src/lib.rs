@@ -3,7 +3,10 @@
 //!
 //! - `comm/`: the communicator (`Comm`): thin public calls, its state (`state`), its
 //!   failure state (`failure`) and its creation (`init`: all ranks in one process, or one
-//!   rank of a group of processes through `bootstrap` and `store`);
+//!   rank of a group of processes through `bootstrap` and `store`); a handle (`handle`:
+//!   identity, abort, `async_error`) that exists before init ends in nonblocking mode,
+//!   whose work then runs on a progress thread (`progress`); how calls leave it
+//!   (`submit`) and groups (`group`);
 //! - `enqueue/`: the one path from a call to a queued launch: table-driven argument checks,
 //!   the tuning choice (`tune`), the kernel lookup (`jitccl-codegen`), launch arguments,
 //!   and the kernel-visible tables;
@@ -35,7 +38,7 @@ mod transport;
 mod tune;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::{Comm, Split};
+pub use comm::{group, group_end, group_start, Comm, CommState, Split};
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{cuda_device_count, Device, DeviceBuffer};
 pub use element::Element;

@@ -21,6 +21,8 @@ use jitccl_codegen::compile::host::HostKernel;
 use crate::device::{CtaPool, Device};
 use crate::error::{Error, Result};
 
+mod reservation;
+
 /// What a launch's owner (its communicator) does to run it: its own checks and
 /// bookkeeping around the device launch.
 pub(crate) trait Owner: Send + Sync {
@@ -75,6 +77,9 @@ struct Shared {
     dispatcher_asleep: Padded<AtomicBool>,
     /// Every `Stream` handle is gone: the dispatcher exits once the queue is empty.
     closed: AtomicBool,
+    /// Launches promised by nonblocking communicators and not yet queued (`Reservation`):
+    /// `synchronize` waits for them too, so that it covers every call made before it.
+    reserved: AtomicU64,
     error: Mutex<Option<Error>>,
     sleep: Mutex<()>,
     done: Condvar,
@@ -277,6 +282,28 @@ impl Shared {
         }
     }
 
+    /// Waits until no reservation is outstanding or `deadline` passes; true if none is.
+    /// Reservations end by themselves (their jobs are bounded, and an abort cancels them).
+    fn wait_reserved(&self, deadline: Option<Instant>) -> bool {
+        if self.reserved.load(SeqCst) == 0 {
+            return true;
+        }
+        let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        while self.reserved.load(SeqCst) > 0 {
+            let left = deadline.map_or(Duration::from_millis(10), |d| d.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return false;
+            }
+            // Released reservations notify `done`; the bound only guards against a missed one.
+            g = self.done.wait_timeout(g, left.min(Duration::from_millis(10))).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    fn record_error(&self, e: Error) {
+        self.error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+    }
+
     fn take_error(&self) -> Result<()> {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).take().map_or(Ok(()), Err)
     }
@@ -323,6 +350,7 @@ impl Stream {
             wake_at: Padded(AtomicU64::new(u64::MAX)),
             dispatcher_asleep: Padded(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
+            reserved: AtomicU64::new(0),
             error: Mutex::new(None),
             sleep: Mutex::new(()),
             done: Condvar::new(),
@@ -344,6 +372,11 @@ impl Stream {
         &self.device
     }
 
+    /// Whether `other` is a handle on the same stream.
+    pub(crate) fn same(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.handle, &other.handle)
+    }
+
     pub(crate) fn enqueue(&self, launch: Launch) {
         self.shared().push(launch);
     }
@@ -352,6 +385,7 @@ impl Stream {
     /// Operations end by themselves (every kernel wait is bounded), so this returns.
     pub fn synchronize(&self) -> Result<()> {
         let sh = self.shared();
+        sh.wait_reserved(None);
         sh.wait(sh.submitted.load(SeqCst), None);
         sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
         sh.take_error()
@@ -360,7 +394,8 @@ impl Stream {
     /// Like [`Stream::synchronize`], giving up after `timeout` with `Ok(false)`.
     pub fn synchronize_timeout(&self, timeout: Duration) -> Result<bool> {
         let sh = self.shared();
-        if !sh.wait(sh.submitted.load(SeqCst), Some(Instant::now() + timeout)) {
+        let deadline = Instant::now() + timeout;
+        if !sh.wait_reserved(Some(deadline)) || !sh.wait(sh.submitted.load(SeqCst), Some(deadline)) {
             return Ok(false);
         }
         sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
@@ -370,7 +405,7 @@ impl Stream {
     /// Whether all queued work has finished.
     pub fn is_idle(&self) -> bool {
         let sh = self.shared();
-        sh.reached(sh.submitted.load(SeqCst))
+        sh.reserved.load(SeqCst) == 0 && sh.reached(sh.submitted.load(SeqCst))
     }
 }
 

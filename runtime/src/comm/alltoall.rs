@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 
+use super::group::note;
 use super::Comm;
 use crate::device::DeviceBuffer;
 use crate::element::Element;
@@ -24,11 +25,15 @@ impl Comm {
     pub fn all_to_all<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
     ) -> Result<()> {
-        let total = self.group().total(count)?;
-        let name = "AllToAll";
-        let (sends, recvs) =
-            (self.even_blocks(name, "send", send, count, total)?, self.even_blocks(name, "recv", recv, count, total)?);
-        self.rounds(name, sends, recvs, stream)
+        note((|| {
+            let total = self.group().total(count)?;
+            let name = "AllToAll";
+            let (sends, recvs) = (
+                self.even_blocks(name, "send", send, count, total)?,
+                self.even_blocks(name, "recv", recv, count, total)?,
+            );
+            self.rounds(name, sends, recvs, stream)
+        })())
     }
 
     /// AlltoAll with a count and an offset per peer: `send_counts[q]` elements at
@@ -41,10 +46,12 @@ impl Comm {
         &self, send: &DeviceBuffer<T>, send_counts: &[usize], send_displs: &[usize], recv: &DeviceBuffer<T>,
         recv_counts: &[usize], recv_displs: &[usize], stream: &Stream,
     ) -> Result<()> {
-        let name = "AllToAllv";
-        let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
-        let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
-        self.rounds(name, sends, recvs, stream)
+        note((|| {
+            let name = "AllToAllv";
+            let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
+            let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
+            self.rounds(name, sends, recvs, stream)
+        })())
     }
 
     /// Gathers every rank's `count` elements of `send` into `recv` on `root` (rank q's at
@@ -53,7 +60,7 @@ impl Comm {
     pub fn gather<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
-        self.rooted("Gather", root, count, send, recv, true, stream)
+        note(self.rooted("Gather", root, count, send, recv, true, stream))
     }
 
     /// Sends block `q` (`count` elements at `q * count`) of `send` on `root` to rank `q`'s
@@ -62,7 +69,7 @@ impl Comm {
     pub fn scatter<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
-        self.rooted("Scatter", root, count, recv, send, false, stream)
+        note(self.rooted("Scatter", root, count, recv, send, false, stream))
     }
 
     /// Gather (`to_root`) or Scatter: `one` is a rank's own block, `all` the root's
@@ -133,10 +140,10 @@ impl Comm {
             let (to, from) = ((rank + k) % n, (rank + n - k) % n);
             let (send, recv) = (side(&sends, to), side(&recvs, from));
             if send.is_some() || recv.is_some() {
-                calls.push(Call::checked_p2p(self.group(), send, recv)?);
+                calls.push(Call::checked_p2p(&self.group(), send, recv)?);
             }
         }
-        calls.into_iter().try_for_each(|call| self.submit(call, stream))
+        calls.into_iter().try_for_each(|call| self.submit(Ok(call), stream))
     }
 }
 

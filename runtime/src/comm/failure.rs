@@ -76,6 +76,13 @@ impl Failure {
         self.announce(culprit);
     }
 
+    /// Tells every peer that this rank was aborted (`Config::abort_propagates`): noted as
+    /// this rank's own failure, so their waits on it end now and name it.
+    pub(crate) fn announce_abort(&self) {
+        tracing::warn!("rank {}: telling the peers of the abort", self.rank);
+        self.announce(self.rank);
+    }
+
     /// Notes on every peer's failure board that this rank failed, blaming `blames`: first
     /// the rank it waited on in vain, then whom it found to have failed first.
     fn announce(&self, blames: usize) {

@@ -62,12 +62,14 @@ impl Comm {
     /// Joins communicator `id` as `rank` of `nranks` (NCCL's ncclCommInitRank); every rank
     /// calls it, each in its own process, with the same id and configuration.
     pub fn init_rank(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
-        Self::init_rank_with(id, nranks, rank, config, None)
+        let (id, cfg) = (*id, config.clone());
+        Self::start_init(config, rank, nranks, move |abort| Self::init_rank_with(&id, nranks, rank, &cfg, None, abort))
     }
 
     /// Joins a communicator through `store`: rank 0 creates the unique id (its process runs
     /// the bootstrap root) and publishes it; the others read it (waiting up to the store's
-    /// timeout), as framework process groups do.
+    /// timeout), as framework process groups do. In nonblocking mode the id is read before
+    /// it returns (the store is borrowed; rank 0 publishes it at once), the rest is queued.
     pub fn init_from_store(store: &dyn Store, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
         Self::init_rank(&id_from_store(store, rank)?, nranks, rank, config)
     }
@@ -90,17 +92,22 @@ impl Comm {
         let server = if rank == 0 { Some(Server::bind(addr)?) } else { None };
         let store = TcpStore::connect(addr, bcfg.timeout)?;
         tracing::info!("rank {rank} of {nranks}: rendezvous through the store at {addr}");
-        Self::init_rank_with(&id_from_store(&store, rank)?, nranks, rank, config, server)
+        let (id, cfg) = (id_from_store(&store, rank)?, config.clone());
+        Self::start_init(config, rank, nranks, move |abort| {
+            Self::init_rank_with(&id, nranks, rank, &cfg, server, abort)
+        })
     }
 
+    /// `abort`: the flag that ends the bootstrap's waits (set by an abort of a nonblocking
+    /// communicator still initializing).
     fn init_rank_with(
         id: &UniqueId, nranks: usize, rank: usize, config: &Config, store_server: Option<Server>,
+        abort: Arc<AtomicBool>,
     ) -> Result<Comm> {
         crate::logging::init();
         if rank >= nranks {
             return invalid(format!("rank {rank} is not below nranks {nranks}"));
         }
-        let abort = Arc::new(AtomicBool::new(false));
         let bs = Bootstrap::init(id, rank, nranks, &BootstrapConfig::from_env()?.with_abort(abort.clone()))?;
 
         // Ranks on one machine share its CPUs, whatever namespace each runs in.
@@ -112,15 +119,7 @@ impl Comm {
         // Every rank must have been given the same configuration, or their kernels would
         // not agree on channels, protocols or FIFO slots.
         let cfg = config.resolve(nranks)?;
-        let mine = format!("{cfg:?}");
-        for (q, theirs) in bs.all_gather(mine.as_bytes())?.iter().enumerate() {
-            if theirs.as_slice() != mine.as_bytes() {
-                return Err(Error::InvalidUsage(format!(
-                    "rank {q} has another configuration ({}) than rank {rank} ({mine})",
-                    String::from_utf8_lossy(theirs)
-                )));
-            }
-        }
+        cfg.agree(rank, &bs.all_gather(&cfg.encode())?)?;
 
         let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
         let own = ShmSegment::create(layout.segment_bytes())?;

@@ -5,13 +5,16 @@
 
 mod alltoall;
 mod failure;
+mod group;
+mod handle;
 mod init;
 mod life;
+mod progress;
 mod rendezvous;
 mod split;
 mod state;
+mod submit;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use jitccl_codegen::Collective;
@@ -22,13 +25,18 @@ use crate::enqueue::{Call, Group};
 use crate::error::Result;
 use crate::op::Op;
 use crate::stream::Stream;
+pub use group::{group, group_end, group_start};
+use handle::Handle;
+pub use progress::CommState;
 pub use split::Split;
 pub(crate) use state::CommInner;
 
-/// One rank of a communicator.
+/// One rank of a communicator: a handle (clones share the rank). In nonblocking mode
+/// (`Config::blocking = false`) it may exist before its init is done: see
+/// [`Comm::async_error`].
 #[derive(Clone)]
 pub struct Comm {
-    inner: Arc<CommInner>,
+    h: Arc<Handle>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -41,39 +49,18 @@ impl std::fmt::Debug for Comm {
 }
 
 impl Comm {
-    pub(crate) fn from_inner(inner: CommInner) -> Comm {
-        Comm { inner: Arc::new(inner) }
-    }
-
     pub fn rank(&self) -> usize {
-        self.inner.enq.group.rank
+        self.h.rank
     }
     pub fn nranks(&self) -> usize {
-        self.inner.enq.group.nranks
+        self.h.nranks
     }
     /// The name given by `Config.comm_name` or `JITCCL_COMM_NAME`, if any.
     pub fn name(&self) -> Option<&str> {
-        self.inner.enq.cfg.comm_name.as_deref()
+        self.h.name.as_deref()
     }
     pub fn device(&self) -> &Device {
-        &self.inner.enq.device
-    }
-
-    /// Stops this rank's running operations (they end with [`Error::Aborted`]) and refuses
-    /// new ones. Peers waiting on this rank fail by their timeout.
-    ///
-    /// [`Error::Aborted`]: crate::Error::Aborted
-    pub fn abort(&self) {
-        tracing::warn!("{self:?}: communicator aborted");
-        self.inner.enq.abort.store(1, Ordering::Release);
-        if let Some((bs, flag)) = &self.inner.bootstrap {
-            flag.store(true, Ordering::Release);
-            bs.abort();
-        }
-    }
-
-    pub fn is_aborted(&self) -> bool {
-        self.inner.is_aborted()
+        &self.h.device
     }
 
     /// `recv[i] = op over ranks of send[i]` for `i < count`. In place when `send` and
@@ -81,7 +68,7 @@ impl Comm {
     pub fn all_reduce<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(self.group(), Collective::AllReduce, Some(op), send, recv, count, 0)?, stream)
+        self.submit(Call::checked(&self.group(), Collective::AllReduce, Some(op), send, recv, count, 0), stream)
     }
 
     /// Copies `count` elements of `send` on `root` into `recv` on every rank (`send` is
@@ -89,7 +76,7 @@ impl Comm {
     pub fn broadcast<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(self.group(), Collective::Broadcast, None, send, recv, count, root)?, stream)
+        self.submit(Call::checked(&self.group(), Collective::Broadcast, None, send, recv, count, root), stream)
     }
 
     /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
@@ -97,7 +84,7 @@ impl Comm {
     pub fn reduce<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, root: usize, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(self.group(), Collective::Reduce, Some(op), send, recv, count, root)?, stream)
+        self.submit(Call::checked(&self.group(), Collective::Reduce, Some(op), send, recv, count, root), stream)
     }
 
     /// Gathers every rank's `count` elements of `send` into `recv` (rank r's at
@@ -105,7 +92,7 @@ impl Comm {
     pub fn all_gather<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(self.group(), Collective::AllGather, None, send, recv, count, 0)?, stream)
+        self.submit(Call::checked(&self.group(), Collective::AllGather, None, send, recv, count, 0), stream)
     }
 
     /// Reduces every rank's `send` (nranks blocks of `count`) and leaves block `rank` of the
@@ -113,17 +100,17 @@ impl Comm {
     pub fn reduce_scatter<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(self.group(), Collective::ReduceScatter, Some(op), send, recv, count, 0)?, stream)
+        self.submit(Call::checked(&self.group(), Collective::ReduceScatter, Some(op), send, recv, count, 0), stream)
     }
 
     /// Sends `count` elements of `buf` to `peer` (which must post a matching receive).
     pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.submit(Call::checked_p2p(self.group(), Some((buf, count, peer)), None)?, stream)
+        self.submit(Call::checked_p2p(&self.group(), Some((buf, count, peer)), None), stream)
     }
 
     /// Receives `count` elements from `peer` into `buf`.
     pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.submit(Call::checked_p2p(self.group(), None, Some((buf, count, peer)))?, stream)
+        self.submit(Call::checked_p2p(&self.group(), None, Some((buf, count, peer))), stream)
     }
 
     /// Sends `send_count` elements of `send` to `to` while receiving `recv_count` from
@@ -134,26 +121,12 @@ impl Comm {
         from: usize, stream: &Stream,
     ) -> Result<()> {
         self.submit(
-            Call::checked_p2p(self.group(), Some((send, send_count, to)), Some((recv, recv_count, from)))?,
+            Call::checked_p2p(&self.group(), Some((send, send_count, to)), Some((recv, recv_count, from))),
             stream,
         )
     }
 
-    fn group(&self) -> &Group {
-        &self.inner.enq.group
-    }
-
-    fn submit(&self, call: Call, stream: &Stream) -> Result<()> {
-        let name = call.coll.name();
-        self.inner.usable(name)?;
-        // Counted for finalize from here until the launch has run; a call that queues
-        // nothing (an error, or nothing to move, as enq.submit skips) is uncounted now.
-        self.inner.life.queue(name, self.rank())?;
-        let queues = call.count != 0 || call.recv_count != 0;
-        let res = self.inner.enq.submit(self.inner.clone(), call, stream);
-        if res.is_err() || !queues {
-            self.inner.life.unqueue();
-        }
-        res
+    fn group(&self) -> Group {
+        Group { rank: self.h.rank, nranks: self.h.nranks }
     }
 }

@@ -8,6 +8,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::rendezvous::Rendezvous;
@@ -88,6 +89,12 @@ fn child_config(r: &Resolved) -> Config {
         slot_bytes: Some(r.slot_bytes),
         nsocks: Some(r.nsocks),
         comm_name: r.comm_name.clone(),
+        blocking: Some(r.blocking),
+        min_ctas: Some(r.min_ctas),
+        max_ctas: Some(r.max_ctas),
+        net_name: Some(r.net_name.to_string()),
+        split_share: Some(r.split_share),
+        abort_propagates: Some(r.abort_propagates),
         ..Config::default()
     }
 }
@@ -107,27 +114,34 @@ impl Comm {
     /// process rank: its bootstrap is closed, the others fail by the bootstrap timeout).
     /// Thread ranks fail with `InvalidUsage` if some rank does not split within the
     /// communicator's timeout (process ranks: the bootstrap timeout).
+    ///
+    /// Nonblocking mode: the (color, key) exchange is done before this returns (the child's
+    /// rank and size come from it, and `rank()`/`nranks()` are infallible); the child's own
+    /// init, the costly part, is queued: poll its `async_error`. Refused with
+    /// `InProgress` while this communicator's init is still running.
     pub fn split(&self, color: impl Into<Split>, key: i64) -> Result<Option<Comm>> {
         let rank = self.rank();
         let color = match color.into() {
             Split::Color(c) => Some(c),
             Split::NoColor => None,
         };
-        let own = self.inner.usable("split");
+        // Not before init is done (nonblocking): the ranks' exchange needs the bootstrap.
+        let inner = self.inner("split")?;
+        let own = inner.usable("split");
         let entry = Entry { color, key, broken: own.is_err() };
-        let seq = self.inner.life.next_split();
-        let cfg = child_config(&self.inner.enq.cfg);
+        let seq = inner.life.next_split();
+        let cfg = child_config(&inner.enq.cfg);
         // A rank that cannot split still takes part, so the others fail at once; it
         // reports its own error. (An aborted process rank cannot: its bootstrap is closed,
         // and the others fail by the bootstrap timeout.)
-        let child = if let Some((bs, _)) = &self.inner.bootstrap {
+        let child = if let Some((bs, _)) = &inner.bootstrap {
             if own.is_err() && bs.is_aborted() {
                 return own.map(|()| None);
             }
             let child = split_processes(bs, seq, entry, &cfg);
             own.and(child)
-        } else if let Some(rv) = self.inner.life.rendezvous.get() {
-            let child = rv.arrive(seq, rank, entry, &cfg, self.inner.enq.cfg.timeout);
+        } else if let Some(rv) = inner.life.rendezvous.get() {
+            let child = rv.arrive(seq, rank, entry, &cfg, inner.enq.cfg.timeout);
             own.and(child)
         } else {
             Err(Error::Internal(format!("split on rank {rank}: no bootstrap and no rendezvous")))
@@ -154,30 +168,37 @@ impl Comm {
     /// `InvalidUsage` if the queued work was still running at the timeout. A second call
     /// does the same again.
     pub fn finalize(&self) -> Result<()> {
-        let timeout = self.inner.enq.cfg.timeout;
-        if !self.inner.life.finalize(timeout) {
+        let timeout = self.h.timeout;
+        // Nonblocking: what the progress thread holds is launched first (within the timeout).
+        if let Some(p) = &self.h.progress {
+            p.wait_idle(Instant::now() + timeout, || self.h.cell.is_aborted());
+        }
+        let inner = self.inner("finalize")?;
+        if !inner.life.finalize(timeout) {
             return Err(Error::InvalidUsage(format!(
                 "finalize on rank {}: operations still queued after {timeout:?}",
                 self.rank()
             )));
         }
-        if self.inner.enq.abort.load(Ordering::Acquire) != 0 {
+        if inner.enq.abort.load(Ordering::Acquire) != 0 {
             return Err(Error::InvalidUsage(format!("finalize on rank {}: the communicator was aborted", self.rank())));
         }
-        self.inner.failure.error().map_or(Ok(()), Err)
+        inner.failure.error().map_or(Ok(()), Err)
     }
 
     /// Whether [`finalize`](Self::finalize) was called.
     pub fn is_finalized(&self) -> bool {
-        self.inner.life.is_finalized()
+        self.h.cell.get().is_some_and(|i| i.life.is_finalized())
     }
 
     /// Gives the ranks of one `init_all` the rendezvous their splits meet in.
     pub(crate) fn share_rendezvous(comms: Vec<Comm>) -> Vec<Comm> {
-        let rv = Arc::new(Rendezvous::new(comms.iter().map(|c| Arc::downgrade(&c.inner)).collect()));
-        for c in &comms {
+        // Freshly made by init_all: every one has its rank state.
+        let ranks: Vec<_> = comms.iter().filter_map(|c| c.h.cell.get()).collect();
+        let rv = Arc::new(Rendezvous::new(ranks.iter().map(|i| Arc::downgrade(i)).collect()));
+        for inner in ranks {
             // Freshly made: not set yet.
-            let _ = c.inner.life.rendezvous.set(rv.clone());
+            let _ = inner.life.rendezvous.set(rv.clone());
         }
         comms
     }

@@ -149,23 +149,14 @@ impl Rank {
         Ok(kernel)
     }
 
-    /// Tunes, compiles and queues `call` on `stream`, run by `owner` (its communicator).
-    pub(crate) fn submit(&self, owner: Arc<dyn Owner>, call: Call, stream: &Stream) -> Result<()> {
+    /// Tunes and compiles `call` into the launch that runs it on `stream` through `owner`
+    /// (its communicator); `None` when it moves nothing. Nothing is queued yet, so a group
+    /// can compile every launch before it queues any.
+    pub(crate) fn prepare(&self, owner: Arc<dyn Owner>, call: Call, stream: &Stream) -> Result<Option<Launch>> {
         let name = call.coll.name();
-        if stream.device() != &self.device {
-            return invalid(format!(
-                "{name}: the stream is on {:?}, the communicator on {:?}",
-                stream.device(),
-                self.device
-            ));
-        }
+        precheck(&call, &self.device, stream)?;
         if call.count == 0 && call.recv_count == 0 {
-            return Ok(());
-        }
-        if let (Some(Op::PreMulSum(s)), true) = (call.op, call.dtype.is_integer()) {
-            if s.fract() != 0.0 || !s.is_finite() {
-                return invalid(format!("PreMulSum scalar {s} is not a whole number, as {} needs", call.dtype));
-            }
+            return Ok(None);
         }
         // Collectives that only move data run as bytes.
         let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
@@ -204,7 +195,22 @@ impl Rank {
             nchannels: choice.nchannels as i32,
         };
         tracing::trace!("rank {rank}: enqueue {name} {choice:?} x {} elements", call.count);
-        stream.enqueue(Launch { owner, kernel, args, nchannels: choice.nchannels, name, _keep: call.keep });
-        Ok(())
+        Ok(Some(Launch { owner, kernel, args, nchannels: choice.nchannels, name, _keep: call.keep }))
     }
+}
+
+/// The checks of `call` that need its stream or its whole value (the others ran when it was
+/// made): done before a nonblocking call is queued, so that they fail the call, not the
+/// communicator.
+pub(crate) fn precheck(call: &Call, device: &Device, stream: &Stream) -> Result<()> {
+    let name = call.coll.name();
+    if stream.device() != device {
+        return invalid(format!("{name}: the stream is on {:?}, the communicator on {device:?}", stream.device()));
+    }
+    if let (Some(Op::PreMulSum(s)), true) = (call.op, call.dtype.is_integer()) {
+        if s.fract() != 0.0 || !s.is_finite() {
+            return invalid(format!("PreMulSum scalar {s} is not a whole number, as {} needs", call.dtype));
+        }
+    }
+    Ok(())
 }

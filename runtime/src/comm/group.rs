@@ -1,0 +1,217 @@
+//! Groups (NCCL's ncclGroupStart / ncclGroupEnd): between `group_start` and the matching
+//! `group_end` (nestable; the depth is per thread, as NCCL's), calls are posted, not
+//! launched; the outermost end launches them together. A call that fails its checks inside
+//! a group returns its error and fails the group: its end returns the first such error and
+//! launches nothing, so every communicator is as before.
+//!
+//! Per communicator, the end launches its collectives in posted order, then its
+//! point-to-point transfers scheduled in rounds as AlltoAll's: round (k, j) sends the j-th
+//! transfer posted to `rank + k` and receives the j-th posted from `rank - k` (mod
+//! nranks), both in one launch. Every rank runs the rounds in the same order and each round
+//! pairs with the same round of its two partners, so sends and receives posted in any order
+//! never deadlock, whatever their size against the FIFO.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use jitccl_codegen::{Collective, DataType};
+
+use crate::comm::Comm;
+use crate::enqueue::Call;
+use crate::error::{Error, Result};
+use crate::stream::{Launch, Stream};
+
+struct Posted {
+    comm: Comm,
+    call: Call,
+    stream: Stream,
+}
+
+#[derive(Default)]
+struct Open {
+    depth: usize,
+    posted: Vec<Posted>,
+    /// The first error of a call inside the group.
+    error: Option<Error>,
+}
+
+thread_local! {
+    static GROUP: RefCell<Open> = RefCell::default();
+}
+
+/// Opens a group (or a nested one) on this thread: calls are posted until the outermost
+/// [`group_end`].
+pub fn group_start() {
+    GROUP.with_borrow_mut(|g| g.depth += 1);
+}
+
+/// Closes the innermost group; the outermost launches what was posted (NCCL's
+/// ncclGroupEnd). Returns the first error of a call in the group (then nothing was
+/// launched), or an error launching (then, as far as it can be checked beforehand,
+/// nothing was: every communicator must be usable and every launch compiles first).
+/// `InvalidUsage` without an open group.
+pub fn group_end() -> Result<()> {
+    let (posted, error) = GROUP
+        .with_borrow_mut(|g| match g.depth {
+            0 => Err(Error::InvalidUsage("group_end without group_start".into())),
+            1 => {
+                g.depth = 0;
+                Ok(Some((std::mem::take(&mut g.posted), g.error.take())))
+            }
+            _ => {
+                g.depth -= 1;
+                Ok(None)
+            }
+        })?
+        .unwrap_or_default();
+    match error {
+        Some(e) => Err(e),
+        None => launch(posted),
+    }
+}
+
+/// Runs `f` inside a group: its calls launch together when it returns. An error of `f`
+/// (or of a call in it) comes back and nothing is launched.
+pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
+    group_start();
+    let out = note(f());
+    let end = group_end();
+    let v = out?;
+    end.map(|()| v)
+}
+
+/// Whether a group is open on this thread.
+pub(crate) fn is_open() -> bool {
+    GROUP.with_borrow(|g| g.depth > 0)
+}
+
+/// Passes `r` through; an error also fails the open group, if any.
+pub(crate) fn note<T>(r: Result<T>) -> Result<T> {
+    if let Err(e) = &r {
+        GROUP.with_borrow_mut(|g| {
+            if g.depth > 0 && g.error.is_none() {
+                g.error = Some(e.duplicate());
+            }
+        });
+    }
+    r
+}
+
+pub(crate) fn post(comm: &Comm, call: Call, stream: &Stream) {
+    GROUP.with_borrow_mut(|g| g.posted.push(Posted { comm: comm.clone(), call, stream: stream.clone() }));
+}
+
+/// One communicator's part of a group: its calls, in launch order, and their stream.
+struct Batch {
+    comm: Comm,
+    stream: Stream,
+    colls: Vec<Call>,
+    p2p: Vec<Call>,
+}
+
+/// Launches what a group posted: batches per communicator, checked and (blocking mode)
+/// compiled for every communicator before any is queued.
+fn launch(posted: Vec<Posted>) -> Result<()> {
+    let mut batches: Vec<Batch> = Vec::new();
+    for Posted { comm, call, stream } in posted {
+        let i = match batches.iter().position(|b| Arc::ptr_eq(&b.comm.h, &comm.h)) {
+            Some(i) => i,
+            None => {
+                batches.push(Batch { comm, stream: stream.clone(), colls: Vec::new(), p2p: Vec::new() });
+                batches.len() - 1
+            }
+        };
+        let b = &mut batches[i];
+        // One comm's kernels run one at a time: launches on two streams could take turns in
+        // another order on another rank, and wait on each other.
+        if !stream.same(&b.stream) {
+            return Err(Error::InvalidArgument(format!(
+                "a group gave {:?} operations on two streams; use one stream per communicator in a group",
+                b.comm
+            )));
+        }
+        if call.coll == Collective::SendRecv {
+            b.p2p.push(call)
+        } else {
+            b.colls.push(call)
+        }
+    }
+    // Blocking communicators: every launch compiled before any is queued.
+    let mut ready: Vec<(Batch, Vec<Launch>)> = Vec::new();
+    let mut deferred = Vec::new();
+    for mut b in batches {
+        let calls = std::mem::take(&mut b.colls)
+            .into_iter()
+            .chain(rounds(b.comm.rank(), b.comm.nranks(), std::mem::take(&mut b.p2p)))
+            .collect();
+        match &b.comm.h.progress {
+            None => {
+                let launches = b.comm.inner("group")?.prepare_all(calls, &b.stream)?;
+                ready.push((b, launches));
+            }
+            Some(_) => {
+                b.comm.async_error()?;
+                deferred.push((b, calls));
+            }
+        }
+    }
+    for (b, launches) in ready {
+        b.comm.inner("group")?.enqueue_all(launches, &b.stream)?;
+    }
+    deferred.into_iter().try_for_each(|(b, calls)| b.comm.defer(calls, &b.stream))
+}
+
+/// One side of a transfer, in bytes: (buffer, bytes, peer, what keeps the buffer alive).
+type Side = (*mut u8, usize, usize, Option<Arc<dyn Send + Sync>>);
+
+/// `p2p` (each a send, a receive or both) re-paired into the rounds of the module comment.
+fn rounds(rank: usize, nranks: usize, p2p: Vec<Call>) -> Vec<Call> {
+    let mut sends: Vec<Vec<Side>> = vec![Vec::new(); nranks];
+    let mut recvs: Vec<Vec<Side>> = vec![Vec::new(); nranks];
+    for c in p2p {
+        let size = c.dtype.size();
+        let [keep_send, keep_recv] = c.keep;
+        // A side that moves nothing is skipped on both ranks alike (counts must match).
+        if let Some(p) = c.send_peer.filter(|_| c.count > 0) {
+            sends[p].push((c.send as *mut u8, c.count * size, p, keep_send));
+        }
+        if let Some(p) = c.recv_peer.filter(|_| c.recv_count > 0) {
+            recvs[p].push((c.recv, c.recv_count * size, p, keep_recv));
+        }
+    }
+    let mut out = Vec::new();
+    for k in 0..nranks {
+        let (to, from) = ((rank + k) % nranks, (rank + nranks - k) % nranks);
+        let (mut s, mut r) = (std::mem::take(&mut sends[to]).into_iter(), std::mem::take(&mut recvs[from]).into_iter());
+        loop {
+            let (send, recv) = (s.next(), r.next());
+            if send.is_none() && recv.is_none() {
+                break;
+            }
+            out.push(pair(send, recv));
+        }
+    }
+    out
+}
+
+/// One launch moving `send` and receiving `recv`, as bytes.
+fn pair(send: Option<Side>, recv: Option<Side>) -> Call {
+    let (sp, count, send_peer, ks) =
+        send.map_or((std::ptr::null_mut(), 0, None, None), |(p, n, q, k)| (p, n, Some(q), k));
+    let (rp, recv_count, recv_peer, kr) =
+        recv.map_or((std::ptr::null_mut(), 0, None, None), |(p, n, q, k)| (p, n, Some(q), k));
+    Call {
+        coll: Collective::SendRecv,
+        dtype: DataType::U8,
+        op: None,
+        count,
+        recv_count,
+        root: 0,
+        send: sp,
+        recv: rp,
+        keep: [ks, kr],
+        bytes: count.max(recv_count),
+        send_peer,
+        recv_peer,
+    }
+}

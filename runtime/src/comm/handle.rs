@@ -1,0 +1,201 @@
+//! What a `Comm` handle holds: the rank's identity (known before init ends), the rank state
+//! once init has made it, and, in nonblocking mode, the progress thread its work runs on.
+//! Its state as `async_error` reports it (NCCL's ncclCommGetAsyncError), and abort from any
+//! thread, whatever the rank is doing (initializing, running, or nothing).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::comm::progress::{CommState, Progress};
+use crate::comm::{Comm, CommInner};
+use crate::config::Config;
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+/// The part of a handle that init and the queued jobs share.
+#[derive(Default)]
+pub(crate) struct Cell {
+    /// The rank state, once init has made it.
+    inner: OnceLock<Arc<CommInner>>,
+    /// Why init failed, if it did.
+    init_error: OnceLock<Error>,
+    /// `abort` was called.
+    aborted: AtomicBool,
+    /// The abort flag of the init in flight (its bootstrap ends every wait on it).
+    pub init_abort: Arc<AtomicBool>,
+}
+
+impl Cell {
+    /// Takes the state init made (aborting it at once if the handle was aborted meanwhile).
+    pub(crate) fn set(&self, inner: Arc<CommInner>) {
+        let inner = self.inner.get_or_init(|| inner);
+        // SeqCst pairs with `abort` (flag, then state): one of the two sees the other.
+        if self.aborted.load(Ordering::SeqCst) {
+            inner.abort();
+        }
+    }
+
+    fn init_failed(&self, rank: usize, e: Error) {
+        let e = if self.is_aborted() { Error::Aborted { op: "init".into(), rank } } else { e };
+        let _ = self.init_error.set(e);
+    }
+
+    pub(crate) fn get(&self) -> Option<&Arc<CommInner>> {
+        self.inner.get()
+    }
+
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
+    }
+
+    /// The rank state, or why there is none (yet) for `op` of `rank`.
+    pub(crate) fn inner(&self, op: &str, rank: usize) -> Result<&Arc<CommInner>> {
+        if let Some(inner) = self.inner.get() {
+            return Ok(inner);
+        }
+        if self.aborted.load(Ordering::SeqCst) {
+            return Err(Error::InvalidUsage(format!("{op} on rank {rank}: the communicator was aborted")));
+        }
+        match self.init_error.get() {
+            Some(e) => Err(e.duplicate()),
+            None => Err(Error::InProgress(format!(
+                "{op} on rank {rank}: the communicator is still being initialized (nonblocking): poll async_error"
+            ))),
+        }
+    }
+}
+
+pub(crate) struct Handle {
+    pub rank: usize,
+    pub nranks: usize,
+    pub device: Device,
+    pub name: Option<String>,
+    /// The configured timeout (bounds finalize's wait for the progress thread).
+    pub timeout: Duration,
+    pub cell: Arc<Cell>,
+    /// Nonblocking mode: where init and the operations run.
+    pub progress: Option<Progress>,
+}
+
+impl Drop for Handle {
+    /// The last handle of a rank still initializing: nobody can use it any more, so its
+    /// init stops (it would otherwise wait on its peers up to the bootstrap timeout).
+    fn drop(&mut self) {
+        if self.cell.inner.get().is_none() {
+            self.cell.init_abort.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Comm {
+    /// A handle on a finished rank state; nonblocking per its configuration.
+    pub(crate) fn from_inner(inner: CommInner) -> Comm {
+        let (rank, nranks) = (inner.enq.group.rank, inner.enq.group.nranks);
+        let cfg = &inner.enq.cfg;
+        let (device, name, timeout) = (inner.enq.device.clone(), cfg.comm_name.clone(), cfg.timeout);
+        let progress = (!inner.enq.cfg.blocking).then(Progress::default);
+        let cell = Cell::default();
+        let _ = cell.inner.set(Arc::new(inner));
+        Comm { h: Arc::new(Handle { rank, nranks, device, name, timeout, cell: Arc::new(cell), progress }) }
+    }
+
+    /// Creates rank `rank` of `nranks` with `init` (given its abort flag): on this thread in
+    /// blocking mode; else on the new handle's progress thread, returning the handle at once.
+    pub(crate) fn start_init(
+        config: &Config, rank: usize, nranks: usize,
+        init: impl FnOnce(Arc<AtomicBool>) -> Result<Comm> + Send + 'static,
+    ) -> Result<Comm> {
+        if config.is_blocking()? {
+            return init(Arc::new(AtomicBool::new(false)));
+        }
+        if rank >= nranks {
+            return Err(Error::InvalidArgument(format!("rank {rank} is not below nranks {nranks}")));
+        }
+        // Checked now: a bad configuration is the caller's error, not an async one.
+        let cfg = config.resolve(nranks)?;
+        // The device init would give the rank (rank_state's).
+        let h = Handle {
+            rank,
+            nranks,
+            device: Device::host(rank),
+            name: cfg.comm_name,
+            timeout: cfg.timeout,
+            cell: Arc::new(Cell::default()),
+            progress: Some(Progress::default()),
+        };
+        let cell = h.cell.clone();
+        let job = move || match init(cell.init_abort.clone()) {
+            // The temporary handle `init` made goes; its state moves here.
+            Ok(made) => match made.h.cell.inner.get() {
+                Some(inner) => cell.set(inner.clone()),
+                None => cell.init_failed(rank, Error::Internal("init returned no rank state".into())),
+            },
+            Err(e) => cell.init_failed(rank, e),
+        };
+        h.progress.as_ref().map_or(Ok(()), |p| p.push(Box::new(job)))?;
+        Ok(Comm { h: Arc::new(h) })
+    }
+
+    /// The communicator's state, as NCCL's ncclCommGetAsyncError: `Ready`, `InProgress`
+    /// (nonblocking init or queued operations not done yet), or the error that failed it
+    /// (init's, an operation's, a peer's, or `Aborted` after [`abort`](Self::abort)).
+    /// After an error only `abort` and drop are of use: every other call returns it.
+    pub fn async_error(&self) -> Result<CommState> {
+        let cell = &self.h.cell;
+        if cell.aborted.load(Ordering::SeqCst) {
+            return Err(Error::Aborted { op: "the communicator".into(), rank: self.rank() });
+        }
+        if let Some(e) = cell.init_error.get() {
+            return Err(e.duplicate());
+        }
+        if let Some(e) = cell.inner.get().and_then(|i| i.failure.error()) {
+            return Err(e);
+        }
+        let pending = self.h.progress.as_ref().is_some_and(Progress::pending);
+        Ok(if pending || cell.inner.get().is_none() { CommState::InProgress } else { CommState::Ready })
+    }
+
+    /// Waits until the communicator is no longer `InProgress` (or `timeout` passes), then
+    /// returns [`async_error`](Self::async_error). Ends early, with `Aborted`, on an abort.
+    pub fn wait_ready(&self, timeout: Duration) -> Result<CommState> {
+        if let Some(p) = &self.h.progress {
+            p.wait_idle(Instant::now() + timeout, || self.h.cell.aborted.load(Ordering::SeqCst));
+        }
+        self.async_error()
+    }
+
+    /// Aborts the communicator (NCCL's ncclCommAbort), from any thread: a running init ends,
+    /// queued operations are dropped (their streams report `Aborted`), running operations
+    /// end with [`Error::Aborted`], and every later call is refused. With
+    /// `Config::abort_propagates` the peers are told, so their operations waiting on this
+    /// rank fail at once naming it; else they fail by their timeout. Bounded: it waits for
+    /// nothing but the note to the network peers (at most 200 ms). A blocking init has no
+    /// handle to abort until it returns (as in NCCL): use nonblocking mode to abort an init.
+    pub fn abort(&self) {
+        tracing::warn!("{self:?}: communicator aborted");
+        let cell = &self.h.cell;
+        cell.aborted.store(true, Ordering::SeqCst);
+        cell.init_abort.store(true, Ordering::SeqCst);
+        if let Some(inner) = cell.inner.get() {
+            inner.abort();
+        }
+        if let Some(p) = &self.h.progress {
+            let n = p.cancel();
+            if n > 0 {
+                tracing::info!("{self:?}: abort dropped {n} queued operation(s)");
+            }
+            p.wake();
+        }
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.h.cell.aborted.load(Ordering::SeqCst) || self.h.cell.inner.get().is_some_and(|i| i.is_aborted())
+    }
+
+    /// The rank state for `op`, or why it is not there (still initializing, init failed,
+    /// aborted).
+    pub(crate) fn inner(&self, op: &str) -> Result<&Arc<CommInner>> {
+        self.h.cell.inner(op, self.h.rank)
+    }
+}

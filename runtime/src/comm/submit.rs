@@ -1,0 +1,134 @@
+//! How a call leaves a `Comm`: into the open group (see `group`), onto its stream at once
+//! (blocking mode), or to the communicator's progress thread (nonblocking mode, queued in
+//! call order behind init). Either way every launch of a batch is compiled before any is
+//! queued, so an error leaves nothing half-launched.
+
+use std::sync::Arc;
+
+use crate::comm::{group, Comm, CommInner};
+use crate::enqueue::{precheck, Call};
+use crate::error::{Error, Result};
+use crate::stream::{Launch, Stream};
+
+/// Calls handed to the progress thread.
+pub(crate) struct Calls(Vec<Call>);
+
+// SAFETY: a call's raw pointers point into the memory its `keep` holds alive; they are only
+// dereferenced by the kernel it launches.
+unsafe impl Send for Calls {}
+
+impl Calls {
+    fn into_inner(self) -> Vec<Call> {
+        self.0
+    }
+}
+
+impl CommInner {
+    /// Launches one call on `stream` now (blocking mode's path: no allocation beyond the
+    /// launch itself).
+    pub(crate) fn launch(self: &Arc<Self>, call: Call, stream: &Stream) -> Result<()> {
+        let name = call.coll.name();
+        self.usable(name)?;
+        // Counted for finalize from here until the launch has run; a call that queues
+        // nothing (an error, or nothing to move) is uncounted now.
+        self.life.queue(name, self.enq.group.rank)?;
+        match self.enq.prepare(self.clone(), call, stream) {
+            Ok(Some(l)) => {
+                stream.enqueue(l);
+                Ok(())
+            }
+            res => {
+                self.life.unqueue();
+                res.map(|_| ())
+            }
+        }
+    }
+
+    /// Compiles every call's launch; queues none.
+    pub(crate) fn prepare_all(self: &Arc<Self>, calls: Vec<Call>, stream: &Stream) -> Result<Vec<Launch>> {
+        let name = calls.first().map_or("group", |c| c.coll.name());
+        self.usable(name)?;
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            out.extend(self.enq.prepare(self.clone(), call, stream)?);
+        }
+        Ok(out)
+    }
+
+    /// Queues launches made by [`CommInner::prepare_all`], in order.
+    pub(crate) fn enqueue_all(&self, launches: Vec<Launch>, stream: &Stream) -> Result<()> {
+        for (i, l) in launches.iter().enumerate() {
+            if let Err(e) = self.life.queue(l.name, self.enq.group.rank) {
+                (0..i).for_each(|_| self.life.unqueue());
+                return Err(e);
+            }
+        }
+        launches.into_iter().for_each(|l| stream.enqueue(l));
+        Ok(())
+    }
+
+    /// Stops this rank: kernels end with `Aborted`, bootstrap waits end, and with
+    /// `abort_propagates` every peer is told that this rank failed.
+    pub(crate) fn abort(&self) {
+        self.enq.abort.store(1, std::sync::atomic::Ordering::Release);
+        if let Some((bs, flag)) = &self.bootstrap {
+            flag.store(true, std::sync::atomic::Ordering::Release);
+            bs.abort();
+        }
+        if self.enq.cfg.abort_propagates {
+            self.failure.announce_abort();
+        }
+    }
+}
+
+impl Comm {
+    /// Where every call goes once made: `call` is its checked value, or the check's error
+    /// (which also fails an open group, so that its end launches nothing).
+    pub(crate) fn submit(&self, call: Result<Call>, stream: &Stream) -> Result<()> {
+        let call = group::note(call)?;
+        if group::is_open() {
+            return group::note(precheck(&call, &self.h.device, stream)).map(|()| group::post(self, call, stream));
+        }
+        match &self.h.progress {
+            None => self.inner(call.coll.name())?.launch(call, stream),
+            Some(_) => self.defer(vec![call], stream),
+        }
+    }
+
+    /// Nonblocking mode: checks `calls` now, then queues them on the progress thread
+    /// (behind init and the operations before), holding a reservation on `stream` so that
+    /// its `synchronize` waits for them. A failure there fails the communicator (the
+    /// caller has moved on; `async_error` tells it).
+    pub(crate) fn defer(&self, calls: Vec<Call>, stream: &Stream) -> Result<()> {
+        let Some(progress) = &self.h.progress else {
+            return Err(Error::Internal("defer on a blocking communicator".into()));
+        };
+        let (rank, name) = (self.h.rank, calls.first().map_or("group", |c| c.coll.name()));
+        for c in &calls {
+            precheck(c, &self.h.device, stream)?;
+        }
+        match self.inner(name) {
+            Ok(inner) => inner.usable(name)?,
+            Err(Error::InProgress(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let (cell, calls, res) = (self.h.cell.clone(), Calls(calls), stream.reserve(name, rank));
+        progress.push(Box::new(move || {
+            let inner = match cell.inner(name, rank) {
+                Ok(inner) => inner,
+                Err(e) => return res.fail(e),
+            };
+            if let Err(e) = inner.usable(name) {
+                return res.fail(e);
+            }
+            let stream = res.stream().clone();
+            match inner.prepare_all(calls.into_inner(), &stream).and_then(|l| inner.enqueue_all(l, &stream)) {
+                Ok(()) => res.fulfil(),
+                Err(e) => {
+                    inner.failure.fail(&e);
+                    res.fail(e);
+                }
+            }
+        }))
+    }
+}

@@ -1,0 +1,170 @@
+//! Groups: sends and receives posted in any order inside a group never deadlock, even when
+//! each exceeds the FIFO; an error inside a group comes back from its end, launches nothing
+//! and leaves the communicators usable; groups nest; collectives and transfers mix.
+
+use std::time::Duration;
+
+use jitccl::{group, group_end, group_start, Comm, Config, DeviceBuffer, Error, Op};
+
+/// Tiny FIFOs (8 slots of 256 B for Simple): every message below is many FIFOs long, so a
+/// send that were launched alone before its partner's receive would wait forever.
+fn cfg() -> Config {
+    Config {
+        nchannels: Some(1),
+        timeout: Some(Duration::from_secs(30)),
+        slot_bytes: Some([256, 64, 256]),
+        ..Config::default()
+    }
+}
+
+const N: usize = 20_000;
+
+/// What rank `from` sends to rank `to`: distinct per pair and element.
+fn payload(from: usize, to: usize) -> Vec<i32> {
+    (0..N).map(|i| (from * 1000 + to * 100) as i32 + i as i32 * 7).collect()
+}
+
+fn per_rank<T: Send>(comms: &[Comm], f: impl Fn(usize, &Comm) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let hs: Vec<_> = comms.iter().enumerate().map(|(r, c)| s.spawn(move || f(r, c))).collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    })
+}
+
+/// Every rank sends to and receives from every other rank inside one group; `order`
+/// decides, per rank, whether it posts its sends before its receives and in which peer
+/// order.
+fn exchange(n: usize, sends_first: impl Fn(usize) -> bool + Sync, reversed: impl Fn(usize) -> bool + Sync) {
+    let comms = Comm::init_all(n, &cfg()).unwrap();
+    let got = per_rank(&comms, |r, c| {
+        let s = c.device().stream().unwrap();
+        let send: Vec<DeviceBuffer<i32>> = (0..n).map(|q| c.device().alloc_from(&payload(r, q)).unwrap()).collect();
+        let recv: Vec<DeviceBuffer<i32>> = (0..n).map(|_| c.device().alloc::<i32>(N).unwrap()).collect();
+        let mut peers: Vec<usize> = (0..n).filter(|&q| q != r).collect();
+        if reversed(r) {
+            peers.reverse();
+        }
+        group(|| {
+            let post_sends = || peers.iter().try_for_each(|&q| c.send(&send[q], N, q, &s));
+            let post_recvs = || peers.iter().try_for_each(|&q| c.recv(&recv[q], N, q, &s));
+            if sends_first(r) {
+                post_sends()?;
+                post_recvs()
+            } else {
+                post_recvs()?;
+                post_sends()
+            }
+        })
+        .unwrap();
+        s.synchronize().unwrap();
+        recv.iter().map(|b| b.to_vec()).collect::<Vec<_>>()
+    });
+    for (r, bufs) in got.iter().enumerate() {
+        for (q, b) in bufs.iter().enumerate().filter(|&(q, _)| q != r) {
+            assert!(b == &payload(q, r), "{n} ranks: rank {r} got the wrong data from rank {q}");
+        }
+    }
+}
+
+#[test]
+fn two_ranks_both_sending_first_do_not_deadlock() {
+    exchange(2, |_| true, |_| false);
+}
+
+#[test]
+fn three_and_four_ranks_in_mixed_orders_do_not_deadlock() {
+    exchange(3, |r| r % 2 == 0, |r| r == 1);
+    exchange(4, |r| r != 2, |r| r >= 2);
+}
+
+#[test]
+fn several_transfers_to_one_peer_pair_in_posted_order_and_mix_with_collectives() {
+    let comms = Comm::init_all(2, &cfg()).unwrap();
+    let out = per_rank(&comms, |r, c| {
+        let s = c.device().stream().unwrap();
+        let peer = 1 - r;
+        let a = c.device().alloc_from(&vec![r as i64 * 10 + 1; N]).unwrap();
+        let b = c.device().alloc_from(&[r as f32 + 0.5; 3]).unwrap();
+        let (ra, rb) = (c.device().alloc::<i64>(N).unwrap(), c.device().alloc::<f32>(3).unwrap());
+        let sum = c.device().alloc_from(&[r as i32 + 1; 5]).unwrap();
+        group_start();
+        // Nested: the inner end launches nothing.
+        group_start();
+        c.send(&a, N, peer, &s).unwrap();
+        group_end().unwrap();
+        c.all_reduce(&sum, &sum, 5, Op::Sum, &s).unwrap();
+        c.send(&b, 3, peer, &s).unwrap();
+        // Receives posted in the other order on rank 1: pairs still match by posting order
+        // per peer and direction.
+        c.recv(&ra, N, peer, &s).unwrap();
+        c.recv(&rb, 3, peer, &s).unwrap();
+        group_end().unwrap();
+        s.synchronize().unwrap();
+        (ra.to_vec(), rb.to_vec(), sum.to_vec())
+    });
+    for (r, (ra, rb, sum)) in out.into_iter().enumerate() {
+        let peer = 1 - r;
+        assert_eq!(ra, vec![peer as i64 * 10 + 1; N]);
+        assert_eq!(rb, vec![peer as f32 + 0.5; 3]);
+        assert_eq!(sum, vec![3; 5]);
+    }
+}
+
+#[test]
+fn a_bad_argument_fails_the_group_launches_nothing_and_leaves_the_comm_usable() {
+    let comms = Comm::init_all(2, &cfg()).unwrap();
+    let out = per_rank(&comms, |r, c| {
+        let s = c.device().stream().unwrap();
+        let buf = c.device().alloc_from(&[r as i32; 8]).unwrap();
+        let small = c.device().alloc::<i32>(2).unwrap();
+        let e = group(|| {
+            c.send(&buf, 8, 1 - r, &s)?;
+            // Too small: the call fails, and so does the group.
+            c.recv(&small, 8, 1 - r, &s)
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        // The error stays the group's even when the caller ignores the call's result.
+        group_start();
+        let _ = c.all_reduce(&buf, &buf, 8, Op::Sum, &s);
+        let _ = c.all_reduce(&buf, &buf, 100, Op::Sum, &s);
+        let e2 = group_end().unwrap_err();
+        assert!(matches!(e2, Error::InvalidArgument(_)), "{e2}");
+        s.synchronize().unwrap();
+        assert_eq!(buf.to_vec(), vec![r as i32; 8], "nothing of the failed groups ran");
+        assert!(c.async_error().is_ok());
+        // Usable: a good group runs.
+        let got = c.device().alloc::<i32>(8).unwrap();
+        group(|| {
+            c.send(&buf, 8, 1 - r, &s)?;
+            c.recv(&got, 8, 1 - r, &s)
+        })
+        .unwrap();
+        s.synchronize().unwrap();
+        got.to_vec()
+    });
+    assert_eq!(out, vec![vec![1; 8], vec![0; 8]]);
+}
+
+#[test]
+fn group_end_without_start_and_two_streams_are_refused() {
+    assert!(matches!(group_end(), Err(Error::InvalidUsage(_))));
+    let comms = Comm::init_all(1, &cfg()).unwrap();
+    let c = &comms[0];
+    let (s1, s2) = (c.device().stream().unwrap(), c.device().stream().unwrap());
+    let b = c.device().alloc_from(&[1i32; 4]).unwrap();
+    let e = group(|| {
+        c.all_reduce(&b, &b, 4, Op::Sum, &s1)?;
+        c.all_reduce(&b, &b, 4, Op::Sum, &s2)
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("one stream per communicator"), "{e}");
+    // A single thread drives both ranks of a communicator, as with several GPUs per thread.
+    let comms = Comm::init_all(2, &cfg()).unwrap();
+    let streams: Vec<_> = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+    let bufs: Vec<_> = (0..2).map(|r| comms[r].device().alloc_from(&[r as u8 + 1; 300]).unwrap()).collect();
+    group(|| (0..2).try_for_each(|r| comms[r].all_reduce(&bufs[r], &bufs[r], 300, Op::Sum, &streams[r]))).unwrap();
+    streams.iter().for_each(|s| s.synchronize().unwrap());
+    assert!(bufs.iter().all(|b| b.to_vec() == vec![3u8; 300]));
+}
