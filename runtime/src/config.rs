@@ -6,6 +6,7 @@ use std::time::Duration;
 use jitccl_codegen::abi::{NPROTOS, STEPS};
 use jitccl_codegen::{Algorithm, Protocol};
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tune::overrides::{Item, Overrides};
 use crate::tune::{AlgoOverrides, ProtoOverrides};
@@ -41,6 +42,10 @@ pub struct Config {
     /// A name for the communicator in logs and its `Debug`; `JITCCL_COMM_NAME`. Part of
     /// the configuration every rank must agree on. Children of a split inherit it.
     pub comm_name: Option<String>,
+    /// Where this rank lives, for the inits of one rank per call (`init_rank`,
+    /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
+    /// each rank's device instead. Ranks of one communicator may differ in it.
+    pub device: Option<Device>,
 }
 
 /// A complete configuration.
@@ -73,9 +78,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn parse_env<T>(name: &str, parse: impl FnOnce(&str) -> std::result::Result<T, String>) -> Result<Option<T>> {
-    env(name)
-        .map(|v| parse(v.trim()).map_err(|e| Error::InvalidArgument(format!("{name}='{v}': {e}"))))
-        .transpose()
+    env(name).map(|v| parse(v.trim()).map_err(|e| Error::InvalidArgument(format!("{name}='{v}': {e}")))).transpose()
 }
 
 /// Slot sizes of the three protocols from Simple's: LL and LL128 slots carry less data
@@ -91,10 +94,9 @@ fn slots_from_simple(simple: usize) -> [usize; NPROTOS] {
 /// both are set.
 fn overrides<T: Item>(one: Option<T>, set: &Option<Overrides<T>>, fields: (&str, &str)) -> Result<Overrides<T>> {
     match (one, set) {
-        (Some(_), Some(_)) => Err(Error::InvalidArgument(format!(
-            "Config.{} and Config.{} are both set; set one",
-            fields.0, fields.1
-        ))),
+        (Some(_), Some(_)) => {
+            Err(Error::InvalidArgument(format!("Config.{} and Config.{} are both set; set one", fields.0, fields.1)))
+        }
         (Some(item), None) => Ok(Overrides::force_where_available(item)),
         (None, Some(o)) => Ok(o.clone()),
         (None, None) => Ok(parse_env(T::VAR, |v| Overrides::parse(v).map_err(|e| e.to_string()))?.unwrap_or_default()),

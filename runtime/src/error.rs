@@ -24,7 +24,9 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A wait on a peer made no progress within the timeout.
-    #[error("{op} on rank {rank}: no progress for {timeout_s} s on channel {channel} waiting for {waiting} rank {peer}")]
+    #[error(
+        "{op} on rank {rank}: no progress for {timeout_s} s on channel {channel} waiting for {waiting} rank {peer}"
+    )]
     Timeout { op: String, rank: usize, channel: usize, peer: i32, waiting: &'static str, timeout_s: f64 },
     /// The operation waited for a rank that had failed (or whose connection closed): the
     /// communicator has failed. `culprit` is the rank that failed first, as far as this
@@ -37,6 +39,9 @@ pub enum Error {
     /// The operation or target is not available in this build or on this machine.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A device (the CUDA driver) refused an operation: allocation, copy, module load, launch.
+    #[error("device error: {0}")]
+    Device(String),
     /// An OS call failed.
     #[error("system error: {context}: {source}")]
     System { context: String, source: std::io::Error },

@@ -65,7 +65,7 @@ impl Comm {
     /// [`Error::Aborted`]: crate::Error::Aborted
     pub fn abort(&self) {
         tracing::warn!("{self:?}: communicator aborted");
-        self.inner.enq.abort.store(1, Ordering::Release);
+        self.inner.enq.abort().store(1, Ordering::Release);
         if let Some((bs, flag)) = &self.inner.bootstrap {
             flag.store(true, Ordering::Release);
             bs.abort();
