@@ -23,7 +23,7 @@ build() {
   # The test binary's path, from cargo's own report of what it built.
   local test_bin
   test_bin=$(cargo test --release --test cuda --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+    grep '"kind":\["test"\]' | grep '"name":"cuda"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
   [ -x "$test_bin" ] || { echo "gpu-check build: no test binary for tests/cuda.rs" >&2; exit 1; }
   rm -rf "$out" && mkdir -p "$out"
   cp target/release/jitccl "$out/jitccl"

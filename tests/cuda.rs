@@ -52,7 +52,7 @@ fn without_a_driver_every_cuda_entry_point_is_a_clear_error() {
 #[test]
 fn ranks_of_one_communicator_are_on_one_target() {
     let e = Comm::init_all_on(&[Device::host(0), Device::Cuda { ordinal: 0 }], &Config::default()).unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("all on host or all on CUDA"), "{e}");
+    assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("all be on host or all on CUDA"), "{e}");
     assert!(matches!(Comm::init_all_on(&[], &Config::default()), Err(Error::InvalidArgument(_))));
 }
 

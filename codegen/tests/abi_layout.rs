@@ -1,14 +1,14 @@
 //! The Rust mirrors of the kernel ABI (`jitccl_codegen::abi`) have every field at the
-//! offset the kernels see: `templates/common/abi.h` compiled with an assertion per field,
-//! by the host C compiler and, for the device side, by NVRTC (sm_90 CUBIN). The kernels
-//! themselves assert the struct sizes only; an offset drift of equal size would pass them.
+//! offset the kernels see: `templates/common/abi.h` compiled by the host C compiler with an
+//! assertion per field. The kernels themselves assert the struct sizes only, on both
+//! targets; an offset drift of equal size would pass them. (NVRTC has no `offsetof`
+//! without headers; CUDA lays structs out as the host does, which is what lets kernel
+//! parameters cross from host to device at all.)
 
 use std::mem::offset_of;
 
 use jitccl_codegen::abi::{Args, Channel, Conn, Status};
 use jitccl_codegen::compile::host::host_cc;
-use jitccl_codegen::compile::nvrtc::{nvrtc, CudaOutput};
-use jitccl_codegen::CudaArch;
 
 const ABI_H: &str = include_str!("../../templates/common/abi.h");
 const TYPES: &str = "typedef int jc_i32; typedef long long jc_i64; typedef unsigned long long jc_u64;\n";
@@ -56,21 +56,4 @@ fn every_field_is_where_the_host_compiler_puts_it() {
     let bad = src.replace("JC_OFF(jc_args, rank) ==", "1 + JC_OFF(jc_args, rank) ==");
     assert_ne!(bad, src);
     assert!(cc.compile(&bad, "abi_layout_bad", dir.path()).is_err(), "a wrong offset must not compile");
-}
-
-#[test]
-fn every_field_is_where_nvrtc_puts_it() {
-    let nv = match nvrtc() {
-        Ok(nv) => nv,
-        Err(e) if std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() == Ok("1") => {
-            panic!("JITCCL_REQUIRE_NVRTC=1 but {e}")
-        }
-        Err(e) => return println!("skipping: {e}"),
-    };
-    let src = checked_source("static_assert")
-        + "extern \"C\" __global__ void jc_abi_probe(struct jc_args a) { if (a.rank < 0) a.status->code = 1; }\n";
-    for arch in [CudaArch(80), CudaArch(90)] {
-        let cubin = nv.compile(&src, "abi_layout", arch, CudaOutput::Cubin).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        assert!(cubin.starts_with(b"\x7fELF"), "{arch}: not a CUBIN");
-    }
 }

@@ -183,7 +183,7 @@ impl Kernel {
                 let target = jitccl_codegen::Target::Cuda { arch, output };
                 spec.validate_for(target).map_err(|e| Error::InvalidArgument(format!("{g:?}: {e}")))?;
                 let image = generator.cuda_image(spec, arch, output)?.0;
-                g.kernel(&spec.symbol(), &image.bytes).map(Kernel::Cuda)
+                g.kernel(spec, &image.bytes).map(Kernel::Cuda)
             }
         }
     }

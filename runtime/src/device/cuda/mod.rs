@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use jitccl_codegen::compile::nvrtc::nvrtc;
-use jitccl_codegen::{CudaArch, CudaOutput};
+use jitccl_codegen::{CudaArch, CudaOutput, KernelSpec};
 
 use crate::error::{Error, Result};
 pub(crate) use memory::{DeviceMemory, MappedMemory, Pool};
@@ -34,7 +34,7 @@ pub(crate) fn driver(what: impl std::fmt::Display) -> impl FnOnce(cu::DriverErro
 }
 
 /// Initializes the driver once per process, or says why it cannot be used.
-fn init() -> Result<()> {
+fn init() -> std::result::Result<(), String> {
     static INIT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: only tries to open the library.
@@ -44,12 +44,11 @@ fn init() -> Result<()> {
         cu::init().map_err(|e| format!("the CUDA driver did not initialize: {e}"))
     })
     .clone()
-    .map_err(Error::Unsupported)
 }
 
 /// How many CUDA devices this machine has, or why it has none usable. Never panics.
 pub fn device_count() -> std::result::Result<usize, String> {
-    init().map_err(|e| e.to_string())?;
+    init()?;
     match cu::device::get_count() {
         Ok(0) => Err("the CUDA driver reports no device".into()),
         Ok(n) => Ok(n as usize),
@@ -68,8 +67,9 @@ pub(crate) struct Gpu {
     pub name: String,
     /// Where allocations, frees and copies are ordered (see `memory`).
     mem_stream: sys::CUstream,
-    /// Kernels loaded into this context, by symbol: ranks on one GPU share them.
-    kernels: Mutex<rustc_hash::FxHashMap<String, Arc<Kernel>>>,
+    /// Kernels loaded into this context: ranks on one GPU share them. By spec, not by
+    /// symbol: custom ops of one name may differ in body.
+    kernels: Mutex<rustc_hash::FxHashMap<KernelSpec, Arc<Kernel>>>,
 }
 
 // SAFETY: a context handle may be used from any thread (it is made current per call).
@@ -178,15 +178,15 @@ impl Gpu {
         Ok(())
     }
 
-    /// The kernel `symbol` of `image`, loaded into this context once.
-    pub(crate) fn kernel(&self, symbol: &str, image: &[u8]) -> Result<Arc<Kernel>> {
+    /// The kernel of `spec` from `image`, loaded into this context once.
+    pub(crate) fn kernel(&self, spec: &KernelSpec, image: &[u8]) -> Result<Arc<Kernel>> {
         let mut kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = kernels.get(symbol) {
+        if let Some(k) = kernels.get(spec) {
             return Ok(k.clone());
         }
         self.bind()?;
-        let k = Arc::new(Kernel::load(image, symbol)?);
-        kernels.insert(symbol.to_string(), k.clone());
+        let k = Arc::new(Kernel::load(image, &spec.symbol())?);
+        kernels.insert(*spec, k.clone());
         Ok(k)
     }
 }
@@ -226,7 +226,7 @@ mod tests {
         if device_count().is_ok() {
             return; // a GPU machine: tests/cuda.rs covers it
         }
-        let e = Gpu::get(0).err().expect("no GPU here").to_string();
+        let e = Gpu::get(0).expect_err("no GPU here").to_string();
         assert!(e.contains("CUDA device 0") && (e.contains("libcuda.so") || e.contains("driver")), "{e}");
     }
 }
