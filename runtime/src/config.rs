@@ -6,6 +6,7 @@ use std::time::Duration;
 use jitccl_codegen::abi::{NPROTOS, STEPS};
 use jitccl_codegen::{Algorithm, Protocol};
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tune::overrides::{Item, Overrides};
 use crate::tune::{AlgoOverrides, ProtoOverrides};
@@ -70,6 +71,10 @@ pub struct Config {
     /// waiting on this rank fail at once naming it, instead of by their timeout;
     /// `JITCCL_ABORT_PROPAGATE` (0 or 1). Default false (NCCL's abort is local).
     pub abort_propagates: Option<bool>,
+    /// Where this rank lives, for the inits of one rank per call (`init_rank`,
+    /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
+    /// each rank's device instead. Ranks of one communicator may differ in it.
+    pub device: Option<Device>,
 }
 
 /// The network transports `net_name` may name.

@@ -44,6 +44,9 @@ pub enum Error {
     /// The operation or target is not available in this build or on this machine.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A device (the CUDA driver) refused an operation: allocation, copy, module load, launch.
+    #[error("device error: {0}")]
+    Device(String),
     /// An OS call failed.
     #[error("system error: {context}: {source}")]
     System { context: String, source: std::io::Error },

@@ -1,5 +1,6 @@
-//! Streams: ordered, asynchronous queues of kernel launches (cf. CUDA streams). On the host
-//! a stream is a dispatcher thread with its device's CTA pool (`device::CtaPool`). A
+//! Streams: ordered, asynchronous queues of kernel launches (cf. CUDA streams). A stream is
+//! a dispatcher thread with its device's CTA pool (`device::CtaPool`: CPU threads on the
+//! host, a CUDA stream on a GPU, where each launch runs and is waited for in order). A
 //! stream runs each launch through its owner (`Owner`): it knows nothing of communicators.
 //!
 //! The queue is a fixed ring of `DEPTH` launch slots, like a GPU's command queue: callers
@@ -16,9 +17,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use jitccl_codegen::abi::Args;
-use jitccl_codegen::compile::host::HostKernel;
+use jitccl_codegen::Protocol;
 
-use crate::device::{CtaPool, Device};
+use crate::device::{CtaPool, Device, Kernel};
 use crate::error::{Error, Result};
 
 mod reservation;
@@ -32,9 +33,11 @@ pub(crate) trait Owner: Send + Sync {
 /// One queued kernel launch, holding everything its CTAs touch until it is released.
 pub(crate) struct Launch {
     pub owner: Arc<dyn Owner>,
-    pub kernel: Arc<HostKernel>,
+    pub kernel: Kernel,
     pub args: Args,
     pub nchannels: usize,
+    /// The kernel's protocol (a CUDA launch sizes its blocks by it).
+    pub proto: Protocol,
     pub name: &'static str,
     /// The send and recv memory (no heap allocation per launch).
     pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
@@ -262,8 +265,7 @@ impl Shared {
     }
 
     /// The dispatcher: runs every launch in order until the stream is closed.
-    fn dispatch(&self) {
-        let mut pool = CtaPool::default();
+    fn dispatch(&self, mut pool: CtaPool) {
         let (mut i, mut known) = (0, 0);
         while let Some(s) = self.next(i, known) {
             known = s;
@@ -342,6 +344,7 @@ impl std::fmt::Debug for Stream {
 
 impl Stream {
     fn new(device: Device) -> Result<Stream> {
+        let pool = CtaPool::new(&device)?;
         let shared = Arc::new(Shared {
             slots: (0..DEPTH).map(|_| Slot(UnsafeCell::new(None))).collect(),
             produce: Padded(Mutex::new(Producer { emptied: 0 })),
@@ -359,7 +362,7 @@ impl Stream {
         let sh = shared.clone();
         std::thread::Builder::new()
             .name("jitccl-stream".into())
-            .spawn(move || sh.dispatch())
+            .spawn(move || sh.dispatch(pool))
             .map_err(|e| Error::System { context: "starting a stream thread".into(), source: e })?;
         Ok(Stream { device, handle: Arc::new(Handle(shared)) })
     }

@@ -114,11 +114,11 @@ impl Comm {
         }
         // Checked now: a bad configuration is the caller's error, not an async one.
         let cfg = config.resolve(nranks)?;
-        // The device init would give the rank (rank_state's).
+        // The device init will give the rank.
         let h = Handle {
             rank,
             nranks,
-            device: Device::host(rank),
+            device: config.device.clone().unwrap_or(Device::host(rank)),
             name: cfg.comm_name,
             timeout: cfg.timeout,
             cell: Arc::new(Cell::default()),

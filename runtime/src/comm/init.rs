@@ -14,7 +14,7 @@ use crate::config::{Config, Resolved};
 use crate::device::Device;
 use crate::enqueue::{self, Group, Tables};
 use crate::error::{invalid, Error, Result};
-use crate::fault::Watch;
+use crate::fault::{Board, Watch};
 use crate::graph::{self, GlobalSystem, Graph, SearchParams};
 use crate::store::{Server, Store, TcpStore};
 use crate::topo::System;
@@ -108,6 +108,15 @@ impl Comm {
         if rank >= nranks {
             return invalid(format!("rank {rank} is not below nranks {nranks}"));
         }
+        let device = config.device.clone().unwrap_or(Device::host(rank));
+        if device.is_cuda() {
+            // Segments in device memory shared through CUDA IPC handles, and a device-mapped
+            // FIFO for the net proxy, are not built yet.
+            return Err(Error::Unsupported(format!(
+                "rank {rank} on {device:?}: ranks in separate processes on CUDA devices are not supported yet; \
+                 create the ranks of one machine in one process with Comm::init_all_on"
+            )));
+        }
         let bs = Bootstrap::init(id, rank, nranks, &BootstrapConfig::from_env()?.with_abort(abort.clone()))?;
 
         // Ranks on one machine share its CPUs, whatever namespace each runs in.
@@ -168,7 +177,10 @@ impl Comm {
             (0..nranks).filter(|&q| q != rank && !net[q]).map(|q| (q, endpoints[q].pid)).collect();
         let watch = Watch::start(rank, &local, layout.board(bases[rank]));
         let segments = Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _own: own });
-        let inner = rank_state(rank, &layout, cfg, conns, &bases, &net, cpus, tuner, activity, segments)?;
+        // Failure boards this process can write: those of peers in memory.
+        let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(bases[q]))).collect();
+        let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
+        let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
     }
 }
@@ -270,20 +282,24 @@ fn attach(
     Ok(a)
 }
 
-/// The state of one rank wired by `conns`, whose pointers stay valid while `segments` lives;
-/// `net[q]`: peer q is reached through the proxy.
-#[allow(clippy::too_many_arguments)]
+/// How one rank reaches the others: its connectors, its own failure board, each rank's
+/// board where this process can write it (None: reached through the proxy), its device.
+struct Wiring {
+    conns: RankConns,
+    board: Board,
+    boards: Vec<Option<Board>>,
+    device: Device,
+}
+
+/// The state of one rank wired by `w`, whose pointers stay valid while `segments` lives.
 fn rank_state(
-    rank: usize, layout: &Layout, cfg: Resolved, conns: RankConns, bases: &[*mut u8], net: &[bool],
-    cpus: Option<Arc<CpuSet>>, tuner: Arc<Tuner>, activity: Option<Arc<Activity>>, segments: Arc<dyn Send + Sync>,
+    rank: usize, cfg: Resolved, w: Wiring, cpus: Option<Arc<CpuSet>>, tuner: Arc<Tuner>,
+    activity: Option<Arc<Activity>>, segments: Arc<dyn Send + Sync>,
 ) -> Result<CommInner> {
-    let nranks = bases.len();
-    let board = layout.board(bases[rank]);
-    // Failure boards this process can write: those of peers in memory.
-    let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(bases[q]))).collect();
-    let failure = Failure::new(rank, cfg.timeout, board, boards, activity.clone());
-    let tables = Tables::new(conns, cfg.nchannels);
-    let enq = enqueue::Rank::new(Group { rank, nranks }, Device::host(rank), cfg, tables, board, cpus, tuner);
+    let nranks = w.boards.len();
+    let failure = Failure::new(rank, cfg.timeout, w.board, w.boards, activity.clone());
+    let tables = Tables::new(w.conns, cfg.nchannels, &w.device)?;
+    let enq = enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, tables, w.board, cpus, tuner);
     Ok(CommInner::new(enq, failure, activity, segments))
 }
 
@@ -291,44 +307,76 @@ impl Comm {
     /// Creates `nranks` communicators in this process (one per rank, each with its own
     /// host device), connected through shared memory.
     pub fn init_all(nranks: usize, config: &Config) -> Result<Vec<Comm>> {
+        Self::init_all_on(&(0..nranks).map(Device::host).collect::<Vec<_>>(), config)
+    }
+
+    /// Creates one communicator per device of `devices` in this process, rank r on
+    /// `devices[r]`, connected by direct pointers. All devices are of one target: host
+    /// devices, or CUDA devices (several ranks may share a GPU, with a warning: their
+    /// kernels must all be resident at once; GPUs of different ranks must reach each other's
+    /// memory, and peer access is enabled between them).
+    pub fn init_all_on(devices: &[Device], config: &Config) -> Result<Vec<Comm>> {
         crate::logging::init();
+        let nranks = devices.len();
         if nranks == 0 {
             return invalid("a communicator needs at least one rank");
         }
+        connect_devices(devices)?;
         let cfg = config.resolve(nranks)?;
         let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
-        let segments = Arc::new(LocalSegments::new(&layout)?);
-        let local = segments.bases();
+        let segments = Arc::new(LocalSegments::new(&layout, devices)?);
+        let (local, boards) = (segments.bases(), segments.boards());
         let group = Endpoint::of_group();
         let endpoints = vec![group; nranks];
         let graph = Graph::uniform(nranks, cfg.nchannels);
         let tuner = Arc::new(tune::from_plan(&tune::plan(&graph)?, &graph, &cfg)?);
         tracing::info!(
-            "init_all: {nranks} ranks in one process, {} channel(s), slots {:?} B, timeout {:?}",
+            "init_all: {nranks} ranks in one process on {:?}, {} channel(s), slots {:?} B, timeout {:?}",
+            devices[0],
             cfg.nchannels,
             cfg.slot_bytes,
             cfg.timeout
         );
         (0..nranks)
             .map(|rank| {
-                let Attached { bases, net, .. } = attach(&layout, rank, &endpoints, Some(&local), local[rank])?;
+                let Attached { bases, .. } = attach(&layout, rank, &endpoints, Some(&local), local[rank])?;
                 let conns = connect(&layout, rank, &bases, &graph)?;
                 let cpus = affinity::for_local_rank(rank, nranks);
-                let inner = rank_state(
-                    rank,
-                    &layout,
-                    cfg.clone(),
+                let wiring = Wiring {
                     conns,
-                    &bases,
-                    &net,
-                    cpus,
-                    tuner.clone(),
-                    None,
-                    segments.clone(),
-                )?;
+                    board: boards[rank],
+                    boards: boards.iter().copied().map(Some).collect(),
+                    device: devices[rank].clone(),
+                };
+                let inner = rank_state(rank, cfg.clone(), wiring, cpus, tuner.clone(), None, segments.clone())?;
                 Ok(Comm::from_inner(inner))
             })
             .collect::<Result<Vec<_>>>()
             .map(Comm::share_rendezvous)
     }
+}
+
+/// Checks that `devices` are of one target and, for GPUs, that every pair of distinct GPUs
+/// reaches each other's memory (enabling peer access). Several ranks on one GPU are
+/// allowed with a warning (NCCL refuses them): every kernel can be tested on one GPU, but
+/// the ranks' kernels must all fit on it at once.
+fn connect_devices(devices: &[Device]) -> Result<()> {
+    if devices.iter().any(|d| d.is_cuda() != devices[0].is_cuda()) {
+        return invalid(format!(
+            "the ranks of one communicator must all be on host or all on CUDA devices: {devices:?}"
+        ));
+    }
+    let gpus = devices.iter().map(Device::gpu).collect::<Result<Vec<_>>>()?.into_iter().flatten().collect::<Vec<_>>();
+    for (i, a) in gpus.iter().enumerate() {
+        let sharing = gpus.iter().filter(|b| b.ordinal == a.ordinal).count();
+        if sharing > 1 && gpus[..i].iter().all(|b| b.ordinal != a.ordinal) {
+            tracing::warn!(
+                "{a:?} holds {sharing} ranks of one communicator: their kernels must all be resident at once"
+            );
+        }
+        for b in &gpus {
+            a.enable_peer_access(b)?;
+        }
+    }
+    Ok(())
 }

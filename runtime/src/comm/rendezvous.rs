@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::comm::split::{groups, Entry};
 use crate::comm::{Comm, CommInner};
 use crate::config::Config;
+use crate::device::Device;
 use crate::error::{Error, Result};
 
 /// How often a waiting rank looks at the other ranks' state (abort and failure are not
@@ -45,6 +46,16 @@ impl Rendezvous {
         })
     }
 
+    /// Each parent rank's device: a child rank lives where its parent rank does.
+    fn devices(&self) -> Result<Vec<Device>> {
+        let device = |(q, w): (usize, &Weak<CommInner>)| {
+            w.upgrade()
+                .map(|inner| inner.enq.device.clone())
+                .ok_or_else(|| Error::InvalidUsage(format!("split: rank {q} of the parent was destroyed")))
+        };
+        self.ranks.iter().enumerate().map(device).collect()
+    }
+
     /// Rank `rank`'s part in split round `seq`; `cfg` makes the children.
     pub(crate) fn arrive(
         &self, seq: u64, rank: usize, entry: Entry, cfg: &Config, timeout: Duration,
@@ -56,7 +67,7 @@ impl Rendezvous {
         round.entries[rank] = Some(entry);
         if round.outcome.is_none() && round.entries.iter().all(Option::is_some) {
             let entries: Vec<Entry> = round.entries.iter().flatten().copied().collect();
-            round.outcome = Some(build(&entries, cfg));
+            round.outcome = Some(self.devices().and_then(|d| build(&entries, &d, cfg)));
             self.done.notify_all();
         }
         loop {
@@ -105,10 +116,11 @@ fn copy(e: &Error) -> Error {
 }
 
 /// Every color's children, by parent rank (`None` for ranks of no color).
-fn build(entries: &[Entry], cfg: &Config) -> Result<Vec<Option<Comm>>> {
+fn build(entries: &[Entry], devices: &[Device], cfg: &Config) -> Result<Vec<Option<Comm>>> {
     let mut out: Vec<Option<Comm>> = vec![None; entries.len()];
     for members in groups(entries) {
-        for (q, child) in members.iter().zip(Comm::init_all(members.len(), cfg)?) {
+        let on: Vec<Device> = members.iter().map(|&q| devices[q].clone()).collect();
+        for (q, child) in members.iter().zip(Comm::init_all_on(&on, cfg)?) {
             out[*q] = Some(child);
         }
     }

@@ -130,7 +130,7 @@ impl Comm {
         let own = inner.usable("split");
         let entry = Entry { color, key, broken: own.is_err() };
         let seq = inner.life.next_split();
-        let cfg = child_config(&inner.enq.cfg);
+        let cfg = Config { device: Some(self.device().clone()), ..child_config(&inner.enq.cfg) };
         // A rank that cannot split still takes part, so the others fail at once; it
         // reports its own error. (An aborted process rank cannot: its bootstrap is closed,
         // and the others fail by the bootstrap timeout.)
@@ -180,7 +180,7 @@ impl Comm {
                 self.rank()
             )));
         }
-        if inner.enq.abort.load(Ordering::Acquire) != 0 {
+        if inner.enq.abort().load(Ordering::Acquire) != 0 {
             return Err(Error::InvalidUsage(format!("finalize on rank {}: the communicator was aborted", self.rank())));
         }
         inner.failure.error().map_or(Ok(()), Err)

@@ -60,7 +60,7 @@ impl CommInner {
     }
 
     pub(crate) fn is_aborted(&self) -> bool {
-        self.enq.abort.load(Ordering::Acquire) != 0
+        self.enq.abort().load(Ordering::Acquire) != 0
     }
 
     /// Whether a new operation may be queued: not after an abort or a failure.
@@ -89,12 +89,17 @@ impl Owner for CommInner {
             return Err(e);
         }
         // SAFETY: statuses are only written by this communicator's kernels, not running now.
-        unsafe { self.enq.tables.reset_statuses(l.nchannels) };
+        unsafe { self.enq.tables.reset_statuses(l.nchannels)? };
         let _net = self.net.as_ref().map(|a| a.kernel_running());
-        let failed = device::launch(&l.kernel, &l.args, l.nchannels, pool, self.enq.cpus.as_deref())?;
-        let Some(_) = failed else { return Ok(()) };
-        // SAFETY: the kernels have finished.
-        let err = self.failure.kernel_error(l.name, unsafe { self.enq.tables.statuses(l.nchannels) });
+        let failed = device::launch(&l.kernel, &l.args, l.nchannels, l.proto, pool, self.enq.cpus.as_deref());
+        let err = match failed {
+            Ok(None) => return Ok(()),
+            // SAFETY: the kernels have finished.
+            Ok(Some(_)) => self.failure.kernel_error(l.name, unsafe { self.enq.tables.statuses(l.nchannels)? }),
+            // A launch that could not run (a device error) fails the communicator too: its
+            // peers' kernels wait for this one.
+            Err(e) => e,
+        };
         self.failure.fail(&err);
         Err(err)
     }

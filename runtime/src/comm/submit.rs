@@ -70,7 +70,7 @@ impl CommInner {
     /// Stops this rank: kernels end with `Aborted`, bootstrap waits end, and with
     /// `abort_propagates` every peer is told that this rank failed.
     pub(crate) fn abort(&self) {
-        self.enq.abort.store(1, std::sync::atomic::Ordering::Release);
+        self.enq.abort().store(1, std::sync::atomic::Ordering::Release);
         if let Some((bs, flag)) = &self.bootstrap {
             flag.store(true, std::sync::atomic::Ordering::Release);
             bs.abort();

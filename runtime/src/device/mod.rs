@@ -1,33 +1,39 @@
 //! Devices: where a rank's memory lives and its kernels run. Every target provides, in a
 //! folder of its own side by side with the others, the same set of things:
 //!
-//! - `Memory`: one allocation kernels address by pointer (zeroed, aligned like GPU memory),
-//!   freed on drop;
-//! - `CtaPool`: what runs a launch's CTAs (one per channel) to completion and says which,
-//!   if any, failed;
-//! - `launch`: one kernel over a pool, with the launch arguments.
+//! - memory: one allocation kernels address by pointer (zeroed, aligned like GPU memory),
+//!   freed on drop, and memory both the host and the kernels address (what the host polls);
+//! - a CTA pool: what runs a launch's CTAs (one per channel) to completion and says which,
+//!   if any, failed (`host`: persistent threads; `cuda`: a CUDA stream);
+//! - a kernel: what a launch runs (a loaded shared object, a loaded CUDA module).
 //!
-//! `host` is this process's memory and CPU threads (a CTA is a thread); `cuda` is where
-//! the CUDA target goes (today it detects devices, never panicking without a driver). The
-//! public types here (`Device`, `DeviceBuffer`) name no target-specific type.
+//! This module joins them into target-independent types (`Memory`, `CtaPool`, `Kernel`,
+//! `launch`); the public types (`Device`, `DeviceBuffer`) name no target-specific type.
 
+mod buffer;
 mod cuda;
 mod host;
 
-use std::marker::PhantomData;
-use std::ops::Range;
 use std::sync::Arc;
 
-use crate::element::Element;
-use crate::error::{invalid, Error, Result};
+use jitccl_codegen::abi::{Args, Status};
+use jitccl_codegen::compile::host::HostKernel;
+use jitccl_codegen::Protocol;
+
+use crate::affinity::CpuSet;
+use crate::error::{Error, Result};
+pub use buffer::DeviceBuffer;
 pub use cuda::device_count as cuda_device_count;
-pub(crate) use host::{launch, CtaPool, Memory};
+pub(crate) use cuda::Gpu;
+pub(crate) use host::Memory as HostMemory;
 
 /// Where a communicator's rank lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Device {
     /// Host memory and CPU threads; `index` tells ranks of one process apart in logs.
     Host { index: usize },
+    /// CUDA device `ordinal` of this process (its primary context).
+    Cuda { ordinal: usize },
 }
 
 impl Device {
@@ -35,114 +41,168 @@ impl Device {
         Device::Host { index }
     }
 
-    /// A zeroed buffer of `len` elements.
-    pub fn alloc<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .ok_or_else(|| Error::InvalidArgument(format!("allocation of {len} elements overflows")))?;
-        Ok(DeviceBuffer {
-            mem: Arc::new(Memory::zeroed(bytes)?),
-            offset: 0,
-            len,
-            device: self.clone(),
-            _t: PhantomData,
+    /// CUDA device `ordinal`, checked now: an error (never a panic) names what is missing
+    /// when there is no driver library, no such device or no usable context.
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        Gpu::get(ordinal)?;
+        Ok(Device::Cuda { ordinal })
+    }
+
+    /// What this device is, for logs and reports: `host:0`, or for a GPU its name, compute
+    /// capability and SM count.
+    pub fn describe(&self) -> Result<String> {
+        Ok(match self.gpu()? {
+            None => format!(
+                "host:{}",
+                match self {
+                    Device::Host { index } | Device::Cuda { ordinal: index } => index,
+                }
+            ),
+            Some(g) => format!("{g:?}"),
         })
     }
 
-    /// A buffer holding a copy of `data`.
-    pub fn alloc_from<T: Element>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
-        let buf = self.alloc(data.len())?;
-        buf.copy_from_host(data)?;
-        Ok(buf)
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda { .. })
     }
-}
 
-/// A typed view of device memory: `len` elements of `T`. Cloning and slicing share the
-/// memory (like a device pointer); the memory lives while any view or queued operation
-/// uses it. As with GPU memory, kernels write it asynchronously: synchronize the stream
-/// before reading results.
-pub struct DeviceBuffer<T: Element> {
-    mem: Arc<Memory>,
-    offset: usize,
-    len: usize,
-    device: Device,
-    _t: PhantomData<T>,
-}
-
-impl<T: Element> Clone for DeviceBuffer<T> {
-    fn clone(&self) -> Self {
-        DeviceBuffer {
-            mem: self.mem.clone(),
-            offset: self.offset,
-            len: self.len,
-            device: self.device.clone(),
-            _t: PhantomData,
+    /// The GPU of a CUDA device.
+    pub(crate) fn gpu(&self) -> Result<Option<Arc<Gpu>>> {
+        match self {
+            Device::Host { .. } => Ok(None),
+            Device::Cuda { ordinal } => Gpu::get(*ordinal).map(Some),
         }
     }
 }
 
-impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceBuffer<{}>[{}] on {:?}", T::DTYPE, self.len, self.device)
+/// One allocation, of whichever target.
+pub(crate) enum Memory {
+    Host(HostMemory),
+    Cuda(cuda::DeviceMemory),
+    Mapped(cuda::MappedMemory),
+}
+
+impl Memory {
+    /// Zeroed memory on `device` for user data (`shared`: false) or for what peers on
+    /// other devices reach (`shared`: FIFO segments, kernel tables).
+    pub(crate) fn zeroed(device: &Device, bytes: usize, shared: bool) -> Result<Memory> {
+        match device.gpu()? {
+            None => HostMemory::zeroed(bytes).map(Memory::Host),
+            Some(g) => {
+                let pool = if shared { cuda::Pool::Plain } else { cuda::Pool::Ordered };
+                cuda::DeviceMemory::zeroed(&g, bytes, pool).map(Memory::Cuda)
+            }
+        }
+    }
+
+    /// Zeroed memory that the host and the kernels on `device` both address, at one
+    /// address (statuses, abort flags, failure boards).
+    pub(crate) fn mapped(device: &Device, bytes: usize) -> Result<Memory> {
+        match device.gpu()? {
+            None => HostMemory::zeroed(bytes).map(Memory::Host),
+            Some(g) => cuda::MappedMemory::zeroed(&g, bytes).map(Memory::Mapped),
+        }
+    }
+
+    /// The address kernels use (null or 0 for an empty allocation).
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        match self {
+            Memory::Host(m) => m.ptr(),
+            Memory::Cuda(m) => m.ptr(),
+            Memory::Mapped(m) => m.ptr(),
+        }
+    }
+
+    /// The address the host uses, where the host can address it directly.
+    pub(crate) fn host_ptr(&self) -> Option<*mut u8> {
+        match self {
+            Memory::Host(m) => Some(m.ptr()),
+            Memory::Cuda(_) => None,
+            Memory::Mapped(m) => Some(m.ptr()),
+        }
+    }
+
+    /// Copies `src` to byte `offset`; the caller keeps it in bounds.
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        match (self, self.host_ptr()) {
+            (Memory::Cuda(m), _) => m.write(offset, src),
+            (_, Some(p)) if !src.is_empty() => {
+                // SAFETY: the caller keeps offset + len within the allocation.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(offset), src.len()) };
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Copies byte `offset..` into `dst`; the caller keeps it in bounds.
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        match (self, self.host_ptr()) {
+            (Memory::Cuda(m), _) => m.read(offset, dst),
+            (_, Some(p)) if !dst.is_empty() => {
+                // SAFETY: the caller keeps offset + len within the allocation.
+                unsafe { std::ptr::copy_nonoverlapping(p.add(offset), dst.as_mut_ptr(), dst.len()) };
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 }
 
-impl<T: Element> DeviceBuffer<T> {
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
+/// What runs a stream's launches: CPU threads, or a CUDA stream.
+pub(crate) enum CtaPool {
+    Host(host::CtaPool),
+    Cuda(cuda::CudaStream),
+}
 
-    /// A view of elements `range` of this buffer.
-    pub fn slice(&self, range: Range<usize>) -> Result<DeviceBuffer<T>> {
-        if range.start > range.end || range.end > self.len {
-            return invalid(format!("slice {range:?} out of bounds of a buffer of {} elements", self.len));
+impl CtaPool {
+    pub(crate) fn new(device: &Device) -> Result<CtaPool> {
+        match device.gpu()? {
+            None => Ok(CtaPool::Host(host::CtaPool::default())),
+            Some(g) => cuda::CudaStream::new(&g).map(CtaPool::Cuda),
         }
-        Ok(DeviceBuffer { offset: self.offset + range.start, len: range.end - range.start, ..self.clone() })
     }
+}
 
-    /// Copies `data` to the start of the buffer (synchronously, not ordered with streams).
-    pub fn copy_from_host(&self, data: &[T]) -> Result<()> {
-        if data.len() > self.len {
-            return invalid(format!("copying {} elements into a buffer of {}", data.len(), self.len));
+/// A compiled, loaded kernel of one spec.
+#[derive(Clone)]
+pub(crate) enum Kernel {
+    Host(Arc<HostKernel>),
+    Cuda(Arc<cuda::Kernel>),
+}
+
+impl Kernel {
+    /// The kernel of `spec` for `device`, compiled if need be (CUDA: a CUBIN for the
+    /// device's exact arch, PTX where NVRTC does not know it) and loaded.
+    pub(crate) fn get(device: &Device, spec: &jitccl_codegen::KernelSpec) -> Result<Kernel> {
+        let generator = jitccl_codegen::Generator::global();
+        match device.gpu()? {
+            None => Ok(Kernel::Host(generator.host_kernel(spec)?.0)),
+            Some(g) => {
+                let (arch, output) = cuda::image_target(g.arch)?;
+                let target = jitccl_codegen::Target::Cuda { arch, output };
+                spec.validate_for(target).map_err(|e| Error::InvalidArgument(format!("{g:?}: {e}")))?;
+                let image = generator.cuda_image(spec, arch, output)?.0;
+                g.kernel(spec, &image.bytes).map(Kernel::Cuda)
+            }
         }
-        // SAFETY: in bounds; T is plain data.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr() as *mut T, data.len()) };
-        Ok(())
     }
+}
 
-    /// The buffer's contents (synchronously; synchronize the stream that writes it first).
-    pub fn to_vec(&self) -> Vec<T> {
-        let mut out = Vec::with_capacity(self.len);
-        // SAFETY: in bounds; T is plain data with no invalid bit patterns.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.as_ptr() as *const T, out.as_mut_ptr(), self.len);
-            out.set_len(self.len);
+/// Runs `kernel` with `args` as `nchannels` CTAs on `pool` (host CTAs bound to `cpus` if
+/// given); returns the first channel that failed (its status says why). A CUDA launch
+/// reads the statuses from mapped memory, where `args.status` points.
+pub(crate) fn launch(
+    kernel: &Kernel, args: &Args, nchannels: usize, proto: Protocol, pool: &mut CtaPool, cpus: Option<&CpuSet>,
+) -> Result<Option<usize>> {
+    match (kernel, pool) {
+        (Kernel::Host(k), CtaPool::Host(p)) => host::launch(k, args, nchannels, p, cpus),
+        (Kernel::Cuda(k), CtaPool::Cuda(s)) => {
+            s.run(k, args, nchannels, cuda::block_threads(proto, k.max_threads))?;
+            // SAFETY: `status` is mapped memory of nchannels entries, and the kernel is done.
+            let statuses = unsafe { std::slice::from_raw_parts(args.status as *const Status, nchannels) };
+            Ok(statuses.iter().position(|s| s.code != 0))
         }
-        out
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        if self.mem.ptr().is_null() {
-            return std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8;
-        }
-        // SAFETY: offset is within the allocation.
-        unsafe { self.mem.ptr().add(self.offset * size_of::<T>()) }
-    }
-
-    /// Keeps the memory alive while an operation is queued.
-    pub(crate) fn keep_alive(&self) -> Arc<dyn Send + Sync> {
-        self.mem.clone()
-    }
-
-    /// Byte range this view covers, for overlap checks.
-    pub(crate) fn byte_range(&self) -> Range<usize> {
-        let start = self.as_ptr() as usize;
-        start..start + self.len * size_of::<T>()
+        _ => Err(Error::Internal("a kernel launched on a stream of another target".into())),
     }
 }

@@ -12,12 +12,11 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 
 use jitccl_codegen::abi::Args;
-use jitccl_codegen::compile::host::HostKernel;
-use jitccl_codegen::{Collective, DataType, Generator, KernelSpec, RedOp};
+use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp};
 
 use crate::affinity::{self, CpuSet};
 use crate::config::Resolved;
-use crate::device::{Device, DeviceBuffer};
+use crate::device::{Device, DeviceBuffer, Kernel};
 use crate::element::Element;
 use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
@@ -34,8 +33,6 @@ pub(crate) struct Rank {
     pub device: Device,
     pub cfg: Resolved,
     pub tables: Tables,
-    /// Nonzero once the rank is aborted; kernels poll it.
-    pub abort: AtomicI32,
     /// This rank's failure board; kernels poll the word of the peer they wait for.
     pub board: Board,
     /// The CPUs this rank's kernel threads are bound to, if any.
@@ -44,7 +41,7 @@ pub(crate) struct Rank {
     pub tuner: Arc<Tuner>,
     /// The kernels this rank has launched: a launch looks its kernel up here, without the
     /// generator's process-wide locks.
-    kernels: Mutex<FxHashMap<KernelSpec, Arc<HostKernel>>>,
+    kernels: Mutex<FxHashMap<KernelSpec, Kernel>>,
 }
 
 /// One checked operation, ready to be tuned and launched.
@@ -60,6 +57,8 @@ pub(crate) struct Call {
     pub recv: *mut u8,
     /// The send and recv memory, kept alive while the operation is queued.
     pub keep: [Option<Arc<dyn Send + Sync>>; 2],
+    /// Where the send and recv buffers are (checked against the communicator's device).
+    pub devices: [Option<Device>; 2],
     /// Per-rank bytes, for tuning.
     pub bytes: usize,
     pub send_peer: Option<usize>,
@@ -85,6 +84,7 @@ impl Call {
             send: send.as_ptr(),
             recv: recv.as_ptr(),
             keep: [Some(send.keep_alive()), Some(recv.keep_alive())],
+            devices: [Some(send.device().clone()), Some(recv.device().clone())],
             bytes: count * blocks * size_of::<T>(),
             send_peer: None,
             recv_peer: None,
@@ -101,6 +101,7 @@ impl Call {
             Some((b, n, p)) => (b.as_ptr(), n, Some(p), Some(b.keep_alive())),
             None => (std::ptr::null_mut(), 0, None, None),
         };
+        let devices = [send.map(|s| s.0.device().clone()), recv.map(|r| r.0.device().clone())];
         let (send, count, send_peer, keep_send) = side(send);
         let (recv, recv_count, recv_peer, keep_recv) = side(recv);
         Ok(Call {
@@ -113,6 +114,7 @@ impl Call {
             send,
             recv,
             keep: [keep_send, keep_recv],
+            devices,
             bytes: count.max(recv_count) * size_of::<T>(),
             send_peer,
             recv_peer,
@@ -130,21 +132,24 @@ impl Rank {
         group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
-        Rank { group, device, cfg, tables, abort: AtomicI32::new(0), board, cpus, tuner, kernels: Mutex::default() }
+        Rank { group, device, cfg, tables, board, cpus, tuner, kernels: Mutex::default() }
+    }
+
+    /// Nonzero once the rank is aborted; its kernels poll it.
+    pub(crate) fn abort(&self) -> &AtomicI32 {
+        self.tables.abort()
     }
 
     /// The kernel for one launch: from this rank's table, else validated and fetched
     /// (compiled if need be) from the generator.
-    fn kernel(
-        &self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>,
-    ) -> Result<Arc<HostKernel>> {
+    fn kernel(&self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>) -> Result<Kernel> {
         let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op };
         if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
             return Ok(k.clone());
         }
         let spec = KernelSpec::new(coll, choice.algo, choice.proto, dtype, op)
             .map_err(|e| Error::InvalidArgument(format!("{} with {dtype}: {e}", coll.name())))?;
-        let (kernel, _) = Generator::global().host_kernel(&spec)?;
+        let kernel = Kernel::get(&self.device, &spec)?;
         self.kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(spec, kernel.clone());
         Ok(kernel)
     }
@@ -184,7 +189,7 @@ impl Rank {
             peer_send: t.peer_send.ptr(),
             peer_recv: t.peer_recv.ptr(),
             status: t.status.ptr(),
-            abort_flag: self.abort.as_ptr(),
+            abort_flag: t.abort_ptr(),
             peer_failed: self.board.as_ptr(),
             scalar_f,
             scalar_i: scalar_f as i64,
@@ -195,7 +200,15 @@ impl Rank {
             nchannels: choice.nchannels as i32,
         };
         tracing::trace!("rank {rank}: enqueue {name} {choice:?} x {} elements", call.count);
-        Ok(Some(Launch { owner, kernel, args, nchannels: choice.nchannels, name, _keep: call.keep }))
+        Ok(Some(Launch {
+            owner,
+            kernel,
+            args,
+            nchannels: choice.nchannels,
+            proto: choice.proto,
+            name,
+            _keep: call.keep,
+        }))
     }
 }
 
@@ -206,6 +219,9 @@ pub(crate) fn precheck(call: &Call, device: &Device, stream: &Stream) -> Result<
     let name = call.coll.name();
     if stream.device() != device {
         return invalid(format!("{name}: the stream is on {:?}, the communicator on {device:?}", stream.device()));
+    }
+    if let Some(d) = call.devices.iter().flatten().find(|d| *d != device) {
+        return invalid(format!("{name}: a buffer is on {d:?}, the communicator on {device:?}"));
     }
     if let (Some(Op::PreMulSum(s)), true) = (call.op, call.dtype.is_integer()) {
         if s.fract() != 0.0 || !s.is_finite() {

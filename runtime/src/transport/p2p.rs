@@ -1,8 +1,11 @@
-//! The in-process transport: every rank's receive segment is plain zeroed memory of this
-//! process, and both ends of a connector use the same pointers.
+//! The in-process transport: every rank's receive segment is zeroed memory of its device
+//! (host memory, or device memory that peer GPUs reach with peer access enabled), and both
+//! ends of a connector use the same pointers. Failure boards are apart from the segments,
+//! in memory both the host and the kernels address.
 
-use crate::device::Memory;
+use crate::device::{Device, Memory};
 use crate::error::{Error, Result};
+use crate::fault::Board;
 use crate::transport::layout::Layout;
 use crate::transport::{AttachCtx, Attached, Endpoint, Transport};
 
@@ -24,18 +27,29 @@ impl Transport for P2p {
     }
 }
 
-/// The receive segments of all ranks of one process-local communicator.
+/// The receive segments and failure boards of all ranks of one process-local communicator.
 pub(crate) struct LocalSegments {
     segments: Vec<Memory>,
+    boards: Vec<Memory>,
+    nranks: usize,
 }
 
 impl LocalSegments {
-    pub(crate) fn new(layout: &Layout) -> Result<Self> {
-        let segments = (0..layout.nranks).map(|_| Memory::zeroed(layout.segment_bytes())).collect::<Result<_>>()?;
-        Ok(LocalSegments { segments })
+    /// Rank r's segment and board on `devices[r]`.
+    pub(crate) fn new(layout: &Layout, devices: &[Device]) -> Result<Self> {
+        let segments =
+            devices.iter().map(|d| Memory::zeroed(d, layout.segment_bytes(), true)).collect::<Result<_>>()?;
+        let boards =
+            devices.iter().map(|d| Memory::mapped(d, layout.nranks * size_of::<i32>())).collect::<Result<_>>()?;
+        Ok(LocalSegments { segments, boards, nranks: layout.nranks })
     }
 
     pub(crate) fn bases(&self) -> Vec<*mut u8> {
         self.segments.iter().map(|m| m.ptr()).collect()
+    }
+
+    /// Every rank's failure board.
+    pub(crate) fn boards(&self) -> Vec<Board> {
+        self.boards.iter().map(|m| Board::new(m.ptr().cast(), self.nranks)).collect()
     }
 }

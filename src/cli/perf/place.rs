@@ -112,10 +112,15 @@ pub fn open(a: &PerfArgs, lay: &Layout, first: usize, cfg: &Config) -> Result<Lo
 /// Ranks `first..` of `lay` on the CUDA devices `devices` (one per rank). The runtime has
 /// no CUDA device constructor yet; when it has (`Device::cuda(ordinal)` and an init on
 /// given devices), this is the one function to fill in.
-fn cuda_comms(lay: &Layout, first: usize, devices: &[usize], _cfg: &Config) -> Result<Vec<Comm>, String> {
-    Err(format!(
-        "--target cuda: ranks {first}..{} of {} would run on GPU(s) {devices:?}, but this build cannot create communicators on CUDA devices yet",
-        first + devices.len(),
-        lay.nranks
-    ))
+fn cuda_comms(lay: &Layout, first: usize, devices: &[usize], cfg: &Config) -> Result<Vec<Comm>, String> {
+    if lay.procs != 1 {
+        return Err(format!(
+            "--target cuda: the {} ranks must share one process (-g {} or --threads): ranks of separate processes on GPUs are not supported yet",
+            lay.nranks, lay.nranks
+        ));
+    }
+    let on = devices.iter().map(|&d| jitccl::Device::cuda(d)).collect::<jitccl::Result<Vec<_>>>();
+    let on = on.map_err(|e| format!("--target cuda: {e}"))?;
+    debug_assert_eq!(first, 0);
+    Comm::init_all_on(&on, cfg).map_err(|e| format!("--target cuda: ranks on GPU(s) {devices:?}: {e}"))
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Socket, Type};
 
 use crate::config::Resolved;
-use crate::device::Memory;
+use crate::device::HostMemory;
 use crate::error::{sys, Error, Result};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
@@ -59,7 +59,7 @@ impl Transport for Net {
     }
 
     fn attach(&self, ctx: &AttachCtx, _peer: usize) -> Result<Attached> {
-        let shadow = Memory::zeroed(ctx.bytes)?;
+        let shadow = HostMemory::zeroed(ctx.bytes)?;
         Ok((shadow.ptr(), Some(Box::new(shadow))))
     }
 
@@ -323,7 +323,7 @@ mod tests {
         .resolve(2)
         .unwrap();
         let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: cfg.slot_bytes };
-        let own = Memory::zeroed(layout.segment_bytes()).unwrap();
+        let own = HostMemory::zeroed(layout.segment_bytes()).unwrap();
         let listener = NetListener::bind(Ipv4Addr::LOCALHOST.into()).unwrap();
         let addr = listener.addr().unwrap();
         let peer: Vec<TcpStream> = hellos

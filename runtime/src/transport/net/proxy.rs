@@ -314,7 +314,7 @@ mod tests {
     use super::super::fifo::{atomic, slot, slot_ptr};
     use super::super::wire::Wire;
     use super::*;
-    use crate::device::Memory;
+    use crate::device::HostMemory;
     use crate::transport::layout::{Edge, Layout};
 
     fn pattern(k: u64, bytes: usize) -> Vec<u8> {
@@ -328,7 +328,7 @@ mod tests {
     fn steps_cross_whole_in_order_and_credits_free_slots() {
         let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: [64 << 10, 8 << 10, 32 << 10] };
         let (shadow, own) =
-            (Memory::zeroed(layout.segment_bytes()).unwrap(), Memory::zeroed(layout.segment_bytes()).unwrap());
+            (HostMemory::zeroed(layout.segment_bytes()).unwrap(), HostMemory::zeroed(layout.segment_bytes()).unwrap());
         let tx: Conn = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
         let rx: Conn = layout.end(own.ptr(), 0, Edge::Ring, 0);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

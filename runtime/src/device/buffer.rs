@@ -1,0 +1,135 @@
+//! `DeviceBuffer`: a typed view of one allocation on a device, of either target.
+
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::{Device, Memory};
+use crate::element::Element;
+use crate::error::{invalid, Error, Result};
+
+impl Device {
+    /// A zeroed buffer of `len` elements.
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::InvalidArgument(format!("allocation of {len} elements overflows")))?;
+        let mem = Arc::new(Memory::zeroed(self, bytes, false)?);
+        Ok(DeviceBuffer { mem, offset: 0, len, device: self.clone(), _t: PhantomData })
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn alloc_from<T: Element>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let buf = self.alloc(data.len())?;
+        buf.copy_from_host(data)?;
+        Ok(buf)
+    }
+}
+
+/// A typed view of device memory: `len` elements of `T`. Cloning and slicing share the
+/// memory (like a device pointer); the memory lives while any view or queued operation
+/// uses it. As with GPU memory, kernels write it asynchronously: synchronize the stream
+/// before reading results.
+pub struct DeviceBuffer<T: Element> {
+    mem: Arc<Memory>,
+    offset: usize,
+    len: usize,
+    device: Device,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> Clone for DeviceBuffer<T> {
+    fn clone(&self) -> Self {
+        DeviceBuffer {
+            mem: self.mem.clone(),
+            offset: self.offset,
+            len: self.len,
+            device: self.device.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer<{}>[{}] on {:?}", T::DTYPE, self.len, self.device)
+    }
+}
+
+/// The bytes of plain-data elements.
+fn bytes_of<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: T is plain data; the view covers exactly the slice.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast(), std::mem::size_of_val(data)) }
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// A view of elements `range` of this buffer.
+    pub fn slice(&self, range: Range<usize>) -> Result<DeviceBuffer<T>> {
+        if range.start > range.end || range.end > self.len {
+            return invalid(format!("slice {range:?} out of bounds of a buffer of {} elements", self.len));
+        }
+        Ok(DeviceBuffer { offset: self.offset + range.start, len: range.end - range.start, ..self.clone() })
+    }
+
+    /// Copies `data` to the start of the buffer (synchronously, not ordered with streams).
+    pub fn copy_from_host(&self, data: &[T]) -> Result<()> {
+        if data.len() > self.len {
+            return invalid(format!("copying {} elements into a buffer of {}", data.len(), self.len));
+        }
+        self.mem.write(self.offset * size_of::<T>(), bytes_of(data))
+    }
+
+    /// Copies the start of the buffer into `out` (synchronously; synchronize the stream
+    /// that writes the buffer first).
+    pub fn copy_to_host(&self, out: &mut [T]) -> Result<()> {
+        if out.len() > self.len {
+            return invalid(format!("copying {} elements out of a buffer of {}", out.len(), self.len));
+        }
+        // SAFETY: T is plain data with no invalid bit patterns; the view covers `out`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), std::mem::size_of_val(out)) };
+        self.mem.read(self.offset * size_of::<T>(), dst)
+    }
+
+    /// The buffer's contents (synchronously; synchronize the stream that writes it first).
+    ///
+    /// # Panics
+    /// If a CUDA device cannot copy (its context failed); `copy_to_host` returns that error.
+    pub fn to_vec(&self) -> Vec<T> {
+        // SAFETY: T has no invalid bit patterns (the Element contract): zero is a value.
+        let mut out = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
+        if let Err(e) = self.copy_to_host(&mut out) {
+            panic!("DeviceBuffer::to_vec on {:?}: {e}", self.device);
+        }
+        out
+    }
+
+    /// The address kernels use.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        if self.mem.ptr().is_null() {
+            return std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8;
+        }
+        // SAFETY (of the address arithmetic): offset is within the allocation.
+        self.mem.ptr().wrapping_add(self.offset * size_of::<T>())
+    }
+
+    /// Keeps the memory alive while an operation is queued.
+    pub(crate) fn keep_alive(&self) -> Arc<dyn Send + Sync> {
+        self.mem.clone()
+    }
+
+    /// Byte range this view covers, for overlap checks.
+    pub(crate) fn byte_range(&self) -> Range<usize> {
+        let start = self.as_ptr() as usize;
+        start..start + self.len * size_of::<T>()
+    }
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The one command that proves the CUDA target on a GPU machine, in two halves:
+#
+#   bash scripts/gpu-check.sh build   # here (Rust, no GPU): release binaries, stripped, into
+#                                     # target/gpu-check/ (ignored; well under 64 MiB)
+#   bash scripts/gpu-check.sh run     # there (a GPU, the CUDA driver and NVRTC 12 or 13; no
+#                                     # Rust, no network): runs from target/gpu-check/ only
+#
+# `run` queries the device, runs the CUDA reference tests (every collective x algorithm x
+# protocol over a sample of datatypes and every op; 1, 2, 4 and 8 ranks on GPU 0; counts
+# 0, 1, odd and multi-step; in and out of place), the timeout and abort tests, and a short
+# `jitccl perf` sweep on the GPU; it ends with `N passed, M failed` and exits non-zero on
+# any failure. Kernels compile with the machine's NVRTC into a fresh cache.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/target/gpu-check"
+
+build() {
+  set -e
+  cd "$root"
+  command -v cargo >/dev/null 2>&1 || { echo "gpu-check build: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
+  cargo build --release --bin jitccl
+  # The test binary's path, from cargo's own report of what it built.
+  local test_bin
+  test_bin=$(cargo test --release --test cuda --no-run --message-format=json 2>/dev/null |
+    grep '"kind":\["test"\]' | grep '"name":"cuda"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+  [ -x "$test_bin" ] || { echo "gpu-check build: no test binary for tests/cuda.rs" >&2; exit 1; }
+  rm -rf "$out" && mkdir -p "$out"
+  cp target/release/jitccl "$out/jitccl"
+  cp "$test_bin" "$out/cuda-tests"
+  # Debug info is most of their size, and the GPU machine has no debugger use for it.
+  strip "$out/jitccl" "$out/cuda-tests" 2>/dev/null || echo "gpu-check build: strip not found; binaries kept whole"
+  cp scripts/gpu-check.sh "$out/"
+  git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
+  local kib
+  kib=$(du -sk "$out" | cut -f1)
+  echo "gpu-check build: $out ($((kib / 1024)) MiB), commit $(cat "$out/COMMIT")"
+  if [ "$kib" -ge $((64 * 1024)) ]; then
+    echo "gpu-check build: $out is over 64 MiB" >&2
+    exit 1
+  fi
+}
+
+passed=0
+failed=0
+failures=()
+
+# step NAME COMMAND...: runs one check, its output indented, and counts it.
+step() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  echo "== $name"
+  if "$@" 2>&1 | sed 's/^/   /'; then
+    passed=$((passed + 1))
+    echo "-- PASS $name ($((SECONDS - t0)) s)"
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    echo "-- FAIL $name ($((SECONDS - t0)) s)"
+  fi
+}
+
+run() {
+  [ -x "$out/cuda-tests" ] && [ -x "$out/jitccl" ] || {
+    echo "gpu-check run: $out has no binaries: run 'bash scripts/gpu-check.sh build' first (where Rust is)" >&2
+    exit 1
+  }
+  cd "$root"
+  echo "gpu-check run: binaries of commit $(cat "$out/COMMIT" 2>/dev/null || echo unknown)"
+  # A missing GPU or NVRTC fails the tests instead of skipping them.
+  export JITCCL_REQUIRE_GPU=1 JITCCL_REQUIRE_NVRTC=1
+  # Functions load when their module loads, not at their first launch (see device/cuda/module.rs).
+  export CUDA_MODULE_LOADING=EAGER
+  JITCCL_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/jitccl-gpu-check.XXXXXX")
+  export JITCCL_CACHE_DIR
+  trap 'rm -rf "$JITCCL_CACHE_DIR"' EXIT
+
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    step "device query (nvidia-smi)" nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
+  fi
+  step "device query (jitccl): buffers on GPU 0" \
+    "$out/cuda-tests" --exact gpu_buffers_copy_both_ways_and_slices_address_their_part --nocapture
+  step "errors: no such device, mixed targets, process ranks" \
+    "$out/cuda-tests" --skip gpu_
+  step "reference sweep: every collective x algorithm x protocol, 1-8 ranks on GPU 0" \
+    "$out/cuda-tests" gpu_all_ gpu_reduce gpu_broadcast gpu_sendrecv --test-threads 8
+  step "a rank that never arrives is Error::Timeout, not a hang" \
+    timeout 120 "$out/cuda-tests" --exact gpu_a_rank_that_never_arrives_is_a_timeout
+  step "an abort ends a waiting kernel" \
+    timeout 120 "$out/cuda-tests" --exact gpu_an_abort_ends_a_waiting_kernel
+  # CUDA ranks share one process (-g): ranks of separate processes on GPUs are not built yet.
+  step "perf: AllReduce 8 B - 256 MiB, 2 ranks on GPU 0" \
+    timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -b 8 -e 256M -f 4 -n 20 -w 5
+  step "perf: AllReduce 8 B - 256 MiB, 8 ranks on GPU 0" \
+    timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 8 -g 8 --devices 0,0,0,0,0,0,0,0 -b 8 -e 256M -f 8 -n 10 -w 3
+
+  echo
+  for f in "${failures[@]}"; do echo "FAILED: $f"; done
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) run ;;
+  *)
+    echo "usage: bash scripts/gpu-check.sh build|run" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,124 @@
+//! A world of communicators (one per rank, all in this process) and the reference check
+//! of one collective call on it, shared by the host sweep (`collectives.rs`) and the CUDA
+//! one (`cuda.rs`).
+
+use std::time::Duration;
+
+use jitccl::reference::{count_wrong, inputs, op_for_rank, reduced, RefElement};
+use jitccl::{Algorithm, Collective, Comm, Config, Device, DeviceBuffer, Op, Protocol, Stream};
+
+/// Counts checked: 0, 1, primes and sizes that are not multiples of any step.
+pub const COUNTS: &[usize] = &[0, 1, 7, 61, 1031, 4099];
+pub const OPS: &[Op] = &[Op::Sum, Op::Prod, Op::Min, Op::Max, Op::Avg, Op::PreMulSum(0.0)];
+
+pub struct World {
+    pub comms: Vec<Comm>,
+    pub streams: Vec<Stream>,
+}
+
+/// Ranks on `devices` (one each) forced to `algo`/`proto` with tiny FIFO slots, so that
+/// the counts above take many steps and wrap the 8-slot FIFOs many times.
+pub fn world_on(devices: &[Device], algo: Algorithm, proto: Protocol, nchannels: usize) -> World {
+    let cfg = Config {
+        nchannels: Some(nchannels),
+        algo: Some(algo),
+        proto: Some(proto),
+        timeout: Some(Duration::from_secs(60)),
+        // Simple: 64 f32 per step; LL: 4 lines (32 data bytes); LL128: 2 lines (240 bytes).
+        slot_bytes: Some([256, 64, 256]),
+        ..Config::default()
+    };
+    let comms = Comm::init_all_on(devices, &cfg).expect("init_all_on");
+    let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();
+    World { comms, streams }
+}
+
+impl World {
+    pub fn n(&self) -> usize {
+        self.comms.len()
+    }
+    pub fn sync(&self) -> Result<(), String> {
+        for s in &self.streams {
+            s.synchronize().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// One collective call on every rank, checked against the reference. Returns a
+/// description of what went wrong.
+pub fn check<T: RefElement>(
+    w: &World, coll: Collective, op: Option<Op>, count: usize, in_place: bool,
+) -> Result<(), String> {
+    let n = w.n();
+    let root = count % n;
+    let mut outs: Vec<DeviceBuffer<T>> = Vec::new();
+    for (r, (c, s)) in w.comms.iter().zip(&w.streams).enumerate() {
+        let dev = c.device();
+        let op_r = op.map(|o| op_for_rank(o, r));
+        let res = match coll {
+            Collective::AllReduce | Collective::Reduce | Collective::Broadcast => {
+                let send = dev.alloc_from(&inputs::<T>(op, r, count)).unwrap();
+                let recv = if in_place { send.clone() } else { dev.alloc::<T>(count).unwrap() };
+                let res = match coll {
+                    Collective::AllReduce => c.all_reduce(&send, &recv, count, op_r.unwrap(), s),
+                    Collective::Reduce => c.reduce(&send, &recv, count, op_r.unwrap(), root, s),
+                    _ => c.broadcast(&send, &recv, count, root, s),
+                };
+                outs.push(recv);
+                res
+            }
+            Collective::AllGather => {
+                let recv = dev.alloc::<T>(count * n).unwrap();
+                let send =
+                    if in_place { recv.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
+                send.copy_from_host(&inputs::<T>(None, r, count)).unwrap();
+                let res = c.all_gather(&send, &recv, count, s);
+                outs.push(recv);
+                res
+            }
+            Collective::ReduceScatter => {
+                let send = dev.alloc_from(&inputs::<T>(op, r, count * n)).unwrap();
+                let recv =
+                    if in_place { send.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
+                let res = c.reduce_scatter(&send, &recv, count, op_r.unwrap(), s);
+                outs.push(recv);
+                res
+            }
+            Collective::SendRecv => {
+                // A ring exchange: send to the next rank, receive from the previous one.
+                let send = dev.alloc_from(&inputs::<T>(None, r, count)).unwrap();
+                let recv = dev.alloc::<T>(count).unwrap();
+                let res = c.sendrecv(&send, count, (r + 1) % n, &recv, count, (r + n - 1) % n, s);
+                outs.push(recv);
+                res
+            }
+        };
+        res.map_err(|e| format!("rank {r}: launch: {e}"))?;
+    }
+    w.sync()?;
+    for (r, out) in outs.iter().enumerate() {
+        let mut got = vec![T::from_f64(0.0); out.len()];
+        out.copy_to_host(&mut got).map_err(|e| format!("rank {r}: reading the result: {e}"))?;
+        let want: Vec<T> = match coll {
+            Collective::AllReduce => (0..count).map(|i| reduced(op.unwrap(), n, i)).collect(),
+            Collective::Reduce if r != root => continue,
+            Collective::Reduce => (0..count).map(|i| reduced(op.unwrap(), n, i)).collect(),
+            Collective::Broadcast => inputs(op, root, count),
+            Collective::AllGather => (0..n).flat_map(|q| inputs::<T>(None, q, count)).collect(),
+            Collective::ReduceScatter => (0..count).map(|i| reduced(op.unwrap(), n, r * count + i)).collect(),
+            Collective::SendRecv => inputs(None, (r + n - 1) % n, count),
+        };
+        let wrong = count_wrong(&got, &want, op, n);
+        if wrong > 0 {
+            let first = got.iter().zip(&want).position(|(g, w)| g != w).unwrap_or(0);
+            return Err(format!(
+                "rank {r}: {wrong} wrong of {}; first at {first}: got {:?}, want {:?}",
+                want.len(),
+                got.get(first),
+                want.get(first)
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! The CUDA target. Without a GPU (this machine, CI): every CUDA entry point fails with a
+//! clear error, never a panic. With one (`scripts/gpu-check.sh run`): every collective x
+//! algorithm x protocol over a sample of datatypes and every op, 1, 2, 4 and 8 ranks on one
+//! GPU, checked against the reference; a rank that never arrives is a timeout, an abort
+//! ends a waiting kernel.
+//!
+//! The GPU tests return early where there is no GPU unless `JITCCL_REQUIRE_GPU=1`, which
+//! gpu-check sets: there a missing GPU is a failure.
+
+#[path = "common/world.rs"]
+mod world;
+
+use std::time::{Duration, Instant};
+
+use jitccl::{with_element_type, Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol, UniqueId};
+use world::{check, world_on, COUNTS, OPS};
+
+/// GPU 0, or None (the test returns) where there is none and none is required.
+fn gpu(test: &str) -> Option<Device> {
+    match Device::cuda(0) {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var("JITCCL_REQUIRE_GPU").as_deref() == Ok("1") => {
+            panic!("JITCCL_REQUIRE_GPU=1 but {e}")
+        }
+        Err(e) => {
+            println!("skipping {test}: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn without_a_driver_every_cuda_entry_point_is_a_clear_error() {
+    if jitccl::cuda_device_count().is_ok() {
+        // A GPU machine: a device it does not have is the error to check.
+        let e = Device::cuda(4096).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("CUDA device 4096"), "{e}");
+        return;
+    }
+    let e = Device::cuda(0).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Unsupported(_)), "{msg}");
+    assert!(msg.contains("CUDA device 0") && (msg.contains("libcuda.so") || msg.contains("driver")), "{msg}");
+    // The variant built by hand fails as clearly wherever it is used.
+    let dev = Device::Cuda { ordinal: 0 };
+    assert!(matches!(dev.alloc::<f32>(16), Err(Error::Unsupported(_))));
+    assert!(matches!(dev.stream(), Err(Error::Unsupported(_))));
+    let cfg = Config { nchannels: Some(1), ..Config::default() };
+    assert!(matches!(Comm::init_all_on(&[dev.clone(), dev], &cfg), Err(Error::Unsupported(_))));
+}
+
+#[test]
+fn ranks_of_one_communicator_are_on_one_target() {
+    let e = Comm::init_all_on(&[Device::host(0), Device::Cuda { ordinal: 0 }], &Config::default()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("all be on host or all on CUDA"), "{e}");
+    assert!(matches!(Comm::init_all_on(&[], &Config::default()), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn process_ranks_on_cuda_are_refused_before_any_rendezvous() {
+    let cfg = Config { device: Some(Device::Cuda { ordinal: 0 }), ..Config::default() };
+    let t0 = Instant::now();
+    let e = Comm::init_rank(&UniqueId::new().unwrap(), 2, 1, &cfg).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)) && e.to_string().contains("init_all_on"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "it must not wait for the other rank");
+}
+
+#[test]
+fn host_buffers_are_refused_by_a_cuda_communicator_and_back() {
+    let comms = Comm::init_all(1, &Config { nchannels: Some(1), ..Config::default() }).unwrap();
+    let s = comms[0].device().stream().unwrap();
+    let Some(dev) = gpu("host_buffers_are_refused_by_a_cuda_communicator_and_back") else { return };
+    let on_gpu = dev.alloc::<f32>(8).unwrap();
+    let e = comms[0].all_reduce(&on_gpu, &on_gpu, 8, Op::Sum, &s).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("a buffer is on Cuda"), "{e}");
+}
+
+#[test]
+fn gpu_buffers_copy_both_ways_and_slices_address_their_part() {
+    let Some(dev) = gpu("gpu_buffers_copy_both_ways_and_slices_address_their_part") else { return };
+    println!("{}", dev.describe().unwrap());
+    let b = dev.alloc_from(&(0..1000).collect::<Vec<i64>>()).unwrap();
+    assert_eq!(b.to_vec(), (0..1000).collect::<Vec<i64>>());
+    b.slice(10..20).unwrap().copy_from_host(&[-1; 10]).unwrap();
+    let mut part = [0i64; 12];
+    b.slice(9..21).unwrap().copy_to_host(&mut part).unwrap();
+    assert_eq!(part, [9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 20]);
+    assert_eq!(dev.alloc::<f32>(0).unwrap().to_vec(), Vec::<f32>::new());
+    assert!(dev.alloc::<u8>(3).unwrap().to_vec().iter().all(|&x| x == 0), "allocations are zeroed");
+}
+
+/// Reducing collectives: every op on f32 and i32, Sum and Max on the other sampled types.
+fn samples(coll: Collective) -> Vec<(DataType, Option<Op>)> {
+    if !coll.reduces() {
+        return [DataType::U8, DataType::F16, DataType::F64].iter().map(|&d| (d, None)).collect();
+    }
+    let mut v: Vec<_> =
+        [DataType::F32, DataType::I32].iter().flat_map(|&d| OPS.iter().map(move |&o| (d, Some(o)))).collect();
+    for d in [DataType::F16, DataType::BF16, DataType::F64, DataType::U8, DataType::F8E4M3] {
+        v.extend([(d, Some(Op::Sum)), (d, Some(Op::Max))]);
+    }
+    v
+}
+
+/// `coll` with `algo`/`proto` on `ranks` ranks of GPU 0 for every sample, count and
+/// placement; fails listing every combination that went wrong.
+fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize]) {
+    let Some(dev) = gpu(&format!("{coll} {algo}/{proto}")) else { return };
+    let (mut failures, mut runs) = (Vec::new(), 0);
+    for &n in ranks {
+        let nchannels = 1 + n % 3;
+        let w = world_on(&vec![dev.clone(); n], algo, proto, nchannels);
+        for (d, op) in samples(coll) {
+            for &count in COUNTS {
+                for in_place in [false, true] {
+                    if coll == Collective::SendRecv && in_place {
+                        continue;
+                    }
+                    runs += 1;
+                    if let Err(e) = with_element_type!(d, check(&w, coll, op, count, in_place)) {
+                        failures.push(format!(
+                            "{coll} {algo}/{proto} n={n} {d} {op:?} count={count} in_place={in_place}: {e}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+    println!("{coll} {algo}/{proto}: {runs} runs passed on {dev:?}");
+}
+
+macro_rules! gpu_sweeps {
+    ($($name:ident: $coll:ident $algo:ident $proto:ident $ranks:expr;)+) => {$(
+        #[test]
+        fn $name() {
+            sweep(Collective::$coll, Algorithm::$algo, Protocol::$proto, &$ranks);
+        }
+    )+};
+}
+
+gpu_sweeps! {
+    gpu_all_reduce_ring_simple: AllReduce Ring Simple [1, 2, 4, 8];
+    gpu_all_reduce_ring_ll: AllReduce Ring LL [2, 4];
+    gpu_all_reduce_ring_ll128: AllReduce Ring LL128 [2, 4];
+    gpu_all_reduce_tree_simple: AllReduce Tree Simple [2, 4];
+    gpu_all_reduce_tree_ll: AllReduce Tree LL [4, 8];
+    gpu_all_reduce_tree_ll128: AllReduce Tree LL128 [2, 4];
+    gpu_all_reduce_oneshot_simple: AllReduce OneShot Simple [1, 4];
+    gpu_all_reduce_oneshot_ll: AllReduce OneShot LL [2, 8];
+    gpu_all_reduce_oneshot_ll128: AllReduce OneShot LL128 [4];
+    gpu_reduce_ring_simple: Reduce Ring Simple [1, 4];
+    gpu_reduce_ring_ll: Reduce Ring LL [2, 8];
+    gpu_reduce_ring_ll128: Reduce Ring LL128 [4];
+    gpu_reduce_scatter_ring_simple: ReduceScatter Ring Simple [1, 4];
+    gpu_reduce_scatter_ring_ll: ReduceScatter Ring LL [2];
+    gpu_reduce_scatter_ring_ll128: ReduceScatter Ring LL128 [4, 8];
+    gpu_broadcast_ring_simple: Broadcast Ring Simple [1, 2, 4];
+    gpu_broadcast_ring_ll: Broadcast Ring LL [4, 8];
+    gpu_broadcast_ring_ll128: Broadcast Ring LL128 [2];
+    gpu_all_gather_ring_simple: AllGather Ring Simple [1, 4, 8];
+    gpu_all_gather_ring_ll: AllGather Ring LL [2];
+    gpu_all_gather_ring_ll128: AllGather Ring LL128 [4];
+    gpu_sendrecv_simple: SendRecv Ring Simple [1, 2, 4];
+    gpu_sendrecv_ll: SendRecv Ring LL [4];
+    gpu_sendrecv_ll128: SendRecv Ring LL128 [2, 8];
+}
+
+/// Two ranks on the GPU; rank 1 never launches: rank 0's kernel gives up after the
+/// timeout with an error naming the peer, instead of hanging the GPU.
+#[test]
+fn gpu_a_rank_that_never_arrives_is_a_timeout() {
+    let Some(dev) = gpu("gpu_a_rank_that_never_arrives_is_a_timeout") else { return };
+    let cfg = Config { nchannels: Some(1), timeout: Some(Duration::from_secs(2)), ..Config::default() };
+    let comms = Comm::init_all_on(&[dev.clone(), dev.clone()], &cfg).unwrap();
+    let s = dev.stream().unwrap();
+    let b = dev.alloc::<f32>(1024).unwrap();
+    let t0 = Instant::now();
+    comms[0].recv(&b, 1024, 1, &s).unwrap();
+    let e = s.synchronize().unwrap_err();
+    assert!(matches!(e, Error::Timeout { rank: 0, peer: 1, channel: 0, .. }), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "took {:?}", t0.elapsed());
+    // The failure stays: later calls fail at once.
+    assert!(comms[0].all_reduce(&b, &b, 1024, Op::Sum, &s).is_err());
+}
+
+/// An abort from another thread ends a kernel waiting on a peer that never comes.
+#[test]
+fn gpu_an_abort_ends_a_waiting_kernel() {
+    let Some(dev) = gpu("gpu_an_abort_ends_a_waiting_kernel") else { return };
+    let cfg = Config { nchannels: Some(2), timeout: Some(Duration::from_secs(120)), ..Config::default() };
+    let comms = Comm::init_all_on(&[dev.clone(), dev.clone()], &cfg).unwrap();
+    let s = dev.stream().unwrap();
+    let b = dev.alloc::<f32>(1 << 16).unwrap();
+    comms[0].all_reduce(&b, &b, 1 << 16, Op::Sum, &s).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    comms[0].abort();
+    let e = s.synchronize().unwrap_err();
+    assert!(matches!(e, Error::Aborted { rank: 0, .. }), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+}
