@@ -71,7 +71,7 @@ impl Error {
             }
             Error::Aborted { op, rank } => Error::Aborted { op: op.clone(), rank: *rank },
             Error::Work { op, seq, rank, peer, reason } => {
-                Error::Work { op: *op, seq: *seq, rank: *rank, peer: *peer, reason: reason.clone() }
+                Error::Work { op, seq: *seq, rank: *rank, peer: *peer, reason: reason.clone() }
             }
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
             Error::InvalidUsage(m) => Error::InvalidUsage(m.clone()),

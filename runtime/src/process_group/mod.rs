@@ -204,11 +204,10 @@ impl ProcessGroup {
     /// running kernel stops, and every later call fails at once.
     pub fn abort(&self) {
         let mut q = self.shared.lock();
+        self.shared.comm.abort();
         let b = q.running.as_ref().map(|(w, _)| (w.op, w.seq)).unwrap_or(("abort", 0));
         let broken = Broken { op: b.0, seq: b.1, peer: None, reason: "the process group was aborted".into() };
         self.shared.break_group(&mut q, broken);
-        drop(q);
-        self.shared.comm.abort();
     }
 }
 

@@ -36,11 +36,9 @@ pub(crate) fn watch(shared: &Shared) {
                 since.elapsed().as_secs_f64(),
                 timeout.as_secs_f64()
             );
-            shared.break_group(&mut q, Broken { op: w.op, seq: w.seq, peer: w.peer, reason });
-            drop(q);
-            // Outside the lock: the worker needs it to finish the aborted operation.
+            // Abort first, so whoever sees the failed work finds the communicator aborted.
             shared.comm.abort();
-            q = shared.lock();
+            shared.break_group(&mut q, Broken { op: w.op, seq: w.seq, peer: w.peer, reason });
             continue;
         }
         q = shared.wait(q, tick);
