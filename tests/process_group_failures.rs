@@ -167,3 +167,28 @@ fn new_group_subsets_run_concurrently() {
     });
     assert_eq!(out, vec![1 << 2, 1 << 3, 1 << 2, 1 << 3]);
 }
+
+/// `abort` fails the running and queued works at once and aborts the communicator;
+/// later calls fail at once.
+#[test]
+fn abort_fails_pending_works_at_once() {
+    let out = ranks(2, LONG, LONG, |pg| {
+        if pg.rank() == 1 {
+            return None; // never calls: rank 0's all_reduce stays pending
+        }
+        let b = pg.comm().device().alloc_from(&[1u8; 64]).unwrap();
+        let works = [pg.all_reduce(&b, Op::Sum), pg.barrier()];
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!works[0].is_completed());
+        let t0 = Instant::now();
+        pg.abort();
+        for w in &works {
+            let e = w.wait(Duration::from_secs(2)).unwrap_err().to_string();
+            assert!(e.contains("aborted"), "{e}");
+        }
+        assert!(pg.comm().is_aborted());
+        assert!(pg.all_reduce(&b, Op::Sum).error().is_some(), "a later call fails at once");
+        Some(t0.elapsed())
+    });
+    assert!(out[0].unwrap() < Duration::from_secs(1), "{:?}", out[0]);
+}

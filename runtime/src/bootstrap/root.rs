@@ -335,8 +335,9 @@ impl RootState {
             self.comm = Some(hello.clone());
         }
         self.arrivals.push((hello.listen, hello.comm_nonce));
-        let comm = self.comm.as_ref().expect("set by the first hello");
-        let (expected, iroot) = (comm.nranks as usize, comm.iroot as usize);
+        // Set by the first hello (above).
+        let (expected, iroot) = self.comm.as_ref().map_or((got, 0), |c| (c.nranks as usize, c.iroot as usize));
+        let comm = self.comm.as_ref().unwrap_or(&hello);
         let same_ids = (hello.comm_nonce, hello.nroots, hello.iroot) == (comm.comm_nonce, comm.nroots, comm.iroot);
         let err = if got != expected {
             Some(BootstrapError::NranksMismatch { expected, got, rank })
@@ -370,7 +371,9 @@ impl RootState {
     /// next block's first rank, or rank 0 with one root).
     fn reply_all(&mut self) -> Result<RootReport> {
         let addrs: Vec<SocketAddr> = self.by_rank.iter().map(|a| a.unwrap()).collect();
-        let comm = self.comm.clone().expect("set by the first hello");
+        let Some(comm) = self.comm.clone() else {
+            return Err(BootstrapError::Protocol { from: "root".into(), detail: "no hello before the reply".into() });
+        };
         let n = addrs.len();
         let mut first_err = None;
         for (i, addr) in addrs.iter().enumerate() {
