@@ -136,7 +136,12 @@ impl Shared {
                     q = self.wait(q, POLL);
                 }
             };
-            let res = job(&self.comm, stream).and_then(|()| stream.synchronize());
+            // A panic below must not leave the work pending and the watchdog waiting for a
+            // worker that is gone.
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                job(&self.comm, stream).and_then(|()| stream.synchronize())
+            }))
+            .unwrap_or_else(|_| Err(Error::Internal(format!("{} #{}: the operation panicked", w.op, w.seq))));
             let mut q = self.lock();
             match res {
                 Ok(()) => w.complete(Ok(())),
