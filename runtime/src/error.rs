@@ -41,6 +41,10 @@ pub enum Error {
     /// The communicator was aborted while the operation ran.
     #[error("{op} on rank {rank} was aborted")]
     Aborted { op: String, rank: usize },
+    /// A process-group operation (`op`, number `seq` of its group, on `rank`) failed, timed
+    /// out or was not run; `peer` is the rank it waited for, when known.
+    #[error("process group {op} #{seq} on rank {rank}: {reason}")]
+    Work { op: &'static str, seq: u64, rank: usize, peer: Option<usize>, reason: String },
     /// The operation or target is not available in this build or on this machine.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -74,6 +78,11 @@ impl Error {
                 Error::PeerFailed { op: op.clone(), rank: *rank, peer: *peer, culprit: *culprit, how: how.clone() }
             }
             Error::Aborted { op, rank } => Error::Aborted { op: op.clone(), rank: *rank },
+            Error::Work { op, seq, rank, peer, reason } => {
+                Error::Work { op, seq: *seq, rank: *rank, peer: *peer, reason: reason.clone() }
+            }
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::InvalidUsage(m) => Error::InvalidUsage(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
             other => Error::Internal(other.to_string()),
         }

@@ -16,7 +16,9 @@
 //! - `transport/`: the transport table (p2p, shm, net: which one connects each pair and
 //!   how a peer's receive segment is reached), FIFO layout and connectors; `fault`: the
 //!   failure boards through which a failure reaches the peers;
-//! - `device/`: per target (`host`, `cuda`) memory, CTA execution and launch.
+//! - `device/`: per target (`host`, `cuda`) memory, CTA execution and launch;
+//! - `process_group/`: above `comm`, an asynchronous process group (c10d style): `Work`
+//!   handles, a worker thread per group, a watchdog.
 
 mod affinity;
 mod bootstrap;
@@ -31,6 +33,7 @@ mod fault;
 pub mod graph;
 mod logging;
 mod op;
+mod process_group;
 pub mod store;
 mod stream;
 pub mod topo;
@@ -45,6 +48,7 @@ pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
 pub use op::Op;
+pub use process_group::{ProcessGroup, Work};
 pub use stream::Stream;
 pub use tune::{
     AlgoOverrides, Estimate, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology,

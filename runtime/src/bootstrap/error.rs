@@ -28,6 +28,10 @@ pub enum BootstrapError {
         "bootstrap: rank {rank} says nranks = {got}, but the communicator has nranks = {expected} (nranks mismatch)"
     )]
     NranksMismatch { expected: usize, got: usize, rank: usize },
+    /// A rank reached root `iroot` with another list of unique ids (or another place in it)
+    /// than the ranks before it: the ranks were not all given the same ids.
+    #[error("bootstrap: rank {rank} was given other unique ids than the other ranks of root {iroot} (ids disagree)")]
+    IdsMismatch { rank: usize, iroot: usize },
     /// A rank number outside `0..nranks`.
     #[error("bootstrap: invalid rank {rank} for nranks = {nranks}")]
     InvalidRank { rank: usize, nranks: usize },

@@ -19,6 +19,9 @@
 //! [`wire`]. Above 128 ranks the connections to the root are staggered (rank-dependent
 //! delays spread over up to ~2 s) so the root is not hit by every rank at once.
 //!
+//! With several unique ids ([`Bootstrap::init_scalable`], NCCL's scalable init) each id's
+//! root serves one contiguous block of ranks ([`scalable`]); the rest is the same.
+//!
 //! `tests::module_doc_example` shows one rank's whole life (the tests live in `tests/`).
 
 mod env;
@@ -30,6 +33,7 @@ mod launch;
 mod net;
 mod ring;
 mod root;
+mod scalable;
 mod wire;
 
 use std::net::SocketAddr;
@@ -144,7 +148,16 @@ impl Bootstrap {
     /// ring and exchanges listen addresses. Fails with the root's error if the communicator
     /// cannot form (duplicate rank, nranks mismatch, missing ranks), `Timeout` if the root
     /// or a ring neighbour does not answer in time, `Aborted` if the abort flag is set.
+    #[allow(dead_code, reason = "the runtime calls init_scalable; the bootstrap tests call this")]
     pub fn init(id: &UniqueId, rank: usize, nranks: usize, config: &BootstrapConfig) -> Result<Bootstrap> {
+        Self::init_scalable(std::slice::from_ref(id), rank, nranks, config)
+    }
+
+    /// As [`init`](Self::init) with several roots: `ids[k]`'s root serves block `k` of the
+    /// ranks ([`scalable::Block`]); every rank must be given the same ids in the same order
+    /// (`IdsMismatch` otherwise, `InvalidArgument` for an empty list, more ids than ranks
+    /// or two ids of one root).
+    pub fn init_scalable(ids: &[UniqueId], rank: usize, nranks: usize, config: &BootstrapConfig) -> Result<Bootstrap> {
         if nranks == 0 || rank >= nranks {
             return Err(BootstrapError::InvalidRank { rank, nranks });
         }
@@ -153,34 +166,32 @@ impl Bootstrap {
         }
         let abort = &*config.abort;
         let timeout = config.timeout;
-        let nonce = id.nonce();
+        let nonce = scalable::comm_nonce(ids, nranks)?;
+        let nroots = ids.len();
+        let iroot = scalable::root_of(rank, nranks, nroots);
+        let block = scalable::Block::of_root(iroot, nranks, nroots);
         let start = Waiter::new("connect to the root", None, timeout, abort);
         start.check()?;
 
-        let iface = iface::choose_interface(config.ifname.as_deref(), Some(id.root_addr().ip()))?;
+        let iface = iface::choose_interface(config.ifname.as_deref(), Some(ids[iroot].root_addr().ip()))?;
         let incoming = Acceptor::new(net::listen(SocketAddr::new(iface.addr, 0))?);
         let me = incoming.local_addr()?;
 
-        // 1. Tell the root who we are.
-        start.sleep(stagger_delay(rank, nranks))?;
-        {
-            let s = net::connect_retry(id.root_addr(), &start)?;
-            let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-            let hello = Hello { nranks: nranks as u32, timeout_ms, listen: me }.encode();
-            net::write_all(
-                &s,
-                &wire::message(Header::new(nonce, Kind::Hello, rank as u32, 0, hello.len()), &hello),
-                &start,
-            )?;
-            // The root acknowledges on this connection: something else listening at the
-            // address (wrong JITCCL_COMM_ID) fails here with WrongMagic.
-            let ack = net::read_header(&s, nonce, &start)?;
-            if ack.kind != Kind::HelloAck {
-                return Err(BootstrapError::Protocol {
-                    from: format!("the root at {}", id.root_addr()),
-                    detail: format!("expected a hello acknowledgement, got {:?}", ack.kind),
-                });
-            }
+        // 1. Tell the root who we are (each root staggers its own block); a block's first
+        //    rank also tells the previous root, whose last rank it follows in the ring.
+        start.sleep(stagger_delay(rank - block.first, block.len))?;
+        let hello = |k: usize| Hello {
+            nranks: nranks as u32,
+            iroot: k as u32,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            listen: me,
+            nroots: nroots as u32,
+            comm_nonce: nonce,
+        };
+        say_hello(&ids[iroot], rank, &hello(iroot), &start)?;
+        if nroots > 1 && rank == block.first {
+            let prev = (iroot + nroots - 1) % nroots;
+            say_hello(&ids[prev], rank, &hello(prev), &start)?;
         }
 
         // 2. Wait for the root's reply (or its error), keeping whatever else arrives.
@@ -378,6 +389,24 @@ impl std::fmt::Debug for Bootstrap {
             .field("peers", &self.peers)
             .finish()
     }
+}
+
+/// Sends `hello` to `id`'s root and waits for its acknowledgement.
+fn say_hello(id: &UniqueId, rank: usize, hello: &Hello, w: &Waiter) -> Result<()> {
+    let s = net::connect_retry(id.root_addr(), w)?;
+    let payload = hello.encode();
+    let header = Header::new(id.nonce(), Kind::Hello, rank as u32, 0, payload.len());
+    net::write_all(&s, &wire::message(header, &payload), w)?;
+    // The root acknowledges on this connection: something else listening at the address
+    // (wrong JITCCL_COMM_ID) fails here with WrongMagic.
+    let ack = net::read_header(&s, id.nonce(), w)?;
+    if ack.kind != Kind::HelloAck {
+        return Err(BootstrapError::Protocol {
+            from: format!("the root at {}", id.root_addr()),
+            detail: format!("expected a hello acknowledgement, got {:?}", ack.kind),
+        });
+    }
+    Ok(())
 }
 
 /// During init: keep the ring predecessor's connection and early send/recv messages.

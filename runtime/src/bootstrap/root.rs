@@ -1,6 +1,7 @@
 //! The root: a thread that collects every rank's `Hello` (rank, nranks, listen address),
 //! checks them, and then connects back to each rank to tell it its ring successor's
-//! address. It serves one communicator and exits.
+//! address. It serves one communicator (or, as one of several roots, one block of its
+//! ranks: see [`super::scalable`]) and exits.
 //!
 //! The root is event-driven (one `poll` over the listener and the connections that have
 //! not finished their `Hello` yet), so a stray connection that sends nothing or garbage
@@ -27,6 +28,7 @@ use super::error::{BootstrapError, Result};
 use super::id::UniqueId;
 use super::iface::choose_interface;
 use super::net::{self, Waiter};
+use super::scalable::{neighbour_of, Block};
 use super::wire::{self, Header, Hello, Kind, RootReply, HEADER_BYTES, MAX_CONTROL_PAYLOAD, ROOT_RANK};
 use super::BootstrapConfig;
 
@@ -39,7 +41,9 @@ const TELL_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RootReport {
     pub nranks: usize,
-    /// Each rank's listen address, by rank.
+    /// The first rank this root served (0 unless it is one of several roots).
+    pub first: usize,
+    /// The listen address of each rank it served, from `first` on.
     pub addrs: Vec<SocketAddr>,
     /// Connections dropped as not being well-formed ranks of this communicator.
     pub rejected: usize,
@@ -140,10 +144,16 @@ struct RootState {
     start: Instant,
     deadline: Instant,
     first_hello: Option<Instant>,
-    nranks: Option<usize>,
+    /// What the first hello said the communicator is: every later one must agree.
+    comm: Option<Hello>,
+    /// The ranks this root serves, and the first rank of the next block (several roots).
+    block: Block,
+    neighbour: Option<usize>,
     by_rank: Vec<Option<SocketAddr>>,
-    /// Every accepted hello's listen address (duplicates included): who to tell an error.
-    arrivals: Vec<SocketAddr>,
+    neighbour_addr: Option<SocketAddr>,
+    /// Every accepted hello's listen address and communicator session (duplicates
+    /// included): who to tell an error, with which nonce.
+    arrivals: Vec<(SocketAddr, u64)>,
     failed: Option<BootstrapError>,
     told: usize,
     rejected: usize,
@@ -160,8 +170,11 @@ impl RootState {
             start,
             deadline: net::deadline_after(start, timeout),
             first_hello: None,
-            nranks: None,
+            comm: None,
+            block: Block { first: 0, len: 0 },
+            neighbour: None,
             by_rank: Vec::new(),
+            neighbour_addr: None,
             arrivals: Vec::new(),
             failed: None,
             told: 0,
@@ -296,65 +309,90 @@ impl RootState {
         }
     }
 
+    /// Hellos this root waits for: its block, and the next block's first rank.
+    fn expected(&self) -> usize {
+        self.block.len + usize::from(self.neighbour.is_some())
+    }
+
     /// Handles one hello; `Some` when the root is done (served, or failed for good).
     fn on_hello(&mut self, rank: usize, hello: Hello) -> Option<Result<RootReport>> {
         let got = hello.nranks as usize;
-        tracing::debug!(rank, nranks = got, listen = %hello.listen, "jitccl bootstrap root: hello");
+        tracing::debug!(rank, nranks = got, iroot = hello.iroot, listen = %hello.listen, "jitccl bootstrap root: hello");
         if let Some(e) = &self.failed {
             let e = clone_err(e);
-            self.tell(hello.listen, &e, TELL_TIMEOUT);
+            self.tell(hello.listen, hello.comm_nonce, &e, TELL_TIMEOUT);
             self.told += 1;
-            return (self.told >= self.nranks.unwrap_or(0)).then_some(Err(e));
+            return (self.told >= self.expected()).then_some(Err(e));
         }
         if self.first_hello.is_none() {
             let now = Instant::now();
             self.first_hello = Some(now);
             self.deadline = net::deadline_after(now, self.timeout.min(Duration::from_millis(hello.timeout_ms)));
-            self.nranks = Some(got);
-            self.by_rank = vec![None; got];
+            let (iroot, nroots) = (hello.iroot as usize, (hello.nroots as usize).max(1));
+            self.block = Block::of_root(iroot.min(nroots - 1), got, nroots);
+            self.neighbour = neighbour_of(iroot, got, nroots);
+            self.by_rank = vec![None; self.block.len];
+            self.comm = Some(hello.clone());
         }
-        self.arrivals.push(hello.listen);
-        let expected = self.nranks.unwrap_or(got);
+        self.arrivals.push((hello.listen, hello.comm_nonce));
+        // Set by the first hello (above).
+        let (expected, iroot) = self.comm.as_ref().map_or((got, 0), |c| (c.nranks as usize, c.iroot as usize));
+        let comm = self.comm.as_ref().unwrap_or(&hello);
+        let same_ids = (hello.comm_nonce, hello.nroots, hello.iroot) == (comm.comm_nonce, comm.nroots, comm.iroot);
         let err = if got != expected {
             Some(BootstrapError::NranksMismatch { expected, got, rank })
         } else if rank >= expected {
             Some(BootstrapError::InvalidRank { rank, nranks: got })
-        } else if self.by_rank[rank].is_some() {
-            Some(BootstrapError::DuplicateRank { rank })
+        } else if !same_ids || !(self.block.contains(rank) || self.neighbour == Some(rank)) {
+            Some(BootstrapError::IdsMismatch { rank, iroot })
         } else {
-            self.by_rank[rank] = Some(hello.listen);
-            None
+            let slot = match self.block.contains(rank) {
+                true => &mut self.by_rank[rank - self.block.first],
+                false => &mut self.neighbour_addr,
+            };
+            slot.replace(hello.listen).map(|_| BootstrapError::DuplicateRank { rank })
         };
         if let Some(e) = err {
             tracing::error!(error = %e, "jitccl bootstrap root: failing the communicator");
             self.tell_all(&e, TELL_TIMEOUT);
             self.told = self.arrivals.len();
-            let done = self.told >= expected;
+            let done = self.told >= self.expected();
             self.failed = Some(clone_err(&e));
             return done.then_some(Err(e));
         }
-        if self.by_rank.iter().all(Option::is_some) {
+        let neighbour_here = self.neighbour.is_none() || self.neighbour_addr.is_some();
+        if neighbour_here && self.by_rank.iter().all(Option::is_some) {
             return Some(self.reply_all());
         }
         None
     }
 
-    /// Everyone is here: tell each rank its successor.
+    /// Everyone is here: tell each rank of the block its successor (the last one's is the
+    /// next block's first rank, or rank 0 with one root).
     fn reply_all(&mut self) -> Result<RootReport> {
         let addrs: Vec<SocketAddr> = self.by_rank.iter().map(|a| a.unwrap()).collect();
+        let Some(comm) = self.comm.clone() else {
+            return Err(BootstrapError::Protocol { from: "root".into(), detail: "no hello before the reply".into() });
+        };
         let n = addrs.len();
         let mut first_err = None;
-        for (r, addr) in addrs.iter().enumerate() {
-            let reply = RootReply { nranks: n as u32, next: addrs[(r + 1) % n] }.encode();
-            if let Err(e) = self.send(*addr, Kind::RootReply, &reply, TELL_TIMEOUT) {
-                tracing::error!(rank = r, %addr, error = %e, "jitccl bootstrap root: cannot reach a rank");
+        for (i, addr) in addrs.iter().enumerate() {
+            let next = match addrs.get(i + 1) {
+                Some(a) => *a,
+                None => self.neighbour_addr.unwrap_or(addrs[0]),
+            };
+            let reply = RootReply { nranks: comm.nranks, next }.encode();
+            if let Err(e) = self.send(*addr, comm.comm_nonce, Kind::RootReply, &reply, TELL_TIMEOUT) {
+                tracing::error!(rank = self.block.first + i, %addr, error = %e, "jitccl bootstrap root: cannot reach a rank");
                 first_err.get_or_insert(e);
             }
         }
         tracing::debug!(nranks = n, after = ?self.start.elapsed(), "jitccl bootstrap root: all ranks connected");
         match first_err {
             Some(e) => Err(e),
-            None => Ok(RootReport { nranks: n, addrs, rejected: self.rejected }),
+            None => {
+                Ok(RootReport { nranks: comm.nranks as usize, first: self.block.first, addrs, rejected: self.rejected })
+            }
         }
     }
 
@@ -362,14 +400,18 @@ impl RootState {
         if let Some(e) = self.failed.take() {
             return e;
         }
-        let Some(nranks) = self.nranks else {
+        let Some(nranks) = self.comm.as_ref().map(|c| c.nranks as usize) else {
             return BootstrapError::Timeout {
                 op: "root: waiting for the first rank",
                 peer: None,
                 after: self.start.elapsed(),
             };
         };
-        let missing: Vec<usize> = (0..nranks).filter(|&r| self.by_rank[r].is_none()).collect();
+        let mut missing: Vec<usize> =
+            (0..self.block.len).filter(|&i| self.by_rank[i].is_none()).map(|i| self.block.first + i).collect();
+        if let (Some(r), None) = (self.neighbour, self.neighbour_addr) {
+            missing.push(r);
+        }
         let after = self.first_hello.map(|t| t.elapsed()).unwrap_or_else(|| self.start.elapsed());
         let e = BootstrapError::MissingRanks { missing, nranks, after };
         self.tell_all(&e, TELL_TIMEOUT);
@@ -377,26 +419,27 @@ impl RootState {
     }
 
     fn tell_all(&mut self, e: &BootstrapError, limit: Duration) {
-        for addr in self.arrivals.clone() {
-            self.tell(addr, e, limit);
+        for (addr, nonce) in self.arrivals.clone() {
+            self.tell(addr, nonce, e, limit);
         }
     }
 
-    fn tell(&self, addr: SocketAddr, e: &BootstrapError, limit: Duration) {
+    fn tell(&self, addr: SocketAddr, nonce: u64, e: &BootstrapError, limit: Duration) {
         if let Some(payload) = wire::encode_error(e) {
-            if let Err(err) = self.send(addr, Kind::RootError, &payload, limit) {
+            if let Err(err) = self.send(addr, nonce, Kind::RootError, &payload, limit) {
                 tracing::warn!(%addr, error = %err, "jitccl bootstrap root: cannot tell a rank the error");
             }
         }
     }
 
     /// Connects to a rank's listener and sends one message (not abortable: the root uses
-    /// it to report errors, aborts included; bounded by `limit`).
-    fn send(&self, addr: SocketAddr, kind: Kind, payload: &[u8], limit: Duration) -> Result<()> {
+    /// it to report errors, aborts included; bounded by `limit`), with the communicator's
+    /// session `nonce` (the rank's listener accepts only that).
+    fn send(&self, addr: SocketAddr, nonce: u64, kind: Kind, payload: &[u8], limit: Duration) -> Result<()> {
         static NEVER: AtomicBool = AtomicBool::new(false);
         let w = Waiter::new("root: connect back to a rank", None, limit.min(self.timeout), &NEVER);
         let s = net::connect(addr, &w)?;
-        let msg = wire::message(Header::new(self.id.nonce(), kind, ROOT_RANK, 0, payload.len()), payload);
+        let msg = wire::message(Header::new(nonce, kind, ROOT_RANK, 0, payload.len()), payload);
         net::write_all(&s, &msg, &w)
     }
 }

@@ -12,7 +12,10 @@
 //!
 //! A message whose magic or nonce is wrong is dropped (and logged), never trusted.
 //! Payloads per kind:
-//! - `Hello` (rank → root, 36 B): nranks u32, 0 u32, timeout_ms u64, listen address (20 B).
+//! - `Hello` (rank → root, 52 B): nranks u32, iroot u32 (the index of the root's id in the
+//!   rank's list), timeout_ms u64, listen address (20 B), nroots u32, 0 u32, comm nonce u64
+//!   (the session of the communicator's ring: the one id's nonce, or a digest of all ids;
+//!   the root sends its replies and errors with it).
 //! - `HelloAck` (root → rank, on the hello's connection, empty): the rank checks it, so a
 //!   `JITCCL_COMM_ID` that points at some other service fails with `WrongMagic` at once.
 //! - `RootReply` (root → rank, 28 B): nranks u32, 0 u32, the ring successor's address (20 B).
@@ -154,29 +157,45 @@ pub fn decode_addr(b: &[u8]) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
+pub const HELLO_BYTES: usize = 32 + ADDR_BYTES;
+
 /// What a rank tells the root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub nranks: u32,
+    pub iroot: u32,
     pub timeout_ms: u64,
     pub listen: SocketAddr,
+    pub nroots: u32,
+    pub comm_nonce: u64,
 }
 
 impl Hello {
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(36);
+        let mut v = Vec::with_capacity(HELLO_BYTES);
         v.extend_from_slice(&self.nranks.to_le_bytes());
-        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&self.iroot.to_le_bytes());
         v.extend_from_slice(&self.timeout_ms.to_le_bytes());
         encode_addr(&self.listen, &mut v);
+        v.extend_from_slice(&self.nroots.to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&self.comm_nonce.to_le_bytes());
         v
     }
 
     pub fn decode(b: &[u8]) -> Option<Self> {
-        if b.len() != 16 + ADDR_BYTES {
+        const TAIL: usize = 16 + ADDR_BYTES;
+        if b.len() != HELLO_BYTES {
             return None;
         }
-        Some(Self { nranks: u32_at(b, 0), timeout_ms: u64_at(b, 8), listen: decode_addr(&b[16..])? })
+        Some(Self {
+            nranks: u32_at(b, 0),
+            iroot: u32_at(b, 4),
+            timeout_ms: u64_at(b, 8),
+            listen: decode_addr(&b[16..TAIL])?,
+            nroots: u32_at(b, TAIL),
+            comm_nonce: u64_at(b, TAIL + 8),
+        })
     }
 }
 
@@ -209,6 +228,7 @@ const E_NRANKS: u32 = 2;
 const E_INVALID_RANK: u32 = 3;
 const E_MISSING: u32 = 4;
 const E_ABORTED: u32 = 5;
+const E_IDS: u32 = 6;
 
 /// Encodes a communicator-wide error the root sends to the ranks. Errors that are not
 /// about the communicator (I/O, ...) are not sent.
@@ -223,6 +243,7 @@ pub fn encode_error(e: &BootstrapError) -> Option<Vec<u8>> {
         }
         BootstrapError::MissingRanks { missing, nranks, after } => (E_MISSING, *nranks as u64, 0, 0, *after, missing),
         BootstrapError::Aborted { .. } => (E_ABORTED, 0, 0, 0, Duration::ZERO, &[]),
+        BootstrapError::IdsMismatch { rank, iroot } => (E_IDS, *rank as u64, *iroot as u64, 0, Duration::ZERO, &[]),
         _ => return None,
     };
     let mut v = Vec::with_capacity(40 + 4 * missing.len());
@@ -260,6 +281,7 @@ pub fn decode_error(p: &[u8], from: &str) -> BootstrapError {
             after,
         },
         E_ABORTED => BootstrapError::Aborted { op: "root (aborted)" },
+        E_IDS => BootstrapError::IdsMismatch { rank: a, iroot: b },
         _ => bad(),
     }
 }
@@ -290,7 +312,7 @@ mod tests {
     #[test]
     fn payload_roundtrips() {
         let a: SocketAddr = "[::1]:4242".parse().unwrap();
-        let hello = Hello { nranks: 5, timeout_ms: 1234, listen: a };
+        let hello = Hello { nranks: 5, iroot: 2, timeout_ms: 1234, listen: a, nroots: 3, comm_nonce: 99 };
         assert_eq!(Hello::decode(&hello.encode()).unwrap(), hello);
         let r = RootReply { nranks: 5, next: "10.1.2.3:7".parse().unwrap() };
         assert_eq!(RootReply::decode(&r.encode()).unwrap(), r);
@@ -305,6 +327,11 @@ mod tests {
         assert!(matches!(
             decode_error(&encode_error(&e).unwrap(), "root"),
             BootstrapError::NranksMismatch { expected: 4, got: 3, rank: 2 }
+        ));
+        let e = BootstrapError::IdsMismatch { rank: 7, iroot: 1 };
+        assert!(matches!(
+            decode_error(&encode_error(&e).unwrap(), "root"),
+            BootstrapError::IdsMismatch { rank: 7, iroot: 1 }
         ));
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::affinity::{self, CpuSet};
-use crate::bootstrap::{Bootstrap, BootstrapConfig, LaunchEnv, UniqueId};
+use crate::bootstrap::{Bootstrap, BootstrapConfig, BootstrapError, LaunchEnv, UniqueId};
 use crate::comm::failure::Failure;
 use crate::comm::{Comm, CommInner};
 use crate::config::{Config, Resolved};
@@ -62,8 +62,24 @@ impl Comm {
     /// Joins communicator `id` as `rank` of `nranks` (NCCL's ncclCommInitRank); every rank
     /// calls it, each in its own process, with the same id and configuration.
     pub fn init_rank(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
-        let (id, cfg) = (*id, config.clone());
-        Self::start_init(config, rank, nranks, move |abort| Self::init_rank_with(&id, nranks, rank, &cfg, None, abort))
+        let (ids, cfg) = (vec![*id], config.clone());
+        Self::start_init(config, rank, nranks, move |abort| Self::init_rank_with(&ids, nranks, rank, &cfg, None, abort))
+    }
+
+    /// As [`init_rank`](Self::init_rank) with several unique ids, NCCL's
+    /// ncclCommInitRankScalable: `ids[k]`'s root (started where that id was created)
+    /// serves the k-th contiguous block of ranks, so no root is hit by every rank at scale.
+    /// Every rank passes the same ids in the same order; an empty list, more ids than
+    /// ranks or two ids of one root is an `InvalidArgument`, ranks given other ids fail
+    /// with a bootstrap `IdsMismatch`.
+    pub fn init_rank_scalable(ids: &[UniqueId], nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
+        let (ids, cfg) = (ids.to_vec(), config.clone());
+        Self::start_init(config, rank, nranks, move |abort| {
+            Self::init_rank_with(&ids, nranks, rank, &cfg, None, abort).map_err(|e| match e {
+                Error::Bootstrap(BootstrapError::InvalidArgument(m)) => Error::InvalidArgument(m),
+                e => e,
+            })
+        })
     }
 
     /// Joins a communicator through `store`: rank 0 creates the unique id (its process runs
@@ -92,16 +108,16 @@ impl Comm {
         let server = if rank == 0 { Some(Server::bind(addr)?) } else { None };
         let store = TcpStore::connect(addr, bcfg.timeout)?;
         tracing::info!("rank {rank} of {nranks}: rendezvous through the store at {addr}");
-        let (id, cfg) = (id_from_store(&store, rank)?, config.clone());
+        let (ids, cfg) = (vec![id_from_store(&store, rank)?], config.clone());
         Self::start_init(config, rank, nranks, move |abort| {
-            Self::init_rank_with(&id, nranks, rank, &cfg, server, abort)
+            Self::init_rank_with(&ids, nranks, rank, &cfg, server, abort)
         })
     }
 
     /// `abort`: the flag that ends the bootstrap's waits (set by an abort of a nonblocking
     /// communicator still initializing).
     fn init_rank_with(
-        id: &UniqueId, nranks: usize, rank: usize, config: &Config, store_server: Option<Server>,
+        ids: &[UniqueId], nranks: usize, rank: usize, config: &Config, store_server: Option<Server>,
         abort: Arc<AtomicBool>,
     ) -> Result<Comm> {
         crate::logging::init();
@@ -117,7 +133,8 @@ impl Comm {
                  create the ranks of one machine in one process with Comm::init_all_on"
             )));
         }
-        let bs = Bootstrap::init(id, rank, nranks, &BootstrapConfig::from_env()?.with_abort(abort.clone()))?;
+        let bcfg = BootstrapConfig::from_env()?.with_abort(abort.clone());
+        let bs = Bootstrap::init_scalable(ids, rank, nranks, &bcfg)?;
 
         // Ranks on one machine share its CPUs, whatever namespace each runs in.
         let machine = transport::machine_id();
@@ -172,9 +189,13 @@ impl Comm {
             if me.net_only { " (JITCCL_TRANSPORT=net)" } else { "" }
         );
         let activity = proxy.as_ref().map(Proxy::activity);
-        // Peer processes on this host: their exit is noticed through pidfds.
-        let local: Vec<(usize, u32)> =
-            (0..nranks).filter(|&q| q != rank && !net[q]).map(|q| (q, endpoints[q].pid)).collect();
+        // Peer processes on this host: their exit is noticed through pidfds (not ranks of
+        // this process, which cannot exit without this one: 256 ranks as threads would
+        // otherwise hold 65 280 pidfds).
+        let local: Vec<(usize, u32)> = (0..nranks)
+            .filter(|&q| q != rank && !net[q] && !ShmSegment::is_created_here(&endpoints[q].segment))
+            .map(|q| (q, endpoints[q].pid))
+            .collect();
         let watch = Watch::start(rank, &local, layout.board(bases[rank]));
         let segments = Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _own: own });
         // Failure boards this process can write: those of peers in memory.

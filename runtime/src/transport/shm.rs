@@ -3,12 +3,18 @@
 //! unlinks the name as soon as every peer has mapped it (the mappings live on), so a
 //! process that dies later leaves nothing behind; a segment still linked when its owner
 //! drops it is unlinked then.
+//!
+//! Each segment is mapped once per process, whatever the number of ranks in it that use it
+//! ([`MAPPED`]): 256 ranks as threads would otherwise make 65 280 mappings, past the
+//! kernel's default limit of 65 530 per process.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use memmap2::MmapMut;
 
@@ -35,8 +41,47 @@ impl Transport for Shm {
 
 const DIR: &str = "/dev/shm";
 
-pub(crate) struct ShmSegment {
+/// One mapping of a segment in this process.
+struct Mapping {
     map: MmapMut,
+    name: String,
+    /// Whether this process created the segment (its owner rank lives here).
+    created: bool,
+}
+
+/// Every segment mapped in this process, by name.
+static MAPPED: Mutex<Option<HashMap<String, Weak<Mapping>>>> = Mutex::new(None);
+
+fn mapped() -> MutexGuard<'static, Option<HashMap<String, Weak<Mapping>>>> {
+    MAPPED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Mapping {
+    fn register(map: MmapMut, name: &str, created: bool) -> Arc<Mapping> {
+        let m = Arc::new(Mapping { map, name: name.to_string(), created });
+        mapped().get_or_insert_with(HashMap::new).insert(name.to_string(), Arc::downgrade(&m));
+        m
+    }
+
+    fn find(name: &str) -> Option<Arc<Mapping>> {
+        mapped().as_ref()?.get(name)?.upgrade()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        let mut g = mapped();
+        if let Some(m) = g.as_mut() {
+            // Names are unique, but a dead entry is all that may be removed.
+            if m.get(&self.name).is_some_and(|w| w.strong_count() == 0) {
+                m.remove(&self.name);
+            }
+        }
+    }
+}
+
+pub(crate) struct ShmSegment {
+    map: Arc<Mapping>,
     name: String,
     /// Whether this process created the name and must unlink it.
     owned_link: AtomicBool,
@@ -60,7 +105,7 @@ impl ShmSegment {
         let map = reserve(&file, &path, bytes).and_then(|()| map(&file, &path)).inspect_err(|_| {
             let _ = std::fs::remove_file(&path);
         })?;
-        let seg = ShmSegment { map, name, owned_link: AtomicBool::new(true) };
+        let seg = ShmSegment { map: Mapping::register(map, &name, true), name, owned_link: AtomicBool::new(true) };
         tracing::debug!("shm segment {} created, {bytes} B", seg.name);
         Ok(seg)
     }
@@ -69,6 +114,16 @@ impl ShmSegment {
     pub(crate) fn open(name: &str, bytes: usize) -> Result<ShmSegment> {
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
             return Err(Error::Internal(format!("bad shared memory name '{name}'")));
+        }
+        let share = |map| ShmSegment { map, name: name.to_string(), owned_link: AtomicBool::new(false) };
+        if let Some(m) = Mapping::find(name) {
+            if m.map.len() != bytes {
+                return Err(Error::Internal(format!(
+                    "shared memory {name} holds {} B, {bytes} B expected",
+                    m.map.len()
+                )));
+            }
+            return Ok(share(m));
         }
         let path = PathBuf::from(DIR).join(name);
         let file = OpenOptions::new()
@@ -80,7 +135,7 @@ impl ShmSegment {
         if len != bytes as u64 {
             return Err(Error::Internal(format!("shared memory {name} holds {len} B, {bytes} B expected")));
         }
-        Ok(ShmSegment { map: map(&file, &path)?, name: name.to_string(), owned_link: AtomicBool::new(false) })
+        Ok(share(Mapping::register(map(&file, &path)?, name, false)))
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -88,7 +143,13 @@ impl ShmSegment {
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
-        self.map.as_ptr() as *mut u8
+        self.map.map.as_ptr() as *mut u8
+    }
+
+    /// Whether the segment `name` was created in this process (by a rank that is a thread
+    /// of it) and is still mapped.
+    pub(crate) fn is_created_here(name: &str) -> bool {
+        Mapping::find(name).is_some_and(|m| m.created)
     }
 
     /// Removes the name (once every peer has mapped the segment).
@@ -166,6 +227,8 @@ mod tests {
         assert!(!PathBuf::from(DIR).join(a.name()).exists());
         // SAFETY: the mapping outlives the name.
         unsafe { assert_eq!(*b.ptr().add(100), 42) };
+        assert_eq!(b.ptr(), a.ptr(), "one mapping per process");
+        assert!(ShmSegment::is_created_here(a.name()));
         let c = ShmSegment::create(4096).unwrap();
         let path = PathBuf::from(DIR).join(c.name());
         use std::os::unix::fs::PermissionsExt;

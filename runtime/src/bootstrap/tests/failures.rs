@@ -84,7 +84,7 @@ fn not_a_root_is_wrong_magic() {
     let addr = fake.local_addr().unwrap();
     let server = thread::spawn(move || {
         let (mut s, _) = fake.accept().unwrap();
-        let mut b = [0u8; 76];
+        let mut b = [0u8; HEADER_BYTES + wire::HELLO_BYTES];
         let _ = s.read_exact(&mut b);
         s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").unwrap();
     });
@@ -270,7 +270,7 @@ fn silent_connections_do_not_stall_init() {
     });
     let (mut s, _) = fake_root.accept().unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut hello = [0u8; HEADER_BYTES + 36];
+    let mut hello = [0u8; HEADER_BYTES + wire::HELLO_BYTES];
     s.read_exact(&mut hello).unwrap();
     let listen = Hello::decode(&hello[HEADER_BYTES..]).unwrap().listen;
     s.write_all(&Header::new(nonce, Kind::HelloAck, ROOT_RANK, 0, 0).encode()).unwrap();

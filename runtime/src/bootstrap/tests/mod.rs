@@ -5,6 +5,7 @@
 
 mod failures;
 mod processes;
+mod scalable;
 mod threads;
 
 use std::net::{SocketAddr, TcpStream};
