@@ -56,6 +56,45 @@ pub fn device_count() -> std::result::Result<usize, String> {
     }
 }
 
+/// A CUDA device as the driver numbers it, for topology detection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PciDevice {
+    pub ordinal: u32,
+    /// "0000:17:00.0", as `/sys` and NCCL's topology files write it.
+    pub busid: String,
+    /// Compute capability as `major * 10 + minor`.
+    pub arch: u32,
+}
+
+/// Every device the driver shows (after `CUDA_VISIBLE_DEVICES`), with its PCI position and
+/// compute capability; read from device attributes, without creating a context. Why
+/// there are none when there is no driver.
+pub(crate) fn pci_devices() -> std::result::Result<Vec<PciDevice>, String> {
+    let count = device_count()?;
+    let mut out = Vec::with_capacity(count);
+    for ordinal in 0..count {
+        let dev = cu::device::get(ordinal as i32).map_err(|e| format!("device {ordinal}: {e}"))?;
+        let attr = |a| {
+            // SAFETY: a valid device handle and attribute.
+            unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| format!("device {ordinal}: {a:?}: {e}"))
+        };
+        use sys::CUdevice_attribute::*;
+        let (domain, bus, slot) = (
+            attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+            attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+        );
+        let (major, minor) =
+            (attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        out.push(PciDevice {
+            ordinal: ordinal as u32,
+            busid: format!("{domain:04x}:{bus:02x}:{slot:02x}.0"),
+            arch: (major * 10 + minor).max(0) as u32,
+        });
+    }
+    Ok(out)
+}
+
 /// One GPU of this process: its primary context, shared by every rank and stream on it.
 pub(crate) struct Gpu {
     pub ordinal: usize,

@@ -1,10 +1,12 @@
 //! NVIDIA GPUs of the host: found on the PCI bus in `/sys` (vendor 0x10de, display or 3D
-//! controller class), so their PCIe position is known without any driver; NVML, when
-//! `libnvidia-ml` is present, adds the compute capability and the NVLinks. Without NVML
-//! GPU links are PCI-only (logged once), never an error.
+//! controller class), so their PCIe position is known without any driver; the CUDA driver,
+//! when present, gives each its device number and compute capability, and NVML, when
+//! `libnvidia-ml` is present, adds the NVLinks. Without NVML GPU links are PCI-only
+//! (logged), never an error.
 //!
-//! Devices are numbered in bus-id order: CUDA's order with `CUDA_DEVICE_ORDER=PCI_BUS_ID`,
-//! and its default order on machines whose GPUs are all alike.
+//! GPUs the driver does not show (no driver, or hidden by `CUDA_VISIBLE_DEVICES`) are
+//! numbered after the others in bus-id order: CUDA's order with
+//! `CUDA_DEVICE_ORDER=PCI_BUS_ID`, and its default order on machines whose GPUs are alike.
 
 use std::fs;
 
@@ -21,7 +23,9 @@ const CLASS_NVSWITCH: &str = "0x068000";
 pub(super) struct Gpu {
     /// PCI bus ids from the root complex down to the GPU.
     pub chain: Vec<String>,
-    /// Compute capability as NCCL writes it (90 for 9.0); `None` without NVML.
+    /// The CUDA device number, where the driver shows this GPU.
+    pub ordinal: Option<u32>,
+    /// Compute capability as NCCL writes it (90 for 9.0); `None` without driver and NVML.
     pub sm: Option<u32>,
     pub nvlinks: Vec<NvLink>,
 }
@@ -48,18 +52,31 @@ pub(super) fn detect(roots: &Roots) -> Vec<Gpu> {
             let class = read(dir.join(id).join("class")).unwrap_or_default();
             vendor.as_deref() == Some(NVIDIA) && (class.starts_with("0x0302") || class.starts_with("0x0300"))
         })
-        .map(|id| Gpu { chain: chain_of(&dir.join(id)), sm: None, nvlinks: Vec::new() })
+        .map(|id| Gpu { chain: chain_of(&dir.join(id)), ordinal: None, sm: None, nvlinks: Vec::new() })
         .filter(|g| !g.chain.is_empty())
         .collect();
     if gpus.is_empty() {
         return gpus;
+    }
+    match crate::device::cuda_pci_devices() {
+        Ok(devices) => {
+            for d in devices {
+                if let Some(g) = gpus.iter_mut().find(|g| g.chain.last() == Some(&d.busid)) {
+                    (g.ordinal, g.sm) = (Some(d.ordinal), Some(d.arch));
+                }
+            }
+        }
+        Err(e) => tracing::info!(
+            "topology: {} NVIDIA GPU(s) on PCI, no CUDA devices ({e}): numbered in bus order",
+            gpus.len()
+        ),
     }
     match nvml::Nvml::open() {
         Ok(nvml) => {
             for g in &mut gpus {
                 let busid = g.chain.last().cloned().unwrap_or_default();
                 match nvml.device(&busid) {
-                    Ok(d) => (g.sm, g.nvlinks) = (Some(d.sm), d.nvlinks),
+                    Ok(d) => (g.sm, g.nvlinks) = (g.sm.or(Some(d.sm)), d.nvlinks),
                     Err(e) => tracing::info!("topology: NVML knows nothing of GPU {busid} ({e}): PCI links only"),
                 }
             }
@@ -75,8 +92,9 @@ pub(super) fn detect(roots: &Roots) -> Vec<Gpu> {
 /// child and its `<nvlink>`s, under its NUMA domain. A GPU the tree (a topology file)
 /// already has keeps what the file says; detection only adds what is missing.
 pub(super) fn add(root: &mut Element, roots: &Roots, gpus: &[Gpu]) {
-    let files_devs: Vec<u32> = count_gpu_devs(root);
-    let mut next_dev = files_devs.iter().max().map_or(0, |d| d + 1);
+    let mut taken: Vec<u32> = count_gpu_devs(root);
+    let drivers = gpus.iter().filter_map(|g| g.ordinal);
+    let mut next_dev = taken.iter().copied().chain(drivers).max().map_or(0, |d| d + 1);
     for g in gpus {
         let Some(busid) = g.chain.last() else { continue };
         let known = find_pci(root, busid).is_some_and(|p| p.children_named("gpu").next().is_some());
@@ -85,8 +103,16 @@ pub(super) fn add(root: &mut Element, roots: &Roots, gpus: &[Gpu]) {
             continue;
         }
         pci.set("class", CLASS_GPU);
-        let mut gpu = Element::new("gpu").with("dev", next_dev);
-        next_dev += 1;
+        // The driver's number unless the file gave it to another GPU.
+        let dev = match g.ordinal.filter(|o| !taken.contains(o)) {
+            Some(o) => o,
+            None => {
+                next_dev += 1;
+                next_dev - 1
+            }
+        };
+        taken.push(dev);
+        let mut gpu = Element::new("gpu").with("dev", dev);
         if let Some(sm) = g.sm {
             gpu.set("sm", sm);
         }
@@ -155,12 +181,22 @@ mod tests {
         // Both hang under the switch: their path is PIX (one switch), not PHB.
         let (a, b) = (sys.gpus[0].node, sys.gpus[1].node);
         assert_eq!(sys.path(a, b).unwrap().ty.to_string(), "PIX");
+        // With a driver its numbers win over bus order.
+        let mut found = found;
+        (found[0].ordinal, found[1].ordinal) = (Some(1), Some(0));
+        let mut root = Element::new("system").with("version", 1);
+        add(&mut root, &roots, &found);
+        let sys = system(&root);
+        let devs: Vec<(&str, u32)> = sys.gpus.iter().map(|g| (g.busid.as_str(), g.dev)).collect();
+        assert!(devs.contains(&("0000:17:00.0", 1)) && devs.contains(&("0000:18:00.0", 0)), "{devs:?}");
     }
 
     #[test]
     fn nvml_facts_become_sm_and_nvlinks_and_file_gpus_win() {
         let (_d, roots) = fake_host();
         let mut found = detect(&roots);
+        // As the driver would say: the second GPU (by bus) is CUDA device 0.
+        found[1].ordinal = Some(0);
         found[0].sm = Some(90);
         found[0].nvlinks = vec![NvLink { target: "0000:18:00.0".into(), count: 4, to_switch: false }];
         found[1].sm = Some(90);
