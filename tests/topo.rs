@@ -1,10 +1,10 @@
 //! Topology files and the graph search over them: the real fixtures in
-//! shared/fixtures/topo, and two hosts with interleaved ranks.
+//! tests/fixtures/topo (copies of ../shared/fixtures/topo), and two hosts with interleaved ranks.
 
 use jitccl::graph::{search, Device, GlobalSystem, Graph, RankPlace, SearchParams};
 use jitccl::topo::{PathType, System};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/topo");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topo");
 
 fn fixtures() -> Vec<(String, System)> {
     let mut names: Vec<String> = std::fs::read_dir(FIXTURES)

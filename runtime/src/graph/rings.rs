@@ -210,7 +210,7 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> System {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/topo");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/topo");
         System::from_xml_file(format!("{dir}/{name}")).unwrap()
     }
 

@@ -184,7 +184,7 @@ mod tests {
     use crate::topo::System;
 
     fn h100() -> GlobalSystem {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/topo");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/topo");
         GlobalSystem::one_rank_per_device(System::from_xml_file(format!("{dir}/hgx-h100-8gpu-8nic.xml")).unwrap())
     }
 

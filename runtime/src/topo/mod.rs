@@ -117,7 +117,7 @@ fn empty_root() -> xml::Element {
 mod tests {
     use super::*;
 
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/topo");
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/topo");
 
     fn fixture(name: &str) -> System {
         System::from_xml_file(format!("{FIXTURES}/{name}")).unwrap()

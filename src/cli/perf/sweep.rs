@@ -33,6 +33,13 @@ pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams:
         .map(|c| Ok((c.device().alloc::<T>(full.max(1))?, c.device().alloc::<T>(full.max(1))?)))
         .collect::<jitccl::Result<Vec<_>>>()
         .map_err(|e| e.to_string())?;
+    // Data in every page before anything is timed, as nccl-tests initializes its buffers:
+    // a never-written buffer reads the kernel's one shared zero page, which flattered large
+    // sizes several-fold, and only until a -c check first wrote it.
+    for (c, (send, recv)) in comms.iter().zip(&bufs) {
+        let data = inputs::<T>(op(a), c.rank(), send.len());
+        send.copy_from_host(&data).and_then(|()| recv.copy_from_host(&data)).map_err(|e| e.to_string())?;
+    }
     let ranks = Ranks { comms, streams, bufs };
 
     let mut report = Report::new(comms.iter().any(|c| c.rank() == 0));
