@@ -7,8 +7,8 @@
 #[path = "common/world.rs"]
 mod world;
 
-use jitccl::{with_element_type, Algorithm, Collective, DataType, Device, Op, Protocol};
-use world::{check, world_on, World, COUNTS, OPS};
+use jitccl::{Algorithm, Collective, DataType, Device, Op, Protocol};
+use world::{check_cases, world_on, World, OPS};
 
 fn world(nranks: usize, algo: Algorithm, proto: Protocol, nchannels: usize) -> World {
     world_on(&(0..nranks).map(Device::host).collect::<Vec<_>>(), algo, proto, nchannels)
@@ -24,23 +24,10 @@ fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize], dt
         let nchannels = 1 + n % 3;
         let w = world(n, algo, proto, nchannels);
         let ops: Vec<Option<Op>> = if coll.reduces() { OPS.iter().map(|&o| Some(o)).collect() } else { vec![None] };
-        for &d in dtypes {
-            for &op in &ops {
-                for &count in COUNTS {
-                    for in_place in [false, true] {
-                        if coll == Collective::SendRecv && in_place {
-                            continue;
-                        }
-                        runs += 1;
-                        if let Err(e) = with_element_type!(d, check(&w, coll, op, count, in_place)) {
-                            failures.push(format!(
-                                "{coll} {algo}/{proto} n={n} ch={nchannels} {d} {op:?} count={count} in_place={in_place}: {e}"
-                            ));
-                        }
-                    }
-                }
-            }
-        }
+        let cases: Vec<_> = dtypes.iter().flat_map(|&d| ops.iter().map(move |&o| (d, o))).collect();
+        let (r, f) = check_cases(&w, coll, &cases, &format!("{coll} {algo}/{proto} n={n} ch={nchannels}"));
+        runs += r;
+        failures.extend(f);
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
     eprintln!("{coll} {algo}/{proto}: {runs} runs passed");

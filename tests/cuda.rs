@@ -12,8 +12,8 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-use jitccl::{with_element_type, Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol, UniqueId};
-use world::{check, world_on, COUNTS, OPS};
+use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol, UniqueId};
+use world::{check_cases, world_on, OPS};
 
 /// GPU 0, or None (the test returns) where there is none and none is required.
 fn gpu(test: &str) -> Option<Device> {
@@ -110,21 +110,9 @@ fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize]) {
     for &n in ranks {
         let nchannels = 1 + n % 3;
         let w = world_on(&vec![dev.clone(); n], algo, proto, nchannels);
-        for (d, op) in samples(coll) {
-            for &count in COUNTS {
-                for in_place in [false, true] {
-                    if coll == Collective::SendRecv && in_place {
-                        continue;
-                    }
-                    runs += 1;
-                    if let Err(e) = with_element_type!(d, check(&w, coll, op, count, in_place)) {
-                        failures.push(format!(
-                            "{coll} {algo}/{proto} n={n} {d} {op:?} count={count} in_place={in_place}: {e}"
-                        ));
-                    }
-                }
-            }
-        }
+        let (r, f) = check_cases(&w, coll, &samples(coll), &format!("{coll} {algo}/{proto} n={n}"));
+        runs += r;
+        failures.extend(f);
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
     println!("{coll} {algo}/{proto}: {runs} runs passed on {dev:?}");

@@ -43,7 +43,7 @@ mod tune;
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_end, group_start, Comm, CommState, Split};
 pub use config::{Config, MAX_CHANNELS};
-pub use device::{cuda_device_count, Device, DeviceBuffer};
+pub use device::{cuda_compute_capability, cuda_device_count, Device, DeviceBuffer};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};

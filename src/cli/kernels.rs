@@ -56,24 +56,14 @@ impl TargetArgs {
 /// CUDA device 0's arch, else (no driver or no device) [`DEFAULT_ARCH`] with a note on
 /// stderr. A device older than the templates' minimum is an error: its kernels cannot be built.
 fn device_arch() -> Result<CudaArch, String> {
-    use cudarc::driver::{result::device, sys::CUdevice_attribute as A};
-    // Checks for the driver library (cudarc panics without one) and initializes it.
-    if let Err(why) = jitccl::cuda_device_count() {
-        eprintln!("# note: no --arch and no CUDA device to take it from ({why}); compiling for {DEFAULT_ARCH}");
-        return Ok(DEFAULT_ARCH);
-    }
-    let capability = || -> Result<(i32, i32), cudarc::driver::DriverError> {
-        let dev = device::get(0)?;
-        // SAFETY: `dev` is a valid device handle; the driver is initialized.
-        unsafe {
-            Ok((
-                device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-                device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-            ))
+    let cc = match jitccl::cuda_compute_capability(0) {
+        Ok(cc) => cc,
+        Err(why) => {
+            eprintln!("# note: no --arch and no CUDA device to take it from ({why}); compiling for {DEFAULT_ARCH}");
+            return Ok(DEFAULT_ARCH);
         }
     };
-    let (major, minor) = capability().map_err(|e| format!("cannot read CUDA device 0's compute capability: {e}"))?;
-    let arch = format!("sm_{major}{minor}");
+    let arch = format!("sm_{cc}");
     let arch = parse_arch(&arch).map_err(|e| format!("CUDA device 0 is {arch}: {e}; pass --arch"))?;
     eprintln!("# no --arch: compiling for {arch}, CUDA device 0's arch");
     Ok(arch)

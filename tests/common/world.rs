@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use jitccl::reference::{count_wrong, inputs, op_for_rank, reduced, RefElement};
-use jitccl::{Algorithm, Collective, Comm, Config, Device, DeviceBuffer, Op, Protocol, Stream};
+use jitccl::{
+    with_element_type, Algorithm, Collective, Comm, Config, DataType, Device, DeviceBuffer, Op, Protocol, Stream,
+};
 
 /// Counts checked: 0, 1, primes and sizes that are not multiples of any step.
 pub const COUNTS: &[usize] = &[0, 1, 7, 61, 1031, 4099];
@@ -121,4 +123,25 @@ pub fn check<T: RefElement>(
         }
     }
     Ok(())
+}
+
+/// Checks `coll` on `w` for every (datatype, op) of `cases`, every count and placement
+/// (SendRecv has no in-place form); returns how many ran and, labelled with `what`, those
+/// that went wrong.
+pub fn check_cases(w: &World, coll: Collective, cases: &[(DataType, Option<Op>)], what: &str) -> (usize, Vec<String>) {
+    let (mut runs, mut failures) = (0, Vec::new());
+    for &(d, op) in cases {
+        for &count in COUNTS {
+            for in_place in [false, true] {
+                if coll == Collective::SendRecv && in_place {
+                    continue;
+                }
+                runs += 1;
+                if let Err(e) = with_element_type!(d, check(w, coll, op, count, in_place)) {
+                    failures.push(format!("{what} {d} {op:?} count={count} in_place={in_place}: {e}"));
+                }
+            }
+        }
+    }
+    (runs, failures)
 }

@@ -23,9 +23,9 @@ use jitccl_codegen::Protocol;
 use crate::affinity::CpuSet;
 use crate::error::{Error, Result};
 pub use buffer::DeviceBuffer;
-pub use cuda::device_count as cuda_device_count;
-pub(crate) use cuda::Gpu;
 pub(crate) use cuda::pci_devices as cuda_pci_devices;
+pub(crate) use cuda::Gpu;
+pub use cuda::{compute_capability as cuda_compute_capability, device_count as cuda_device_count};
 pub(crate) use host::Memory as HostMemory;
 
 /// Where a communicator's rank lives.

@@ -95,6 +95,13 @@ pub(crate) fn pci_devices() -> std::result::Result<Vec<PciDevice>, String> {
     Ok(out)
 }
 
+/// CUDA device `ordinal`'s compute capability as `major * 10 + minor`, or why it cannot
+/// be read (no driver, no such device). Never panics.
+pub fn compute_capability(ordinal: usize) -> std::result::Result<u32, String> {
+    let devices = pci_devices()?;
+    devices.get(ordinal).map(|d| d.arch).ok_or_else(|| format!("no CUDA device {ordinal} ({} present)", devices.len()))
+}
+
 /// One GPU of this process: its primary context, shared by every rank and stream on it.
 pub(crate) struct Gpu {
     pub ordinal: usize,
