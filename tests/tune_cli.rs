@@ -25,15 +25,17 @@ fn ok(o: &Output) -> (String, String) {
     (out, err)
 }
 
-fn quick(table: &Path) -> Output {
-    jitccl(&["tune", "--quick", "-N", "2", "-b", "8", "-e", "4K", "-o", table.to_str().unwrap()], &[])
+fn quick(table: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["tune", "--quick", "-N", "2", "-b", "8", "-e", "4K", "-o", table.to_str().unwrap()];
+    args.extend(extra);
+    jitccl(&args, &[])
 }
 
 #[test]
 fn quick_tune_writes_a_table_that_perf_then_uses() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.csv");
-    let (out, _) = ok(&quick(&path));
+    let (out, _) = ok(&quick(&path, &["--verify", "1"]));
     // One line per size (8, 128, 2048): the model's pick, the best and the gap.
     for size in ["8", "128", "2048"] {
         let line = out
@@ -55,6 +57,17 @@ fn quick_tune_writes_a_table_that_perf_then_uses() {
         assert_eq!(rows.count(), 1, "{size} B is not covered by exactly one row:\n{}", table.to_csv());
     }
 
+    // The verification ran perf with the table: its pick at each size is the row's.
+    let (_, verification) = out.split_once("verification").unwrap_or_else(|| panic!("no verification:\n{out}"));
+    for size in [8u64, 128, 2048] {
+        let row = table.rows.iter().find(|r| (r.min_bytes..=r.max_bytes).contains(&size)).unwrap();
+        let want = format!("{}/{}/{}ch", row.algo, row.proto, row.channels.unwrap());
+        let line = verification.lines().find(|l| l.split_whitespace().next() == Some(&size.to_string()));
+        let line = line.unwrap_or_else(|| panic!("no {size} B verification line:\n{verification}"));
+        assert_eq!(line.split_whitespace().nth(1), Some(want.as_str()), "{line}");
+    }
+    assert!(verification.contains("# worst gap to the best fixed candidate: auto "), "{verification}");
+
     let o = jitccl(
         &["perf", "all_reduce", "-N", "2", "-b", "8", "-e", "4K", "-f", "16", "-w", "1", "-n", "2"],
         &[("JITCCL_TUNER_CONFIG_FILE", path.to_str().unwrap()), ("JITCCL_DEBUG", "DEBUG")],
@@ -71,7 +84,7 @@ fn an_interrupted_tune_resumes_from_its_partial_file() {
     let partial = "# jitccl tune partial: nranks=2 sizes=8..2048x16 warmup=2 iters=10\n\
                    all_reduce\ttree/ll/2/-1\tok\t8=0.001=?;128=0.001=?;2048=0.001=?\n";
     std::fs::write(dir.path().join("t.csv.partial"), partial).unwrap();
-    let (out, err) = ok(&quick(&path));
+    let (out, err) = ok(&quick(&path, &[]));
     assert!(err.contains("resuming: 1 measurement(s) kept"), "{err}");
     assert!(out.contains("(18 to do)"), "{out}");
     let table = Table::read(&path).unwrap();
@@ -80,7 +93,7 @@ fn an_interrupted_tune_resumes_from_its_partial_file() {
 
     // A partial file from other parameters is started over, not mixed in.
     std::fs::write(dir.path().join("t.csv.partial"), partial.replace("nranks=2", "nranks=3")).unwrap();
-    let (out, err) = ok(&quick(&path));
+    let (out, err) = ok(&quick(&path, &[]));
     assert!(err.contains("starting over") && out.contains("(19 to do)"), "{err}\n{out}");
 }
 

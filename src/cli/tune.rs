@@ -9,6 +9,7 @@
 //! Every finished run is appended to `<output>.partial`, so an interrupted run resumes.
 
 mod measure;
+mod verify;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -40,10 +41,12 @@ pub struct TuneArgs {
     /// Multiply the size by this factor each step (default 4; 16 with --quick).
     #[arg(short = 'f', long = "stepfactor", value_parser = at_least::<2>)]
     factor: Option<usize>,
-    /// Untimed iterations per size (default 5; 2 with --quick).
+    /// Untimed iterations per size above 4 MiB (default 5; 2 with --quick); 5x as many up to
+    /// 4 MiB and 50x up to 64 KiB.
     #[arg(short = 'w', long = "warmup_iters")]
     warmup: Option<usize>,
-    /// Timed iterations per size (default 20; 10 with --quick).
+    /// Timed iterations per size above 4 MiB (default 20; 10 with --quick); 5x as many up to
+    /// 4 MiB and 50x up to 64 KiB.
     #[arg(short = 'n', long = "iters", value_parser = at_least::<1>)]
     iters: Option<usize>,
     /// Try 1 to this many channels (default: what the runtime configures, JITCCL_NCHANNELS
@@ -59,6 +62,10 @@ pub struct TuneArgs {
     /// A few minutes on 2 cores: all_reduce only, 8 B to 1 MiB by 16, 1 or 2 channels, few iterations.
     #[arg(long)]
     quick: bool,
+    /// After writing the table, time the default choice (the table), the model alone and the
+    /// two best candidates per size, interleaved this many times, and print each one's gap.
+    #[arg(long, value_name = "REPS", value_parser = at_least::<1>)]
+    verify: Option<usize>,
 }
 
 /// The settings of a run, defaults filled in.
@@ -73,23 +80,48 @@ struct Plan {
 }
 
 impl Plan {
-    /// The perf arguments every run shares.
-    fn perf_args(&self, coll: Collective) -> Vec<String> {
-        let (b, e) = (self.sizes[0], self.sizes[self.sizes.len() - 1]);
-        [
-            "perf".to_string(),
-            coll.to_string(),
-            format!("-N{}", self.nranks),
-            format!("-b{b}"),
-            format!("-e{e}"),
-            format!("-f{}", self.factor),
-            format!("-w{}", self.warmup),
-            format!("-n{}", self.iters),
-            "-c1".to_string(),
-            // The slowest rank's time, as a collective takes (nccl-tests' default is the mean).
-            "-a3".to_string(),
-        ]
-        .to_vec()
+    /// Timed (and warm-up) iterations at `size`: a call of a few microseconds needs many
+    /// more than one that moves megabytes to rise above timer and scheduling noise.
+    fn iters_at(&self, size: usize) -> (usize, usize) {
+        let scale = if size <= 64 << 10 {
+            50
+        } else if size <= 4 << 20 {
+            5
+        } else {
+            1
+        };
+        (self.warmup * scale, self.iters * scale)
+    }
+
+    /// The perf runs that measure one setup of `coll`: one per band of sizes sharing an
+    /// iteration count, each run's arguments.
+    fn perf_runs(&self, coll: Collective) -> Vec<Vec<String>> {
+        let mut bands: Vec<(usize, usize, (usize, usize))> = Vec::new();
+        for &size in &self.sizes {
+            match bands.last_mut() {
+                Some(b) if b.2 == self.iters_at(size) => b.1 = size,
+                _ => bands.push((size, size, self.iters_at(size))),
+            }
+        }
+        bands
+            .into_iter()
+            .map(|(b, e, (warmup, iters))| {
+                [
+                    "perf".to_string(),
+                    coll.to_string(),
+                    format!("-N{}", self.nranks),
+                    format!("-b{b}"),
+                    format!("-e{e}"),
+                    format!("-f{}", self.factor),
+                    format!("-w{warmup}"),
+                    format!("-n{iters}"),
+                    "-c1".to_string(),
+                    // The slowest rank's time, as a collective takes (nccl-tests' default is the mean).
+                    "-a3".to_string(),
+                ]
+                .to_vec()
+            })
+            .collect()
     }
 
     /// What the partial file must have been made with to be resumed.
@@ -174,13 +206,16 @@ impl TuneArgs {
         }
         let work = std::env::temp_dir().join(format!("jitccl-tune-{}", std::process::id()));
         std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
-        let res = self.tune(&plan, &topo, &output, &mut partial, &work);
+        let res = self.tune(&plan, &topo, &output, &mut partial, &work).and_then(|table| {
+            table.write(&output).map_err(|e| format!("writing {}: {e}", output.display()))?;
+            let _ = std::fs::remove_file(&partial_path);
+            println!("# wrote {} row(s) to {}", table.rows.len(), output.display());
+            let Some(reps) = self.verify else { return Ok(()) };
+            let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+            plan.colls.iter().try_for_each(|&coll| verify::verify(&exe, &plan, coll, &output, &partial, reps, &work))
+        });
         let _ = std::fs::remove_dir_all(&work);
-        let table = res?;
-        table.write(&output).map_err(|e| format!("writing {}: {e}", output.display()))?;
-        let _ = std::fs::remove_file(&partial_path);
-        println!("# wrote {} row(s) to {}", table.rows.len(), output.display());
-        Ok(ExitCode::SUCCESS)
+        res.map(|()| ExitCode::SUCCESS)
     }
 
     fn tune(

@@ -164,46 +164,52 @@ impl Partial {
 /// Runs `jitccl perf` for `coll` with `cand`'s one-row table (the model's run: an empty
 /// table), and reads the times from its table and the choices from its DEBUG log.
 pub(super) fn run(exe: &Path, plan: &Plan, coll: Collective, cand: Option<&Candidate>, work: &Path) -> Measurement {
-    match try_run(exe, plan, coll, cand, work) {
+    let table_path = work.join("candidate.csv");
+    let rows = cand.map(|c| vec![c.row(coll, 0, u64::MAX, None)]).unwrap_or_default();
+    let written = Table { rows, ..Table::default() }
+        .write(&table_path)
+        .map_err(|e| format!("writing {}: {e}", table_path.display()));
+    // The runtime caps a row's channels at the configured count.
+    let channels = cand.map(|c| c.channels);
+    match written.and_then(|()| with_table(exe, plan, coll, &table_path, channels, cand.is_some())) {
         Ok(m) => m,
         Err(why) => Measurement::Failed(why),
     }
 }
 
-fn try_run(
-    exe: &Path, plan: &Plan, coll: Collective, cand: Option<&Candidate>, work: &Path,
+/// Runs `jitccl perf` for `coll` with the tuning table at `table` (and `channels` configured,
+/// if given); with `from_table`, every size's choice must have come from the table.
+pub(super) fn with_table(
+    exe: &Path, plan: &Plan, coll: Collective, table: &Path, channels: Option<usize>, from_table: bool,
 ) -> Result<Measurement, String> {
-    let table_path = work.join("candidate.csv");
-    let rows = cand.map(|c| vec![c.row(coll, 0, u64::MAX, None)]).unwrap_or_default();
-    Table { rows, ..Table::default() }
-        .write(&table_path)
-        .map_err(|e| format!("writing {}: {e}", table_path.display()))?;
-    let mut cmd = Command::new(exe);
-    cmd.args(plan.perf_args(coll));
-    // Launcher variables would make perf act as one rank; overrides would veto the row.
-    for var in jitccl::launcher_vars().chain(["JITCCL_ALGO", "JITCCL_PROTO"]) {
-        cmd.env_remove(var);
+    let (mut times, mut picks) = (BTreeMap::new(), BTreeMap::new());
+    for args in plan.perf_runs(coll) {
+        let mut cmd = Command::new(exe);
+        cmd.args(args);
+        // Launcher variables would make perf act as one rank; overrides would veto the row.
+        for var in jitccl::launcher_vars().chain(["JITCCL_ALGO", "JITCCL_PROTO"]) {
+            cmd.env_remove(var);
+        }
+        cmd.env("JITCCL_TUNER_CONFIG_FILE", table).env("JITCCL_DEBUG", "DEBUG");
+        if let Some(c) = channels {
+            cmd.env("JITCCL_NCHANNELS", c.to_string());
+        }
+        let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("running {}: {e}", exe.display()))?;
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() {
+            let last = stderr.lines().chain(stdout.lines()).rfind(|l| !l.contains("DEBUG")).unwrap_or("");
+            return Err(format!("jitccl perf exited with {}: {last}", out.status));
+        }
+        times.extend(parse_times(&stdout));
+        picks.extend(parse_picks(&stderr, coll));
     }
-    cmd.env("JITCCL_TUNER_CONFIG_FILE", &table_path).env("JITCCL_DEBUG", "DEBUG");
-    if let Some(c) = cand {
-        // The runtime caps a row's channels at the configured count.
-        cmd.env("JITCCL_NCHANNELS", c.channels.to_string());
-    }
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("running {}: {e}", exe.display()))?;
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if !out.status.success() {
-        let last = stderr.lines().chain(stdout.lines()).rfind(|l| !l.contains("DEBUG")).unwrap_or("");
-        return Err(format!("jitccl perf exited with {}: {last}", out.status));
-    }
-    let times = parse_times(&stdout);
-    let picks = parse_picks(&stderr, coll);
     for &size in &plan.sizes {
         if !times.contains_key(&size) {
             return Err(format!("jitccl perf printed no time for {size} B"));
         }
         match picks.get(&size) {
-            Some((_, source)) if cand.is_some() && source != "tuning table" => {
-                return Err(format!("at {size} B the runtime chose from the {source}, not the candidate's row"));
+            Some((_, source)) if from_table && source != "tuning table" => {
+                return Err(format!("at {size} B the runtime chose from the {source}, not the table"));
             }
             None => return Err(format!("jitccl perf logged no choice for {size} B")),
             _ => {}
