@@ -7,11 +7,14 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::bootstrap::scalable::Block;
 
+/// What each rank and each root of a run ended with.
+type Outcome<T> = (Vec<Result<T, BootstrapError>>, Vec<Result<RootReport, BootstrapError>>);
+
 /// `nroots` roots and `nranks` rank threads; thread r gets `ids_of(r, &ids)`.
 fn run_scalable<T: Send>(
     nranks: usize, nroots: usize, timeout: Duration, ids_of: impl Fn(usize, &[UniqueId]) -> Vec<UniqueId> + Sync,
     f: impl Fn(Bootstrap) -> T + Sync,
-) -> (Vec<Result<T, BootstrapError>>, Vec<Result<RootReport, BootstrapError>>) {
+) -> Outcome<T> {
     log();
     let config = cfg(timeout);
     let roots: Vec<Root> = (0..nroots).map(|_| Root::start(&config).expect("start root")).collect();
