@@ -93,16 +93,17 @@ run() {
   step "init_rank: ranks joined by a unique id on GPU 0 (device FIFOs, boards in shared memory)" \
     "$out/cuda-tests" --exact gpu_init_rank_ranks_on_one_gpu_match_the_reference
   # Rank processes on one GPU: perf relaunches itself, one rank per process; every rank
-  # checks its results against the reference and perf fails on any wrong element.
+  # checks its results against the reference and perf fails on any wrong element. Without
+  # MPS the GPU time-slices the processes, so waits span slices: small sizes, few iterations.
   for proto in simple ll ll128; do
     step "rank processes through CUDA IPC: AllReduce $proto, 4 processes on GPU 0" \
-      timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 4 --devices 0,0,0,0 --proto "$proto" -b 8 -e 4M -f 8 -n 5 -w 2
+      timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 4 --devices 0,0,0,0 --proto "$proto" -b 8 -e 1M -f 8 -n 3 -w 1
   done
   step "rank processes through CUDA IPC: ReduceScatter, AllGather, Broadcast, 3 processes" \
     bash -c 'for c in reduce_scatter all_gather broadcast; do
-      timeout 120 "$0" perf $c --target cuda -N 3 --devices 0,0,0 -b 8 -e 4M -f 8 -n 5 -w 2 || exit 1; done' "$out/jitccl"
+      timeout 60 "$0" perf $c --target cuda -N 3 --devices 0,0,0 -b 8 -e 1M -f 8 -n 3 -w 1 || exit 1; done' "$out/jitccl"
   step "rank processes through the net proxy (host-mapped FIFOs): AllReduce, 2 processes" \
-    env JITCCL_TRANSPORT=net timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 4M -f 8 -n 5 -w 2
+    env JITCCL_TRANSPORT=net timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 1M -f 8 -n 3 -w 1
   step "a rank that never arrives is Error::Timeout, not a hang" \
     timeout 120 "$out/cuda-tests" --exact gpu_a_rank_that_never_arrives_is_a_timeout
   step "an abort ends a waiting kernel" \
@@ -111,8 +112,8 @@ run() {
     timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -b 8 -e 256M -f 4 -n 20 -w 5
   step "perf: AllReduce 8 B - 256 MiB, 8 ranks on GPU 0" \
     timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 8 -g 8 --devices 0,0,0,0,0,0,0,0 -b 8 -e 256M -f 8 -n 10 -w 3
-  step "perf: AllReduce 8 B - 256 MiB, 2 rank processes on GPU 0 (CUDA IPC)" \
-    timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 256M -f 4 -n 20 -w 5
+  step "perf: AllReduce 8 B - 64 MiB, 2 rank processes on GPU 0 (CUDA IPC, time-sliced)" \
+    timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
 
   echo
   for f in "${failures[@]}"; do echo "FAILED: $f"; done

@@ -8,7 +8,9 @@
 //! cannot open each other's handles: they use the device address, with peer access.
 //!
 //! Several processes may share one GPU (NCCL refuses it): allowed with a warning, so that
-//! every kernel can be tested on one GPU; their kernels must all be resident at once.
+//! every kernel can be tested on one GPU. Without MPS the GPU time-slices the processes'
+//! contexts, so a kernel waiting for a peer's waits for the next slice: correct, and every
+//! wait is bounded, but slow.
 
 use crate::device::{Device, Gpu, HostRegistration, IpcHandle, IpcMapping, Memory};
 use crate::error::{Error, Result};
@@ -145,7 +147,7 @@ pub(crate) fn check_targets(rank: usize, endpoints: &[Endpoint]) -> Result<()> {
     let sharing: Vec<usize> = (0..endpoints.len()).filter(|&q| on_my_gpu(&endpoints[q])).collect();
     if sharing.len() > 1 && sharing[0] == rank {
         tracing::warn!(
-            "ranks {sharing:?} share the GPU at {}: allowed for testing, but their kernels must all be resident at once",
+            "rank processes {sharing:?} share the GPU at {}: allowed for testing, but without MPS the GPU time-slices them, so their collectives are slow",
             mine.busid
         );
     }
