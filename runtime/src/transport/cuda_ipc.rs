@@ -87,7 +87,7 @@ impl Transport for CudaIpc {
 /// A GPU rank's device FIFOs (exported for its CUDA IPC peers), and its shared-memory
 /// segment page-locked and mapped into the GPU while this lives.
 pub(crate) struct DeviceSegment {
-    /// Dropped first: the host segment stays mapped while registered.
+    /// Unregistered on drop, before the communicator unmaps the shared segment.
     _host: HostRegistration,
     fifos: Memory,
     end: CudaEnd,
