@@ -297,7 +297,7 @@ fn attach(
     layout: &Layout, rank: usize, endpoints: &[Endpoint], device: &Device, local: Option<&[*mut u8]>, own: *mut u8,
     own_fifos: Option<*mut u8>,
 ) -> Result<Attached> {
-    let ctx = AttachCtx { bytes: layout.segment_bytes(), device, endpoints, local };
+    let ctx = AttachCtx { rank, bytes: layout.segment_bytes(), device, endpoints, local };
     let n = endpoints.len();
     let mut a = Attached {
         bases: vec![own; n],

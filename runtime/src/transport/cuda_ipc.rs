@@ -62,14 +62,15 @@ impl Transport for CudaIpc {
     }
 
     fn attach(&self, ctx: &AttachCtx, peer: usize) -> Result<Attached> {
-        let missing = || Error::Internal(format!("CUDA IPC to rank {peer} without a GPU on both ends"));
+        let missing =
+            || Error::Internal(format!("rank {}: CUDA IPC to rank {peer} without a GPU on both ends", ctx.rank));
         let end = ctx.endpoints[peer].cuda.as_ref().ok_or_else(missing)?;
         let gpu = ctx.device.gpu()?.ok_or_else(missing)?;
         if ctx.endpoints[peer].pid == std::process::id() {
             gpu.enable_peer_access(&*Gpu::get(end.ordinal)?)?;
             return Ok((end.ptr as *mut u8, None));
         }
-        let what = format!("rank {peer}'s FIFOs on the GPU at {}", end.busid);
+        let what = format!("rank {}: rank {peer}'s FIFOs on the GPU at {}", ctx.rank, end.busid);
         let mapping = IpcMapping::open(&gpu, &end.handle, &what)?;
         Ok((mapping.ptr(), Some(Box::new(mapping))))
     }

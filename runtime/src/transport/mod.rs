@@ -113,6 +113,8 @@ impl Endpoint {
 
 /// What a transport needs to reach a peer's receive segment from here.
 pub(crate) struct AttachCtx<'a> {
+    /// The rank attaching (for errors).
+    pub rank: usize,
     pub bytes: usize,
     /// This rank's device: kernels on it must reach what is attached.
     pub device: &'a Device,
