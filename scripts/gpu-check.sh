@@ -8,9 +8,12 @@
 #
 # `run` queries the device, runs the CUDA reference tests (every collective x algorithm x
 # protocol over a sample of datatypes and every op; 1, 2, 4 and 8 ranks on GPU 0; counts
-# 0, 1, odd and multi-step; in and out of place), the timeout and abort tests, and a short
-# `jitccl perf` sweep on the GPU; it ends with `N passed, M failed` and exits non-zero on
-# any failure. Kernels compile with the machine's NVRTC into a fresh cache.
+# 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
+# (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
+# through the net proxy (`jitccl perf` checks every rank against the reference), the
+# timeout and abort tests, and a short `jitccl perf` sweep on the GPU; it ends with
+# `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
+# machine's NVRTC into a fresh cache.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/target/gpu-check"
@@ -85,15 +88,32 @@ run() {
     "$out/cuda-tests" --skip gpu_
   step "reference sweep: every collective x algorithm x protocol, 1-8 ranks on GPU 0" \
     "$out/cuda-tests" gpu_all_ gpu_reduce gpu_broadcast gpu_sendrecv --test-threads 8
+  step "host-staged FIFOs (JITCCL_P2P_DISABLE=1): ring AllReduce, every protocol" \
+    env JITCCL_P2P_DISABLE=1 "$out/cuda-tests" gpu_all_reduce_ring_ --test-threads 4
+  step "init_rank: ranks joined by a unique id on GPU 0 (device FIFOs, boards in shared memory)" \
+    "$out/cuda-tests" --exact gpu_init_rank_ranks_on_one_gpu_match_the_reference
+  # Rank processes on one GPU: perf relaunches itself, one rank per process; every rank
+  # checks its results against the reference and perf fails on any wrong element. Without
+  # MPS the GPU time-slices the processes, so waits span slices: small sizes, few iterations.
+  for proto in simple ll ll128; do
+    step "rank processes through CUDA IPC: AllReduce $proto, 4 processes on GPU 0" \
+      timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 4 --devices 0,0,0,0 --proto "$proto" -b 8 -e 1M -f 8 -n 3 -w 1
+  done
+  step "rank processes through CUDA IPC: ReduceScatter, AllGather, Broadcast, 3 processes" \
+    bash -c 'for c in reduce_scatter all_gather broadcast; do
+      timeout 60 "$0" perf $c --target cuda -N 3 --devices 0,0,0 -b 8 -e 1M -f 8 -n 3 -w 1 || exit 1; done' "$out/jitccl"
+  step "rank processes through the net proxy (host-mapped FIFOs): AllReduce, 2 processes" \
+    env JITCCL_TRANSPORT=net timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 1M -f 8 -n 3 -w 1
   step "a rank that never arrives is Error::Timeout, not a hang" \
     timeout 120 "$out/cuda-tests" --exact gpu_a_rank_that_never_arrives_is_a_timeout
   step "an abort ends a waiting kernel" \
     timeout 120 "$out/cuda-tests" --exact gpu_an_abort_ends_a_waiting_kernel
-  # CUDA ranks share one process (-g): ranks of separate processes on GPUs are not built yet.
   step "perf: AllReduce 8 B - 256 MiB, 2 ranks on GPU 0" \
     timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -b 8 -e 256M -f 4 -n 20 -w 5
   step "perf: AllReduce 8 B - 256 MiB, 8 ranks on GPU 0" \
     timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 8 -g 8 --devices 0,0,0,0,0,0,0,0 -b 8 -e 256M -f 8 -n 10 -w 3
+  step "perf: AllReduce 8 B - 64 MiB, 2 rank processes on GPU 0 (CUDA IPC, time-sliced)" \
+    timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
 
   echo
   for f in "${failures[@]}"; do echo "FAILED: $f"; done

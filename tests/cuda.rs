@@ -57,12 +57,65 @@ fn ranks_of_one_communicator_are_on_one_target() {
 }
 
 #[test]
-fn process_ranks_on_cuda_are_refused_before_any_rendezvous() {
+fn without_a_driver_a_process_rank_on_cuda_is_refused_before_any_rendezvous() {
+    if jitccl::cuda_device_count().is_ok() {
+        return; // a GPU machine: gpu_process_ranks_* run ranks of processes there
+    }
     let cfg = Config { device: Some(Device::Cuda { ordinal: 0 }), ..Config::default() };
     let t0 = Instant::now();
     let e = Comm::init_rank(&UniqueId::new().unwrap(), 2, 1, &cfg).unwrap_err();
-    assert!(matches!(e, Error::Unsupported(_)) && e.to_string().contains("init_all_on"), "{e}");
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Unsupported(_)), "{msg}");
+    assert!(msg.contains("rank 1") && msg.contains("CUDA device 0") && msg.contains("libcuda.so"), "{msg}");
     assert!(t0.elapsed() < Duration::from_secs(5), "it must not wait for the other rank");
+}
+
+/// Ranks joined with `init_rank` on GPU 0 (threads of this process, so they reach each
+/// other's device FIFOs by address; boards in page-locked shared memory), forced to
+/// `algo`/`proto` with tiny FIFO slots as `world_on` does.
+fn init_rank_world(dev: &Device, n: usize, algo: Algorithm, proto: Protocol) -> world::World {
+    let cfg = Config {
+        device: Some(dev.clone()),
+        nchannels: Some(2),
+        algo: Some(algo),
+        proto: Some(proto),
+        timeout: Some(Duration::from_secs(60)),
+        slot_bytes: Some([256, 64, 256]),
+        ..Config::default()
+    };
+    let id = UniqueId::new().unwrap();
+    let comms: Vec<Comm> = std::thread::scope(|s| {
+        let joins: Vec<_> = (0..n)
+            .map(|r| {
+                s.spawn({
+                    let cfg = cfg.clone();
+                    move || Comm::init_rank(&id, n, r, &cfg)
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().unwrap().expect("init_rank on a GPU")).collect()
+    });
+    let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();
+    world::World { comms, streams }
+}
+
+#[test]
+fn gpu_init_rank_ranks_on_one_gpu_match_the_reference() {
+    let Some(dev) = gpu("gpu_init_rank_ranks_on_one_gpu_match_the_reference") else { return };
+    let (mut failures, mut runs) = (Vec::new(), 0);
+    for (coll, algo, proto, n) in [
+        (Collective::AllReduce, Algorithm::Ring, Protocol::Simple, 2),
+        (Collective::AllReduce, Algorithm::Ring, Protocol::LL, 3),
+        (Collective::AllReduce, Algorithm::Tree, Protocol::LL128, 4),
+        (Collective::AllGather, Algorithm::Ring, Protocol::Simple, 3),
+    ] {
+        let w = init_rank_world(&dev, n, algo, proto);
+        let (r, f) = check_cases(&w, coll, &samples(coll), &format!("init_rank {coll} {algo}/{proto} n={n}"));
+        runs += r;
+        failures.extend(f);
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+    println!("init_rank on {dev:?}: {runs} runs passed");
 }
 
 #[test]

@@ -106,18 +106,20 @@ fn nccl_tests_timing_flags_work() {
 
 #[test]
 fn cuda_target_without_a_gpu_fails_clearly() {
+    if jitccl::cuda_device_count().is_ok() {
+        return; // a GPU machine: gpu-check runs perf on it
+    }
     let cache = tempfile::tempdir().unwrap();
-    for args in
-        [&["perf", "all_reduce", "--target", "cuda"][..], &["perf", "gather", "--target", "cuda", "--devices", "0,0"]]
-    {
+    for args in [
+        &["perf", "all_reduce", "--target", "cuda"][..],
+        &["perf", "gather", "--target", "cuda", "--devices", "0,0", "-g", "2"],
+        // Rank processes (CUDA IPC): refused before any process starts.
+        &["perf", "all_reduce", "--target", "cuda", "-N", "2", "--devices", "0,0"],
+    ] {
         let out = jitccl(args, cache.path());
         let err = text(&out.stderr);
-        // With a GPU it fails too, for now: the runtime cannot create ranks on CUDA yet.
         assert!(!out.status.success(), "{args:?}: {}", text(&out.stdout));
-        assert!(err.contains("--target cuda") && !err.contains("panicked"), "{args:?}: {err}");
-        if jitccl::cuda_device_count().is_err() {
-            assert!(err.contains("no usable GPU"), "{args:?}: {err}");
-        }
+        assert!(err.contains("--target cuda: no usable GPU") && !err.contains("panicked"), "{args:?}: {err}");
     }
 }
 

@@ -19,20 +19,23 @@ use crate::graph::{self, GlobalSystem, Graph, SearchParams};
 use crate::store::{Server, Store, TcpStore};
 use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
+use crate::transport::cuda_ipc::{self, DeviceSegment};
 use crate::transport::layout::Layout;
 use crate::transport::net::{Activity, NetListener, Proxy};
-use crate::transport::p2p::LocalSegments;
+use crate::transport::p2p::{self, LocalSegments};
 use crate::transport::shm::ShmSegment;
 use crate::transport::{self, AttachCtx, Endpoint};
 use crate::tune::{self, Tuner};
 
 /// What the connectors point into: the proxy (if any peer is over the network; declared
 /// first so it stops before the memory goes), the peers' segments as mapped here (shared
-/// memory or local shadows), and this rank's own.
+/// memory, device FIFOs or local shadows), and this rank's own (on a GPU, its device FIFOs
+/// too, and its shared segment mapped into the GPU until then).
 struct Segments {
     _watch: Option<Watch>,
     _proxy: Option<Proxy>,
     _attached: Vec<Box<dyn Send + Sync>>,
+    _device: Option<DeviceSegment>,
     _own: ShmSegment,
 }
 
@@ -125,14 +128,7 @@ impl Comm {
             return invalid(format!("rank {rank} is not below nranks {nranks}"));
         }
         let device = config.device.clone().unwrap_or(Device::host(rank));
-        if device.is_cuda() {
-            // Segments in device memory shared through CUDA IPC handles, and a device-mapped
-            // FIFO for the net proxy, are not built yet.
-            return Err(Error::Unsupported(format!(
-                "rank {rank} on {device:?}: ranks in separate processes on CUDA devices are not supported yet; \
-                 create the ranks of one machine in one process with Comm::init_all_on"
-            )));
-        }
+        cuda_ipc::check_device(rank, &device)?;
         let bcfg = BootstrapConfig::from_env()?.with_abort(abort.clone());
         let bs = Bootstrap::init_scalable(ids, rank, nranks, &bcfg)?;
 
@@ -149,16 +145,21 @@ impl Comm {
 
         let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
         let own = ShmSegment::create(layout.segment_bytes())?;
+        let own_device = DeviceSegment::new(rank, &device, &layout, &own)?;
         // What the transport table decides each pair's transport from.
-        let me = Endpoint::of_process(own.name())?;
-        let endpoints = bs.all_gather(&me.encode())?.iter().map(|b| Endpoint::decode(b)).collect::<Result<Vec<_>>>()?;
-        let Attached { bases, keep, net } = attach(&layout, rank, &endpoints, None, own.ptr())?;
+        let me = Endpoint::of_process(own.name(), own_device.as_ref().map(DeviceSegment::end))?;
+        let gathered = bs.all_gather(&me.encode())?;
+        let endpoints = gathered.iter().enumerate().map(|(q, b)| Endpoint::decode(q, b)).collect::<Result<Vec<_>>>()?;
+        cuda_ipc::check_targets(rank, &endpoints)?;
+        let own_fifos = own_device.as_ref().map(DeviceSegment::ptr);
+        let Attached { bases, boards, recv, keep, net } =
+            attach(&layout, rank, &endpoints, &device, None, own.ptr(), own_fifos)?;
         // Once everyone has mapped every segment, the names can go: nothing is left behind
         // in /dev/shm even if a process dies later.
         bs.barrier()?;
         own.unlink();
         let graph = global_graph(&bs, rank, &endpoints, cfg.nchannels)?;
-        let conns = connect(&layout, rank, &bases, &graph)?;
+        let conns = connect(&layout, rank, &bases, &recv, &graph)?;
         // Every rank tunes as rank 0 does (its machine's topology, its table): so they
         // cannot disagree.
         let plan = if rank == 0 { tune::plan(&graph)? } else { Vec::new() };
@@ -197,9 +198,10 @@ impl Comm {
             .map(|q| (q, endpoints[q].pid))
             .collect();
         let watch = Watch::start(rank, &local, layout.board(bases[rank]));
-        let segments = Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _own: own });
+        let segments =
+            Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _device: own_device, _own: own });
         // Failure boards this process can write: those of peers in memory.
-        let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(bases[q]))).collect();
+        let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(boards[q]))).collect();
         let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
         let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
@@ -279,6 +281,10 @@ fn count_hosts(endpoints: &[Endpoint]) -> usize {
 struct Attached {
     /// Indexed by rank.
     bases: Vec<*mut u8>,
+    /// Per rank, where its failure board is mapped here (at the start of a segment).
+    boards: Vec<*mut u8>,
+    /// Per peer, this rank's segment that the peer's FIFOs are in.
+    recv: Vec<*mut u8>,
     /// What keeps the mappings alive.
     keep: Vec<Box<dyn Send + Sync>>,
     /// Per rank, whether it is reached over the network.
@@ -286,19 +292,34 @@ struct Attached {
 }
 
 /// Maps every peer's receive segment here through the transport the table picks for it
-/// (logged with the reason); `own` is this rank's.
+/// (logged with the reason); `own` is this rank's, `own_fifos` its device FIFOs on a GPU.
 fn attach(
-    layout: &Layout, rank: usize, endpoints: &[Endpoint], local: Option<&[*mut u8]>, own: *mut u8,
+    layout: &Layout, rank: usize, endpoints: &[Endpoint], device: &Device, local: Option<&[*mut u8]>, own: *mut u8,
+    own_fifos: Option<*mut u8>,
 ) -> Result<Attached> {
-    let ctx = AttachCtx { bytes: layout.segment_bytes(), endpoints, local };
+    let ctx = AttachCtx { rank, bytes: layout.segment_bytes(), device, endpoints, local };
     let n = endpoints.len();
-    let mut a = Attached { bases: vec![own; n], keep: Vec::new(), net: vec![false; n] };
+    let mut a = Attached {
+        bases: vec![own; n],
+        boards: vec![own; n],
+        recv: vec![own; n],
+        keep: Vec::new(),
+        net: vec![false; n],
+    };
     for q in (0..n).filter(|&q| q != rank) {
         let (t, why) = transport::select(&endpoints[rank], &endpoints[q]);
         tracing::info!("rank {rank}: peer {q} over {} ({why})", t.name());
         let (base, k) = t.attach(&ctx, q)?;
-        (a.bases[q], a.net[q]) = (base, t.is_net());
+        (a.bases[q], a.boards[q], a.net[q]) = (base, base, t.is_net());
         a.keep.extend(k);
+        if let Some((board, k)) = t.attach_board(&ctx, q)? {
+            a.boards[q] = board;
+            a.keep.extend(k);
+        }
+        if t.receives_in_device() {
+            a.recv[q] =
+                own_fifos.ok_or_else(|| Error::Internal(format!("rank {rank}: no device FIFOs for rank {q}")))?;
+        }
     }
     Ok(a)
 }
@@ -342,10 +363,10 @@ impl Comm {
         if nranks == 0 {
             return invalid("a communicator needs at least one rank");
         }
-        connect_devices(devices)?;
+        let staged = connect_devices(devices)?;
         let cfg = config.resolve(nranks)?;
         let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
-        let segments = Arc::new(LocalSegments::new(&layout, devices)?);
+        let segments = Arc::new(LocalSegments::new(&layout, devices, staged)?);
         let (local, boards) = (segments.bases(), segments.boards());
         let group = Endpoint::of_group();
         let endpoints = vec![group; nranks];
@@ -360,8 +381,10 @@ impl Comm {
         );
         (0..nranks)
             .map(|rank| {
-                let Attached { bases, .. } = attach(&layout, rank, &endpoints, Some(&local), local[rank])?;
-                let conns = connect(&layout, rank, &bases, &graph)?;
+                let device = &devices[rank];
+                let Attached { bases, recv, .. } =
+                    attach(&layout, rank, &endpoints, device, Some(&local), local[rank], None)?;
+                let conns = connect(&layout, rank, &bases, &recv, &graph)?;
                 let cpus = affinity::for_local_rank(rank, nranks);
                 let wiring = Wiring {
                     conns,
@@ -377,11 +400,12 @@ impl Comm {
     }
 }
 
-/// Checks that `devices` are of one target and, for GPUs, that every pair of distinct GPUs
-/// reaches each other's memory (enabling peer access). Several ranks on one GPU are
+/// Checks that `devices` are of one target and, for GPUs, enables peer access between
+/// every pair of distinct GPUs, or returns true where the FIFOs must be staged in host
+/// memory instead (`p2p::staging`, logged with the reason). Several ranks on one GPU are
 /// allowed with a warning (NCCL refuses them): every kernel can be tested on one GPU, but
 /// the ranks' kernels must all fit on it at once.
-fn connect_devices(devices: &[Device]) -> Result<()> {
+fn connect_devices(devices: &[Device]) -> Result<bool> {
     if devices.iter().any(|d| d.is_cuda() != devices[0].is_cuda()) {
         return invalid(format!(
             "the ranks of one communicator must all be on host or all on CUDA devices: {devices:?}"
@@ -395,9 +419,15 @@ fn connect_devices(devices: &[Device]) -> Result<()> {
                 "{a:?} holds {sharing} ranks of one communicator: their kernels must all be resident at once"
             );
         }
-        for b in &gpus {
-            a.enable_peer_access(b)?;
-        }
     }
-    Ok(())
+    let ordinals: Vec<usize> = gpus.iter().map(|g| g.ordinal).collect();
+    let can = |i: usize, j: usize| gpus[i].can_access_peer(&gpus[j]);
+    if let Some(why) = p2p::staging(&ordinals, p2p::staging_forced(), can)? {
+        tracing::warn!("ranks on GPUs {ordinals:?}: FIFOs staged in host memory mapped into the GPUs ({why})");
+        return Ok(true);
+    }
+    for (a, b) in gpus.iter().flat_map(|a| gpus.iter().map(move |b| (a, b))) {
+        a.enable_peer_access(b)?;
+    }
+    Ok(false)
 }

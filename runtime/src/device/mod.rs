@@ -26,6 +26,7 @@ pub use buffer::DeviceBuffer;
 pub(crate) use cuda::pci_devices as cuda_pci_devices;
 pub(crate) use cuda::Gpu;
 pub use cuda::{compute_capability as cuda_compute_capability, device_count as cuda_device_count};
+pub(crate) use cuda::{IpcHandle, IpcMapping, Registered as HostRegistration};
 pub(crate) use host::Memory as HostMemory;
 
 /// Where a communicator's rank lives.
@@ -102,6 +103,14 @@ impl Memory {
         match device.gpu()? {
             None => HostMemory::zeroed(bytes).map(Memory::Host),
             Some(g) => cuda::MappedMemory::zeroed(&g, bytes).map(Memory::Mapped),
+        }
+    }
+
+    /// The handle other processes of this machine open device memory by (CUDA IPC).
+    pub(crate) fn ipc_handle(&self) -> Result<IpcHandle> {
+        match self {
+            Memory::Cuda(m) => m.ipc_handle(),
+            _ => Err(Error::Internal("only device memory is shared through CUDA IPC handles".into())),
         }
     }
 

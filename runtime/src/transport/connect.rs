@@ -30,8 +30,12 @@ pub(crate) struct RankConns {
 }
 
 /// The connector tables of `rank`, given every rank's segment as mapped in this process
-/// and the rings and trees of `graph` (one channel per layout channel).
-pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8], graph: &Graph) -> Result<RankConns> {
+/// (where this rank sends), per peer the segment of this rank's that the peer's FIFOs are
+/// in (`recv`: its own segment, or on a GPU its device FIFOs for CUDA IPC peers), and the
+/// rings and trees of `graph` (one channel per layout channel).
+pub(crate) fn connect(
+    layout: &Layout, rank: usize, segments: &[*mut u8], recv: &[*mut u8], graph: &Graph,
+) -> Result<RankConns> {
     if graph.channels.len() != layout.nchannels {
         return Err(Error::Internal(format!(
             "a graph of {} channel(s) for {} channel(s)",
@@ -56,7 +60,7 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8], graph:
         if n > 1 {
             let (prev, next) = (order[(pos + n - 1) % n], order[(pos + 1) % n]);
             ch.ring_send = layout.end(segments[next], c, Edge::Ring, next);
-            ch.ring_recv = layout.end(segments[rank], c, Edge::Ring, prev);
+            ch.ring_recv = layout.end(recv[prev], c, Edge::Ring, prev);
             sends.push(Link { peer: next, chan: c, edge: Edge::Ring });
             recvs.push(Link { peer: prev, chan: c, edge: Edge::Ring });
         }
@@ -67,14 +71,14 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8], graph:
             })?;
             ch.tree_parent = p as i32;
             ch.tree_up_send = layout.end(segments[p], c, Edge::FromChild(k), p);
-            ch.tree_up_recv = layout.end(segments[rank], c, Edge::FromParent, p);
+            ch.tree_up_recv = layout.end(recv[p], c, Edge::FromParent, p);
             sends.push(Link { peer: p, chan: c, edge: Edge::FromChild(k) });
             recvs.push(Link { peer: p, chan: c, edge: Edge::FromParent });
         }
         ch.tree_nchildren = tree.children[rank].len() as i32;
         for (k, &child) in tree.children[rank].iter().enumerate() {
             ch.tree_down_send[k] = layout.end(segments[child], c, Edge::FromParent, child);
-            ch.tree_down_recv[k] = layout.end(segments[rank], c, Edge::FromChild(k), child);
+            ch.tree_down_recv[k] = layout.end(recv[child], c, Edge::FromChild(k), child);
             sends.push(Link { peer: child, chan: c, edge: Edge::FromParent });
             recvs.push(Link { peer: child, chan: c, edge: Edge::FromChild(k) });
         }
@@ -92,7 +96,7 @@ pub(crate) fn connect(layout: &Layout, rank: usize, segments: &[*mut u8], graph:
         sends,
         recvs,
         p2p_send: per_peer(&|peer, c| layout.end(segments[peer], c, Edge::P2p(rank), peer)),
-        p2p_recv: per_peer(&|peer, c| layout.end(segments[rank], c, Edge::P2p(peer), peer)),
+        p2p_recv: per_peer(&|peer, c| layout.end(recv[peer], c, Edge::P2p(peer), peer)),
         channels,
         ring_ranks,
     })

@@ -2,19 +2,24 @@
 //! one segment holding all the FIFOs it receives on, at offsets every rank can compute
 //! (`layout`); `connect` turns the segments' addresses into a rank's connector tables. In
 //! one process a segment is plain memory (`p2p`: both ends share pointers); processes on a
-//! host map each other's (`shm`); across hosts a proxy thread moves FIFO steps over TCP
+//! host map each other's (`shm`), or on GPUs open each other's device FIFOs through CUDA
+//! IPC handles (`cuda_ipc`); across hosts a proxy thread moves FIFO steps over TCP
 //! between a sender's local shadow of the peer's FIFO and the peer's own (`net`).
 //!
 //! Which one connects a pair is decided in one place, `select`, from what the ranks told
 //! each other at init (`Endpoint`): like NCCL's transport table, each transport says
-//! whether it can connect the two, the first that can (in the order p2p, shm, net) wins,
+//! whether it can connect the two, the first that can (in the order p2p, cuda_ipc, shm,
+//! net) wins,
 //! and it maps the peer's segment here. Both ends decide from the same facts, so they agree.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::device::Device;
 use crate::error::{Error, Result};
+use cuda_ipc::CudaEnd;
 
 pub(crate) mod connect;
+pub(crate) mod cuda_ipc;
 pub(crate) mod layout;
 pub(crate) mod net;
 pub(crate) mod p2p;
@@ -56,45 +61,63 @@ pub(crate) struct Endpoint {
     pub net_only: bool,
     /// The rank's process, for peers on its host to watch.
     pub pid: u32,
+    /// A rank on a GPU: its device and the FIFOs its CUDA IPC peers send into.
+    pub cuda: Option<CudaEnd>,
 }
 
 impl Endpoint {
-    /// A rank of a group of processes, receiving in the shared segment `segment`.
-    pub(crate) fn of_process(segment: &str) -> Result<Endpoint> {
-        let pid = std::process::id();
-        Ok(Endpoint { host: host_id(), group: None, segment: segment.to_string(), net_only: force_net()?, pid })
+    /// A rank of a group of processes, receiving in the shared segment `segment` (and on a
+    /// GPU, in the device FIFOs of `cuda`).
+    pub(crate) fn of_process(segment: &str, cuda: Option<CudaEnd>) -> Result<Endpoint> {
+        let (host, segment, pid) = (host_id(), segment.to_string(), std::process::id());
+        Ok(Endpoint { host, group: None, segment, net_only: force_net()?, pid, cuda })
     }
 
     /// The endpoint of every rank of a new group created together in this process.
     pub(crate) fn of_group() -> Endpoint {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let group = Some(NEXT.fetch_add(1, Ordering::Relaxed));
-        Endpoint { host: host_id(), group, segment: String::new(), net_only: false, pid: std::process::id() }
+        Endpoint {
+            host: host_id(),
+            group,
+            segment: String::new(),
+            net_only: false,
+            pid: std::process::id(),
+            cuda: None,
+        }
     }
 
     /// The bytes exchanged at init (fields joined by a separator no field holds).
     pub(crate) fn encode(&self) -> Vec<u8> {
         let group = self.group.map_or(String::new(), |g| g.to_string());
         let pid = self.pid.to_string();
-        [self.host.as_str(), &group, &self.segment, if self.net_only { "net" } else { "" }, &pid]
+        let cuda = self.cuda.as_ref().map_or(String::new(), CudaEnd::encode);
+        [self.host.as_str(), &group, &self.segment, if self.net_only { "net" } else { "" }, &pid, &cuda]
             .join("\u{1f}")
             .into_bytes()
     }
 
-    pub(crate) fn decode(b: &[u8]) -> Result<Endpoint> {
-        let bad = || Error::Internal(format!("a peer sent a malformed endpoint ({} bytes)", b.len()));
-        let s = std::str::from_utf8(b).map_err(|_| bad())?;
+    /// Reads what rank `from` sent.
+    pub(crate) fn decode(from: usize, b: &[u8]) -> Result<Endpoint> {
+        let bad =
+            |why: &str| Error::Internal(format!("rank {from} sent a malformed endpoint ({} bytes): {why}", b.len()));
+        let s = std::str::from_utf8(b).map_err(|_| bad("not UTF-8"))?;
         let f: Vec<&str> = s.split('\u{1f}').collect();
-        let [host, group, segment, net, pid] = f[..] else { return Err(bad()) };
-        let group = if group.is_empty() { None } else { Some(group.parse().map_err(|_| bad())?) };
-        let pid = pid.parse().map_err(|_| bad())?;
-        Ok(Endpoint { host: host.into(), group, segment: segment.into(), net_only: net == "net", pid })
+        let [host, group, segment, net, pid, cuda] = f[..] else { return Err(bad("not 6 fields")) };
+        let group = if group.is_empty() { None } else { Some(group.parse().map_err(|_| bad("group"))?) };
+        let pid = pid.parse().map_err(|_| bad("pid"))?;
+        let cuda = if cuda.is_empty() { None } else { Some(CudaEnd::decode(cuda).map_err(|e| bad(&e))?) };
+        Ok(Endpoint { host: host.into(), group, segment: segment.into(), net_only: net == "net", pid, cuda })
     }
 }
 
 /// What a transport needs to reach a peer's receive segment from here.
 pub(crate) struct AttachCtx<'a> {
+    /// The rank attaching (for errors).
+    pub rank: usize,
     pub bytes: usize,
+    /// This rank's device: kernels on it must reach what is attached.
+    pub device: &'a Device,
     pub endpoints: &'a [Endpoint],
     /// The segments of ranks created together in this process, if any.
     pub local: Option<&'a [*mut u8]>,
@@ -114,10 +137,20 @@ pub(crate) trait Transport: Sync {
     fn is_net(&self) -> bool {
         false
     }
+    /// Where `peer`'s failure board is mapped here, when it is not at the start of the
+    /// segment `attach` maps (device FIFOs keep their board in host memory).
+    fn attach_board(&self, _ctx: &AttachCtx, _peer: usize) -> Result<Option<Attached>> {
+        Ok(None)
+    }
+    /// Whether this rank receives from the peer in its device segment (else in the
+    /// segment its endpoint names).
+    fn receives_in_device(&self) -> bool {
+        false
+    }
 }
 
 /// The table, in order of preference.
-static TRANSPORTS: [&dyn Transport; 3] = [&p2p::P2p, &shm::Shm, &net::Net];
+static TRANSPORTS: [&dyn Transport; 4] = [&p2p::P2p, &cuda_ipc::CudaIpc, &shm::Shm, &net::Net];
 
 /// The transport that connects `me` to `peer`, and why.
 pub(crate) fn select(me: &Endpoint, peer: &Endpoint) -> (&'static dyn Transport, &'static str) {
@@ -130,28 +163,33 @@ pub(crate) fn select(me: &Endpoint, peer: &Endpoint) -> (&'static dyn Transport,
     (&net::Net, "no other transport can")
 }
 
+/// The transport both ends pick for a pair, checking that they agree.
+#[cfg(test)]
+pub(crate) fn pick_agreed(a: &Endpoint, b: &Endpoint) -> &'static str {
+    let (t, _) = select(a, b);
+    assert_eq!(t.name(), select(b, a).0.name(), "both ends must agree");
+    t.name()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn ep(host: &str, group: Option<u64>, net_only: bool) -> Endpoint {
-        Endpoint { host: host.into(), group, segment: "jitccl-1-2-3".into(), net_only, pid: 7 }
+        Endpoint { host: host.into(), group, segment: "jitccl-1-2-3".into(), net_only, pid: 7, cuda: None }
     }
 
     #[test]
     fn the_table_picks_the_closest_transport_alike_on_both_ends() {
-        let pick = |a: &Endpoint, b: &Endpoint| {
-            let (t, _) = select(a, b);
-            assert_eq!(t.name(), select(b, a).0.name(), "both ends must agree");
-            t.name()
-        };
+        let pick = pick_agreed;
         assert_eq!(pick(&ep("h", Some(1), false), &ep("h", Some(1), false)), "p2p");
         assert_eq!(pick(&ep("h", Some(1), false), &ep("h", Some(2), false)), "shm");
         assert_eq!(pick(&ep("h", None, false), &ep("h", None, false)), "shm");
         assert_eq!(pick(&ep("h", None, false), &ep("other", None, false)), "net");
         assert_eq!(pick(&ep("h", None, true), &ep("h", None, true)), "net");
         let e = ep("host/ns", Some(7), true);
-        assert_eq!(Endpoint::decode(&e.encode()).unwrap(), e);
-        assert!(Endpoint::decode(b"only\x1ftwo").is_err());
+        assert_eq!(Endpoint::decode(3, &e.encode()).unwrap(), e);
+        let err = Endpoint::decode(3, b"only\x1ftwo").unwrap_err().to_string();
+        assert!(err.contains("rank 3 sent a malformed endpoint"), "{err}");
     }
 }

@@ -109,18 +109,24 @@ pub fn open(a: &PerfArgs, lay: &Layout, first: usize, cfg: &Config) -> Result<Lo
     Ok(Local { comms, _server: server })
 }
 
-/// Ranks `first..` of `lay` on the CUDA devices `devices` (one per rank). The runtime has
-/// no CUDA device constructor yet; when it has (`Device::cuda(ordinal)` and an init on
-/// given devices), this is the one function to fill in.
+/// Ranks `first..` of `lay` on the CUDA devices `devices` (one per rank): all in this
+/// process (`init_all_on`, direct pointers), or one rank per process joining through the
+/// launcher's environment (CUDA IPC between processes of one machine).
 fn cuda_comms(lay: &Layout, first: usize, devices: &[usize], cfg: &Config) -> Result<Vec<Comm>, String> {
-    if lay.procs != 1 {
+    if lay.procs != 1 && lay.per_process() != 1 {
         return Err(format!(
-            "--target cuda: the {} ranks must share one process (-g {} or --threads): ranks of separate processes on GPUs are not supported yet",
+            "--target cuda: rank processes hold one GPU rank each (-t 1 -g 1), or one process holds all {} ranks (-g {})",
             lay.nranks, lay.nranks
         ));
     }
     let on = devices.iter().map(|&d| jitccl::Device::cuda(d)).collect::<jitccl::Result<Vec<_>>>();
     let on = on.map_err(|e| format!("--target cuda: {e}"))?;
+    if lay.procs != 1 {
+        let cfg = Config { device: on.first().cloned(), ..cfg.clone() };
+        let comm =
+            Comm::init_from_env(&cfg).map_err(|e| format!("--target cuda: rank {first} on GPU {devices:?}: {e}"))?;
+        return Ok(vec![comm]);
+    }
     debug_assert_eq!(first, 0);
     Comm::init_all_on(&on, cfg).map_err(|e| format!("--target cuda: ranks on GPU(s) {devices:?}: {e}"))
 }

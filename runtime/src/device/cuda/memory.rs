@@ -59,6 +59,14 @@ impl DeviceMemory {
         self.ptr as *mut u8
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.bytes
+    }
+
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// Copies `src` to byte `offset` (synchronously).
     pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check(offset, src.len())?;
@@ -135,17 +143,7 @@ impl MappedMemory {
         let mem = MappedMemory { ptr, bytes };
         // SAFETY: `bytes` bytes at `ptr` were just allocated.
         unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
-        let mut dev: sys::CUdeviceptr = 0;
-        // SAFETY: `ptr` is mapped host memory; an out-parameter.
-        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, ptr.cast(), 0) }
-            .result()
-            .map_err(driver("mapping host memory into the device"))?;
-        if dev as usize != ptr as usize {
-            return Err(Error::Unsupported(format!(
-                "cuda:{}: mapped host memory has another address on the device",
-                gpu.ordinal
-            )));
-        }
+        same_address(gpu, ptr)?;
         Ok(mem)
     }
 
@@ -160,6 +158,59 @@ impl Drop for MappedMemory {
         // SAFETY: allocated by `malloc_host`; the kernels that used it have finished.
         if let Err(e) = unsafe { cu::free_host(self.ptr.cast()) } {
             tracing::warn!("freeing {} B of mapped host memory: {e}", self.bytes);
+        }
+    }
+}
+
+/// Checks that kernels on `gpu` address the mapped host memory at `ptr` by the host's own
+/// address: the tables kernels read hold host pointers.
+fn same_address(gpu: &Gpu, ptr: *mut u8) -> Result<()> {
+    let mut dev: sys::CUdeviceptr = 0;
+    // SAFETY: `ptr` is mapped host memory; an out-parameter.
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, ptr.cast(), 0) }
+        .result()
+        .map_err(driver("mapping host memory into the device"))?;
+    if dev as usize != ptr as usize {
+        return Err(Error::Unsupported(format!(
+            "cuda:{}: mapped host memory has another address on the device",
+            gpu.ordinal
+        )));
+    }
+    Ok(())
+}
+
+/// Host memory allocated elsewhere (a shared-memory segment that other processes map),
+/// page-locked and mapped into every device at its host address until dropped: the host
+/// (a proxy, a peer process) and the kernels both address it.
+pub(crate) struct Registered {
+    ptr: *mut u8,
+    bytes: usize,
+}
+
+// SAFETY: as for `MappedMemory`.
+unsafe impl Send for Registered {}
+unsafe impl Sync for Registered {}
+
+impl Registered {
+    /// Registers `bytes` bytes at `ptr`, which must stay mapped while this lives.
+    pub(crate) fn new(gpu: &Gpu, ptr: *mut u8, bytes: usize) -> Result<Registered> {
+        gpu.bind()?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller keeps `bytes` bytes at `ptr` mapped while this lives.
+        unsafe { sys::cuMemHostRegister_v2(ptr.cast(), bytes, flags) }
+            .result()
+            .map_err(driver(format_args!("page-locking {bytes} B of shared memory for cuda:{}", gpu.ordinal)))?;
+        let reg = Registered { ptr, bytes };
+        same_address(gpu, ptr)?;
+        Ok(reg)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // SAFETY: registered in `new`; the kernels that used it have finished.
+        if let Err(e) = unsafe { sys::cuMemHostUnregister(self.ptr.cast()) }.result() {
+            tracing::warn!("unlocking {} B of shared memory: {e}", self.bytes);
         }
     }
 }

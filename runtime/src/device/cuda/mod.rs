@@ -6,9 +6,11 @@
 //!   capability, SM count), made current on whichever thread calls into the driver;
 //! - `memory`: device memory (user buffers, FIFO segments, kernel tables) and host memory
 //!   mapped into the device (what the host polls: statuses, abort flags, failure boards);
+//! - `ipc`: device memory shared with other processes of the machine (CUDA IPC handles);
 //! - `module`: a compiled image loaded into a context, one function per spec;
 //! - `stream`: a CUDA stream and the launch of a kernel on it, one CTA per channel.
 
+mod ipc;
 mod memory;
 mod module;
 mod stream;
@@ -21,7 +23,8 @@ use jitccl_codegen::compile::nvrtc::nvrtc;
 use jitccl_codegen::{CudaArch, CudaOutput, KernelSpec};
 
 use crate::error::{Error, Result};
-pub(crate) use memory::{DeviceMemory, MappedMemory, Pool};
+pub(crate) use ipc::{IpcHandle, IpcMapping};
+pub(crate) use memory::{DeviceMemory, MappedMemory, Pool, Registered};
 pub(crate) use module::Kernel;
 pub(crate) use stream::{block_threads, CudaStream};
 
@@ -79,20 +82,29 @@ pub(crate) fn pci_devices() -> std::result::Result<Vec<PciDevice>, String> {
             unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| format!("device {ordinal}: {a:?}: {e}"))
         };
         use sys::CUdevice_attribute::*;
-        let (domain, bus, slot) = (
-            attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
-            attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
-            attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
-        );
         let (major, minor) =
             (attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
         out.push(PciDevice {
             ordinal: ordinal as u32,
-            busid: format!("{domain:04x}:{bus:02x}:{slot:02x}.0"),
+            busid: busid(dev).map_err(|e| format!("device {ordinal}: {e}"))?,
             arch: (major * 10 + minor).max(0) as u32,
         });
     }
     Ok(out)
+}
+
+/// Device `dev`'s PCI address, "0000:17:00.0": the same in every process of the machine,
+/// whatever each one's CUDA_VISIBLE_DEVICES.
+fn busid(dev: sys::CUdevice) -> std::result::Result<String, cu::DriverError> {
+    // SAFETY: a valid device handle and attributes.
+    let attr = |a| unsafe { cu::device::get_attribute(dev, a) };
+    use sys::CUdevice_attribute::*;
+    let (domain, bus, slot) = (
+        attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+    );
+    Ok(format!("{domain:04x}:{bus:02x}:{slot:02x}.0"))
 }
 
 /// CUDA device `ordinal`'s compute capability as `major * 10 + minor`, or why it cannot
@@ -111,6 +123,8 @@ pub(crate) struct Gpu {
     pub arch: u32,
     pub sms: u32,
     pub name: String,
+    /// Its PCI address (see `busid`).
+    pub busid: String,
     /// Where allocations, frees and copies are ordered (see `memory`).
     mem_stream: sys::CUstream,
     /// Kernels loaded into this context: ranks on one GPU share them. By spec, not by
@@ -168,6 +182,7 @@ impl Gpu {
             return Err(Error::Unsupported(format!("CUDA device {ordinal} has no unified addressing")));
         }
         let name = cu::device::get_name(dev).unwrap_or_else(|_| "unknown GPU".into());
+        let busid = busid(dev).map_err(driver("reading the PCI address"))?;
         // SAFETY: a retained context.
         unsafe { cu::ctx::set_current(ctx) }.map_err(driver("making the context current"))?;
         let mem_stream =
@@ -179,6 +194,7 @@ impl Gpu {
             arch: (major * 10 + minor) as u32,
             sms: sms as u32,
             name,
+            busid,
             mem_stream,
             kernels: Mutex::default(),
         })
@@ -196,17 +212,25 @@ impl Gpu {
         unsafe { cu::stream::synchronize(self.mem_stream) }.map_err(driver("waiting for a copy"))
     }
 
-    /// Lets kernels on this GPU reach memory of `peer` (direct pointers), once per pair.
-    pub(crate) fn enable_peer_access(&self, peer: &Gpu) -> Result<()> {
+    /// Whether kernels on this GPU can reach `peer`'s memory directly (peer access).
+    pub(crate) fn can_access_peer(&self, peer: &Gpu) -> Result<bool> {
         if peer.ordinal == self.ordinal {
-            return Ok(());
+            return Ok(true);
         }
         let mut can = 0;
         // SAFETY: valid device handles and an out-parameter.
         unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.dev, peer.dev) }
             .result()
             .map_err(driver(format_args!("asking whether cuda:{} can reach cuda:{}", self.ordinal, peer.ordinal)))?;
-        if can == 0 {
+        Ok(can != 0)
+    }
+
+    /// Lets kernels on this GPU reach memory of `peer` (direct pointers), once per pair.
+    pub(crate) fn enable_peer_access(&self, peer: &Gpu) -> Result<()> {
+        if peer.ordinal == self.ordinal {
+            return Ok(());
+        }
+        if !self.can_access_peer(peer)? {
             return Err(Error::Unsupported(format!(
                 "cuda:{} cannot access cuda:{}'s memory (no peer access): ranks in one process need it",
                 self.ordinal, peer.ordinal

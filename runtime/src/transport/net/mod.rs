@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Socket, Type};
 
 use crate::config::Resolved;
-use crate::device::HostMemory;
+use crate::device::Memory;
 use crate::error::{sys, Error, Result};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
@@ -58,8 +58,10 @@ impl Transport for Net {
         })
     }
 
+    /// The shadow is memory both the proxy (host loads) and this rank's kernels reach:
+    /// on a GPU, page-locked host memory mapped into it.
     fn attach(&self, ctx: &AttachCtx, _peer: usize) -> Result<Attached> {
-        let shadow = HostMemory::zeroed(ctx.bytes)?;
+        let shadow = Memory::mapped(ctx.device, ctx.bytes)?;
         Ok((shadow.ptr(), Some(Box::new(shadow))))
     }
 
@@ -308,6 +310,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
+    use crate::device::HostMemory;
     use crate::transport::layout::Edge;
 
     /// Rank 0 (2 sockets per connector) sets up its one receive connector, the ring from
