@@ -3,23 +3,26 @@
 //!
 //! Three kinds of thread wait:
 //! - a **kernel** waiting on a peer (a FIFO step, an LL flag) polls `spin_budget` rounds
-//!   with a pause instruction, then yields its core for `KERNEL_YIELDS` rounds, then sleeps
-//!   `KERNEL_SLEEP_NS` per round (the prelude's `jc_relax`, fed the budget through the
-//!   launch arguments and the other two as constants). Every round also checks abort, peer
-//!   failure and the timeout, so the wait stays bounded whatever the policy;
-//! - a stream's **dispatcher** with nothing queued, and a **caller** waiting for queued
+//!   with a pause instruction, then yields its core for `JC_RELAX_YIELDS` rounds, then
+//!   sleeps `JC_RELAX_SLEEP_NS` per round (the host prelude's `jc_relax`, which gets the
+//!   budget through the launch arguments and the other two as its constants). Every 256th
+//!   round also checks abort, peer failure and the timeout, so the wait stays bounded
+//!   whatever the policy;
+//! - a stream's **dispatcher** with nothing to run, and a **caller** waiting for queued
 //!   launches to finish, `poll` for `POLL`: `POLL_SPINS` busy rounds, then yields; then
 //!   they park on a condition variable until woken;
 //! - a caller of `Stream::synchronize` whose launches the dispatcher has not started runs
-//!   them itself (see `stream`), so that a blocking collective is one thread's work, with
-//!   no hand-off or wake-up between threads.
+//!   them itself (`stream::run`), so that a blocking collective is one thread's work, with
+//!   no hand-off or wake-up between threads: its waits are the kernel's.
 //!
 //! Spinning wins when the thread waited for is running on another core: a hand-off then
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
 //! waited-for thread needs the very core the waiter spins on, which is the case when ranks
-//! outnumber cores or another job keeps the cores busy. So a rank that has cores of its own
-//! spins long and one that shares spins briefly; `JITCCL_SPIN` sets the budget outright
-//! (0: yield at once, for machines known to be loaded).
+//! outnumber cores. So a rank that has cores of its own spins long (about 100 µs) and one
+//! that shares spins briefly (about 1 µs). A busy machine (another job on the cores) is
+//! not detected: a rank keeps its core while it spins, as MPI's ranks do, rather than hand
+//! it to the other job for a time slice at each wait. `JITCCL_SPIN` (`Config::spin`) sets
+//! the budget outright: 0 yields at once, for ranks known to share their cores.
 
 use std::time::{Duration, Instant};
 
@@ -53,15 +56,15 @@ pub(crate) fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Opt
 }
 
 /// Busy-poll rounds a kernel's wait makes before it starts yielding its core (each round
-/// is a pause instruction, tens of nanoseconds). A rank with CPUs of its own polls for
-/// about a hundred microseconds, much longer than a hand-off between two running threads,
-/// so that such hand-offs cost no system call. Ranks that share CPUs, by their machine's
-/// rank count or because this process runs more ranks (of several communicators) than it
-/// has CPUs, poll briefly, so that the peer they wait for gets to run.
-pub(crate) fn spin_budget(cpus: Option<&CpuSet>) -> u64 {
-    if affinity::has_own_cpus(cpus) {
-        4096
-    } else {
-        32
+/// is a pause instruction, about 25 ns on this project's x86 machines): `set` if the
+/// configuration sets it, else many for a rank with CPUs of its own, so that hand-offs
+/// between two running ranks cost no system call, and few for ranks that share CPUs, by
+/// their machine's rank count or because this process runs more ranks (of several
+/// communicators) than it has CPUs, so that the peer they wait for gets to run.
+pub(crate) fn spin_budget(set: Option<u64>, cpus: Option<&CpuSet>) -> u64 {
+    match set {
+        Some(n) => n,
+        None if affinity::has_own_cpus(cpus) => 4096,
+        None => 32,
     }
 }

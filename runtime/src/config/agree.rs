@@ -23,6 +23,8 @@ impl Resolved {
             net_name,
             split_share,
             abort_propagates,
+            // How long this rank spins is its own business: ranks may differ.
+            spin: _,
         } = self;
         vec![
             ("nchannels", format!("{nchannels}")),

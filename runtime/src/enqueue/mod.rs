@@ -194,7 +194,7 @@ impl Rank {
             peer_failed: self.board.as_ptr(),
             scalar_f,
             scalar_i: scalar_f as i64,
-            spin: wait::spin_budget(self.cpus.as_deref()),
+            spin: wait::spin_budget(self.cfg.spin, self.cpus.as_deref()),
             nranks: nranks as i32,
             rank: rank as i32,
             root: call.root as i32,
