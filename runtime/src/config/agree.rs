@@ -104,6 +104,15 @@ mod tests {
     }
 
     #[test]
+    fn spin_is_bounded_and_each_ranks_own() {
+        let spin = |n| Config { spin: Some(n), ..Config::default() }.resolve(2);
+        let e = spin(super::super::MAX_SPIN + 1).unwrap_err().to_string();
+        assert!(e.contains("JITCCL_SPIN"), "{e}");
+        let (a, b) = (spin(0).unwrap(), spin(100).unwrap());
+        assert!(a.agree(0, &[a.encode(), b.encode()]).is_ok(), "ranks may spin differently");
+    }
+
+    #[test]
     fn cta_bounds_and_net_names_are_checked() {
         let c = |min, max, n| Config { min_ctas: min, max_ctas: max, nchannels: n, ..Config::default() }.resolve(2);
         assert_eq!(
