@@ -111,32 +111,41 @@ impl Drop for LiveRank {
     }
 }
 
-/// Busy-poll rounds a kernel's wait makes before it starts yielding its core (each round
-/// is a pause instruction, tens of nanoseconds). A rank with CPUs of its own polls for
-/// about a hundred microseconds, much longer than a hand-off between two running threads,
-/// so that such hand-offs cost no system call. Ranks that share CPUs, by their machine's
-/// rank count or because this process runs more ranks (of several communicators) than it
-/// has CPUs, poll briefly, so that the peer they wait for gets to run.
-pub(crate) fn spin_budget(cpus: Option<&CpuSet>) -> u64 {
+/// Whether the calling thread runs on one of `set`'s CPUs now.
+pub(crate) fn on_current_cpu(set: &CpuSet) -> bool {
+    // SAFETY: no arguments; glibc reads the CPU from rseq or the vDSO, without a system call.
+    let cpu = unsafe { libc::sched_getcpu() };
+    // SAFETY: CPU_ISSET reads a bit below CPU_SETSIZE, which the range check ensures.
+    cpu >= 0 && (cpu as usize) < libc::CPU_SETSIZE as usize && unsafe { libc::CPU_ISSET(cpu as usize, &set.mask) }
+}
+
+/// Whether a rank bound to `cpus` has them to itself: no other rank of the machine is
+/// bound there, and this process runs no more ranks (of all its communicators) than it has
+/// CPUs.
+pub(crate) fn has_own_cpus(cpus: Option<&CpuSet>) -> bool {
     static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let process_cpus = *CPUS.get_or_init(|| allowed().map_or(1, |a| a.len()));
-    if cpus.is_some_and(|c| c.exclusive) && LIVE_RANKS.load(Ordering::Relaxed) <= process_cpus {
-        4096
-    } else {
-        32
-    }
+    cpus.is_some_and(|c| c.exclusive) && LIVE_RANKS.load(Ordering::Relaxed) <= process_cpus
 }
 
 thread_local! {
     /// The set this thread was last bound to, so that a thread running one rank's
     /// kernels back to back binds once, not per launch.
     static BOUND: Cell<u64> = const { Cell::new(0) };
+    /// The thread is one of jitccl's own (a stream's dispatcher or CTA worker).
+    static OWN: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Binds the calling thread to `set` unless it already is. Failure is logged, not fatal:
-/// binding only helps speed.
+/// Marks the calling thread as jitccl's own, which `bind_current` may bind.
+pub(crate) fn mark_kernel_thread() {
+    OWN.set(true);
+}
+
+/// Binds the calling thread to `set` unless it already is, or is not jitccl's own: a
+/// caller's thread that runs a kernel inline (`Stream::synchronize`) keeps the binding its
+/// owner chose. Failure is logged, not fatal: binding only helps speed.
 pub(crate) fn bind_current(set: &CpuSet) {
-    if BOUND.get() == set.id {
+    if BOUND.get() == set.id || !OWN.get() {
         return;
     }
     // SAFETY: the pointer and size describe a valid cpu_set_t; 0 is the calling thread.
@@ -164,11 +173,14 @@ mod tests {
     }
 
     #[test]
-    fn binding_applies_to_the_calling_thread() {
+    fn binding_applies_to_jitccl_threads_only() {
         let all = allowed().expect("sched_getaffinity");
         let first = share(&all, all.len(), 0, all.len()).unwrap().0;
         let set = CpuSet::new(first.clone(), true);
         std::thread::spawn(move || {
+            bind_current(&set);
+            assert_eq!(allowed().unwrap(), all, "a thread not marked as jitccl's own stays unbound");
+            mark_kernel_thread();
             bind_current(&set);
             assert_eq!(allowed().unwrap(), first);
         })

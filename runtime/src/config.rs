@@ -71,6 +71,11 @@ pub struct Config {
     /// waiting on this rank fail at once naming it, instead of by their timeout;
     /// `JITCCL_ABORT_PROPAGATE` (0 or 1). Default false (NCCL's abort is local).
     pub abort_propagates: Option<bool>,
+    /// Busy-poll rounds (pause instructions, tens of nanoseconds each) a kernel's wait on a
+    /// peer makes before it starts yielding its core; `JITCCL_SPIN`, 0 to 10^9. Default:
+    /// chosen per rank by whether it has cores of its own (see the README's wait policy).
+    /// Each rank may set its own.
+    pub spin: Option<u64>,
     /// Where this rank lives, for the inits of one rank per call (`init_rank`,
     /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
     /// each rank's device instead. Ranks of one communicator may differ in it.
@@ -96,6 +101,7 @@ pub(crate) struct Resolved {
     pub net_name: &'static str,
     pub split_share: bool,
     pub abort_propagates: bool,
+    pub spin: Option<u64>,
 }
 
 /// Most channels a rank may use (each is a CTA: a thread on the host).
@@ -110,6 +116,8 @@ const MAX_BUFFSIZE: usize = 1 << 30;
 const MAX_TIMEOUT: Duration = Duration::from_secs(1_000_000_000);
 /// Most sockets per net connector.
 const MAX_NSOCKS: usize = 16;
+/// Most busy-poll rounds of a kernel's wait (about half a minute).
+const MAX_SPIN: u64 = 1_000_000_000;
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
@@ -269,6 +277,13 @@ impl Config {
                 "nsocks (JITCCL_NSOCKS_PERTHREAD) must be 1..={MAX_NSOCKS} sockets per connector, got {nsocks}"
             )));
         }
+        let spin = match self.spin {
+            Some(n) => Some(n),
+            None => parse_env("JITCCL_SPIN", |v| v.parse::<u64>().map_err(|e| e.to_string()))?,
+        };
+        if let Some(n) = spin.filter(|&n| n > MAX_SPIN) {
+            return Err(Error::InvalidArgument(format!("spin (JITCCL_SPIN) must be 0..={MAX_SPIN} rounds, got {n}")));
+        }
         let comm_name = self.comm_name.clone().or_else(|| env("JITCCL_COMM_NAME").map(|n| n.trim().to_string()));
         Ok(Resolved {
             nchannels,
@@ -284,6 +299,7 @@ impl Config {
             net_name: net_name(&self.net_name)?,
             split_share: flag(self.split_share, "JITCCL_COMM_SPLIT_SHARE_RESOURCES", false)?,
             abort_propagates: flag(self.abort_propagates, "JITCCL_ABORT_PROPAGATE", false)?,
+            spin,
         })
     }
 }

@@ -17,6 +17,8 @@
 //!   how a peer's receive segment is reached), FIFO layout and connectors; `fault`: the
 //!   failure boards through which a failure reaches the peers;
 //! - `device/`: per target (`host`, `cuda`) memory, CTA execution and launch;
+//! - `wait`: the spin/yield/park policy of every host-side wait (kernels, dispatchers,
+//!   callers); `affinity`: which CPUs a rank's threads run on;
 //! - `process_group/`: above `comm`, an asynchronous process group (c10d style): `Work`
 //!   handles, a worker thread per group, a watchdog.
 
@@ -39,6 +41,7 @@ mod stream;
 pub mod topo;
 mod transport;
 mod tune;
+mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_end, group_start, Comm, CommState, Split};

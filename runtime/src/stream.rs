@@ -8,9 +8,11 @@
 //! references (buffers, kernel, communicator) are released by the next caller or by
 //! `synchronize`. So nothing is allocated per launch, and reference counts are only touched
 //! on the callers' side instead of bouncing between the caller's and the dispatcher's core.
+//!
+//! `synchronize` runs the host launches the dispatcher has not started on the caller's
+//! thread (`run`), so that a call followed by synchronize costs no thread hand-off.
 
 use std::cell::UnsafeCell;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
@@ -21,13 +23,18 @@ use jitccl_codegen::Protocol;
 
 use crate::device::{CtaPool, Device, Kernel};
 use crate::error::{Error, Result};
+use crate::wait::{poll, POLL};
 
 mod reservation;
+mod run;
 
 /// What a launch's owner (its communicator) does to run it: its own checks and
 /// bookkeeping around the device launch.
 pub(crate) trait Owner: Send + Sync {
     fn run(&self, launch: &Launch, pool: &mut CtaPool) -> Result<()>;
+    /// Whether the calling thread, not the stream's own, may run the owner's launches now
+    /// (see `run`).
+    fn runs_on_caller(&self) -> bool;
 }
 
 /// One queued kernel launch, holding everything its CTAs touch until it is released.
@@ -48,11 +55,6 @@ pub(crate) struct Launch {
 unsafe impl Send for Launch {}
 unsafe impl Sync for Launch {}
 
-/// How long an idle dispatcher, or a caller waiting for it, polls before it sleeps: a
-/// launch or completion within this window is picked up without a futex round trip (a few
-/// microseconds each), which is most of a small collective's latency.
-const POLL: Duration = Duration::from_micros(20);
-
 /// Launch slots per stream. A caller that runs this far ahead waits until half of them
 /// have finished.
 const DEPTH: u64 = 256;
@@ -66,7 +68,9 @@ struct Slot(UnsafeCell<Option<Launch>>);
 /// `produce`) writes launch `i` once `i < completed + DEPTH`, then publishes `submitted =
 /// i + 1`; the dispatcher reads launch `completed` by reference while `completed <
 /// submitted`, then publishes `completed + 1`; a caller empties slots below `completed`.
-/// Sleeping sides are woken as `push`, `next`, `complete` and `idle` say.
+/// "The dispatcher" is whichever thread holds `running` (see `run`): the stream's thread,
+/// or a caller of `synchronize`. Sleeping sides are woken as `push`, `next`, `complete`,
+/// `idle` and `run::release` say.
 struct Shared {
     slots: Box<[Slot]>,
     /// The callers' side (see `Producer`).
@@ -78,6 +82,12 @@ struct Shared {
     /// The smallest completion count a sleeping waiter needs (`u64::MAX`: none sleeps).
     wake_at: Padded<AtomicU64>,
     dispatcher_asleep: Padded<AtomicBool>,
+    /// The right to run launches, and what runs them (see `run`).
+    running: Padded<AtomicBool>,
+    pool: UnsafeCell<CtaPool>,
+    /// Callers of `synchronize` may run launches themselves (host CTAs, which any thread
+    /// can run; a CUDA stream stays with its thread).
+    inline: bool,
     /// Every `Stream` handle is gone: the dispatcher exits once the queue is empty.
     closed: AtomicBool,
     /// Launches promised by nonblocking communicators and not yet queued (`Reservation`):
@@ -87,26 +97,6 @@ struct Shared {
     sleep: Mutex<()>,
     done: Condvar,
     work: Condvar,
-}
-
-/// Polls `ready` until it gives a value or `end` passes: spinning first, for a hand-off
-/// between two running threads, then yielding the core, for when they share one.
-fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
-    const SPINS: u32 = 64;
-    let mut polls = 0u32;
-    loop {
-        if let Some(v) = ready() {
-            return Some(v);
-        }
-        if polls < SPINS {
-            polls += 1;
-            std::hint::spin_loop();
-        } else if Instant::now() >= end {
-            return None;
-        } else {
-            std::thread::yield_now();
-        }
-    }
 }
 
 /// Keeps a value on cache lines of its own.
@@ -238,52 +228,6 @@ impl Shared {
         }
     }
 
-    /// Waits for launch `i` to be submitted, given that `known` launches were: polls, then
-    /// sleeps. Returns the submitted count, or `None` once the stream is closed with nothing
-    /// left to run.
-    fn next(&self, i: u64, known: u64) -> Option<u64> {
-        if known > i {
-            return Some(known);
-        }
-        let submitted = || Some(self.submitted.load(SeqCst)).filter(|&s| s > i);
-        if let Some(s) = submitted() {
-            return Some(s);
-        }
-        self.idle();
-        if let Some(s) = poll(Instant::now() + POLL, submitted) {
-            return Some(s);
-        }
-        let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-        self.dispatcher_asleep.store(true, SeqCst);
-        let mut got = submitted();
-        while got.is_none() && !self.closed.load(SeqCst) {
-            g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
-            got = submitted();
-        }
-        self.dispatcher_asleep.store(false, SeqCst);
-        got
-    }
-
-    /// The dispatcher: runs every launch in order until the stream is closed.
-    fn dispatch(&self, mut pool: CtaPool) {
-        let (mut i, mut known) = (0, 0);
-        while let Some(s) = self.next(i, known) {
-            known = s;
-            if known > i + 1 {
-                // The next launch was written on the caller's core: start fetching it now.
-                prefetch(self.slot(i + 1));
-            }
-            // SAFETY: launch i was submitted and is not emptied before it completes.
-            let res = match unsafe { (*self.slot(i)).as_ref() } {
-                Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(l, &mut pool)))
-                    .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
-                None => Err(Error::Internal("empty stream slot".into())),
-            };
-            self.complete(i, res);
-            i += 1;
-        }
-    }
-
     /// Waits until no reservation is outstanding or `deadline` passes; true if none is.
     /// Reservations end by themselves (their jobs are bounded, and an abort cancels them).
     fn wait_reserved(&self, deadline: Option<Instant>) -> bool {
@@ -345,6 +289,7 @@ impl std::fmt::Debug for Stream {
 impl Stream {
     fn new(device: Device) -> Result<Stream> {
         let pool = CtaPool::new(&device)?;
+        let inline = matches!(pool, CtaPool::Host(_));
         let shared = Arc::new(Shared {
             slots: (0..DEPTH).map(|_| Slot(UnsafeCell::new(None))).collect(),
             produce: Padded(Mutex::new(Producer { emptied: 0 })),
@@ -352,6 +297,9 @@ impl Stream {
             completed: Padded(AtomicU64::new(0)),
             wake_at: Padded(AtomicU64::new(u64::MAX)),
             dispatcher_asleep: Padded(AtomicBool::new(false)),
+            running: Padded(AtomicBool::new(false)),
+            pool: UnsafeCell::new(pool),
+            inline,
             closed: AtomicBool::new(false),
             reserved: AtomicU64::new(0),
             error: Mutex::new(None),
@@ -362,7 +310,7 @@ impl Stream {
         let sh = shared.clone();
         std::thread::Builder::new()
             .name("jitccl-stream".into())
-            .spawn(move || sh.dispatch(pool))
+            .spawn(move || sh.dispatch())
             .map_err(|e| Error::System { context: "starting a stream thread".into(), source: e })?;
         Ok(Stream { device, handle: Arc::new(Handle(shared)) })
     }
@@ -389,7 +337,13 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         let sh = self.shared();
         sh.wait_reserved(None);
-        sh.wait(sh.submitted.load(SeqCst), None);
+        let target = sh.submitted.load(SeqCst);
+        // Launches the dispatcher has not started run here: the caller would only wait for
+        // them, and running them costs it no hand-off and no wake-up.
+        if sh.inline && !sh.reached(target) {
+            sh.try_run(target, true);
+        }
+        sh.wait(target, None);
         sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
         sh.take_error()
     }

@@ -34,9 +34,12 @@ static JC_INLINE jc_u64 jc_now_ns(void) {
   return (jc_u64)t.tv_sec * 1000000000ull + (jc_u64)t.tv_nsec;
 }
 
-/* Back-off while waiting on a peer: busy-poll for `spin` rounds (the runtime gives a rank
-   that has CPUs of its own many, and ranks that oversubscribe the cores few), then give the
-   core away, so as not to starve the very peer being waited for, then sleep. */
+/* Back-off while waiting on a peer, the kernel part of the wait policy described (with
+   its reasons) in runtime/src/wait.rs: busy-poll for `spin` rounds (the runtime's budget),
+   then give the core away, so as not to starve the very peer being waited for, then
+   sleep. */
+#define JC_RELAX_YIELDS 20000ull
+#define JC_RELAX_SLEEP_NS 50000
 static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
   if (spins < spin) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,10 +47,10 @@ static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
-  } else if (spins < spin + 20000) {
+  } else if (spins < spin + JC_RELAX_YIELDS) {
     sched_yield();
   } else {
-    struct timespec t = {0, 50000};
+    struct timespec t = {0, JC_RELAX_SLEEP_NS};
     nanosleep(&t, 0);
   }
 }

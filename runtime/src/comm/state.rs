@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::affinity::LiveRank;
+use crate::affinity::{self, LiveRank};
 use crate::bootstrap::Bootstrap;
 use crate::comm::failure::Failure;
 use crate::comm::life::Life;
@@ -102,5 +102,9 @@ impl Owner for CommInner {
         };
         self.failure.fail(&err);
         Err(err)
+    }
+
+    fn runs_on_caller(&self) -> bool {
+        self.enq.cpus.as_deref().is_none_or(affinity::on_current_cpu)
     }
 }

@@ -23,6 +23,8 @@ impl Resolved {
             net_name,
             split_share,
             abort_propagates,
+            // How long this rank spins is its own business: ranks may differ.
+            spin: _,
         } = self;
         vec![
             ("nchannels", format!("{nchannels}")),
@@ -99,6 +101,15 @@ mod tests {
             m.contains("Config.max_ctas") && m.contains("32 on rank(s) [0, 2]") && m.contains("3 on rank(s) [1]"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn spin_is_bounded_and_each_ranks_own() {
+        let spin = |n| Config { spin: Some(n), ..Config::default() }.resolve(2);
+        let e = spin(super::super::MAX_SPIN + 1).unwrap_err().to_string();
+        assert!(e.contains("JITCCL_SPIN"), "{e}");
+        let (a, b) = (spin(0).unwrap(), spin(100).unwrap());
+        assert!(a.agree(0, &[a.encode(), b.encode()]).is_ok(), "ranks may spin differently");
     }
 
     #[test]

@@ -96,6 +96,7 @@ impl CtaPool {
             std::thread::Builder::new()
                 .name(format!("jitccl-cta{}", self.workers.len() + 1))
                 .spawn(move || {
+                    affinity::mark_kernel_thread();
                     for (f, i, latch) in rx {
                         // SAFETY: `run` waits on the latch below before `f` can go away.
                         let code = catch_unwind(AssertUnwindSafe(|| unsafe { (*f.0)(i) })).unwrap_or(PANICKED);

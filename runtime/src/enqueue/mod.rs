@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use jitccl_codegen::abi::Args;
 use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp};
 
-use crate::affinity::{self, CpuSet};
+use crate::affinity::CpuSet;
 use crate::config::Resolved;
 use crate::device::{Device, DeviceBuffer, Kernel};
 use crate::element::Element;
@@ -23,6 +23,7 @@ use crate::fault::Board;
 use crate::op::Op;
 use crate::stream::{Launch, Owner, Stream};
 use crate::tune::{self, Tuner};
+use crate::wait;
 use checks::Buf;
 pub(crate) use checks::Group;
 pub(crate) use tables::Tables;
@@ -193,7 +194,7 @@ impl Rank {
             peer_failed: self.board.as_ptr(),
             scalar_f,
             scalar_i: scalar_f as i64,
-            spin: affinity::spin_budget(self.cpus.as_deref()),
+            spin: wait::spin_budget(self.cfg.spin, self.cpus.as_deref()),
             nranks: nranks as i32,
             rank: rank as i32,
             root: call.root as i32,

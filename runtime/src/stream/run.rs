@@ -1,0 +1,101 @@
+//! Running a stream's launches. One thread at a time holds the right to run them
+//! (`Shared::running`) and, with it, the stream's CTA pool: the stream's dispatcher thread,
+//! or a caller of `synchronize` that finds launches not yet started. Such a caller runs
+//! them itself instead of waiting: a blocking collective (call, then synchronize) is then
+//! one thread's work, with no hand-off to the dispatcher and no wake-up back. Whoever
+//! holds the right runs launches in queue order, so the stream stays ordered. A caller
+//! runs only the launches whose owner allows it (`Owner::runs_on_caller`: a rank bound to
+//! CPUs, when the caller runs on them, so that two ranks' kernels never share a core the
+//! wait policy believes they have to themselves) and leaves the rest to the dispatcher.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::time::Instant;
+
+use super::{prefetch, Shared};
+use crate::affinity;
+use crate::error::Error;
+use crate::wait::{poll, POLL};
+
+impl Shared {
+    /// Whether launches are queued that nobody runs yet.
+    fn runnable(&self) -> bool {
+        !self.running.load(SeqCst) && self.submitted.load(SeqCst) > self.completed.load(SeqCst)
+    }
+
+    /// Takes the right to run launches and runs the queued ones below `end` (all of them on
+    /// the dispatcher, the ones it may on a `caller`); false when another thread holds it.
+    pub(super) fn try_run(&self, end: u64, caller: bool) -> bool {
+        if self.running.compare_exchange(false, true, Acquire, Relaxed).is_err() {
+            return false;
+        }
+        self.run_queued(end, caller);
+        self.release();
+        true
+    }
+
+    /// Runs launches in order from the first not completed while they are queued and below
+    /// `end`. The caller holds `running`, so no other thread advances `completed`.
+    fn run_queued(&self, end: u64, caller: bool) {
+        loop {
+            let i = self.completed.load(Relaxed);
+            let submitted = self.submitted.load(Acquire);
+            if i >= submitted.min(end) {
+                return;
+            }
+            if submitted > i + 1 {
+                // The next launch was written on the caller's core: start fetching it now.
+                prefetch(self.slot(i + 1));
+            }
+            // SAFETY: launch i was submitted and is not emptied before it completes; the pool
+            // is used only by the holder of `running`.
+            let (launch, pool) = unsafe { ((*self.slot(i)).as_ref(), &mut *self.pool.get()) };
+            if caller && launch.is_some_and(|l| !l.owner.runs_on_caller()) {
+                return;
+            }
+            let res = match launch {
+                Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(l, pool)))
+                    .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
+                None => Err(Error::Internal("empty stream slot".into())),
+            };
+            self.complete(i, res);
+        }
+    }
+
+    /// Gives the right to run back. Waiters that registered meanwhile are woken by `idle`;
+    /// launches queued meanwhile (beyond a caller's `end`) by the dispatcher, woken if it
+    /// sleeps: it checks for work after announcing its sleep, this after freeing `running`.
+    fn release(&self) {
+        self.running.store(false, SeqCst);
+        self.idle();
+        if self.runnable() && self.dispatcher_asleep.load(SeqCst) {
+            let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits until there are launches to run and nobody runs them: polls, then sleeps.
+    /// False once the stream is closed with nothing left to run.
+    fn next(&self) -> bool {
+        if self.runnable() || poll(Instant::now() + POLL, || self.runnable().then_some(())).is_some() {
+            return true;
+        }
+        let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        self.dispatcher_asleep.store(true, SeqCst);
+        let mut got = self.runnable();
+        while !got && !self.closed.load(SeqCst) {
+            g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+            got = self.runnable();
+        }
+        self.dispatcher_asleep.store(false, SeqCst);
+        got
+    }
+
+    /// The dispatcher thread: runs launches as they are queued until the stream is closed.
+    pub(super) fn dispatch(&self) {
+        affinity::mark_kernel_thread();
+        while self.next() {
+            self.try_run(u64::MAX, false);
+        }
+    }
+}

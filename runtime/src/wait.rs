@@ -1,0 +1,70 @@
+//! How every wait of the host side spends its time, in one place: busy-poll, yield the
+//! core, then park (sleep) — and for how long each.
+//!
+//! Three kinds of thread wait:
+//! - a **kernel** waiting on a peer (a FIFO step, an LL flag) polls `spin_budget` rounds
+//!   with a pause instruction, then yields its core for `JC_RELAX_YIELDS` rounds, then
+//!   sleeps `JC_RELAX_SLEEP_NS` per round (the host prelude's `jc_relax`, which gets the
+//!   budget through the launch arguments and the other two as its constants). Every 256th
+//!   round also checks abort, peer failure and the timeout, so the wait stays bounded
+//!   whatever the policy;
+//! - a stream's **dispatcher** with nothing to run, and a **caller** waiting for queued
+//!   launches to finish, `poll` for `POLL`: `POLL_SPINS` busy rounds, then yields; then
+//!   they park on a condition variable until woken;
+//! - a caller of `Stream::synchronize` whose launches the dispatcher has not started runs
+//!   them itself (`stream::run`), so that a blocking collective is one thread's work, with
+//!   no hand-off or wake-up between threads: its waits are the kernel's.
+//!
+//! Spinning wins when the thread waited for is running on another core: a hand-off then
+//! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
+//! waited-for thread needs the very core the waiter spins on, which is the case when ranks
+//! outnumber cores. So a rank that has cores of its own spins long (about 100 µs) and one
+//! that shares spins briefly (about 1 µs). A busy machine (another job on the cores) is
+//! not detected: a rank keeps its core while it spins, as MPI's ranks do, rather than hand
+//! it to the other job for a time slice at each wait. `JITCCL_SPIN` (`Config::spin`) sets
+//! the budget outright: 0 yields at once, for ranks known to share their cores.
+
+use std::time::{Duration, Instant};
+
+use crate::affinity::{self, CpuSet};
+
+/// Busy rounds of `poll` before it starts yielding.
+const POLL_SPINS: u32 = 64;
+
+/// How long an idle dispatcher, or a caller waiting for it, polls before it parks: a
+/// launch or completion within this window is picked up without a futex round trip (a few
+/// microseconds each).
+pub(crate) const POLL: Duration = Duration::from_micros(20);
+
+/// Polls `ready` until it gives a value or `end` passes: spinning first, for a hand-off
+/// between two running threads, then yielding the core, for when they share one.
+pub(crate) fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut polls = 0u32;
+    loop {
+        if let Some(v) = ready() {
+            return Some(v);
+        }
+        if polls < POLL_SPINS {
+            polls += 1;
+            std::hint::spin_loop();
+        } else if Instant::now() >= end {
+            return None;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Busy-poll rounds a kernel's wait makes before it starts yielding its core (each round
+/// is a pause instruction, about 25 ns on this project's x86 machines): `set` if the
+/// configuration sets it, else many for a rank with CPUs of its own, so that hand-offs
+/// between two running ranks cost no system call, and few for ranks that share CPUs, by
+/// their machine's rank count or because this process runs more ranks (of several
+/// communicators) than it has CPUs, so that the peer they wait for gets to run.
+pub(crate) fn spin_budget(set: Option<u64>, cpus: Option<&CpuSet>) -> u64 {
+    match set {
+        Some(n) => n,
+        None if affinity::has_own_cpus(cpus) => 4096,
+        None => 32,
+    }
+}
