@@ -21,6 +21,8 @@ pub const WAIT_BARRIER: i32 = 3;
 /// Direct algorithms: channel lines in a rank's flags area, and u64 words per line.
 pub const SYM_CHANNELS: usize = 32;
 pub const SYM_LINE: usize = 16;
+/// Direct algorithms: the most ranks (their kernels hold every rank's pointers).
+pub const SYM_MAX_RANKS: usize = 64;
 
 /// One end of a connector (`struct jc_conn`).
 #[repr(C)]

@@ -21,6 +21,7 @@
    it publishes of its call (see templates/common/direct.h). */
 #define JC_SYM_CHANNELS 32
 #define JC_SYM_LINE 16
+#define JC_SYM_MAX_RANKS 64 /* direct kernels keep every rank's pointers on their stack */
 
 /* One end of a connector. The FIFO lives with the receiver and the sender writes into it
    (same process, or shared memory), and head/tail/sizes are the same counters at both

@@ -11,7 +11,6 @@
    and their records readable) and ends with a barrier after the last access to a peer's
    buffer, so a rank returns (and its caller may reuse its buffers, or start the next call,
    which rewrites its record) only once no peer touches them any more. */
-#define JC_SYM_MAX_RANKS 64
 #define JC_SYM_SEQ 0
 #define JC_SYM_SEND_ID 1
 #define JC_SYM_SEND_OFF 2

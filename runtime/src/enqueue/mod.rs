@@ -239,7 +239,8 @@ impl Rank {
 
     /// The registered regions of `call`'s buffers, when every one is registered and the
     /// direct algorithms can run it (the host target; every rank on one host, which
-    /// registration checked; channels within the flags area).
+    /// registration checked; channels within the flags area; ranks within the kernels'
+    /// tables).
     fn direct(&self, call: &Call) -> Option<Direct> {
         let elem = call.dtype.size();
         let bytes = |p: *const u8, n: usize| p as usize..p as usize + n * elem;
@@ -251,7 +252,8 @@ impl Rank {
             }
             _ => (bytes(call.send, call.count), bytes(call.recv, call.count)),
         };
-        if self.device.is_cuda() || self.tuner.max_channels() > jitccl_codegen::abi::SYM_CHANNELS {
+        use jitccl_codegen::abi::{SYM_CHANNELS, SYM_MAX_RANKS};
+        if self.device.is_cuda() || self.tuner.max_channels() > SYM_CHANNELS || self.group.nranks > SYM_MAX_RANKS {
             return None;
         }
         self.sym.direct(send, recv)
