@@ -8,29 +8,14 @@
 mod world;
 
 use jitccl::{Algorithm, Collective, DataType, Device, Op, Protocol};
-use world::{check_cases, world_on, World, OPS};
+use world::{world_on, World};
 
 fn world(nranks: usize, algo: Algorithm, proto: Protocol, nchannels: usize) -> World {
     world_on(&(0..nranks).map(Device::host).collect::<Vec<_>>(), algo, proto, nchannels)
 }
 
-/// Runs `coll` with `algo`/`proto` for every datatype, op, count and placement on worlds
-/// of each size in `ranks`, and fails listing every combination that went wrong.
 fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize], dtypes: &[DataType]) {
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    for &n in ranks {
-        // Channel counts vary with the world so that 1, 2 and 3 channels all run.
-        let nchannels = 1 + n % 3;
-        let w = world(n, algo, proto, nchannels);
-        let ops: Vec<Option<Op>> = if coll.reduces() { OPS.iter().map(|&o| Some(o)).collect() } else { vec![None] };
-        let cases: Vec<_> = dtypes.iter().flat_map(|&d| ops.iter().map(move |&o| (d, o))).collect();
-        let (r, f) = check_cases(&w, coll, &cases, &format!("{coll} {algo}/{proto} n={n} ch={nchannels}"));
-        runs += r;
-        failures.extend(f);
-    }
-    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
-    eprintln!("{coll} {algo}/{proto}: {runs} runs passed");
+    world::sweep(coll, &format!("{algo}/{proto}"), ranks, dtypes, |n, nch| world(n, algo, proto, nch));
 }
 
 const ALL_TYPES: &[DataType] = DataType::ALL;

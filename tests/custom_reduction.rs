@@ -543,7 +543,8 @@ fn cuda_specs() -> Vec<KernelSpec> {
     // Every collective, algorithm and protocol for one op.
     for &coll in [Collective::AllReduce, Collective::Reduce, Collective::ReduceScatter].iter() {
         for &algo in coll.algorithms() {
-            for &proto in Protocol::ALL {
+            // Direct algorithms have the Simple protocol only.
+            for &proto in Protocol::ALL.iter().filter(|&&p| !algo.is_direct() || p == Protocol::Simple) {
                 let s = KernelSpec::new(coll, algo, proto, DataType::F16, Some(RedOp::Custom(&ABSMAX_ANY))).unwrap();
                 if !specs.contains(&s) {
                     specs.push(s);

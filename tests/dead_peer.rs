@@ -1,15 +1,20 @@
 //! A rank process killed in the middle of a 64 MiB AllReduce at 4 ranks: every other rank's
 //! operation fails fast (not at the 60 s timeout), naming the dead rank, over shared memory
 //! (its process exit is watched) and over TCP (its connections close); no process and no
-//! /dev/shm file is left behind.
+//! /dev/shm file is left behind; also in a direct kernel on symmetric memory (`-R 2`).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Starts rank `rank` of 4 as its own process (torchrun's variables), looping on AllReduce.
-fn rank(rank: usize, port: u16, env: &[(&str, &str)]) -> Child {
+/// Perf's arguments past the collective: a 64 MiB AllReduce, looping.
+const LOOP: &[&str] = &["-N", "4", "-b", "64M", "-e", "64M", "-w", "1", "-n", "100000", "-c", "0"];
+
+/// Starts rank `rank` of 4 as its own process (torchrun's variables), looping on AllReduce
+/// with perf's `args`.
+fn rank(rank: usize, port: u16, env: &[(&str, &str)], args: &[&str]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
-    cmd.args(["perf", "all_reduce", "-N", "4", "-b", "64M", "-e", "64M", "-w", "1", "-n", "100000", "-c", "0"])
+    cmd.args(["perf", "all_reduce"])
+        .args(args)
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
         .env("RANK", rank.to_string())
@@ -28,9 +33,9 @@ fn free_port() -> u16 {
 }
 
 /// Kills rank 2 once the ranks are busy; returns how long each other rank took to fail.
-fn kill_one(env: &[(&str, &str)]) -> Vec<Duration> {
+fn kill_one(env: &[(&str, &str)], args: &[&str]) -> Vec<Duration> {
     let port = free_port();
-    let mut ranks: Vec<Child> = (0..4).map(|r| rank(r, port, env)).collect();
+    let mut ranks: Vec<Child> = (0..4).map(|r| rank(r, port, env, args)).collect();
     std::thread::sleep(Duration::from_secs(4));
     for (r, c) in ranks.iter_mut().enumerate() {
         assert!(matches!(c.try_wait(), Ok(None)), "rank {r} ended before the kill");
@@ -71,8 +76,17 @@ fn kill_one(env: &[(&str, &str)]) -> Vec<Duration> {
 #[test]
 fn a_killed_rank_fails_its_peers_fast_over_shared_memory_and_tcp() {
     for (name, env) in [("shm", vec![]), ("net", vec![("JITCCL_TRANSPORT", "net")])] {
-        let took = kill_one(&env);
+        let took = kill_one(&env, LOOP);
         eprintln!("{name}: the surviving ranks failed {took:?} after the kill");
         assert!(took.iter().all(|t| *t < Duration::from_secs(5)), "{name}: too slow: {took:?}");
     }
+}
+
+#[test]
+fn a_rank_killed_in_a_direct_kernel_fails_its_peers_fast() {
+    let args =
+        ["-N", "4", "-b", "4M", "-e", "4M", "-w", "1", "-n", "1000000", "-c", "0", "-R", "2", "--algo", "direct"];
+    let took = kill_one(&[], &args);
+    eprintln!("direct: the surviving ranks failed {took:?} after the kill");
+    assert!(took.iter().all(|t| *t < Duration::from_secs(5)), "direct: too slow: {took:?}");
 }

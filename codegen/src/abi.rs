@@ -12,9 +12,17 @@ pub const ERR_ABORTED: i32 = 1;
 pub const ERR_TIMEOUT: i32 = 2;
 /// The peer a wait was for is known to have failed (`peer_failed[peer] != 0`).
 pub const ERR_PEER: i32 = 3;
+/// Direct algorithms: a peer's call names other registered buffers or another size.
+pub const ERR_MISMATCH: i32 = 4;
 /// What a failed wait waited for (`JC_WAIT_*`).
 pub const WAIT_DATA: i32 = 1;
 pub const WAIT_SPACE: i32 = 2;
+pub const WAIT_BARRIER: i32 = 3;
+/// Direct algorithms: channel lines in a rank's flags area, and u64 words per line.
+pub const SYM_CHANNELS: usize = 32;
+pub const SYM_LINE: usize = 16;
+/// Direct algorithms: the most ranks (their kernels hold every rank's pointers).
+pub const SYM_MAX_RANKS: usize = 64;
 
 /// One end of a connector (`struct jc_conn`).
 #[repr(C)]
@@ -113,6 +121,15 @@ pub struct Args {
     /// Per rank: nonzero once that rank is known to have failed (the communicator's failure
     /// board, see the runtime's `fault` module).
     pub peer_failed: *const i32,
+    /// Direct algorithms: per rank, the base of its part of the send / recv buffer's
+    /// registration, and its flags area (null otherwise).
+    pub sym_send: *const *mut u8,
+    pub sym_recv: *const *mut u8,
+    pub sym_flags: *const *mut u64,
+    pub sym_send_id: u64,
+    pub sym_recv_id: u64,
+    pub sym_send_off: u64,
+    pub sym_recv_off: u64,
     pub scalar_f: f64,
     pub scalar_i: i64,
     /// Host: busy-poll rounds before a wait yields its core.

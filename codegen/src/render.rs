@@ -114,6 +114,12 @@ fn algo_file(spec: &KernelSpec) -> &'static str {
     match (spec.coll, spec.algo) {
         (Collective::AllReduce, Algorithm::Tree) => "all_reduce_tree",
         (Collective::AllReduce, Algorithm::OneShot) => "all_reduce_oneshot",
+        (Collective::AllReduce, Algorithm::Direct) => "all_reduce_direct",
+        (Collective::AllReduce, Algorithm::DirectOneShot) => "all_reduce_direct_oneshot",
+        (Collective::Broadcast, Algorithm::Direct) => "broadcast_direct",
+        (Collective::Reduce, Algorithm::Direct) => "reduce_direct",
+        (Collective::AllGather, Algorithm::Direct) => "all_gather_direct",
+        (Collective::ReduceScatter, Algorithm::Direct) => "reduce_scatter_direct",
         (Collective::AllReduce, _) => "all_reduce_ring",
         (Collective::Broadcast, _) => "broadcast_ring",
         (Collective::Reduce, _) => "reduce_ring",

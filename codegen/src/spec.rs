@@ -66,8 +66,24 @@ named_enum!(
         /// Every rank sends its input to every rank and folds all of them in rank order:
         /// one hop of latency, n times the data; for small AllReduce.
         OneShot = "oneshot" | "one_shot",
+        /// On registered (symmetric) buffers of ranks on one host: loads and stores straight
+        /// into peers' buffers, no FIFO. AllReduce: two-shot (each rank reduces its slice
+        /// from every peer's input and writes it into every peer's output).
+        Direct = "direct",
+        /// AllReduce on registered buffers: each rank reads every peer's whole input and
+        /// folds it in rank order; for small sizes.
+        DirectOneShot = "direct_oneshot",
     }
 );
+
+impl Algorithm {
+    /// Whether the algorithm reads and writes peers' registered buffers directly: it needs
+    /// every buffer of the call registered and runs with the Simple protocol only (it moves
+    /// no FIFO steps; the protocol only names the kernel).
+    pub fn is_direct(self) -> bool {
+        matches!(self, Algorithm::Direct | Algorithm::DirectOneShot)
+    }
+}
 
 named_enum!(
     /// Wire protocol of a connector FIFO (NCCL's Simple, LL and LL128).
@@ -213,8 +229,11 @@ impl Collective {
     }
     pub fn algorithms(self) -> &'static [Algorithm] {
         match self {
-            Collective::AllReduce => &[Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot],
-            _ => &[Algorithm::Ring],
+            Collective::AllReduce => {
+                &[Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::Direct, Algorithm::DirectOneShot]
+            }
+            Collective::SendRecv => &[Algorithm::Ring],
+            _ => &[Algorithm::Ring, Algorithm::Direct],
         }
     }
 }
@@ -251,6 +270,12 @@ impl KernelSpec {
                 self.coll,
                 self.algo,
                 names(self.coll.algorithms())
+            )));
+        }
+        if self.algo.is_direct() && self.proto != Protocol::Simple {
+            return Err(invalid(format!(
+                "the {} algorithm moves no FIFO steps: it has the simple protocol only",
+                self.algo
             )));
         }
         match (self.coll.reduces(), self.op) {
@@ -314,6 +339,9 @@ impl KernelSpec {
         for &coll in Collective::ALL {
             for &algo in coll.algorithms() {
                 for &proto in Protocol::ALL {
+                    if algo.is_direct() && proto != Protocol::Simple {
+                        continue;
+                    }
                     if coll.reduces() {
                         for &dtype in DataType::ALL {
                             for &op in BuiltinOp::ALL {
@@ -383,6 +411,10 @@ mod tests {
         assert!(e.0.contains("needs a reduction op"), "{e}");
         let e = "all_gather.ring.ll.f32".parse::<KernelSpec>().unwrap_err();
         assert!(e.0.contains("only moves bytes"), "{e}");
+        let e = "all_reduce.direct.ll.f32.sum".parse::<KernelSpec>().unwrap_err();
+        assert!(e.0.contains("simple protocol only"), "{e}");
+        let e = "sendrecv.direct.simple.u8".parse::<KernelSpec>().unwrap_err();
+        assert!(e.0.contains("no direct algorithm"), "{e}");
         let e = "all_reduce.ring.xx.f32.sum".parse::<KernelSpec>().unwrap_err();
         assert!(e.0.contains("unknown protocol 'xx'"), "{e}");
         let fp8: KernelSpec = "all_reduce.ring.ll.f8e4m3.max".parse().unwrap();
@@ -412,8 +444,9 @@ mod tests {
 
     #[test]
     fn spec_count() {
-        // 3 reducing collectives (all_reduce with 3 algorithms) x 3 protos x 12 dtypes x 6 ops,
-        // plus 3 byte-moving collectives x 3 protos.
-        assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3);
+        // 3 reducing collectives (all_reduce with 3 FIFO algorithms) x 3 protos x 12 dtypes x
+        // 6 ops, plus 3 byte-moving collectives x 3 protos; direct algorithms (all_reduce: 2,
+        // reduce and reduce_scatter: 1; broadcast and all_gather: 1) with Simple only.
+        assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3 + 4 * 12 * 6 + 2);
     }
 }

@@ -38,13 +38,14 @@ mod op;
 mod process_group;
 pub mod store;
 mod stream;
+mod symmetric;
 pub mod topo;
 mod transport;
 mod tune;
 mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::{group, group_end, group_start, Comm, CommState, Split};
+pub use comm::{group, group_end, group_start, Comm, CommState, Registration, Split};
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{cuda_compute_capability, cuda_device_count, Device, DeviceBuffer};
 pub use element::Element;

@@ -48,6 +48,8 @@ pub(crate) struct Launch {
     pub name: &'static str,
     /// The send and recv memory (no heap allocation per launch).
     pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
+    /// A direct algorithm's registered regions (their peer address tables).
+    pub _direct: Option<crate::symmetric::Direct>,
 }
 
 // SAFETY: the pointers in `args` stay valid while the launch lives (`keep` and the owner

@@ -170,7 +170,8 @@ impl TuneArgs {
         // Valid (algorithm, protocol) pairs differ per collective; `candidates` holds the union
         // and each collective takes those its table rows may name.
         let mut candidates = Vec::new();
-        for &algo in Collective::AllReduce.algorithms() {
+        // The direct algorithms need registered buffers, which tune does not measure.
+        for &algo in Collective::AllReduce.algorithms().iter().filter(|a| !a.is_direct()) {
             for &proto in Protocol::ALL {
                 for channels in 1..=max_ch {
                     for &chunk in &chunks {

@@ -9,10 +9,19 @@
 #define JC_ERR_ABORTED 1
 #define JC_ERR_TIMEOUT 2
 #define JC_ERR_PEER 3    /* the peer waited for has failed (peer_failed[peer] != 0) */
+#define JC_ERR_MISMATCH 4 /* direct: a peer's call names other registered buffers or sizes */
 
 /* What a failed wait was waiting for. */
 #define JC_WAIT_DATA 1  /* data from the peer (its tail / line flags) */
 #define JC_WAIT_SPACE 2 /* the peer to free a FIFO slot (its head) */
+#define JC_WAIT_BARRIER 3 /* direct: the peer to reach a barrier */
+
+/* Direct algorithms: each rank's flags area holds one line of JC_SYM_LINE words per channel
+   (up to JC_SYM_CHANNELS), written by that rank only: word 0 its barrier counter, then what
+   it publishes of its call (see templates/common/direct.h). */
+#define JC_SYM_CHANNELS 32
+#define JC_SYM_LINE 16
+#define JC_SYM_MAX_RANKS 64 /* direct kernels keep every rank's pointers on their stack */
 
 /* One end of a connector. The FIFO lives with the receiver and the sender writes into it
    (same process, or shared memory), and head/tail/sizes are the same counters at both
@@ -67,6 +76,13 @@ struct jc_args {
   struct jc_status* status;       /* one per channel */
   const jc_i32* abort_flag;
   const jc_i32* peer_failed;      /* per rank: nonzero once that rank is known to have failed */
+  char* const* sym_send;          /* direct: per rank, the base of its part of sendbuff's registration */
+  char* const* sym_recv;          /* direct: the same for recvbuff */
+  jc_u64* const* sym_flags;       /* direct: per rank, its flags area */
+  jc_u64 sym_send_id;             /* direct: the registrations (same ids on every rank) */
+  jc_u64 sym_recv_id;
+  jc_u64 sym_send_off;            /* direct: byte offsets of the buffers in them */
+  jc_u64 sym_recv_off;
   double scalar_f;                /* PreMulSum / Avg multiplier, float types */
   jc_i64 scalar_i;                /* PreMulSum multiplier, integer types */
   jc_u64 spin;                    /* host: busy-poll rounds before a wait yields its core */

@@ -97,3 +97,6 @@ static __device__ __forceinline__ jc_u8 jc_f32_to_e5m2(float f) {
   return (jc_u8)b2;
 }
 #endif
+
+/* Elements a direct kernel's thread folds at once (registers/local memory per thread). */
+#define JC_SYM_TILE 4

@@ -110,3 +110,7 @@ static inline float jc_e4m3_to_f32(jc_u8 h) { return jc_narrow_to_f32(h, 4, 3, 1
 static inline jc_u8 jc_f32_to_e4m3(float f) { return (jc_u8)jc_f32_to_narrow(f, 4, 3, 1, 1); }
 static inline float jc_e5m2_to_f32(jc_u8 h) { return jc_narrow_to_f32(h, 5, 2, 0); }
 static inline jc_u8 jc_f32_to_e5m2(float f) { return (jc_u8)jc_f32_to_narrow(f, 5, 2, 0, 1); }
+
+/* Elements a direct kernel's thread folds at once (its stack tile: the host's one thread
+   per CTA takes big tiles). */
+#define JC_SYM_TILE 1024

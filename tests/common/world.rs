@@ -6,16 +6,30 @@ use std::time::Duration;
 
 use jitccl::reference::{count_wrong, inputs, op_for_rank, reduced, RefElement};
 use jitccl::{
-    with_element_type, Algorithm, Collective, Comm, Config, DataType, Device, DeviceBuffer, Op, Protocol, Stream,
+    with_element_type, Algorithm, Collective, Comm, Config, DataType, Device, DeviceBuffer, Op, Protocol, Registration,
+    Stream,
 };
 
 /// Counts checked: 0, 1, primes and sizes that are not multiples of any step.
 pub const COUNTS: &[usize] = &[0, 1, 7, 61, 1031, 4099];
 pub const OPS: &[Op] = &[Op::Sum, Op::Prod, Op::Min, Op::Max, Op::Avg, Op::PreMulSum(0.0)];
 
+/// How a world allocates the buffers of its calls.
+#[allow(dead_code)] // each test binary uses some
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mem {
+    /// `Device::alloc`.
+    Plain,
+    /// `Comm::alloc_symmetric`.
+    Symmetric,
+    /// `Device::alloc`, then `Comm::register`.
+    Registered,
+}
+
 pub struct World {
     pub comms: Vec<Comm>,
     pub streams: Vec<Stream>,
+    pub mem: Mem,
 }
 
 /// Ranks on `devices` (one each) forced to `algo`/`proto` with tiny FIFO slots, so that
@@ -32,13 +46,37 @@ pub fn world_on(devices: &[Device], algo: Algorithm, proto: Protocol, nchannels:
     };
     let comms = Comm::init_all_on(devices, &cfg).expect("init_all_on");
     let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();
-    World { comms, streams }
+    World { comms, streams, mem: Mem::Plain }
 }
 
 impl World {
     pub fn n(&self) -> usize {
         self.comms.len()
     }
+    /// `f(rank, comm)` on every rank at once (collective calls), in rank order.
+    pub fn on_all<R: Send>(&self, f: impl Fn(usize, &Comm) -> R + Sync) -> Vec<R> {
+        std::thread::scope(|s| {
+            let f = &f;
+            let hs: Vec<_> = self.comms.iter().enumerate().map(|(r, c)| s.spawn(move || f(r, c))).collect();
+            hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+        })
+    }
+
+    /// A zeroed buffer of `len` elements per rank, allocated as `self.mem` says; the
+    /// registrations go to `regs`, to be kept while the buffers are used.
+    pub fn alloc<T: RefElement>(&self, len: usize, regs: &mut Vec<Registration>) -> Vec<DeviceBuffer<T>> {
+        let plain = || self.comms.iter().map(|c| c.device().alloc::<T>(len).unwrap()).collect::<Vec<_>>();
+        match self.mem {
+            Mem::Plain => plain(),
+            Mem::Symmetric => self.on_all(|_, c| c.alloc_symmetric::<T>(len).unwrap()),
+            Mem::Registered => {
+                let bufs = plain();
+                regs.extend(self.on_all(|r, c| c.register(&bufs[r]).unwrap()));
+                bufs
+            }
+        }
+    }
+
     pub fn sync(&self) -> Result<(), String> {
         for s in &self.streams {
             s.synchronize().map_err(|e| e.to_string())?;
@@ -54,48 +92,57 @@ pub fn check<T: RefElement>(
 ) -> Result<(), String> {
     let n = w.n();
     let root = count % n;
+    let mut regs = Vec::new();
+    // Per rank (send, recv), allocated together (symmetric allocation is collective).
+    // In place, AllGather's send and ReduceScatter's recv are the rank's block of the other.
+    let blocks = |bufs: &Vec<DeviceBuffer<T>>| -> Vec<DeviceBuffer<T>> {
+        bufs.iter().enumerate().map(|(r, b)| b.slice(r * count..(r + 1) * count).unwrap()).collect()
+    };
+    let (sends, recvs): (Vec<DeviceBuffer<T>>, Vec<DeviceBuffer<T>>) = match coll {
+        Collective::AllGather => {
+            let recvs = w.alloc::<T>(count * n, &mut regs);
+            (if in_place { blocks(&recvs) } else { w.alloc(count, &mut regs) }, recvs)
+        }
+        Collective::ReduceScatter => {
+            let sends = w.alloc::<T>(count * n, &mut regs);
+            let recvs = if in_place { blocks(&sends) } else { w.alloc(count, &mut regs) };
+            (sends, recvs)
+        }
+        _ => {
+            let sends = w.alloc::<T>(count, &mut regs);
+            let recvs =
+                if in_place && coll != Collective::SendRecv { sends.clone() } else { w.alloc(count, &mut regs) };
+            (sends, recvs)
+        }
+    };
     let mut outs: Vec<DeviceBuffer<T>> = Vec::new();
     for (r, (c, s)) in w.comms.iter().zip(&w.streams).enumerate() {
-        let dev = c.device();
         let op_r = op.map(|o| op_for_rank(o, r));
+        let (send, recv) = (&sends[r], &recvs[r]);
         let res = match coll {
             Collective::AllReduce | Collective::Reduce | Collective::Broadcast => {
-                let send = dev.alloc_from(&inputs::<T>(op, r, count)).unwrap();
-                let recv = if in_place { send.clone() } else { dev.alloc::<T>(count).unwrap() };
-                let res = match coll {
-                    Collective::AllReduce => c.all_reduce(&send, &recv, count, op_r.unwrap(), s),
-                    Collective::Reduce => c.reduce(&send, &recv, count, op_r.unwrap(), root, s),
-                    _ => c.broadcast(&send, &recv, count, root, s),
-                };
-                outs.push(recv);
-                res
+                send.copy_from_host(&inputs::<T>(op, r, count)).unwrap();
+                match coll {
+                    Collective::AllReduce => c.all_reduce(send, recv, count, op_r.unwrap(), s),
+                    Collective::Reduce => c.reduce(send, recv, count, op_r.unwrap(), root, s),
+                    _ => c.broadcast(send, recv, count, root, s),
+                }
             }
             Collective::AllGather => {
-                let recv = dev.alloc::<T>(count * n).unwrap();
-                let send =
-                    if in_place { recv.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
                 send.copy_from_host(&inputs::<T>(None, r, count)).unwrap();
-                let res = c.all_gather(&send, &recv, count, s);
-                outs.push(recv);
-                res
+                c.all_gather(send, recv, count, s)
             }
             Collective::ReduceScatter => {
-                let send = dev.alloc_from(&inputs::<T>(op, r, count * n)).unwrap();
-                let recv =
-                    if in_place { send.slice(r * count..(r + 1) * count).unwrap() } else { dev.alloc(count).unwrap() };
-                let res = c.reduce_scatter(&send, &recv, count, op_r.unwrap(), s);
-                outs.push(recv);
-                res
+                send.copy_from_host(&inputs::<T>(op, r, count * n)).unwrap();
+                c.reduce_scatter(send, recv, count, op_r.unwrap(), s)
             }
             Collective::SendRecv => {
                 // A ring exchange: send to the next rank, receive from the previous one.
-                let send = dev.alloc_from(&inputs::<T>(None, r, count)).unwrap();
-                let recv = dev.alloc::<T>(count).unwrap();
-                let res = c.sendrecv(&send, count, (r + 1) % n, &recv, count, (r + n - 1) % n, s);
-                outs.push(recv);
-                res
+                send.copy_from_host(&inputs::<T>(None, r, count)).unwrap();
+                c.sendrecv(send, count, (r + 1) % n, recv, count, (r + n - 1) % n, s)
             }
         };
+        outs.push(recv.clone());
         res.map_err(|e| format!("rank {r}: launch: {e}"))?;
     }
     w.sync()?;
@@ -144,4 +191,23 @@ pub fn check_cases(w: &World, coll: Collective, cases: &[(DataType, Option<Op>)]
         }
     }
     (runs, failures)
+}
+
+/// Runs `coll` for every datatype of `dtypes`, every op, count and placement on the worlds
+/// `make(nranks, nchannels)` gives for each size in `ranks` (1, 2 and 3 channels by size);
+/// fails listing every combination that went wrong. `what` labels the runs.
+#[allow(dead_code)] // the CUDA sweep has its own
+pub fn sweep(coll: Collective, what: &str, ranks: &[usize], dtypes: &[DataType], make: impl Fn(usize, usize) -> World) {
+    let (mut runs, mut failures) = (0, Vec::new());
+    for &n in ranks {
+        let nchannels = 1 + n % 3;
+        let w = make(n, nchannels);
+        let ops: Vec<Option<Op>> = if coll.reduces() { OPS.iter().map(|&o| Some(o)).collect() } else { vec![None] };
+        let cases: Vec<_> = dtypes.iter().flat_map(|&d| ops.iter().map(move |&o| (d, o))).collect();
+        let (r, f) = check_cases(&w, coll, &cases, &format!("{coll} {what} n={n} ch={nchannels}"));
+        runs += r;
+        failures.extend(f);
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+    eprintln!("{coll} {what}: {runs} runs passed");
 }

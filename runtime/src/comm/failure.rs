@@ -134,6 +134,13 @@ impl Failure {
         if failed().any(|(_, st)| st.code == abi::ERR_ABORTED) {
             return Error::Aborted { op, rank };
         }
+        if let Some((_, st)) = failed().find(|(_, st)| st.code == abi::ERR_MISMATCH) {
+            return Error::InvalidUsage(format!(
+                "{op} on rank {rank}: rank {} called it on other registered buffers, or another count or \
+                 root (a direct algorithm needs every rank's buffers in the same registrations)",
+                st.peer
+            ));
+        }
         // Waits that timed out may have waited on ranks stuck themselves, and waits that ended
         // on a failed peer may have heard from it before the others spoke: tell the peers whom
         // this rank waited on, and give them a moment to say whom they waited on.
@@ -163,7 +170,11 @@ impl Failure {
                     rank,
                     channel,
                     peer: st.peer,
-                    waiting: if st.what == abi::WAIT_SPACE { "a free FIFO slot at" } else { "data from" },
+                    waiting: match st.what {
+                        abi::WAIT_SPACE => "a free FIFO slot at",
+                        abi::WAIT_BARRIER => "the barrier of",
+                        _ => "data from",
+                    },
                     timeout_s: self.timeout.as_secs_f64(),
                 }
             }

@@ -215,5 +215,6 @@ fn pair(send: Option<Side>, recv: Option<Side>) -> Call {
         bytes: count.max(recv_count),
         send_peer,
         recv_peer,
+        internal: false,
     }
 }

@@ -14,6 +14,7 @@ mod rendezvous;
 mod split;
 mod state;
 mod submit;
+mod symmetric;
 
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ use handle::Handle;
 pub use progress::CommState;
 pub use split::Split;
 pub(crate) use state::CommInner;
+pub use symmetric::Registration;
 
 /// One rank of a communicator: a handle (clones share the rank). In nonblocking mode
 /// (`Config::blocking = false`) it may exist before its init is done: see

@@ -26,6 +26,14 @@ impl Device {
     }
 }
 
+impl<T: Element> DeviceBuffer<T> {
+    /// A buffer of `len` elements over `mem` (host memory allocated elsewhere, e.g. mapped
+    /// shared memory).
+    pub(crate) fn from_memory(device: &Device, mem: Memory, len: usize) -> DeviceBuffer<T> {
+        DeviceBuffer { mem: Arc::new(mem), offset: 0, len, device: device.clone(), _t: PhantomData }
+    }
+}
+
 /// A typed view of device memory: `len` elements of `T`. Cloning and slicing share the
 /// memory (like a device pointer); the memory lives while any view or queued operation
 /// uses it. As with GPU memory, kernels write it asynchronously: synchronize the stream

@@ -16,10 +16,12 @@ use crate::error::{Error, Result};
 /// Buffers are aligned like GPU allocations (and cache lines).
 const ALIGN: usize = 256;
 
-/// One allocation.
+/// One allocation: from the heap, or memory that `owner` keeps mapped (a shared-memory
+/// segment peers map too).
 pub(crate) struct Memory {
     ptr: *mut u8,
     bytes: usize,
+    owner: Option<Box<dyn Send + Sync>>,
 }
 
 // SAFETY: the allocation is plain memory; concurrent access is arranged by stream order,
@@ -30,7 +32,7 @@ unsafe impl Sync for Memory {}
 impl Memory {
     pub(crate) fn zeroed(bytes: usize) -> Result<Memory> {
         if bytes == 0 {
-            return Ok(Memory { ptr: std::ptr::null_mut(), bytes });
+            return Ok(Memory { ptr: std::ptr::null_mut(), bytes, owner: None });
         }
         let layout = Layout::from_size_align(bytes, ALIGN)
             .map_err(|_| Error::InvalidArgument(format!("allocation of {bytes} bytes is too large")))?;
@@ -42,7 +44,12 @@ impl Memory {
                 source: std::io::ErrorKind::OutOfMemory.into(),
             });
         }
-        Ok(Memory { ptr, bytes })
+        Ok(Memory { ptr, bytes, owner: None })
+    }
+
+    /// The `bytes` at `ptr`, which `owner` keeps valid (and zeroed) until it is dropped.
+    pub(crate) fn mapped(ptr: *mut u8, bytes: usize, owner: Box<dyn Send + Sync>) -> Memory {
+        Memory { ptr, bytes, owner: Some(owner) }
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -52,7 +59,7 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        if !self.ptr.is_null() {
+        if !self.ptr.is_null() && self.owner.is_none() {
             // SAFETY: allocated in `zeroed` with this layout.
             unsafe { std::alloc::dealloc(self.ptr, Layout::from_size_align_unchecked(self.bytes, ALIGN)) };
         }

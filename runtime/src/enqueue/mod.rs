@@ -22,6 +22,7 @@ use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
 use crate::op::Op;
 use crate::stream::{Launch, Owner, Stream};
+use crate::symmetric::{Direct, Registry};
 use crate::tune::{self, Tuner};
 use crate::wait;
 use checks::Buf;
@@ -40,6 +41,8 @@ pub(crate) struct Rank {
     pub cpus: Option<Arc<CpuSet>>,
     /// The same choices on every rank (built from rank 0's plan).
     pub tuner: Arc<Tuner>,
+    /// Registered memory: calls on it may run the direct algorithms.
+    pub sym: Arc<Registry>,
     /// The kernels this rank has launched: a launch looks its kernel up here, without the
     /// generator's process-wide locks.
     kernels: Mutex<FxHashMap<KernelSpec, Kernel>>,
@@ -64,6 +67,9 @@ pub(crate) struct Call {
     pub bytes: usize,
     pub send_peer: Option<usize>,
     pub recv_peer: Option<usize>,
+    /// The library's own exchange (e.g. registering memory): the ring on one channel,
+    /// whatever JITCCL_ALGO / JITCCL_PROTO say.
+    pub internal: bool,
 }
 
 impl Call {
@@ -89,6 +95,7 @@ impl Call {
             bytes: count * blocks * size_of::<T>(),
             send_peer: None,
             recv_peer: None,
+            internal: false,
         })
     }
 
@@ -119,6 +126,7 @@ impl Call {
             bytes: count.max(recv_count) * size_of::<T>(),
             send_peer,
             recv_peer,
+            internal: false,
         })
     }
 }
@@ -133,7 +141,7 @@ impl Rank {
         group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
-        Rank { group, device, cfg, tables, board, cpus, tuner, kernels: Mutex::default() }
+        Rank { group, device, cfg, tables, board, cpus, tuner, sym: Arc::default(), kernels: Mutex::default() }
     }
 
     /// Nonzero once the rank is aborted; its kernels poll it.
@@ -168,7 +176,17 @@ impl Rank {
         let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
         let Group { rank, nranks } = self.group;
         let commutative = !matches!(call.op, Some(Op::Custom(c)) if !c.commutative);
-        let choice = self.tuner.choose(call.coll, call.bytes, kdtype.size(), commutative)?;
+        let direct = if call.internal { None } else { self.direct(&call) };
+        let choice = match call.internal {
+            true => self.tuner.internal(kdtype.size()),
+            false => self.tuner.choose_for(call.coll, call.bytes, kdtype.size(), commutative, direct.is_some())?,
+        };
+        let direct = direct.filter(|_| choice.algo.is_direct());
+        let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
+            r.map_or((std::ptr::null(), 0, 0), |r| (r.bases.as_ptr(), r.id, (at - r.range.start) as u64))
+        };
+        let (sym_send, sym_send_id, sym_send_off) = region(direct.as_ref().map(|d| &d.send), call.send as usize);
+        let (sym_recv, sym_recv_id, sym_recv_off) = region(direct.as_ref().map(|d| &d.recv), call.recv as usize);
         let kernel = self.kernel(call.coll, choice, kdtype, call.op.map(Op::red_op))?;
 
         let t = &self.tables;
@@ -192,6 +210,13 @@ impl Rank {
             status: t.status.ptr(),
             abort_flag: t.abort_ptr(),
             peer_failed: self.board.as_ptr(),
+            sym_send,
+            sym_recv,
+            sym_flags: direct.as_ref().map_or(std::ptr::null(), |d| d.flags),
+            sym_send_id,
+            sym_recv_id,
+            sym_send_off,
+            sym_recv_off,
             scalar_f,
             scalar_i: scalar_f as i64,
             spin: wait::spin_budget(self.cfg.spin, self.cpus.as_deref()),
@@ -209,7 +234,30 @@ impl Rank {
             proto: choice.proto,
             name,
             _keep: call.keep,
+            _direct: direct,
         }))
+    }
+
+    /// The registered regions of `call`'s buffers, when every one is registered and the
+    /// direct algorithms can run it (the host target; every rank on one host, which
+    /// registration checked; channels within the flags area; ranks within the kernels'
+    /// tables).
+    fn direct(&self, call: &Call) -> Option<Direct> {
+        let elem = call.dtype.size();
+        let bytes = |p: *const u8, n: usize| p as usize..p as usize + n * elem;
+        let (send, recv) = match call.coll {
+            Collective::SendRecv => return None,
+            Collective::AllGather => (bytes(call.send, call.count), bytes(call.recv, call.count * self.group.nranks)),
+            Collective::ReduceScatter => {
+                (bytes(call.send, call.count * self.group.nranks), bytes(call.recv, call.count))
+            }
+            _ => (bytes(call.send, call.count), bytes(call.recv, call.count)),
+        };
+        use jitccl_codegen::abi::{SYM_CHANNELS, SYM_MAX_RANKS};
+        if self.device.is_cuda() || self.tuner.max_channels() > SYM_CHANNELS || self.group.nranks > SYM_MAX_RANKS {
+            return None;
+        }
+        self.sym.direct(send, recv)
     }
 }
 

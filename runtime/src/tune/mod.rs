@@ -75,6 +75,8 @@ struct Key {
     bytes: usize,
     elem_size: usize,
     commutative: bool,
+    /// Every buffer of the call is registered: the direct algorithms are candidates.
+    direct: bool,
 }
 
 /// Distinct call shapes remembered before the cache starts over (real programs use a
@@ -126,8 +128,18 @@ impl Tuner {
     ///
     /// Errors (InvalidArgument) when JITCCL_ALGO / JITCCL_PROTO leave the collective no
     /// algorithm or no protocol.
+    #[cfg(test)]
     pub fn choose(&self, coll: Collective, bytes: usize, elem_size: usize, commutative: bool) -> Result<Choice> {
-        let key = Key { coll, bytes, elem_size: elem_size.max(1), commutative };
+        self.choose_for(coll, bytes, elem_size, commutative, false)
+    }
+
+    /// [`choose`](Self::choose) for a call whose buffers are all registered (`direct`): the
+    /// direct algorithms join the candidates. Registration is collective, so every rank
+    /// passes the same `direct` for the same call.
+    pub fn choose_for(
+        &self, coll: Collective, bytes: usize, elem_size: usize, commutative: bool, direct: bool,
+    ) -> Result<Choice> {
+        let key = Key { coll, bytes, elem_size: elem_size.max(1), commutative, direct };
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = cache.get(&key) {
             return Ok(*c);
@@ -148,6 +160,23 @@ impl Tuner {
         Ok(choice)
     }
 
+    /// The choice for the library's own exchanges: the ring with Simple on one channel,
+    /// whatever the overrides say (they are the user's, for the user's calls).
+    pub(crate) fn internal(&self, elem_size: usize) -> Choice {
+        let cap = step_capacity(Protocol::Simple, self.slot_bytes[Protocol::Simple as usize]);
+        Choice {
+            algo: Algorithm::Ring,
+            proto: Protocol::Simple,
+            nchannels: 1,
+            chunk_elems: (cap / elem_size.max(1)).max(1) as u64,
+        }
+    }
+
+    /// The most channels a choice may use.
+    pub(crate) fn max_channels(&self) -> usize {
+        self.topo.nchannels
+    }
+
     fn decide(&self, k: Key) -> Result<(Choice, Source, String)> {
         let coll = k.coll;
         let algos: Vec<Algorithm> =
@@ -157,6 +186,15 @@ impl Tuner {
                 "{coll}: JITCCL_ALGO='{}' allows none of its algorithms ({})",
                 self.algos,
                 Set::of(coll.algorithms())
+            )));
+        }
+        let eligible = |a: &Algorithm| k.direct || !a.is_direct();
+        let algos: Vec<Algorithm> = algos.into_iter().filter(eligible).collect();
+        if algos.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{coll}: JITCCL_ALGO='{}' allows only direct algorithms, which need every buffer of the \
+                 call registered (Comm::alloc_symmetric or Comm::register) on ranks of one host",
+                self.algos
             )));
         }
         let protos: Vec<Protocol> = self.protos.allowed(coll).iter().collect();
@@ -213,7 +251,7 @@ impl Tuner {
             }
             overridden = Some(format!("the table's {}/{} is not allowed here", row.algo, row.proto));
         }
-        let all_algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(usable).collect();
+        let all_algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(usable).filter(eligible).collect();
         let Estimate { algo, proto, nchannels: nch, us: t } = self
             .best(coll, &algos, &protos, k.bytes)
             .ok_or_else(|| Error::Internal(format!("no {coll} candidate has a cost")))?;

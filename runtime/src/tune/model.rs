@@ -31,6 +31,12 @@
 //!   latency once oversubscribed and no measurable gain (< 0.1 us) at 2 ranks: Simple wins
 //!   at every size, as measured.
 //!
+//! - direct algorithms (registered buffers, one host): two barriers (a hop each, like the
+//!   ring's); a byte crossing to a peer is one load or store instead of a FIFO's store and
+//!   load, so they reach twice the FIFO's bus bandwidth (one-shot: its n-fold reads, like
+//!   the FIFO one-shot's); one-shot's base latency is the FIFO one-shot's, two-shot's adds
+//!   the stores into the peers' lines. Estimated from that reasoning, not fitted.
+//!
 //! The model reproduces the measured picks: one-shot up to ~8 KiB per rank at 3 ranks,
 //! ~5 KiB at 4 and ~1 KiB at 8; the tree between ~1 and ~60 KiB at 8 ranks (never at 3-4);
 //! the ring above, and the ring at every size at 2 ranks.
@@ -69,12 +75,13 @@ pub struct Topology {
 /// Per-algorithm and per-protocol factors on the topology's latencies and bandwidths.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Constants {
-    /// Fixed latency per call, us, by algorithm (Ring, Tree, OneShot).
-    pub base: [f64; 3],
+    /// Fixed latency per call, us, by algorithm (Ring, Tree, OneShot, Direct,
+    /// DirectOneShot).
+    pub base: [f64; 5],
     /// Hop latency factor by algorithm.
-    pub hop_factor: [f64; 3],
+    pub hop_factor: [f64; 5],
     /// Fraction of the bus bandwidth each algorithm reaches.
-    pub algo_bw: [f64; 3],
+    pub algo_bw: [f64; 5],
     /// Hop latency factor by protocol (Simple, LL, LL128).
     pub proto_lat: [f64; NPROTOS],
     /// Fraction of Simple's bandwidth each protocol reaches.
@@ -84,9 +91,9 @@ pub struct Constants {
 impl Constants {
     /// Measured on the host target (see the module comment).
     pub const HOST: Constants = Constants {
-        base: [0.1, 0.1, 0.3],
-        hop_factor: [1.0, 1.64, 0.87],
-        algo_bw: [1.0, 0.68, 0.47],
+        base: [0.1, 0.1, 0.3, 0.4, 0.3],
+        hop_factor: [1.0, 1.64, 0.87, 1.0, 1.0],
+        algo_bw: [1.0, 0.68, 0.47, 2.0, 0.94],
         proto_lat: [1.0, 1.15, 1.85],
         proto_bw: [1.0, 0.125, 0.5],
     };
@@ -104,7 +111,7 @@ const HOST_CHAN_LAT: f64 = 20.0;
 /// proxy threads share the cores with the kernels).
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 2;
+const HOST_MODEL_VERSION: u64 = 3;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -143,10 +150,11 @@ impl Topology {
     }
 
     /// The model's fastest (algorithm, protocol, channels) for `coll` over `bytes` with a
-    /// commutative op and nothing overridden, as a communicator on this topology picks
-    /// without a tuning table.
+    /// commutative op, unregistered buffers and nothing overridden, as a communicator on
+    /// this topology picks without a tuning table.
     pub fn fastest(&self, coll: Collective, bytes: usize) -> Option<Estimate> {
-        best(self, &Constants::HOST, coll, coll.algorithms(), Protocol::ALL, bytes)
+        let algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(|a| !a.is_direct()).collect();
+        best(self, &Constants::HOST, coll, &algos, Protocol::ALL, bytes)
     }
 
     /// The fingerprint as tables and cache file names show it.
@@ -171,6 +179,8 @@ fn algo_index(a: Algorithm) -> usize {
         Algorithm::Ring => 0,
         Algorithm::Tree => 1,
         Algorithm::OneShot => 2,
+        Algorithm::Direct => 3,
+        Algorithm::DirectOneShot => 4,
     }
 }
 
@@ -222,7 +232,15 @@ pub fn time(
     let a = algo_index(algo);
     let p = proto as usize;
     // (intra-node hops, inter-node hops, link crossings per byte of the call).
+    // Direct algorithms need every rank on one host; they wait through two barriers.
+    if algo.is_direct() && (nodes > 1 || proto != Protocol::Simple) {
+        return None;
+    }
     let (intra, inter, per_byte) = match (coll, algo) {
+        (Collective::AllReduce, Algorithm::Direct) => (2, 0, 2.0 * (n - 1) as f64 / n as f64),
+        (Collective::AllReduce, Algorithm::DirectOneShot) => (2, 0, (n - 1) as f64 * t.contention.max(1.0)),
+        (Collective::AllGather | Collective::ReduceScatter, Algorithm::Direct) => (2, 0, (n - 1) as f64 / n as f64),
+        (Collective::Broadcast | Collective::Reduce, Algorithm::Direct) => (2, 0, 1.0),
         (Collective::AllReduce, Algorithm::Ring) => {
             let inter = 2 * (nodes - 1);
             (2 * (n - 1) - inter, inter, 2.0 * (n - 1) as f64 / n as f64)

@@ -51,6 +51,7 @@ fn picks_move_one_way_as_sizes_grow() {
         OneShot => 0,
         Tree => 1,
         Ring => 2,
+        Direct | DirectOneShot => panic!("{a} chosen for buffers that are not registered"),
     };
     for n in 2..=16 {
         for nch in [1, 2, 4] {
@@ -83,9 +84,13 @@ fn choices_are_always_valid_and_allowed() {
                     for bytes in sizes().step_by(3) {
                         for commutative in [true, false] {
                             let Ok(c) = t.choose(coll, bytes, 8, commutative) else {
-                                // Only an override that leaves no algorithm may fail.
+                                // Only an override that leaves no algorithm for buffers
+                                // that are not registered may fail.
                                 assert!(
-                                    !coll.algorithms().iter().any(|&x| algos.allowed(coll).contains(x)),
+                                    !coll
+                                        .algorithms()
+                                        .iter()
+                                        .any(|&x| !x.is_direct() && algos.allowed(coll).contains(x)),
                                     "{a} / {p}: {coll}"
                                 );
                                 continue;
@@ -169,7 +174,7 @@ fn a_table_forces_the_choice_it_names() {
     let c = t.choose(AllReduce, 4096, 4, true).unwrap();
     assert_eq!(c, Choice { algo: Tree, proto: Protocol::LL, nchannels: 2, chunk_elems: 128 });
     assert_eq!(
-        t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true }).unwrap().1,
+        t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true, direct: false }).unwrap().1,
         Source::Table
     );
     // Outside the row's range, the model.
@@ -183,7 +188,8 @@ fn a_table_forces_the_choice_it_names() {
     );
     // Overrides win over the table; so does commutativity.
     let t = tuner(4, 4, "", "^ll", Some(table.clone()));
-    let (c, source, why) = t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true }).unwrap();
+    let (c, source, why) =
+        t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true, direct: false }).unwrap();
     assert_eq!((c.proto, source), (Protocol::Simple, Source::Model), "{why}");
     assert!(why.contains("table's tree/ll is not allowed"), "{why}");
     assert_eq!(tuner(4, 4, "", "", Some(table)).choose(AllReduce, 4096, 4, false).unwrap().algo, Ring);
@@ -201,7 +207,7 @@ fn point_to_point_uses_every_channel_at_every_size() {
 
 #[test]
 fn sources_say_whether_an_override_changed_the_pick() {
-    let key = Key { coll: AllReduce, bytes: 64, elem_size: 4, commutative: true };
+    let key = Key { coll: AllReduce, bytes: 64, elem_size: 4, commutative: true, direct: false };
     assert_eq!(tuner(4, 1, "", "", None).decide(key).unwrap().1, Source::Model);
     assert_eq!(tuner(4, 1, "allreduce:ring", "", None).decide(key).unwrap().1, Source::Override);
     assert_eq!(tuner(4, 1, "allreduce:oneshot,ring", "", None).decide(key).unwrap().1, Source::Model);
@@ -218,4 +224,35 @@ fn legacy_single_values_force_where_available() {
     assert_eq!((c.algo, c.proto), (Ring, Protocol::LL));
     let both = Config { algo: Some(Tree), algos: Some("ring".parse().unwrap()), ..Config::default() }.resolve(4);
     assert!(both.unwrap_err().to_string().contains("Config.algo and Config.algos"));
+}
+
+#[test]
+fn direct_algorithms_only_for_registered_buffers_and_then_always() {
+    for n in [2, 3, 4] {
+        let t = tuner(n, 2, "", "", None);
+        for bytes in sizes() {
+            let plain = t.choose_for(AllReduce, bytes, 4, true, false).unwrap();
+            assert!(!plain.algo.is_direct(), "n={n} {bytes} B: {plain:?}");
+            if bytes < 64 << 10 {
+                continue;
+            }
+            let reg = t.choose_for(AllReduce, bytes, 4, true, true).unwrap();
+            assert!(reg.algo == Direct && reg.proto == Protocol::Simple, "n={n} {bytes} B: {reg:?}");
+            for coll in [AllGather, ReduceScatter, Broadcast, Reduce] {
+                assert_eq!(t.choose_for(coll, bytes, 4, true, true).unwrap().algo, Direct, "{coll} n={n} {bytes} B");
+            }
+        }
+        // A non-commutative op keeps the ring even on registered buffers.
+        assert_eq!(t.choose_for(AllReduce, 1 << 24, 4, false, true).unwrap().algo, Ring);
+    }
+    // Forcing a direct algorithm on buffers that are not registered is an error, not a
+    // kernel without peers' addresses.
+    let forced = tuner(2, 1, "allreduce:direct", "", None);
+    let e = forced.choose_for(AllReduce, 64, 4, true, false).unwrap_err();
+    assert!(e.to_string().contains("need every buffer of the call registered"), "{e}");
+    assert_eq!(forced.choose_for(AllReduce, 64, 4, true, true).unwrap().algo, Direct);
+    assert_eq!(
+        tuner(2, 1, "^direct,direct_oneshot", "", None).choose_for(AllReduce, 64, 4, true, true).unwrap().algo,
+        Ring
+    );
 }

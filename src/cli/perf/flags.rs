@@ -98,7 +98,12 @@ pub struct PerfArgs {
     /// With --target cuda: rank i's GPU is the i-th entry (e.g. 0,0,0,0: four ranks on GPU 0).
     #[arg(long, value_delimiter = ',')]
     pub devices: Vec<usize>,
-    /// Force the algorithm (ring, tree, oneshot).
+    /// Buffer registration (nccl-tests' -R): 0 none, 1 register the buffers perf allocates
+    /// (ranks of one process), 2 allocate them as symmetric memory. Registered buffers may
+    /// run the direct algorithms.
+    #[arg(short = 'R', long = "local_register", default_value = "0", value_parser = register)]
+    pub register: Register,
+    /// Force the algorithm (ring, tree, oneshot, direct, direct_oneshot).
     #[arg(long)]
     pub algo: Option<Algorithm>,
     /// Force the protocol (simple, ll, ll128).
@@ -140,6 +145,11 @@ impl PerfArgs {
         let n = self.nranks;
         if self.root >= n {
             return Err(format!("root {} is not one of the {n} ranks", self.root));
+        }
+        if self.register != Register::None && self.target == Target::Cuda {
+            return Err(
+                "-R: registered and symmetric buffers are host-target features; use -R 0 with --target cuda".into()
+            );
         }
         if self.cudagraph > 0 {
             return Err(format!(
@@ -188,6 +198,23 @@ fn zero_or_one(s: &str) -> Result<bool, String> {
         "0" => Ok(false),
         "1" => Ok(true),
         _ => Err("must be 0 or 1".into()),
+    }
+}
+
+/// How perf allocates its buffers (-R).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Register {
+    None,
+    Local,
+    Symmetric,
+}
+
+fn register(s: &str) -> Result<Register, String> {
+    match s.trim() {
+        "0" => Ok(Register::None),
+        "1" => Ok(Register::Local),
+        "2" => Ok(Register::Symmetric),
+        _ => Err("must be 0 (none), 1 (register the buffers) or 2 (symmetric memory)".into()),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::flags::{Average, Layout, PerfArgs};
+use super::flags::{Average, Layout, PerfArgs, Register};
 
 /// One measured placement of one size, combined over all ranks.
 pub struct Timing {
@@ -54,9 +54,14 @@ impl Report {
             Average::Max => "max",
         };
         self.say(&format!(
-            "# jitccl perf: {} on the host target ({why_host}), {} {how}, {} warmup + {} timed iterations of {} op(s){}, check {}, {avg} time over ranks",
+            "# jitccl perf: {} on the host target ({why_host}), {} {how}, {} buffers, {} warmup + {} timed iterations of {} op(s){}, check {}, {avg} time over ranks",
             a.coll,
             lay.nranks,
+            match a.register {
+                Register::None => "plain",
+                Register::Local => "registered",
+                Register::Symmetric => "symmetric",
+            },
             a.warmup,
             a.iters,
             a.agg,

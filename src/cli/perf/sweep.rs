@@ -8,31 +8,34 @@ use std::time::Instant;
 
 use jitccl::codegen::BuiltinOp;
 use jitccl::reference::{count_wrong, inputs, op_for_rank, RefElement};
-use jitccl::{Comm, DeviceBuffer, Op, Stream};
+use jitccl::{Comm, DeviceBuffer, Op, Registration, Stream};
 
-use super::flags::{Average, Layout, PerfArgs};
+use super::flags::{Average, Layout, PerfArgs, Register};
 use super::report::{Report, Timing};
 
 /// The ranks one thread drives, with their streams and buffers (sized for the largest step).
 struct Ranks<'a, T: jitccl::Element> {
     comms: &'a [Comm],
     streams: &'a [Stream],
-    bufs: Vec<(DeviceBuffer<T>, DeviceBuffer<T>)>,
+    bufs: Views<T>,
+    /// Per rank, where times and wrong counts are combined over ranks: allocated like the
+    /// buffers, so that a forced direct algorithm (--algo) runs there too.
+    scratch: Vec<DeviceBuffer<f64>>,
+    /// -R 1: the buffers' registrations, kept while they are used.
+    _regs: Vec<Registration>,
 }
 
+/// One rank's (send, recv).
+type Pair<T> = (DeviceBuffer<T>, DeviceBuffer<T>);
 /// This thread's (send, recv) view per rank for one size and placement.
-type Views<T> = Vec<(DeviceBuffer<T>, DeviceBuffer<T>)>;
+type Views<T> = Vec<Pair<T>>;
 
 /// Runs the sweep on `comms`; true when no element was wrong.
 pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams: &[Stream]) -> Result<bool, String> {
     let (n, esize) = (lay.nranks, size_of::<T>());
     let (max_count, _) = a.coll.shape(a.max_bytes, esize, n);
     let full = if a.coll.blocks() { max_count * n } else { max_count };
-    let bufs = comms
-        .iter()
-        .map(|c| Ok((c.device().alloc::<T>(full.max(1))?, c.device().alloc::<T>(full.max(1))?)))
-        .collect::<jitccl::Result<Vec<_>>>()
-        .map_err(|e| e.to_string())?;
+    let (bufs, regs) = alloc(a.register, comms, full.max(1)).map_err(|e| e.to_string())?;
     // Data in every page before anything is timed, as nccl-tests initializes its buffers:
     // a never-written buffer reads the kernel's one shared zero page, which flattered large
     // sizes several-fold, and only until a -c check first wrote it.
@@ -40,7 +43,9 @@ pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams:
         let data = inputs::<T>(op(a), c.rank(), send.len());
         send.copy_from_host(&data).and_then(|()| recv.copy_from_host(&data)).map_err(|e| e.to_string())?;
     }
-    let ranks = Ranks { comms, streams, bufs };
+    let (scratch, scratch_regs) = alloc::<f64>(a.register, comms, 1).map_err(|e| e.to_string())?;
+    let scratch = scratch.into_iter().map(|(b, _)| b).collect();
+    let ranks = Ranks { comms, streams, bufs, scratch, _regs: regs.into_iter().chain(scratch_regs).collect() };
 
     let mut report = Report::new(comms.iter().any(|c| c.rank() == 0));
     report.header(a, lay);
@@ -62,6 +67,40 @@ pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams:
     }
     report.finish(a.max_bytes);
     Ok(report.wrong == 0)
+}
+
+/// Each rank's (send, recv) buffers of `len` elements as -R says, and the registrations to
+/// keep. Registering and symmetric allocation are collective: this thread's ranks take part
+/// at once, each on a thread of its own.
+fn alloc<T: jitccl::Element>(
+    how: Register, comms: &[Comm], len: usize,
+) -> jitccl::Result<(Views<T>, Vec<Registration>)> {
+    let one = |c: &Comm| -> jitccl::Result<(Pair<T>, Vec<Registration>)> {
+        match how {
+            Register::None => Ok(((c.device().alloc(len)?, c.device().alloc(len)?), Vec::new())),
+            Register::Local => {
+                let (send, recv) = (c.device().alloc(len)?, c.device().alloc(len)?);
+                let regs = vec![c.register(&send)?, c.register(&recv)?];
+                Ok(((send, recv), regs))
+            }
+            Register::Symmetric => Ok(((c.alloc_symmetric(len)?, c.alloc_symmetric(len)?), Vec::new())),
+        }
+    };
+    let each: Vec<_> = if comms.len() == 1 || how == Register::None {
+        comms.iter().map(one).collect()
+    } else {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = comms.iter().map(|c| s.spawn(move || one(c))).collect();
+            hs.into_iter().map(|h| h.join().expect("registering thread panicked")).collect()
+        })
+    };
+    let (mut bufs, mut regs) = (Vec::new(), Vec::new());
+    for r in each {
+        let (b, g) = r?;
+        bufs.push(b);
+        regs.extend(g);
+    }
+    Ok((bufs, regs))
 }
 
 /// The reduction op perf passes (None for collectives that do not reduce).
@@ -141,13 +180,12 @@ fn measure<T: RefElement>(
 
 /// Combines one value per rank of every thread and process (all take part).
 fn over_ranks<T: jitccl::Element>(r: &Ranks<T>, values: &[f64], op: Op) -> jitccl::Result<f64> {
-    let bufs =
-        r.comms.iter().zip(values).map(|(c, v)| c.device().alloc_from(&[*v])).collect::<jitccl::Result<Vec<_>>>()?;
-    for ((c, s), b) in r.comms.iter().zip(r.streams).zip(&bufs) {
+    for ((c, s), (b, v)) in r.comms.iter().zip(r.streams).zip(r.scratch.iter().zip(values)) {
+        b.copy_from_host(&[*v])?;
         c.all_reduce(b, b, 1, op, s)?;
     }
     sync_all(r.streams)?;
-    Ok(bufs[0].to_vec()[0])
+    Ok(r.scratch[0].to_vec()[0])
 }
 
 /// Runs the operation once on reference inputs; the wrong elements of each of this

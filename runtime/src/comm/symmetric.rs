@@ -1,0 +1,262 @@
+//! Symmetric and registered memory (NCCL's symmetric windows, on the host target): buffers
+//! every rank's kernels address, on which calls may run the direct algorithms.
+//!
+//! Each allocation is a shared-memory segment of its own, which every rank maps once when
+//! the allocation is made; rather than one growing heap per rank at equal offsets: nothing
+//! to size in advance, freeing is exact, and the enqueue lookup is the same interval map
+//! either way. Ranks tell each other their parts with an AllGather on the communicator
+//! itself (its own timeout and failure handling), then confirm that every rank mapped every
+//! part before anyone proceeds, so all ranks end with the region or all with the error.
+
+use std::sync::{Arc, Weak};
+
+use jitccl_codegen::Collective;
+
+use crate::comm::{group, Comm};
+use crate::device::{DeviceBuffer, HostMemory, Memory};
+use crate::element::Element;
+use crate::enqueue::Call;
+use crate::error::{Error, Result};
+use crate::symmetric::{Flags, Keep, Region, Registry};
+use crate::transport::shm::ShmSegment;
+use jitccl_codegen::abi::{SYM_CHANNELS, SYM_LINE};
+
+/// Bytes of one rank's description of its part.
+const DESC: usize = 160;
+const NAME_AT: usize = 64;
+
+/// One rank's part of a region, as it tells the others.
+struct Part {
+    id: u64,
+    ptr: usize,
+    bytes: usize,
+    /// The shared-memory segment holding it, if any (else process memory).
+    segment: Option<String>,
+}
+
+impl Part {
+    fn encode(&self) -> [u8; DESC] {
+        let mut b = [0u8; DESC];
+        let words = [std::process::id() as u64, host_id(), self.id, self.ptr as u64, self.bytes as u64];
+        for (i, w) in words.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        if let Some(name) = &self.segment {
+            b[NAME_AT..NAME_AT + name.len()].copy_from_slice(name.as_bytes());
+        }
+        b
+    }
+}
+
+/// A peer's part as received: (pid, host, id, ptr, bytes, segment name).
+struct Peer {
+    pid: u64,
+    host: u64,
+    id: u64,
+    ptr: usize,
+    bytes: usize,
+    segment: String,
+}
+
+fn decode(b: &[u8]) -> Peer {
+    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    let name = &b[NAME_AT..];
+    let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+    Peer {
+        pid: w(0),
+        host: w(1),
+        id: w(2),
+        ptr: w(3) as usize,
+        bytes: w(4) as usize,
+        segment: String::from_utf8_lossy(&name[..end]).into_owned(),
+    }
+}
+
+/// This machine, as ranks compare it (FNV-1a of the host name).
+fn host_id() -> u64 {
+    let mut buf = [0u8; 256];
+    // SAFETY: a buffer of the length given.
+    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    buf.iter()
+        .take_while(|&&c| c != 0)
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ c as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Segments get at least a page: an empty mapping is refused.
+fn segment_bytes(bytes: usize) -> usize {
+    bytes.max(4096)
+}
+
+/// Unregisters a region when its owner (a buffer's memory, or a `Registration`) goes.
+struct Unregister {
+    registry: Weak<Registry>,
+    start: usize,
+    id: u64,
+}
+
+impl Drop for Unregister {
+    fn drop(&mut self) {
+        if let Some(r) = self.registry.upgrade() {
+            r.remove(self.start, self.id);
+        }
+    }
+}
+
+/// Keeps a symmetric allocation's segment mapped, and unregisters it first.
+struct SymmetricMemory {
+    _unregister: Unregister,
+    _segment: ShmSegment,
+}
+
+/// A buffer registered with [`Comm::register`]; unregistered when dropped. It keeps the
+/// buffer's memory alive, since peers address it.
+pub struct Registration {
+    _unregister: Unregister,
+    _memory: Keep,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Registration {}", self._unregister.id)
+    }
+}
+
+impl Comm {
+    /// A zeroed buffer of `len` elements in memory every rank of this communicator
+    /// addresses (NCCL's symmetric memory): calls whose buffers are all symmetric or
+    /// registered may run the direct algorithms, which load from and store to the peers'
+    /// buffers with no FIFO in between. Collective: every rank calls it, with the same
+    /// `len`, in the same order as its other allocations and registrations. Host target,
+    /// ranks on one host; otherwise `Unsupported` on every rank. Freed (and unregistered)
+    /// when the last view of it is dropped.
+    pub fn alloc_symmetric<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::InvalidArgument(format!("alloc_symmetric of {len} elements overflows")))?;
+        let registry = self.registry("alloc_symmetric")?;
+        let seg = ShmSegment::create(segment_bytes(bytes))?;
+        let ptr = seg.ptr();
+        let id = registry.next_id();
+        let part = Part { id, ptr: ptr as usize, bytes, segment: Some(seg.name().to_string()) };
+        let region = self.share("alloc_symmetric", part, Some(&seg))?;
+        registry.insert(region);
+        let owner = SymmetricMemory {
+            _unregister: Unregister { registry: Arc::downgrade(&registry), start: ptr as usize, id },
+            _segment: seg,
+        };
+        let mem = Memory::Host(HostMemory::mapped(ptr, bytes, Box::new(owner)));
+        Ok(DeviceBuffer::from_memory(self.device(), mem, len))
+    }
+
+    /// Registers `buf` so that calls on it may run the direct algorithms, like
+    /// [`alloc_symmetric`](Self::alloc_symmetric)'s buffers. Collective: every rank
+    /// registers a buffer of the same length, in the same order as its other allocations
+    /// and registrations. Any buffer works when the ranks are threads of one process; ranks
+    /// in other processes can only reach symmetric memory, so there this fails with
+    /// `Unsupported` on every rank (allocate with `alloc_symmetric` instead).
+    pub fn register<T: Element>(&self, buf: &DeviceBuffer<T>) -> Result<Registration> {
+        let registry = self.registry("register")?;
+        let range = buf.byte_range();
+        let id = registry.next_id();
+        let part = Part { id, ptr: range.start, bytes: range.len(), segment: None };
+        let region = self.share("register", part, None)?;
+        registry.insert(region);
+        Ok(Registration {
+            _unregister: Unregister { registry: Arc::downgrade(&registry), start: range.start, id },
+            _memory: buf.keep_alive(),
+        })
+    }
+
+    /// The registry, with the flags areas made (collectively) on first use.
+    fn registry(&self, what: &str) -> Result<Arc<Registry>> {
+        let rank = self.rank();
+        if self.device().is_cuda() {
+            return Err(Error::Unsupported(format!(
+                "{what} on rank {rank}: symmetric memory is a host-target feature ({:?})",
+                self.device()
+            )));
+        }
+        if group::is_open() {
+            return Err(Error::InvalidUsage(format!("{what} on rank {rank}: not inside group_start/group_end")));
+        }
+        let registry = self.inner(what)?.enq.sym.clone();
+        if registry.flags().is_none() {
+            let bytes = SYM_CHANNELS * SYM_LINE * size_of::<u64>();
+            let seg = ShmSegment::create(segment_bytes(bytes))?;
+            let part = Part { id: 0, ptr: seg.ptr() as usize, bytes, segment: Some(seg.name().to_string()) };
+            let region = self.share(what, part, Some(&seg))?;
+            let areas = region.bases.iter().map(|&b| b.cast::<u64>()).collect();
+            registry.set_flags(Flags::new(areas, vec![Arc::new(region), Arc::new(seg)]));
+        }
+        Ok(registry)
+    }
+
+    /// Tells every rank this rank's `part` and maps theirs: the region, on every rank, or
+    /// the same error on every rank. `own`: this rank's segment, unlinked once all mapped it.
+    fn share(&self, what: &str, part: Part, own: Option<&ShmSegment>) -> Result<Region> {
+        let (rank, n) = (self.rank(), self.nranks());
+        let parts = self.all_gather_bytes(&part.encode(), DESC)?;
+        let peers: Vec<Peer> = parts.chunks(DESC).map(decode).collect();
+        let mapped = map_peers(what, rank, &part, &peers);
+        // Every rank learns whether every rank mapped every part.
+        let ok = self.all_gather_bytes(&[mapped.is_ok() as u8], 1)?;
+        if let Some(own) = own {
+            own.unlink();
+        }
+        let (bases, keep) = mapped?;
+        if let Some(q) = (0..n).find(|&q| ok[q] == 0) {
+            return Err(Error::Unsupported(format!(
+                "{what} on rank {rank}: rank {q} cannot map every rank's memory (its error says why)"
+            )));
+        }
+        Ok(Region::new(part.id, part.ptr..part.ptr + part.bytes, bases, keep))
+    }
+
+    /// Every rank's `mine` (each `len` bytes), in rank order, through this communicator.
+    fn all_gather_bytes(&self, mine: &[u8], len: usize) -> Result<Vec<u8>> {
+        let dev = self.device();
+        let stream = dev.stream()?;
+        let send = dev.alloc_from(mine)?;
+        let recv = dev.alloc::<u8>(len * self.nranks())?;
+        let call = Call::checked(&self.group(), Collective::AllGather, None, &send, &recv, len, 0)?;
+        self.submit(Ok(Call { internal: true, ..call }), &stream)?;
+        stream.synchronize()?;
+        Ok(recv.to_vec())
+    }
+}
+
+/// Each rank's base address as this process addresses it, and what keeps it mapped.
+fn map_peers(what: &str, rank: usize, part: &Part, peers: &[Peer]) -> Result<(Vec<*mut u8>, Vec<Keep>)> {
+    let me = &peers[rank];
+    let (mut bases, mut keep) = (Vec::with_capacity(peers.len()), Vec::new());
+    for (q, p) in peers.iter().enumerate() {
+        if p.id != part.id || p.bytes != part.bytes {
+            return Err(Error::InvalidArgument(format!(
+                "{what} on rank {rank}: rank {q} registers {} B as its registration {}, this rank {} B as {} \
+                 (every rank must make the same allocations and registrations in the same order)",
+                p.bytes, p.id, part.bytes, part.id
+            )));
+        }
+        if q == rank {
+            bases.push(part.ptr as *mut u8);
+        } else if p.host != me.host {
+            return Err(Error::Unsupported(format!(
+                "{what} on rank {rank}: rank {q} is on another host; only ranks of one host share memory"
+            )));
+        } else if !p.segment.is_empty() {
+            let seg = ShmSegment::open(&p.segment, segment_bytes(p.bytes))?;
+            bases.push(seg.ptr());
+            keep.push(Arc::new(seg) as Keep);
+        } else if p.pid == me.pid {
+            // A thread rank of this process: its registration keeps the buffer alive while
+            // it takes part in calls on it.
+            bases.push(p.ptr as *mut u8);
+        } else {
+            return Err(Error::Unsupported(format!(
+                "{what} on rank {rank}: rank {q} is another process, which cannot reach a buffer of \
+                 process memory; allocate it with Comm::alloc_symmetric"
+            )));
+        }
+    }
+    Ok((bases, keep))
+}

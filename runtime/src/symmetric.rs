@@ -1,0 +1,144 @@
+//! Registered memory for the direct algorithms: per communicator rank, the regions whose
+//! every rank's part this rank addresses (its own part's address range, the base of each
+//! rank's part as mapped here), looked up by address at enqueue; and the flags areas the
+//! direct kernels' barriers use. Regions are made collectively (`comm::symmetric`), in the
+//! same order on every rank, so their ids agree across ranks; the kernels check the ids
+//! each rank publishes, so a call whose ranks name different regions fails, never reads
+//! the wrong memory.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// What keeps a peer's memory mapped here.
+pub(crate) type Keep = Arc<dyn Send + Sync>;
+
+/// One registered region.
+pub(crate) struct Region {
+    /// The same on every rank; never 0.
+    pub id: u64,
+    /// This rank's part, as this process addresses it.
+    pub range: Range<usize>,
+    /// Per rank, the base of its part as this process addresses it.
+    pub bases: Box<[*mut u8]>,
+    _keep: Vec<Keep>,
+}
+
+// SAFETY: the bases are addresses of memory `_keep` (or the peers' registrations) keep
+// mapped; only kernels dereference them, synchronized by their barriers.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
+impl Region {
+    pub(crate) fn new(id: u64, range: Range<usize>, bases: Vec<*mut u8>, keep: Vec<Keep>) -> Region {
+        Region { id, range, bases: bases.into_boxed_slice(), _keep: keep }
+    }
+}
+
+/// Every rank's flags area as mapped here (see `templates/common/direct.h`).
+pub(crate) struct Flags {
+    pub areas: Box<[*mut u64]>,
+    _keep: Vec<Keep>,
+}
+
+// SAFETY: as for `Region`.
+unsafe impl Send for Flags {}
+unsafe impl Sync for Flags {}
+
+impl Flags {
+    pub(crate) fn new(areas: Vec<*mut u64>, keep: Vec<Keep>) -> Flags {
+        Flags { areas: areas.into_boxed_slice(), _keep: keep }
+    }
+}
+
+/// The send and recv regions of a call that runs a direct algorithm (kept alive by its
+/// launch).
+pub(crate) struct Direct {
+    pub send: Arc<Region>,
+    pub recv: Arc<Region>,
+    pub flags: *const *mut u64,
+}
+
+// SAFETY: `flags` points into the registry's flags, which live as long as the communicator
+// the launch holds.
+unsafe impl Send for Direct {}
+unsafe impl Sync for Direct {}
+
+/// One rank's registered regions, by start address.
+#[derive(Default)]
+pub(crate) struct Registry {
+    flags: OnceLock<Flags>,
+    regions: RwLock<BTreeMap<usize, Arc<Region>>>,
+    /// Whether any region exists: calls skip the lookup otherwise.
+    any: AtomicBool,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    /// The id of the next region (collective calls take them in the same order everywhere).
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn flags(&self) -> Option<&Flags> {
+        self.flags.get()
+    }
+
+    pub(crate) fn set_flags(&self, f: Flags) {
+        let _ = self.flags.set(f);
+    }
+
+    pub(crate) fn insert(&self, region: Region) {
+        let mut m = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        m.insert(region.range.start, Arc::new(region));
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Removes region `id` (its launches keep it alive until they have run).
+    pub(crate) fn remove(&self, start: usize, id: u64) {
+        let mut m = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        if m.get(&start).is_some_and(|r| r.id == id) {
+            m.remove(&start);
+        }
+        self.any.store(!m.is_empty(), Ordering::Release);
+    }
+
+    /// The region holding all of `bytes`, if any.
+    fn find(&self, m: &BTreeMap<usize, Arc<Region>>, bytes: &Range<usize>) -> Option<Arc<Region>> {
+        let (_, r) = m.range(..=bytes.start).next_back()?;
+        (bytes.end <= r.range.end).then(|| r.clone())
+    }
+
+    /// The regions of a call's send and recv bytes when both are registered.
+    pub(crate) fn direct(&self, send: Range<usize>, recv: Range<usize>) -> Option<Direct> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        let flags = self.flags.get()?;
+        let m = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        Some(Direct { send: self.find(&m, &send)?, recv: self.find(&m, &recv)?, flags: flags.areas.as_ptr() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_find_the_region_holding_the_whole_range() {
+        let reg = Registry::default();
+        reg.set_flags(Flags::new(vec![std::ptr::null_mut()], vec![]));
+        assert!(reg.direct(0..8, 0..8).is_none());
+        reg.insert(Region::new(reg.next_id(), 100..200, vec![std::ptr::null_mut()], vec![]));
+        reg.insert(Region::new(reg.next_id(), 300..400, vec![std::ptr::null_mut()], vec![]));
+        let d = reg.direct(100..150, 350..400).unwrap();
+        assert_eq!((d.send.id, d.recv.id), (1, 2));
+        assert!(reg.direct(150..250, 300..310).is_none(), "crosses the end");
+        assert!(reg.direct(50..60, 300..310).is_none(), "before every region");
+        reg.remove(100, 1);
+        assert!(reg.direct(100..150, 300..310).is_none());
+        reg.remove(300, 2);
+        assert!(!reg.any.load(Ordering::Relaxed));
+    }
+}

@@ -1,0 +1,157 @@
+/* Direct algorithms on registered buffers: every rank loads from and stores to its peers'
+   buffers (mapped in its address space), with no FIFO in between. Target-independent.
+
+   Each rank's flags area has a line per channel that only it writes: word 0 its barrier
+   counter, then what it publishes of its call (the registrations and offsets of its
+   buffers, the count and root, its PreMulSum scalar). A barrier raises the own counter and
+   waits until every peer's is as high: all ranks run the same sequence of direct kernels,
+   so the counters move in step with no per-call number from the host.
+
+   Every kernel starts with `jc_sym_enter` (publish, barrier: the peers' buffers are ready
+   and their records readable) and ends with a barrier after the last access to a peer's
+   buffer, so a rank returns (and its caller may reuse its buffers, or start the next call,
+   which rewrites its record) only once no peer touches them any more. */
+#define JC_SYM_SEQ 0
+#define JC_SYM_SEND_ID 1
+#define JC_SYM_SEND_OFF 2
+#define JC_SYM_RECV_ID 3
+#define JC_SYM_RECV_OFF 4
+#define JC_SYM_COUNT 5
+#define JC_SYM_ROOT 6
+#define JC_SYM_SCALAR_F 7
+#define JC_SYM_SCALAR_I 8
+
+/* What a direct kernel sees of every rank once entered. */
+struct jc_sym {
+  const T* in[JC_SYM_MAX_RANKS];
+  T* out[JC_SYM_MAX_RANKS];
+  struct jc_ctx px[JC_SYM_MAX_RANKS]; /* per rank, a context with that rank's pre-op scalar */
+  jc_u64 seq;                          /* this channel's barrier counter */
+};
+
+static JC_DEVICE JC_INLINE jc_u64* jc_sym_line(const struct jc_args* a, int q, int chan) {
+  return a->sym_flags[q] + (jc_u64)chan * JC_SYM_LINE;
+}
+
+/* One barrier among the same channel of every rank. */
+static JC_DEVICE int jc_sym_barrier(struct jc_ctx* x, struct jc_sym* v) {
+  const struct jc_args* a = x->args;
+  int n = a->nranks, me = a->rank, e = JC_OK;
+  jc_barrier();
+  v->seq++;
+  if (jc_tid() == 0) {
+    jc_store_release(jc_sym_line(a, me, x->chan) + JC_SYM_SEQ, v->seq);
+    for (int k = 1; k < n && !e; k++) {
+      int q = jc_mod(me + k, n);
+      e = jc_wait_ge(x, jc_sym_line(a, q, x->chan) + JC_SYM_SEQ, v->seq, q, JC_WAIT_BARRIER);
+    }
+  }
+  jc_barrier();
+  return e;
+}
+
+/* Records that peer q's call does not match this rank's. */
+static JC_DEVICE int jc_sym_mismatch(struct jc_ctx* x, int q) {
+  struct jc_status* st = &x->args->status[x->chan];
+  st->code = JC_ERR_MISMATCH;
+  st->peer = q;
+  st->what = JC_WAIT_BARRIER;
+  return JC_ERR_MISMATCH;
+}
+
+/* Publishes this rank's call, waits for every peer's, checks that they name the same
+   registrations, count and root, and fills `v` with every rank's buffers and scalar. */
+static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v) {
+  const struct jc_args* a = x->args;
+  int n = a->nranks, me = a->rank;
+  jc_u64* mine = jc_sym_line(a, me, x->chan);
+  union { double d; jc_u64 u; } f;
+  f.d = a->scalar_f;
+  if (n > JC_SYM_MAX_RANKS) return jc_sym_mismatch(x, me);
+  if (jc_tid() == 0) {
+    mine[JC_SYM_SEND_ID] = a->sym_send_id;
+    mine[JC_SYM_SEND_OFF] = a->sym_send_off;
+    mine[JC_SYM_RECV_ID] = a->sym_recv_id;
+    mine[JC_SYM_RECV_OFF] = a->sym_recv_off;
+    mine[JC_SYM_COUNT] = a->count;
+    mine[JC_SYM_ROOT] = (jc_u64)a->root;
+    mine[JC_SYM_SCALAR_F] = f.u;
+    mine[JC_SYM_SCALAR_I] = (jc_u64)a->scalar_i;
+  }
+  v->seq = jc_load_acquire(mine + JC_SYM_SEQ);
+  JC_CHECK(jc_sym_barrier(x, v));
+  for (int q = 0; q < n; q++) {
+    const jc_u64* l = jc_sym_line(a, q, x->chan);
+    if (l[JC_SYM_SEND_ID] != a->sym_send_id || l[JC_SYM_RECV_ID] != a->sym_recv_id ||
+        l[JC_SYM_COUNT] != a->count || l[JC_SYM_ROOT] != (jc_u64)a->root) {
+      return jc_sym_mismatch(x, q);
+    }
+    v->in[q] = (const T*)(a->sym_send[q] + l[JC_SYM_SEND_OFF]);
+    v->out[q] = (T*)(a->sym_recv[q] + l[JC_SYM_RECV_OFF]);
+    struct jc_args aq = *a;
+    f.u = l[JC_SYM_SCALAR_F];
+    aq.scalar_f = f.d;
+    aq.scalar_i = (jc_i64)l[JC_SYM_SCALAR_I];
+    v->px[q] = *x;
+    v->px[q].scalar = jc_scalar(&aq);
+  }
+  return JC_OK;
+}
+
+/* Elements [off, off + len) of the channel's range, len <= JC_SYM_TILE * nthreads: this
+   thread's j-th one is off + j * nthreads + tid. */
+#define JC_SYM_EACH(off, len) \
+  for (jc_u64 j = 0, i = (off) + (jc_u64)jc_tid(); i < (off) + (len); j++, i += (jc_u64)jc_nthreads())
+
+/* res = post(pre_0(in_0) (+) pre_1(in_1) (+) ... (+) pre_{n-1}(in_{n-1})) over the tile
+   at `off` of the inputs shifted by `shift` elements, folded in rank order: the same
+   expression wherever it is computed. */
+static JC_DEVICE void jc_sym_fold(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 shift, jc_u64 off, jc_u64 len, T* res) {
+  int n = x->args->nranks;
+  C acc[JC_SYM_TILE];
+  const T* s = v->in[0] + shift;
+  JC_SYM_EACH(off, len) acc[j] = jc_pre(&v->px[0], jc_to_c(s[i]));
+  for (int q = 1; q < n; q++) {
+    s = v->in[q] + shift;
+    const struct jc_ctx* pq = &v->px[q];
+    JC_SYM_EACH(off, len) acc[j] = jc_combine(acc[j], jc_pre(pq, jc_to_c(s[i])));
+  }
+  JC_SYM_EACH(off, len) res[j] = jc_from_c(jc_post(x, acc[j]));
+}
+
+/* dst[off..off+len) = the tile `res`. */
+static JC_DEVICE JC_INLINE void jc_sym_put(const T* res, T* dst, jc_u64 off, jc_u64 len) {
+  JC_SYM_EACH(off, len) dst[i] = res[j];
+}
+
+/* dst[i] = src[i] for i in [beg, end), by this block's threads. */
+static JC_DEVICE JC_INLINE void jc_sym_copy(const T* src, T* dst, jc_u64 beg, jc_u64 end) {
+  if (src == dst) return;
+  for (jc_u64 i = beg + (jc_u64)jc_tid(); i < end; i += (jc_u64)jc_nthreads()) dst[i] = src[i];
+}
+
+/* [*beg, *end) narrowed to part `k` of `n` equal parts (aligned like channel ranges). */
+static JC_DEVICE void jc_sym_part(int k, int n, jc_u64* beg, jc_u64* end) {
+  jc_u64 b = *beg, e = *end;
+  jc_channel_range(e - b, k, n, beg, end);
+  *beg += b;
+  *end += b;
+}
+
+/* The prologue of every direct kernel: the channel's element range, and entry. */
+static JC_DEVICE int jc_sym_begin(struct jc_ctx* x, struct jc_sym* v, jc_u64* beg, jc_u64* end) {
+  jc_channel_range(x->args->count, x->chan, x->args->nchannels, beg, end);
+  return jc_sym_enter(x, v);
+}
+
+/* Folds [beg, end) of the inputs shifted by `shift` elements, tile by tile, and stores each
+   tile into the outputs of ranks first, first + 1, ... (ndst of them, mod n). */
+static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 shift, jc_u64 beg, jc_u64 end, int first, int ndst) {
+  jc_u64 tile = (jc_u64)JC_SYM_TILE * jc_nthreads();
+  T res[JC_SYM_TILE];
+  for (jc_u64 off = beg; off < end; off += tile) {
+    jc_u64 len = jc_min(tile, end - off);
+    jc_sym_fold(x, v, shift, off, len, res);
+    for (int k = 0; k < ndst; k++) jc_sym_put(res, v->out[jc_mod(first + k, x->args->nranks)], off, len);
+  }
+}

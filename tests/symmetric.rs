@@ -1,0 +1,136 @@
+//! The direct algorithms on symmetric (`Comm::alloc_symmetric`) and registered
+//! (`Comm::register`) buffers, ranks as threads: every collective with a direct algorithm,
+//! every datatype and op, counts 0, 1, primes and several tiles, in place and out of place,
+//! against the plain reference; the tuner's use of them; and the misuses that must fail.
+//! Ranks as processes: `tests/symmetric_processes.rs`.
+
+#[path = "common/world.rs"]
+mod world;
+
+use std::time::Duration;
+
+use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol};
+use world::{check, world_on, Mem, World};
+
+fn world(nranks: usize, algo: Algorithm, nchannels: usize, mem: Mem) -> World {
+    let devices: Vec<Device> = (0..nranks).map(Device::host).collect();
+    World { mem, ..world_on(&devices, algo, Protocol::Simple, nchannels) }
+}
+
+fn sweep(coll: Collective, algo: Algorithm, ranks: &[usize], dtypes: &[DataType], mem: Mem) {
+    world::sweep(coll, &format!("{algo} {mem:?}"), ranks, dtypes, |n, nch| world(n, algo, nch, mem));
+}
+
+const ALL_TYPES: &[DataType] = DataType::ALL;
+const COPY_TYPES: &[DataType] = &[DataType::U8, DataType::F16, DataType::F32, DataType::F64];
+const SOME_TYPES: &[DataType] = &[DataType::I8, DataType::BF16, DataType::F32, DataType::U64];
+
+macro_rules! sweep_tests {
+    ($($name:ident: $coll:ident $algo:ident $ranks:expr, $types:expr, $mem:ident;)+) => {$(
+        #[test]
+        fn $name() {
+            sweep(Collective::$coll, Algorithm::$algo, &$ranks, $types, Mem::$mem);
+        }
+    )+};
+}
+
+sweep_tests! {
+    all_reduce_direct_symmetric: AllReduce Direct [1, 2, 3, 4], ALL_TYPES, Symmetric;
+    all_reduce_direct_oneshot_symmetric: AllReduce DirectOneShot [1, 2, 3, 4], ALL_TYPES, Symmetric;
+    all_reduce_direct_registered: AllReduce Direct [2, 3], SOME_TYPES, Registered;
+    all_reduce_direct_oneshot_registered: AllReduce DirectOneShot [4], SOME_TYPES, Registered;
+    reduce_scatter_direct_symmetric: ReduceScatter Direct [1, 2, 3, 4], ALL_TYPES, Symmetric;
+    reduce_direct_symmetric: Reduce Direct [1, 2, 3, 4], ALL_TYPES, Symmetric;
+    all_gather_direct_symmetric: AllGather Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
+    broadcast_direct_symmetric: Broadcast Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
+    all_gather_direct_registered: AllGather Direct [3], COPY_TYPES, Registered;
+}
+
+/// Ranks with a short timeout and no forced algorithm.
+fn plain_world(n: usize, timeout: Duration, algo: Option<Algorithm>) -> World {
+    let cfg = Config { timeout: Some(timeout), algo, ..Config::default() };
+    let comms = Comm::init_all(n, &cfg).unwrap();
+    let streams = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+    World { comms, streams, mem: Mem::Symmetric }
+}
+
+#[test]
+fn the_tuner_runs_registered_buffers_directly_and_results_match() {
+    // No forced algorithm: the model picks the direct ones for registered buffers (large
+    // sizes); results are checked like every sweep.
+    let w = plain_world(3, Duration::from_secs(60), None);
+    for coll in [Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather, Collective::Broadcast] {
+        for count in [1, 100_003] {
+            let op = coll.reduces().then_some(Op::Sum);
+            check::<f32>(&w, coll, op, count, false).unwrap();
+            check::<f32>(&w, coll, op, count, true).unwrap();
+        }
+    }
+}
+
+#[test]
+fn allocations_that_differ_across_ranks_fail_on_every_rank() {
+    let w = plain_world(3, Duration::from_secs(20), None);
+    let res = w.on_all(|r, c| c.alloc_symmetric::<f32>(if r == 1 { 10 } else { 12 }).map(|_| ()));
+    for (r, e) in res.into_iter().enumerate() {
+        let e = e.unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("same allocations")), "rank {r}: {e}");
+    }
+    // The communicator is still usable, and the next allocations agree.
+    let bufs = w.alloc::<f32>(4, &mut Vec::new());
+    assert_eq!(bufs.len(), 3);
+}
+
+#[test]
+fn a_forced_direct_algorithm_refuses_buffers_that_are_not_registered() {
+    let w = plain_world(2, Duration::from_secs(20), Some(Algorithm::Direct));
+    let b = w.comms[0].device().alloc::<f32>(8).unwrap();
+    let e = w.comms[0].all_reduce(&b, &b, 8, Op::Sum, &w.streams[0]).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("registered")), "{e}");
+    // A registered send buffer with an unregistered recv buffer is refused too.
+    let sym = w.on_all(|_, c| c.alloc_symmetric::<f32>(8).unwrap());
+    let e = w.comms[0].all_reduce(&sym[0], &b, 8, Op::Sum, &w.streams[0]).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("registered")), "{e}");
+}
+
+#[test]
+fn ranks_naming_different_registrations_fail_not_mix_them() {
+    let w = plain_world(2, Duration::from_secs(20), Some(Algorithm::Direct));
+    let a = w.on_all(|_, c| c.alloc_symmetric::<i32>(64).unwrap());
+    let b = w.on_all(|_, c| c.alloc_symmetric::<i32>(64).unwrap());
+    // Rank 0 reduces in a, rank 1 in b.
+    w.comms[0].all_reduce(&a[0], &a[0], 64, Op::Sum, &w.streams[0]).unwrap();
+    w.comms[1].all_reduce(&b[1], &b[1], 64, Op::Sum, &w.streams[1]).unwrap();
+    for (r, s) in w.streams.iter().enumerate() {
+        let e = s.synchronize().unwrap_err();
+        assert!(matches!(&e, Error::InvalidUsage(m) if m.contains("other registered buffers")), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn a_peer_that_never_joins_a_direct_call_is_a_timeout_naming_it() {
+    let w = plain_world(3, Duration::from_secs(2), Some(Algorithm::DirectOneShot));
+    let bufs = w.on_all(|_, c| c.alloc_symmetric::<f32>(1000).unwrap());
+    // Ranks 0 and 1 call; rank 2 never does.
+    for ((c, s), b) in w.comms.iter().zip(&w.streams).zip(&bufs).take(2) {
+        c.all_reduce(b, b, 1000, Op::Sum, s).unwrap();
+    }
+    let e = w.streams[0].synchronize().unwrap_err();
+    assert!(
+        matches!(&e, Error::Timeout { rank: 0, peer: 2, waiting: "the barrier of", .. }),
+        "rank 0 should time out waiting for rank 2: {e}"
+    );
+    let e = w.streams[1].synchronize().unwrap_err();
+    assert!(e.to_string().contains("rank 2") || e.to_string().contains("peer 2"), "rank 1: {e}");
+}
+
+#[test]
+fn an_aborted_rank_ends_its_direct_kernel() {
+    let w = plain_world(2, Duration::from_secs(60), Some(Algorithm::Direct));
+    let bufs = w.on_all(|_, c| c.alloc_symmetric::<f32>(100).unwrap());
+    w.comms[0].all_reduce(&bufs[0], &bufs[0], 100, Op::Sum, &w.streams[0]).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    w.comms[0].abort();
+    let e = w.streams[0].synchronize().unwrap_err();
+    assert!(matches!(&e, Error::Aborted { rank: 0, .. }), "{e}");
+}
