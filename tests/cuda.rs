@@ -96,7 +96,7 @@ fn init_rank_world(dev: &Device, n: usize, algo: Algorithm, proto: Protocol) -> 
         joins.into_iter().map(|j| j.join().unwrap().expect("init_rank on a GPU")).collect()
     });
     let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();
-    world::World { comms, streams }
+    world::World { comms, streams, mem: world::Mem::Plain }
 }
 
 #[test]
