@@ -24,8 +24,12 @@
 //! - bus bandwidth 8.6 GB/s per channel in cache (it falls 2-20x past 8 MiB for every
 //!   algorithm alike, so that does not change the ranking); tree reaches 0.68 and one-shot
 //!   0.47 of it; a second channel adds half (12.9 GB/s cap) for ~20 us;
-//! - base latency 0.1 us, one-shot 0.3 us (its extra pass through its own FIFO: at 2 ranks
-//!   it measured 0.38 us against the ring's 0.30);
+//! - base latency 0.1 us for the ring, the tree and one-shot. One-shot once measured 0.3 us
+//!   (0.38 us against the ring's 0.30 at 2 ranks), when every launch was handed to the
+//!   stream's dispatcher thread; since `synchronize` runs launches on the caller, `jitccl
+//!   tune -N 2` (1000 iterations per size) measures one-shot ahead at 8-512 B (0.30-0.44 us
+//!   against the ring's 0.58-0.73) and the ring ahead from 2 KiB, the crossover the model
+//!   now gives (~1 KiB);
 //! - LL moves 1/8 of Simple's bytes (its flag per 8 bytes is a store each on the CPU) and
 //!   LL128 about half (0.85x at 2 ranks, 0.2x at 4), with 1.15x / 1.85x Simple's hop
 //!   latency once oversubscribed and no measurable gain (< 0.1 us) at 2 ranks: Simple wins
@@ -39,7 +43,7 @@
 //!
 //! The model reproduces the measured picks: one-shot up to ~8 KiB per rank at 3 ranks,
 //! ~5 KiB at 4 and ~1 KiB at 8; the tree between ~1 and ~60 KiB at 8 ranks (never at 3-4);
-//! the ring above, and the ring at every size at 2 ranks.
+//! the ring above; at 2 ranks one-shot up to ~1 KiB and the ring above.
 
 use jitccl_codegen::abi::NPROTOS;
 use jitccl_codegen::{Algorithm, Collective, Protocol};
@@ -91,7 +95,7 @@ pub struct Constants {
 impl Constants {
     /// Measured on the host target (see the module comment).
     pub const HOST: Constants = Constants {
-        base: [0.1, 0.1, 0.3, 0.4, 0.3],
+        base: [0.1, 0.1, 0.1, 0.4, 0.3],
         hop_factor: [1.0, 1.64, 0.87, 1.0, 1.0],
         algo_bw: [1.0, 0.68, 0.47, 2.0, 0.94],
         proto_lat: [1.0, 1.15, 1.85],
@@ -111,7 +115,7 @@ const HOST_CHAN_LAT: f64 = 20.0;
 /// proxy threads share the cores with the kernels).
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 3;
+const HOST_MODEL_VERSION: u64 = 4;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
