@@ -35,11 +35,19 @@ static JC_INLINE jc_u64 jc_now_ns(void) {
 }
 
 /* Back-off while waiting on a peer, the kernel part of the wait policy described (with
-   its reasons) in runtime/src/wait.rs: busy-poll for `spin` rounds (the runtime's budget),
-   then give the core away, so as not to starve the very peer being waited for, then
-   sleep. */
+   its reasons) in runtime/src/wait.rs: busy-poll for `spin` rounds (the runtime's budget);
+   then give the core away for JC_RELAX_YIELDS rounds, so as not to starve a peer rank that
+   shares it; then sleep. A yield that kept this thread off its core for more than
+   JC_SLOW_YIELD_NS means a busy neighbour had the core (a yield hands it a whole time
+   slice, and the peer may need this thread meanwhile): two such yields within
+   JC_BUSY_SPELL_NS of each other start a spell of that length in which waits sleep at once
+   after spinning (a sleeper is run as soon as it wakes, ahead of the neighbour). */
 #define JC_RELAX_YIELDS 20000ull
 #define JC_RELAX_SLEEP_NS 50000
+#define JC_SLOW_YIELD_NS 1000000ull
+#define JC_BUSY_SPELL_NS 20000000ull
+static jc_u64 jc_slow_yield_at; /* when a yield last lost the core for long */
+static jc_u64 jc_busy_until;    /* until when waits skip yielding */
 static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
   if (spins < spin) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,12 +55,23 @@ static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
-  } else if (spins < spin + JC_RELAX_YIELDS) {
-    sched_yield();
-  } else {
-    struct timespec t = {0, JC_RELAX_SLEEP_NS};
-    nanosleep(&t, 0);
+    return;
   }
+  if (spins < spin + JC_RELAX_YIELDS) {
+    jc_u64 now = jc_now_ns();
+    if (now >= __atomic_load_n(&jc_busy_until, __ATOMIC_RELAXED)) {
+      sched_yield();
+      jc_u64 after = jc_now_ns();
+      if (after - now > JC_SLOW_YIELD_NS) {
+        if (after - __atomic_load_n(&jc_slow_yield_at, __ATOMIC_RELAXED) < JC_BUSY_SPELL_NS)
+          __atomic_store_n(&jc_busy_until, after + JC_BUSY_SPELL_NS, __ATOMIC_RELAXED);
+        __atomic_store_n(&jc_slow_yield_at, after, __ATOMIC_RELAXED);
+      }
+      return;
+    }
+  }
+  struct timespec t = {0, JC_RELAX_SLEEP_NS};
+  nanosleep(&t, 0);
 }
 
 /* Software conversions for the narrow float types (the host has no native ones).
