@@ -193,3 +193,33 @@ fn a_finalized_process_rank_fails_every_rank_split() {
         assert!(matches!(&e, Error::InvalidUsage(m) if m.contains(want)), "rank {r}: {e}");
     }
 }
+
+/// split_with: the child takes what the given configuration sets and inherits the rest; a
+/// tuning table it names is read (a missing one fails every member's split, naming the
+/// file, and leaves the parent working); a device, or members that give their child
+/// different configurations, are refused.
+#[test]
+fn split_with_gives_the_child_its_own_configuration() {
+    let comms = Comm::init_all(2, &Config { comm_name: Some("world".into()), ..cfg() }).unwrap();
+    let out = per_rank(&comms, |r, c| {
+        let named = Config { comm_name: Some("kid".into()), nchannels: Some(2), ..Config::default() };
+        let kid = c.split_with(0, r as i64, &named).unwrap().expect("a color was given");
+        let missing = Config { tuner_table: Some("/nonexistent/jitccl-table.csv".into()), ..Config::default() };
+        let no_table = c.split_with(0, r as i64, &missing).map(|_| ()).unwrap_err();
+        let on_device = Config { device: Some(c.device().clone()), ..Config::default() };
+        let refused = c.split_with(0, r as i64, &on_device).map(|_| ()).unwrap_err();
+        let odd = Config { nchannels: Some(1 + r), ..Config::default() };
+        let disagree = c.split_with(0, r as i64, &odd).map(|_| ()).unwrap_err();
+        (format!("{kid:?}"), sum(&kid, r as i64 + 1).unwrap(), no_table, refused, disagree, sum(c, 1).unwrap())
+    });
+    for (r, (kid, got, no_table, refused, disagree, parent)) in out.into_iter().enumerate() {
+        assert_eq!(kid, format!("Comm 'kid' (rank {r} of 2)"));
+        assert_eq!(got, vec![3; 17], "rank {r}");
+        let invalid = |e: &Error, what: &str| matches!(e, Error::InvalidArgument(m) if m.contains(what));
+        assert!(invalid(&no_table, "Config::tuner_table=/nonexistent/jitccl-table.csv"), "rank {r}: {no_table}");
+        assert!(invalid(&refused, "names a device"), "rank {r}: {refused}");
+        let differ = "different configurations: Config.nchannels is 1 on rank(s) [0], 2 on rank(s) [1]";
+        assert!(matches!(&disagree, Error::InvalidUsage(m) if m.contains(differ)), "rank {r}: {disagree}");
+        assert_eq!(parent, vec![2; 17], "rank {r}");
+    }
+}

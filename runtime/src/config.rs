@@ -1,6 +1,7 @@
 //! Communicator configuration: what the caller sets, completed from the environment
 //! (JITCCL_* variables, as NCCL_* ones for NCCL) and checked once at init.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use jitccl_codegen::abi::{NPROTOS, STEPS};
@@ -76,10 +77,47 @@ pub struct Config {
     /// chosen per rank by whether it has cores of its own (see the README's wait policy).
     /// Each rank may set its own.
     pub spin: Option<u64>,
+    /// The tuning table file (NCCL's example-tuner CSV), as `JITCCL_TUNER_CONFIG_FILE`,
+    /// which it takes precedence over. Only rank 0's counts: its table is every rank's.
+    pub tuner_table: Option<PathBuf>,
     /// Where this rank lives, for the inits of one rank per call (`init_rank`,
     /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
     /// each rank's device instead. Ranks of one communicator may differ in it.
     pub device: Option<Device>,
+}
+
+impl Config {
+    /// This configuration with the fields it leaves unset taken from `base`; the two ways
+    /// of restricting algorithms (`algo`, `algos`), and protocols, count as one field each.
+    pub(crate) fn or(self, base: Config) -> Config {
+        let (algo, algos) =
+            if self.algo.is_some() || self.algos.is_some() { (self.algo, self.algos) } else { (base.algo, base.algos) };
+        let (proto, protos) = if self.proto.is_some() || self.protos.is_some() {
+            (self.proto, self.protos)
+        } else {
+            (base.proto, base.protos)
+        };
+        Config {
+            nchannels: self.nchannels.or(base.nchannels),
+            algo,
+            proto,
+            algos,
+            protos,
+            timeout: self.timeout.or(base.timeout),
+            slot_bytes: self.slot_bytes.or(base.slot_bytes),
+            nsocks: self.nsocks.or(base.nsocks),
+            comm_name: self.comm_name.or(base.comm_name),
+            blocking: self.blocking.or(base.blocking),
+            min_ctas: self.min_ctas.or(base.min_ctas),
+            max_ctas: self.max_ctas.or(base.max_ctas),
+            net_name: self.net_name.or(base.net_name),
+            split_share: self.split_share.or(base.split_share),
+            abort_propagates: self.abort_propagates.or(base.abort_propagates),
+            spin: self.spin.or(base.spin),
+            tuner_table: self.tuner_table.or(base.tuner_table),
+            device: self.device.or(base.device),
+        }
+    }
 }
 
 /// The network transports `net_name` may name.
@@ -102,6 +140,7 @@ pub(crate) struct Resolved {
     pub split_share: bool,
     pub abort_propagates: bool,
     pub spin: Option<u64>,
+    pub tuner_table: Option<PathBuf>,
 }
 
 /// Most channels a rank may use (each is a CTA: a thread on the host).
@@ -300,6 +339,7 @@ impl Config {
             split_share: flag(self.split_share, "JITCCL_COMM_SPLIT_SHARE_RESOURCES", false)?,
             abort_propagates: flag(self.abort_propagates, "JITCCL_ABORT_PROPAGATE", false)?,
             spin,
+            tuner_table: self.tuner_table.clone(),
         })
     }
 }

@@ -1,9 +1,11 @@
 //! `jitccl perf` with nccl-tests' flags: AlltoAll, Gather and Scatter checked against the
 //! reference with nccl-tests' bus bandwidth factors, ranks spread over processes, threads
 //! and ranks per thread (-N, -t, -g), aggregation, blocking, averaging and fixed steps,
-//! and the refusals (-G, --target cuda without a GPU, bad combinations).
+//! and the refusals (-G, --target cuda without a GPU, bad combinations); `--compare`.
 
-use crate::{jitccl, text};
+use jitccl::{Algorithm, Collective, Protocol, Row, Table};
+
+use crate::{jitccl, jitccl_with, text};
 
 /// The table's rows, each split into columns.
 fn rows(stdout: &str) -> Vec<Vec<String>> {
@@ -136,6 +138,20 @@ fn perf_refuses_wrong_flag_combinations() {
         (&["perf", "all_reduce", "-b", "1", "-e", "1M", "-i", "1"], &["--stepbytes", "at most 10000"]),
         (&["perf", "all_reduce", "--threads", "-t", "2"], &["--threads", "--nthreads"]),
         (&["perf", "gather", "--target", "tpu"], &["--target", "tpu"]),
+        (&["perf", "all_reduce", "--compare", "a=t.csv"], &["--compare needs two setups"]),
+        (&["perf", "all_reduce", "--compare", "a=t.csv", "--compare", "a=u.csv"], &["label a is given twice"]),
+        (
+            &["perf", "all_reduce", "--compare", "a=/nonexistent/t.csv", "--compare", "b=u.csv"],
+            &["--compare a:", "/nonexistent/t.csv"],
+        ),
+        (&["perf", "all_reduce", "--compare", "a b=t.csv"], &["label \"a b\""]),
+        (&["perf", "all_reduce", "--compare", "a=t.csv@0"], &["channels 0 must be 1 to"]),
+        (
+            &["perf", "all_reduce", "--compare", "a=t.csv", "--compare", "b=u.csv", "--algo", "ring"],
+            &["--algo", "every setup"],
+        ),
+        (&["perf", "all_reduce", "--compare", "a=t.csv", "--compare", "b=u.csv", "-R", "2"], &["plain buffers"]),
+        (&["perf", "all_reduce", "--reps", "3"], &["--compare"]),
     ];
     for (args, why) in cases {
         let out = jitccl(args, cache.path());
@@ -145,4 +161,63 @@ fn perf_refuses_wrong_flag_combinations() {
             assert!(err.contains(w), "{args:?}: expected '{w}' in: {err}");
         }
     }
+}
+
+/// A one-row table forcing `algo`/`proto` on every all_reduce size.
+fn forcing(path: &std::path::Path, algo: Algorithm, proto: Protocol) {
+    let row = Row {
+        coll: Collective::AllReduce,
+        min_bytes: 0,
+        max_bytes: u64::MAX,
+        algo,
+        proto,
+        channels: Some(1),
+        nnodes: None,
+        nranks: None,
+        pipe_ops: None,
+        reg_buff: None,
+        chunk_bytes: None,
+    };
+    Table { rows: vec![row], ..Table::default() }.write(path).unwrap();
+}
+
+/// --compare: two setups, each a table forcing another (algorithm, protocol), timed side
+/// by side in the same rank processes: every size has a checked row per setup, exactly
+/// one of them the best, and each setup's choice came from its own table.
+#[test]
+fn compare_times_setups_side_by_side_each_with_its_table() {
+    let cache = tempfile::tempdir().unwrap();
+    let (ring, tree) = (cache.path().join("ring.csv"), cache.path().join("tree.csv"));
+    forcing(&ring, Algorithm::Ring, Protocol::Simple);
+    forcing(&tree, Algorithm::Tree, Protocol::LL);
+    let (a, b) = (format!("ring={}", ring.display()), format!("tree={}@2", tree.display()));
+    let args =
+        ["perf", "all_reduce", "-N", "2", "-b", "1K", "-e", "64K", "-f", "8", "-w", "1", "-n", "3", "--reps", "3"];
+    let args: Vec<&str> = args.iter().copied().chain(["--compare", &a, "--compare", &b]).collect();
+    let out = jitccl_with(&args, cache.path(), &[("JITCCL_DEBUG", "DEBUG")]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
+    let rows = rows(&stdout);
+    for size in ["1024", "8192", "65536"] {
+        let at: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == size).collect();
+        let labels: Vec<&str> = at.iter().map(|r| r[1].as_str()).collect();
+        assert_eq!(labels, ["ring", "tree"], "{size}: {stdout}");
+        for r in &at {
+            assert_eq!(r.len(), 8, "{r:?}");
+            let t: Vec<f64> = r[2..5].iter().map(|v| v.parse().unwrap()).collect();
+            assert!(t[1] > 0.0 && t[1] <= t[0] && t[0] <= t[2], "median within min..max: {r:?}");
+            assert_eq!(r[7], "0", "wrong elements: {r:?}");
+        }
+        let gaps: Vec<f64> = at.iter().map(|r| r[6].trim_end_matches('%').parse().unwrap()).collect();
+        assert!(gaps.iter().all(|&g| g >= 0.0) && gaps.contains(&0.0), "gaps to the best at {size}: {stdout}");
+        for pick in ["ring/simple, 1 channel(s)", "tree/ll, 1 channel(s)"] {
+            let logged = format!("all_reduce {size} B x 2 ranks: {pick}");
+            assert!(
+                stderr.lines().any(|l| l.contains(&logged) && l.contains("from the tuning table")),
+                "no '{logged}' from the table in: {stderr}"
+            );
+        }
+    }
+    assert!(stdout.contains("# ring: worst gap to the best setup") && stdout.contains("# tree: worst gap"), "{stdout}");
 }

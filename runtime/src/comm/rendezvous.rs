@@ -28,6 +28,8 @@ pub(crate) struct Rendezvous {
 
 struct Round {
     entries: Vec<Option<Entry>>,
+    /// Per parent rank, the configuration it gave its child.
+    cfgs: Vec<Option<Config>>,
     /// Per parent rank, its child (taken once); or why the round failed.
     outcome: Option<Result<Vec<Option<Comm>>>>,
     taken: usize,
@@ -56,18 +58,26 @@ impl Rendezvous {
         self.ranks.iter().enumerate().map(device).collect()
     }
 
-    /// Rank `rank`'s part in split round `seq`; `cfg` makes the children.
+    /// Rank `rank`'s part in split round `seq`; `cfg` makes its child, and must be what the
+    /// other members of that child give.
     pub(crate) fn arrive(
         &self, seq: u64, rank: usize, entry: Entry, cfg: &Config, timeout: Duration,
     ) -> Result<Option<Comm>> {
         let n = self.ranks.len();
         let deadline = Instant::now() + timeout;
         let mut rounds = self.rounds.lock().unwrap_or_else(|e| e.into_inner());
-        let round = rounds.entry(seq).or_insert_with(|| Round { entries: vec![None; n], outcome: None, taken: 0 });
+        let round = rounds.entry(seq).or_insert_with(|| Round {
+            entries: vec![None; n],
+            cfgs: vec![None; n],
+            outcome: None,
+            taken: 0,
+        });
         round.entries[rank] = Some(entry);
+        round.cfgs[rank] = Some(cfg.clone());
         if round.outcome.is_none() && round.entries.iter().all(Option::is_some) {
             let entries: Vec<Entry> = round.entries.iter().flatten().copied().collect();
-            round.outcome = Some(self.devices().and_then(|d| build(&entries, &d, cfg)));
+            let cfgs: Vec<Config> = round.cfgs.iter().flatten().cloned().collect();
+            round.outcome = Some(self.devices().and_then(|d| build(&entries, &d, &cfgs)));
             self.done.notify_all();
         }
         loop {
@@ -115,12 +125,17 @@ fn copy(e: &Error) -> Error {
     }
 }
 
-/// Every color's children, by parent rank (`None` for ranks of no color).
-fn build(entries: &[Entry], devices: &[Device], cfg: &Config) -> Result<Vec<Option<Comm>>> {
+/// Every color's children, by parent rank (`None` for ranks of no color), each child made
+/// with the configuration its members gave (refused if they differ).
+fn build(entries: &[Entry], devices: &[Device], cfgs: &[Config]) -> Result<Vec<Option<Comm>>> {
     let mut out: Vec<Option<Comm>> = vec![None; entries.len()];
     for members in groups(entries) {
+        // As process ranks agree at init: field by field, naming the one that differs.
+        let resolved = members.iter().map(|&q| cfgs[q].resolve(members.len())).collect::<Result<Vec<_>>>()?;
+        let encoded: Vec<Vec<u8>> = resolved.iter().map(|r| r.encode()).collect();
+        resolved[0].agree(0, &encoded)?;
         let on: Vec<Device> = members.iter().map(|&q| devices[q].clone()).collect();
-        for (q, child) in members.iter().zip(Comm::init_all_on(&on, cfg)?) {
+        for (q, child) in members.iter().zip(Comm::init_all_on(&on, &cfgs[members[0]])?) {
             out[*q] = Some(child);
         }
     }

@@ -95,6 +95,7 @@ fn child_config(r: &Resolved) -> Config {
         net_name: Some(r.net_name.to_string()),
         split_share: Some(r.split_share),
         abort_propagates: Some(r.abort_propagates),
+        tuner_table: r.tuner_table.clone(),
         ..Config::default()
     }
 }
@@ -120,7 +121,21 @@ impl Comm {
     /// init, the costly part, is queued: poll its `async_error`. Refused with
     /// `InProgress` while this communicator's init is still running.
     pub fn split(&self, color: impl Into<Split>, key: i64) -> Result<Option<Comm>> {
+        self.split_with(color, key, &Config::default())
+    }
+
+    /// [`split`](Self::split) with a configuration for the child, as NCCL's ncclCommSplit
+    /// takes one: what `config` sets replaces this communicator's configuration, the rest
+    /// is inherited. The members of a child must give configurations their init accepts
+    /// as agreeing (else it fails naming the field). Refused (`InvalidArgument`) when it
+    /// names a device: a child lives where its parent does.
+    pub fn split_with(&self, color: impl Into<Split>, key: i64, config: &Config) -> Result<Option<Comm>> {
         let rank = self.rank();
+        if config.device.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "split on rank {rank}: the child's configuration names a device; a child lives on its parent's"
+            )));
+        }
         let color = match color.into() {
             Split::Color(c) => Some(c),
             Split::NoColor => None,
@@ -130,7 +145,7 @@ impl Comm {
         let own = inner.usable("split");
         let entry = Entry { color, key, broken: own.is_err() };
         let seq = inner.life.next_split();
-        let cfg = Config { device: Some(self.device().clone()), ..child_config(&inner.enq.cfg) };
+        let cfg = config.clone().or(Config { device: Some(self.device().clone()), ..child_config(&inner.enq.cfg) });
         // A rank that cannot split still takes part, so the others fail at once; it
         // reports its own error. (An aborted process rank cannot: its bootstrap is closed,
         // and the others fail by the bootstrap timeout.)

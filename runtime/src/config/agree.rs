@@ -25,6 +25,8 @@ impl Resolved {
             abort_propagates,
             // How long this rank spins is its own business: ranks may differ.
             spin: _,
+            // Only rank 0's table is read, and every rank uses it.
+            tuner_table: _,
         } = self;
         vec![
             ("nchannels", format!("{nchannels}")),

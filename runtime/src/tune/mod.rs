@@ -92,6 +92,9 @@ pub struct Tuner {
     algos: AlgoOverrides,
     protos: ProtoOverrides,
     slot_bytes: [usize; NPROTOS],
+    /// "Comm 'NAME': " for a named communicator, so that the choices of several in one
+    /// process can be told apart in the log.
+    log_prefix: String,
     cache: Mutex<FxHashMap<Key, Choice>>,
 }
 
@@ -116,6 +119,7 @@ impl Tuner {
             algos: cfg.algos.clone(),
             protos: cfg.protos.clone(),
             slot_bytes: cfg.slot_bytes,
+            log_prefix: cfg.comm_name.as_ref().map_or_else(String::new, |n| format!("Comm '{n}': ")),
             cache: Mutex::new(FxHashMap::default()),
         }
     }
@@ -146,7 +150,8 @@ impl Tuner {
         }
         let (choice, source, why) = self.decide(key)?;
         tracing::debug!(
-            "{coll} {bytes} B x {} ranks: {}/{}, {} channel(s), {} elements/step, from the {source} ({why})",
+            "{}{coll} {bytes} B x {} ranks: {}/{}, {} channel(s), {} elements/step, from the {source} ({why})",
+            self.log_prefix,
             self.topo.nranks,
             choice.algo,
             choice.proto,
@@ -282,10 +287,10 @@ fn machine_cores() -> usize {
 /// What rank 0 tells every rank so that all tune alike: its machine's core count (the
 /// host topology's one machine-dependent input besides the graph, which every rank
 /// searched alike) and the table it found for that topology (see [`Table::load`]), if any.
-pub(crate) fn plan(graph: &Graph) -> Result<Vec<u8>> {
+pub(crate) fn plan(graph: &Graph, cfg: &Resolved) -> Result<Vec<u8>> {
     let cores = machine_cores();
     let topo = Topology::from_graph(graph, cores);
-    let table = Table::load(&topo).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let table = Table::load(&topo, cfg.tuner_table.as_deref()).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let mut plan = (cores as u64).to_le_bytes().to_vec();
     plan.extend(table.map_or(Vec::new(), |t| t.to_bytes()));
     Ok(plan)

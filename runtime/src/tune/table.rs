@@ -200,17 +200,19 @@ impl Table {
             .map(|c| c.dir().join("tune").join(format!("{}.csv", topo.fingerprint_hex())))
     }
 
-    /// The table this process should use for `topo`: the file `JITCCL_TUNER_CONFIG_FILE`
-    /// names, else the cached one. A named file that cannot be read or parsed is an error;
-    /// a damaged cached one, or a table for another topology or rank count, is ignored
-    /// with a warning saying why.
-    pub fn load(topo: &Topology) -> Result<Option<Table>, TableError> {
-        let named = std::env::var_os(TABLE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from);
+    /// The table this process should use for `topo`: the file `configured` names
+    /// (`Config::tuner_table`), else the one `JITCCL_TUNER_CONFIG_FILE` names, else the
+    /// cached one. A named file that cannot be read or parsed is an error; a damaged
+    /// cached one, or a table for another topology or rank count, is ignored with a
+    /// warning saying why.
+    pub(crate) fn load(topo: &Topology, configured: Option<&Path>) -> Result<Option<Table>, TableError> {
+        let named = match configured {
+            Some(p) => Some((p.to_path_buf(), "Config::tuner_table")),
+            None => std::env::var_os(TABLE_VAR).filter(|v| !v.is_empty()).map(|v| (PathBuf::from(v), TABLE_VAR)),
+        };
         let table = match (&named, Table::cache_path(topo)) {
-            (Some(path), _) => Table::read(path).map_err(|e| match e {
-                TableError::File { origin, reason } => {
-                    TableError::File { origin: format!("{TABLE_VAR}={origin}"), reason }
-                }
+            (Some((path, by)), _) => Table::read(path).map_err(|e| match e {
+                TableError::File { origin, reason } => TableError::File { origin: format!("{by}={origin}"), reason },
                 row => row,
             })?,
             (None, Some(path)) if path.exists() => match Table::read(&path) {
@@ -228,7 +230,7 @@ impl Table {
                 return Ok(None);
             }
         };
-        let path = named.map_or_else(|| "the cached tuning table".to_string(), |p| p.display().to_string());
+        let path = named.map_or_else(|| "the cached tuning table".to_string(), |(p, _)| p.display().to_string());
         if let Some(why) = table.mismatch(topo) {
             tracing::warn!("ignoring tuning table {path}: {why}");
             return Ok(None);

@@ -112,6 +112,48 @@ pub struct PerfArgs {
     /// Channels per rank.
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
     pub channels: Option<usize>,
+    /// Time setups side by side in one run instead of the sweep (give it at least twice):
+    /// LABEL=TABLE, or LABEL=TABLE@CHANNELS. A setup is a tuning table (NCCL's tuner CSV;
+    /// one with no rows leaves every choice to the cost model) and optionally a channel
+    /// count; each runs on a communicator split from the ranks' own, with plain buffers,
+    /// out of place.
+    #[arg(long = "compare", value_name = "LABEL=TABLE[@CHANNELS]", value_parser = parse_setup)]
+    pub compare: Vec<Setup>,
+    /// With --compare: rounds per size, each setup timed once per round (-n iterations),
+    /// the order rotating; the table gives the median round.
+    #[arg(long, default_value_t = 5, value_parser = at_least::<1>, requires = "compare")]
+    pub reps: usize,
+}
+
+/// One setup of `--compare`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setup {
+    pub label: String,
+    pub table: std::path::PathBuf,
+    pub channels: Option<usize>,
+}
+
+/// Parses `LABEL=TABLE[@CHANNELS]`; the label is a word (it is a column of the output),
+/// the channel count a number of 1 to MAX_CHANNELS.
+fn parse_setup(s: &str) -> Result<Setup, String> {
+    let (label, rest) = s.split_once('=').ok_or("expected LABEL=TABLE or LABEL=TABLE@CHANNELS")?;
+    if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || "_-./:".contains(c)) {
+        return Err(format!("label {label:?} must be a non-empty word of letters, digits and _-./:"));
+    }
+    let (table, channels) = match rest.rsplit_once('@') {
+        Some((t, ch)) if !ch.is_empty() && ch.bytes().all(|b| b.is_ascii_digit()) => {
+            let max = jitccl::MAX_CHANNELS;
+            match ch.parse::<usize>() {
+                Ok(n) if (1..=max).contains(&n) => (t, Some(n)),
+                _ => return Err(format!("channels {ch} must be 1 to {max}")),
+            }
+        }
+        _ => (rest, None),
+    };
+    if table.is_empty() {
+        return Err(format!("setup {label}: no table file"));
+    }
+    Ok(Setup { label: label.to_string(), table: table.into(), channels })
 }
 
 /// How the ranks are spread: `procs` processes of `threads` threads of `per_thread` ranks.
@@ -165,6 +207,7 @@ impl PerfArgs {
                 return Err(format!("--devices lists {} GPU(s), one per rank (-N {n}) is needed", self.devices.len()));
             }
         }
+        self.validate_compare()?;
         let (threads, per_thread) = if self.threads { (1, n) } else { (self.nthreads, self.ngpus) };
         let per_process = threads * per_thread;
         if !n.is_multiple_of(per_process) {
@@ -173,6 +216,38 @@ impl PerfArgs {
             ));
         }
         Ok(Layout { nranks: n, procs: n / per_process, threads, per_thread })
+    }
+}
+
+impl PerfArgs {
+    /// --compare: two setups or more, distinct labels, tables that read, and nothing that
+    /// would override their choices.
+    fn validate_compare(&self) -> Result<(), String> {
+        let setups = &self.compare;
+        if setups.is_empty() {
+            return Ok(());
+        }
+        if setups.len() < 2 {
+            return Err("--compare needs two setups or more".into());
+        }
+        if self.algo.is_some() || self.proto.is_some() || self.channels.is_some() {
+            return Err("--compare: --algo, --proto and --channels would override every setup; give channels per setup (LABEL=TABLE@CHANNELS)".into());
+        }
+        if self.register != Register::None {
+            return Err("--compare runs plain buffers: use -R 0".into());
+        }
+        if let Some((k, s)) = setups.iter().enumerate().find(|(k, s)| setups[..*k].iter().any(|o| o.label == s.label)) {
+            return Err(format!(
+                "--compare: label {} is given twice (setups {} and {})",
+                s.label,
+                setups.iter().position(|o| o.label == s.label).unwrap_or(0) + 1,
+                k + 1
+            ));
+        }
+        for s in setups {
+            jitccl::Table::read(&s.table).map_err(|e| format!("--compare {}: {e}", s.label))?;
+        }
+        Ok(())
     }
 }
 

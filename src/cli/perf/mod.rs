@@ -11,9 +11,11 @@
 //! - `place`: which process and thread holds which rank, on which device;
 //! - `coll`: per collective, sizes, bus bandwidth factor, buffers, call and reference;
 //! - `sweep`: one thread's sizes, timing and checks;
-//! - `report`: the table and its closing lines.
+//! - `report`: the table and its closing lines;
+//! - `compare`: `--compare`, setups timed side by side instead of the sweep.
 
 mod coll;
+mod compare;
 mod flags;
 mod place;
 mod report;
@@ -23,6 +25,7 @@ use std::process::ExitCode;
 
 use jitccl::{with_element_type, Config, Stream};
 
+use compare::compare;
 pub use flags::PerfArgs;
 use place::Role;
 use sweep::sweep;
@@ -55,7 +58,12 @@ impl PerfArgs {
                 .comms
                 .chunks(g)
                 .zip(streams.chunks(g))
-                .map(|(comms, streams)| s.spawn(|| with_element_type!(self.dtype, sweep(&self, &lay, comms, streams))))
+                .map(|(comms, streams)| {
+                    s.spawn(|| match self.compare.is_empty() {
+                        true => with_element_type!(self.dtype, sweep(&self, &lay, comms, streams)),
+                        false => with_element_type!(self.dtype, compare(&self, &lay, comms, streams)),
+                    })
+                })
                 .collect();
             runs.into_iter().map(|r| r.join().expect("perf thread panicked")).collect::<Vec<_>>()
         });

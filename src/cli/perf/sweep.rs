@@ -14,9 +14,9 @@ use super::flags::{Average, Layout, PerfArgs, Register};
 use super::report::{Report, Timing};
 
 /// The ranks one thread drives, with their streams and buffers (sized for the largest step).
-struct Ranks<'a, T: jitccl::Element> {
-    comms: &'a [Comm],
-    streams: &'a [Stream],
+pub(super) struct Ranks<'a, T: jitccl::Element> {
+    pub comms: &'a [Comm],
+    pub streams: &'a [Stream],
     bufs: Views<T>,
     /// Per rank, where times and wrong counts are combined over ranks: allocated like the
     /// buffers, so that a forced direct algorithm (--algo) runs there too.
@@ -28,25 +28,12 @@ struct Ranks<'a, T: jitccl::Element> {
 /// One rank's (send, recv).
 type Pair<T> = (DeviceBuffer<T>, DeviceBuffer<T>);
 /// This thread's (send, recv) view per rank for one size and placement.
-type Views<T> = Vec<Pair<T>>;
+pub(super) type Views<T> = Vec<Pair<T>>;
 
 /// Runs the sweep on `comms`; true when no element was wrong.
 pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams: &[Stream]) -> Result<bool, String> {
     let (n, esize) = (lay.nranks, size_of::<T>());
-    let (max_count, _) = a.coll.shape(a.max_bytes, esize, n);
-    let full = if a.coll.blocks() { max_count * n } else { max_count };
-    let (bufs, regs) = alloc(a.register, comms, full.max(1)).map_err(|e| e.to_string())?;
-    // Data in every page before anything is timed, as nccl-tests initializes its buffers:
-    // a never-written buffer reads the kernel's one shared zero page, which flattered large
-    // sizes several-fold, and only until a -c check first wrote it.
-    for (c, (send, recv)) in comms.iter().zip(&bufs) {
-        let data = inputs::<T>(op(a), c.rank(), send.len());
-        send.copy_from_host(&data).and_then(|()| recv.copy_from_host(&data)).map_err(|e| e.to_string())?;
-    }
-    let (scratch, scratch_regs) = alloc::<f64>(a.register, comms, 1).map_err(|e| e.to_string())?;
-    let scratch = scratch.into_iter().map(|(b, _)| b).collect();
-    let ranks = Ranks { comms, streams, bufs, scratch, _regs: regs.into_iter().chain(scratch_regs).collect() };
-
+    let ranks = prepare::<T>(a, lay, comms, streams)?;
     let mut report = Report::new(comms.iter().any(|c| c.rank() == 0));
     report.header(a, lay);
     let root = if a.coll.rooted() { a.root as i64 } else { -1 };
@@ -67,6 +54,26 @@ pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams:
     }
     report.finish(a.max_bytes);
     Ok(report.wrong == 0)
+}
+
+/// This thread's ranks with their buffers allocated as -R says and filled.
+pub(super) fn prepare<'a, T: RefElement>(
+    a: &PerfArgs, lay: &Layout, comms: &'a [Comm], streams: &'a [Stream],
+) -> Result<Ranks<'a, T>, String> {
+    let (n, esize) = (lay.nranks, size_of::<T>());
+    let (max_count, _) = a.coll.shape(a.max_bytes, esize, n);
+    let full = if a.coll.blocks() { max_count * n } else { max_count };
+    let (bufs, regs) = alloc(a.register, comms, full.max(1)).map_err(|e| e.to_string())?;
+    // Data in every page before anything is timed, as nccl-tests initializes its buffers:
+    // a never-written buffer reads the kernel's one shared zero page, which flattered large
+    // sizes several-fold, and only until a -c check first wrote it.
+    for (c, (send, recv)) in comms.iter().zip(&bufs) {
+        let data = inputs::<T>(op(a), c.rank(), send.len());
+        send.copy_from_host(&data).and_then(|()| recv.copy_from_host(&data)).map_err(|e| e.to_string())?;
+    }
+    let (scratch, scratch_regs) = alloc::<f64>(a.register, comms, 1).map_err(|e| e.to_string())?;
+    let scratch = scratch.into_iter().map(|(b, _)| b).collect();
+    Ok(Ranks { comms, streams, bufs, scratch, _regs: regs.into_iter().chain(scratch_regs).collect() })
 }
 
 /// Each rank's (send, recv) buffers of `len` elements as -R says, and the registrations to
@@ -104,7 +111,7 @@ fn alloc<T: jitccl::Element>(
 }
 
 /// The reduction op perf passes (None for collectives that do not reduce).
-fn op(a: &PerfArgs) -> Option<Op> {
+pub(super) fn op(a: &PerfArgs) -> Option<Op> {
     if !a.coll.reduces() {
         return None;
     }
@@ -118,9 +125,11 @@ fn op(a: &PerfArgs) -> Option<Op> {
     })
 }
 
-/// One operation on every rank of this thread.
-fn launch_all<T: jitccl::Element>(a: &PerfArgs, r: &Ranks<T>, v: &Views<T>, count: usize) -> jitccl::Result<()> {
-    for ((c, s), (send, recv)) in r.comms.iter().zip(r.streams).zip(v) {
+/// One operation on every rank of this thread (`comms`: theirs, or --compare's children).
+fn launch_all<T: jitccl::Element>(
+    a: &PerfArgs, comms: &[Comm], streams: &[Stream], v: &Views<T>, count: usize,
+) -> jitccl::Result<()> {
+    for ((c, s), (send, recv)) in comms.iter().zip(streams).zip(v) {
         let op = op(a).map(|o| op_for_rank(o, c.rank()));
         a.coll.launch(c, s, send, recv, count, op, a.root)?;
     }
@@ -131,51 +140,71 @@ fn sync_all(streams: &[Stream]) -> jitccl::Result<()> {
     streams.iter().try_for_each(|s| s.synchronize())
 }
 
-/// `iters` iterations of -m operations each; -z synchronizes after every operation.
-fn iterate<T: jitccl::Element>(
-    a: &PerfArgs, r: &Ranks<T>, v: &Views<T>, count: usize, iters: usize,
-) -> jitccl::Result<()> {
+/// `iters` iterations of -m operations each; -z synchronizes after every operation. The
+/// time per operation in microseconds, as this thread saw it.
+pub(super) fn iterate<T: jitccl::Element>(
+    a: &PerfArgs, comms: &[Comm], streams: &[Stream], v: &Views<T>, count: usize, iters: usize,
+) -> jitccl::Result<f64> {
+    let t0 = Instant::now();
     for _ in 0..iters {
         for _ in 0..a.agg {
-            launch_all(a, r, v, count)?;
+            launch_all(a, comms, streams, v, count)?;
             if a.blocking {
-                sync_all(r.streams)?;
+                sync_all(streams)?;
             }
         }
     }
-    sync_all(r.streams)
+    sync_all(streams)?;
+    Ok(t0.elapsed().as_secs_f64() * 1e6 / (iters * a.agg).max(1) as f64)
+}
+
+/// This thread's (send, recv) views of `count` elements, out of place or in place.
+pub(super) fn views<T: jitccl::Element>(
+    a: &PerfArgs, lay: &Layout, r: &Ranks<T>, count: usize, in_place: bool,
+) -> jitccl::Result<Views<T>> {
+    r.comms
+        .iter()
+        .zip(&r.bufs)
+        .map(|(c, (send, recv))| a.coll.views(send, recv, c.rank(), count, lay.nranks, in_place))
+        .collect()
 }
 
 fn measure<T: RefElement>(
     a: &PerfArgs, lay: &Layout, r: &Ranks<T>, count: usize, in_place: bool,
 ) -> jitccl::Result<Timing> {
-    let n = lay.nranks;
-    let v = r
-        .comms
-        .iter()
-        .zip(&r.bufs)
-        .map(|(c, (send, recv))| a.coll.views(send, recv, c.rank(), count, n, in_place))
-        .collect::<jitccl::Result<Views<T>>>()?;
-    iterate(a, r, &v, count, a.warmup)?;
-    let t0 = Instant::now();
-    iterate(a, r, &v, count, a.iters)?;
-    let us = t0.elapsed().as_secs_f64() * 1e6 / (a.iters * a.agg) as f64;
+    let v = views(a, lay, r, count, in_place)?;
+    iterate(a, r.comms, r.streams, &v, count, a.warmup)?;
+    let us = iterate(a, r.comms, r.streams, &v, count, a.iters)?;
+    let wrong = wrong(a, lay, r, r.comms, &v, count)?;
+    Ok(Timing { us: over_ranks_time(a, lay, r, us)?, wrong })
+}
+
+/// -c checks of `comms` (this thread's ranks or --compare's children of them): the wrong
+/// elements over all ranks.
+pub(super) fn wrong<T: RefElement>(
+    a: &PerfArgs, lay: &Layout, r: &Ranks<T>, comms: &[Comm], v: &Views<T>, count: usize,
+) -> jitccl::Result<usize> {
     let mut wrong = vec![0.0; r.comms.len()];
     for _ in 0..a.check {
-        for (w, k) in wrong.iter_mut().zip(check(a, lay, r, &v, count)?) {
+        for (w, k) in wrong.iter_mut().zip(check(a, lay, comms, r.streams, v, count)?) {
             *w += k as f64;
         }
     }
-    // nccl-tests' -a: rank 0's time, or the mean, min or max over all ranks.
+    Ok(over_ranks(r, &wrong, Op::Sum)? as usize)
+}
+
+/// This thread's time per operation combined over all ranks as nccl-tests' -a says: rank
+/// 0's, or the mean, min or max.
+pub(super) fn over_ranks_time<T: jitccl::Element>(
+    a: &PerfArgs, lay: &Layout, r: &Ranks<T>, us: f64,
+) -> jitccl::Result<f64> {
     let (times, how): (Vec<f64>, _) = match a.average {
         Average::Rank0 => (r.comms.iter().map(|c| if c.rank() == 0 { us } else { 0.0 }).collect(), Op::Sum),
-        Average::Mean => (vec![us / n as f64; r.comms.len()], Op::Sum),
+        Average::Mean => (vec![us / lay.nranks as f64; r.comms.len()], Op::Sum),
         Average::Min => (vec![us; r.comms.len()], Op::Min),
         Average::Max => (vec![us; r.comms.len()], Op::Max),
     };
-    let us = over_ranks(r, &times, how)?;
-    let wrong = over_ranks(r, &wrong, Op::Sum)? as usize;
-    Ok(Timing { us, wrong })
+    over_ranks(r, &times, how)
 }
 
 /// Combines one value per rank of every thread and process (all take part).
@@ -191,15 +220,15 @@ fn over_ranks<T: jitccl::Element>(r: &Ranks<T>, values: &[f64], op: Op) -> jitcc
 /// Runs the operation once on reference inputs; the wrong elements of each of this
 /// thread's ranks.
 fn check<T: RefElement>(
-    a: &PerfArgs, lay: &Layout, r: &Ranks<T>, v: &Views<T>, count: usize,
+    a: &PerfArgs, lay: &Layout, comms: &[Comm], streams: &[Stream], v: &Views<T>, count: usize,
 ) -> jitccl::Result<Vec<usize>> {
     let (n, op) = (lay.nranks, op(a));
-    for (c, (send, _)) in r.comms.iter().zip(v) {
+    for (c, (send, _)) in comms.iter().zip(v) {
         send.copy_from_host(&inputs::<T>(op, c.rank(), send.len()))?;
     }
-    launch_all(a, r, v, count)?;
-    sync_all(r.streams)?;
-    Ok(r.comms
+    launch_all(a, comms, streams, v, count)?;
+    sync_all(streams)?;
+    Ok(comms
         .iter()
         .zip(v)
         .map(|(c, (_, recv))| match a.coll.expected::<T>(op, n, a.root, c.rank(), count) {

@@ -179,7 +179,7 @@ pub(super) fn run(exe: &Path, plan: &Plan, coll: Collective, cand: Option<&Candi
 
 /// Runs `jitccl perf` for `coll` with the tuning table at `table` (and `channels` configured,
 /// if given); with `from_table`, every size's choice must have come from the table.
-pub(super) fn with_table(
+fn with_table(
     exe: &Path, plan: &Plan, coll: Collective, table: &Path, channels: Option<usize>, from_table: bool,
 ) -> Result<Measurement, String> {
     let (mut times, mut picks) = (BTreeMap::new(), BTreeMap::new());
@@ -237,7 +237,7 @@ fn parse_times(stdout: &str) -> BTreeMap<usize, f64> {
 /// Per size, the first choice logged for `coll` ("ring/ll/1ch") and its source, from lines
 /// such as "all_reduce 8 B x 2 ranks: ring/ll, 1 channel(s), 2 elements/step, from the
 /// cost model (...)".
-fn parse_picks(stderr: &str, coll: Collective) -> BTreeMap<usize, (String, String)> {
+pub(super) fn parse_picks(stderr: &str, coll: Collective) -> BTreeMap<usize, (String, String)> {
     let mut picks = BTreeMap::new();
     let name = format!("{coll} ");
     for line in stderr.lines() {
