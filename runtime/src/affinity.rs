@@ -92,22 +92,24 @@ fn share(all: &[usize], online: usize, local_rank: usize, local_nranks: usize) -
     Ok((all[local_rank * per..(local_rank + 1) * per].to_vec(), true))
 }
 
-/// Ranks of the communicators alive in this process (see `LiveRank`).
-static LIVE_RANKS: AtomicUsize = AtomicUsize::new(0);
+/// Ranks of this process running a kernel now (see `Running`).
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
-/// Counts one rank of a communicator as alive in this process while it is held.
-pub(crate) struct LiveRank(());
+/// Counts one rank as running a kernel in this process while it is held. Ranks that are
+/// merely alive do not compete for the CPUs: a process may hold many communicators (a
+/// framework's process groups, `perf --compare`'s setups) and run one at a time.
+pub(crate) struct Running(());
 
-impl LiveRank {
-    pub(crate) fn new() -> LiveRank {
-        LIVE_RANKS.fetch_add(1, Ordering::Relaxed);
-        LiveRank(())
+impl Running {
+    pub(crate) fn new() -> Running {
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        Running(())
     }
 }
 
-impl Drop for LiveRank {
+impl Drop for Running {
     fn drop(&mut self) {
-        LIVE_RANKS.fetch_sub(1, Ordering::Relaxed);
+        RUNNING.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -125,7 +127,7 @@ pub(crate) fn on_current_cpu(set: &CpuSet) -> bool {
 pub(crate) fn has_own_cpus(cpus: Option<&CpuSet>) -> bool {
     static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let process_cpus = *CPUS.get_or_init(|| allowed().map_or(1, |a| a.len()));
-    cpus.is_some_and(|c| c.exclusive) && LIVE_RANKS.load(Ordering::Relaxed) <= process_cpus
+    cpus.is_some_and(|c| c.exclusive) && RUNNING.load(Ordering::Relaxed) <= process_cpus
 }
 
 thread_local! {

@@ -72,8 +72,9 @@ pub(crate) fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Opt
 /// is a pause instruction, about 25 ns on this project's x86 machines): `set` if the
 /// configuration sets it, else many for a rank with CPUs of its own, so that hand-offs
 /// between two running ranks cost no system call, and few for ranks that share CPUs, by
-/// their machine's rank count or because this process runs more ranks (of several
-/// communicators) than it has CPUs, so that the peer they wait for gets to run.
+/// their machine's rank count or because this process is running more kernels (of several
+/// ranks) than it has CPUs, so that the peer they wait for gets to run. Taken when a
+/// launch starts running.
 pub(crate) fn spin_budget(set: Option<u64>, cpus: Option<&CpuSet>) -> u64 {
     match set {
         Some(n) => n,

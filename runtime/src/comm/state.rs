@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::affinity::{self, LiveRank};
+use crate::affinity::{self, Running};
 use crate::bootstrap::Bootstrap;
 use crate::comm::failure::Failure;
 use crate::comm::life::Life;
@@ -15,6 +15,8 @@ use crate::error::{Error, Result};
 use crate::store::Server;
 use crate::stream::{Launch, Owner};
 use crate::transport::net::Activity;
+use crate::wait;
+use jitccl_codegen::abi::Args;
 
 pub(crate) struct CommInner {
     pub enq: enqueue::Rank,
@@ -23,7 +25,6 @@ pub(crate) struct CommInner {
     pub life: Life,
     /// One kernel of this communicator at a time: they share connector state.
     exec: Mutex<()>,
-    _live: LiveRank,
     /// Ranks in other processes: the bootstrap (kept for later exchanges) and its abort
     /// flag, and the rendezvous store this rank serves, if any.
     pub bootstrap: Option<(Bootstrap, Arc<AtomicBool>)>,
@@ -45,7 +46,6 @@ impl CommInner {
             failure,
             life: Life::default(),
             exec: Mutex::new(()),
-            _live: LiveRank::new(),
             bootstrap: None,
             _store_server: None,
             net,
@@ -91,7 +91,11 @@ impl Owner for CommInner {
         // SAFETY: statuses are only written by this communicator's kernels, not running now.
         unsafe { self.enq.tables.reset_statuses(l.nchannels)? };
         let _net = self.net.as_ref().map(|a| a.kernel_running());
-        let failed = device::launch(&l.kernel, &l.args, l.nchannels, l.proto, pool, self.enq.cpus.as_deref());
+        // The wait policy's spin budget, from what competes for the CPUs now.
+        let _running = Running::new();
+        let cpus = self.enq.cpus.as_deref();
+        let args = Args { spin: wait::spin_budget(self.enq.cfg.spin, cpus), ..l.args };
+        let failed = device::launch(&l.kernel, &args, l.nchannels, l.proto, pool, cpus);
         let err = match failed {
             Ok(None) => return Ok(()),
             // SAFETY: the kernels have finished.

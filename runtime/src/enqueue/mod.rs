@@ -24,7 +24,6 @@ use crate::op::Op;
 use crate::stream::{Launch, Owner, Stream};
 use crate::symmetric::{Direct, Registry};
 use crate::tune::{self, Tuner};
-use crate::wait;
 use checks::Buf;
 pub(crate) use checks::Group;
 pub(crate) use tables::Tables;
@@ -219,7 +218,8 @@ impl Rank {
             sym_recv_off,
             scalar_f,
             scalar_i: scalar_f as i64,
-            spin: wait::spin_budget(self.cfg.spin, self.cpus.as_deref()),
+            // Set when the launch runs (`CommInner::run`), from the ranks running then.
+            spin: 0,
             nranks: nranks as i32,
             rank: rank as i32,
             root: call.root as i32,
