@@ -80,21 +80,34 @@ fn quick_tune_writes_a_table_that_perf_then_uses() {
 fn an_interrupted_tune_resumes_from_its_partial_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.csv");
-    // One finished candidate, implausibly fast, so that keeping it shows in the table.
-    let partial = "# jitccl tune partial: nranks=2 sizes=8..2048x16 warmup=2 iters=10\n\
-                   all_reduce\ttree/ll/2/-1\tok\t8=0.001=?;128=0.001=?;2048=0.001=?\n";
-    std::fs::write(dir.path().join("t.csv.partial"), partial).unwrap();
-    let (out, err) = ok(&quick(&path, &[]));
-    assert!(err.contains("resuming: 1 measurement(s) kept"), "{err}");
-    assert!(out.contains("(18 to do)"), "{out}");
+    let args = ["tune", "--quick", "-N", "2", "-b", "8", "-e", "1M", "-o", path.to_str().unwrap()];
+    // Of the two bands (8 B to 32 KiB, and 512 KiB), the first finished for the model and
+    // every candidate, tree/ll/2ch implausibly fast, so that keeping it shows in the table.
+    let header = "# jitccl tune partial: nranks=2 sizes=8..524288x16 warmup=2 iters=10 reps=2 side by side\n";
+    let times = |t: f64| [8, 128, 2048, 32768].map(|s| format!("{s}={t}=?")).join(";");
+    let mut partial = format!("{header}all_reduce\tmodel@8\tok\t{}\n", times(5.0));
+    for algo in ["ring", "tree", "oneshot"] {
+        for proto in ["simple", "ll", "ll128"] {
+            for ch in [1, 2] {
+                let t = if (algo, proto, ch) == ("tree", "ll", 2) { 0.001 } else { 5.0 };
+                partial += &format!("all_reduce\t{algo}/{proto}/{ch}/-1@8\tok\t{}\n", times(t));
+            }
+        }
+    }
+    std::fs::write(dir.path().join("t.csv.partial"), &partial).unwrap();
+    let (out, err) = ok(&jitccl(&args, &[]));
+    assert!(err.contains("resuming: 19 measurement(s) kept"), "{err}");
+    assert!(out.contains("(1 to do)"), "{out}");
     let table = Table::read(&path).unwrap();
-    assert_eq!(table.rows.len(), 1, "{}", table.to_csv());
-    assert_eq!((table.rows[0].algo.to_string(), table.rows[0].channels), ("tree".into(), Some(2)));
+    for size in [8u64, 128, 2048, 32768] {
+        let row = table.rows.iter().find(|r| (r.min_bytes..=r.max_bytes).contains(&size)).unwrap();
+        assert_eq!((row.algo.to_string(), row.proto.to_string(), row.channels), ("tree".into(), "ll".into(), Some(2)));
+    }
 
     // A partial file from other parameters is started over, not mixed in.
     std::fs::write(dir.path().join("t.csv.partial"), partial.replace("nranks=2", "nranks=3")).unwrap();
-    let (out, err) = ok(&quick(&path, &[]));
-    assert!(err.contains("starting over") && out.contains("(19 to do)"), "{err}\n{out}");
+    let (out, err) = ok(&jitccl(&args, &[]));
+    assert!(err.contains("starting over") && out.contains("(2 to do)"), "{err}\n{out}");
 }
 
 #[test]

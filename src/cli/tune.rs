@@ -2,11 +2,13 @@
 //! of each collective over a size sweep on this machine, writes the fastest per size as a
 //! tuning table, and prints per size the cost model's pick, the measured best and the gap.
 //!
-//! Each candidate is one `jitccl perf` run (this program again, covering all sizes, so the
-//! rank processes start once per candidate), forced through a one-row tuning table rather
-//! than `--algo/--proto`: a row also fixes the chunk size, and the DEBUG log then confirms
-//! that the choice came from it. The model's own pick is one more run with an empty table.
-//! Every finished run is appended to `<output>.partial`, so an interrupted run resumes.
+//! Every candidate is forced through a one-row tuning table rather than `--algo/--proto`
+//! (a row also fixes the chunk size, and the DEBUG log then confirms that the choice came
+//! from it); the model's own pick runs with an empty table. All of them are timed side by
+//! side, taking turns, by one `jitccl perf --compare` run (this program again) per band of
+//! sizes: in the same rank processes, since separate runs of one choice differ by up to
+//! 2-3x on a small VM and would pick winners by where the processes landed. Every finished
+//! band is appended to `<output>.partial`, so an interrupted run resumes.
 
 mod measure;
 mod verify;
@@ -22,7 +24,7 @@ use jitccl::{Collective, Protocol, Row, Table, Topology};
 use super::at_least;
 use super::ranks::parse_nranks;
 use super::size::{parse_size, sweep_sizes, Step};
-use measure::{Candidate, Measurement, Partial};
+use measure::{Candidate, Measurement, Partial, Setup};
 
 #[derive(clap::Args)]
 pub struct TuneArgs {
@@ -62,10 +64,24 @@ pub struct TuneArgs {
     /// A few minutes on 2 cores: all_reduce only, 8 B to 1 MiB by 16, 1 or 2 channels, few iterations.
     #[arg(long)]
     quick: bool,
+    /// Turns each candidate takes per size, the order rotating (default 3; 2 with --quick);
+    /// -n iterations are spread over them, and the median turn counts.
+    #[arg(long, value_parser = at_least::<1>)]
+    reps: Option<usize>,
     /// After writing the table, time the default choice (the table), the model alone and the
-    /// two best candidates per size, interleaved this many times, and print each one's gap.
+    /// two best candidates per size side by side, this many turns each, and print each
+    /// one's gap.
     #[arg(long, value_name = "REPS", value_parser = at_least::<1>)]
     verify: Option<usize>,
+}
+
+/// Sizes sharing an iteration count, measured by one `perf --compare` run.
+struct Band {
+    /// Its smallest size: its key in the partial file.
+    start: usize,
+    sizes: Vec<usize>,
+    /// perf's arguments, less the setups and turns.
+    args: Vec<String>,
 }
 
 /// The settings of a run, defaults filled in.
@@ -76,6 +92,8 @@ struct Plan {
     factor: usize,
     warmup: usize,
     iters: usize,
+    /// Turns per candidate and size in the tuning pass.
+    reps: usize,
     candidates: Vec<Candidate>,
 }
 
@@ -93,20 +111,21 @@ impl Plan {
         (self.warmup * scale, self.iters * scale)
     }
 
-    /// The perf runs that measure one setup of `coll`: one per band of sizes sharing an
-    /// iteration count, each run's arguments.
-    fn perf_runs(&self, coll: Collective) -> Vec<Vec<String>> {
-        let mut bands: Vec<(usize, usize, (usize, usize))> = Vec::new();
+    /// The `perf --compare` runs that measure `coll` in `reps` turns per setup: one per
+    /// band of sizes sharing an iteration count, whose timed iterations the turns share.
+    fn bands(&self, coll: Collective, reps: usize) -> Vec<Band> {
+        let mut bands: Vec<(Vec<usize>, (usize, usize))> = Vec::new();
         for &size in &self.sizes {
             match bands.last_mut() {
-                Some(b) if b.2 == self.iters_at(size) => b.1 = size,
-                _ => bands.push((size, size, self.iters_at(size))),
+                Some(b) if b.1 == self.iters_at(size) => b.0.push(size),
+                _ => bands.push((vec![size], self.iters_at(size))),
             }
         }
         bands
             .into_iter()
-            .map(|(b, e, (warmup, iters))| {
-                [
+            .map(|(sizes, (warmup, iters))| {
+                let (b, e) = (sizes[0], sizes[sizes.len() - 1]);
+                let args = [
                     "perf".to_string(),
                     coll.to_string(),
                     format!("-N{}", self.nranks),
@@ -114,12 +133,13 @@ impl Plan {
                     format!("-e{e}"),
                     format!("-f{}", self.factor),
                     format!("-w{warmup}"),
-                    format!("-n{iters}"),
+                    format!("-n{}", iters.div_ceil(reps)),
                     "-c1".to_string(),
                     // The slowest rank's time, as a collective takes (nccl-tests' default is the mean).
                     "-a3".to_string(),
                 ]
-                .to_vec()
+                .to_vec();
+                Band { start: b, sizes, args }
             })
             .collect()
     }
@@ -127,13 +147,14 @@ impl Plan {
     /// What the partial file must have been made with to be resumed.
     fn signature(&self) -> String {
         format!(
-            "nranks={} sizes={}..{}x{} warmup={} iters={}",
+            "nranks={} sizes={}..{}x{} warmup={} iters={} reps={} side by side",
             self.nranks,
             self.sizes[0],
             self.sizes[self.sizes.len() - 1],
             self.factor,
             self.warmup,
-            self.iters
+            self.iters,
+            self.reps
         )
     }
 }
@@ -187,6 +208,7 @@ impl TuneArgs {
             factor,
             warmup: self.warmup.unwrap_or(if q { 2 } else { 5 }),
             iters: self.iters.unwrap_or(if q { 10 } else { 20 }),
+            reps: self.reps.unwrap_or(if q { 2 } else { 3 }),
             candidates,
         })
     }
@@ -223,19 +245,27 @@ impl TuneArgs {
         &self, plan: &Plan, topo: &Topology, output: &Path, partial: &mut Partial, work: &Path,
     ) -> Result<Table, String> {
         let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
-        let runs: Vec<(Collective, Option<Candidate>)> = plan
-            .colls
-            .iter()
-            .flat_map(|&coll| {
-                let cands = plan.candidates.iter().filter(move |c| coll.algorithms().contains(&c.algo));
-                std::iter::once((coll, None)).chain(cands.map(move |c| (coll, Some(*c))))
-            })
-            .collect();
-        let todo = runs.iter().filter(|(coll, c)| partial.get(*coll, c.as_ref()).is_none()).count();
+        // Per collective, its setups (the model's, then every candidate of its algorithms)
+        // and its bands.
+        let mut runs = Vec::new();
+        for &coll in &plan.colls {
+            let mut setups = vec![Setup::model(work)?];
+            for &c in plan.candidates.iter().filter(|c| coll.algorithms().contains(&c.algo)) {
+                setups.push(Setup::candidate(coll, c, work)?);
+            }
+            runs.push((coll, setups, plan.bands(coll, plan.reps)));
+        }
+        let done = |partial: &Partial, coll, setups: &[Setup], b: &Band| {
+            setups.iter().all(|s| partial.has(coll, s.cand.as_ref(), b.start))
+        };
+        let todo: usize =
+            runs.iter().map(|(coll, s, bands)| bands.iter().filter(|b| !done(partial, *coll, s, b)).count()).sum();
         println!(
-            "# jitccl tune: {} run(s) of jitccl perf ({} to do), {} rank(s), sizes {}..{} B by {}, table: {}",
-            runs.len(),
-            todo,
+            "# jitccl tune: {} collective(s) x {} candidate(s) and the model, side by side in {} turn(s) each, {} run(s) of jitccl perf --compare ({todo} to do), {} rank(s), sizes {}..{} B by {}, table: {}",
+            plan.colls.len(),
+            runs.iter().map(|(_, s, _)| s.len() - 1).max().unwrap_or(0),
+            plan.reps,
+            runs.iter().map(|(_, _, b)| b.len()).sum::<usize>(),
             plan.nranks,
             plan.sizes[0],
             plan.sizes[plan.sizes.len() - 1],
@@ -246,19 +276,29 @@ impl TuneArgs {
         if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} runs, ETA {eta} {msg}") {
             bar.set_style(style);
         }
-        for (coll, cand) in &runs {
-            if partial.get(*coll, cand.as_ref()).is_some() {
-                continue;
+        for (coll, setups, bands) in &runs {
+            for band in bands {
+                if done(partial, *coll, setups, band) {
+                    continue;
+                }
+                let last = band.sizes[band.sizes.len() - 1];
+                bar.set_message(format!("{coll} {}..{last} B, {} setups", band.start, setups.len()));
+                let measured = measure::compare(&exe, &band.args, setups, plan.reps);
+                if let Err(why) = &measured {
+                    bar.suspend(|| eprintln!("jitccl tune: {coll} {}..{last} B: {why}", band.start));
+                }
+                for s in setups {
+                    let m = match &measured {
+                        Ok(r) => r.of(s, &band.sizes),
+                        Err(why) => Measurement::Failed(why.clone()),
+                    };
+                    if let (Measurement::Failed(why), Ok(_)) = (&m, &measured) {
+                        bar.suspend(|| eprintln!("jitccl tune: {coll} {}: {why}", s.label));
+                    }
+                    partial.record(*coll, s.cand.as_ref(), band.start, &m)?;
+                }
+                bar.inc(1);
             }
-            bar.set_message(format!("{coll} {}", cand.map_or("model".into(), |c| c.to_string())));
-            let m = measure::run(&exe, plan, *coll, cand.as_ref(), work);
-            if let Measurement::Failed(why) = &m {
-                bar.suspend(|| {
-                    eprintln!("jitccl tune: {coll} {}: {why}", cand.map_or("model".into(), |c| c.to_string()))
-                });
-            }
-            partial.record(*coll, cand.as_ref(), &m)?;
-            bar.inc(1);
         }
         bar.finish_and_clear();
 
@@ -274,13 +314,9 @@ impl TuneArgs {
 /// Prints the comparison for `coll` and returns its rows: per size the fastest candidate,
 /// adjacent sizes with the same winner merged, each row reaching up to the next one's size.
 fn report(plan: &Plan, coll: Collective, partial: &Partial) -> Result<Vec<Row>, String> {
-    let model = match partial.get(coll, None) {
-        Some(Measurement::Done { times, .. }) => Some(times),
-        _ => None,
-    };
-    let picks = match partial.get(coll, None) {
-        Some(Measurement::Done { picks, .. }) => picks.clone(),
-        _ => BTreeMap::new(),
+    let (model, picks) = match partial.get(coll, None) {
+        Some(Measurement::Done { times, picks }) => (Some(times), picks),
+        _ => (None, BTreeMap::new()),
     };
     println!("#\n# {coll}, {} ranks: the cost model's pick and the measured best per size (time: min of out-of-place and in-place, us)", plan.nranks);
     println!("# {:>10}  {:<22} {:>10}  {:<24} {:>10} {:>8}", "size (B)", "model pick", "time", "best", "time", "gap");
@@ -295,13 +331,13 @@ fn report(plan: &Plan, coll: Collective, partial: &Partial) -> Result<Vec<Row>, 
             })
             // The model's run is a candidate too (its pick with the model's chunk): timing
             // noise may have made it faster than the same candidate's own run.
-            .chain(model.and_then(|m| Some((Candidate::from_pick(picks.get(&size)?)?, *m.get(&size)?))))
+            .chain(model.as_ref().and_then(|m| Some((Candidate::from_pick(picks.get(&size)?)?, *m.get(&size)?))))
             .min_by(|a, b| a.1.total_cmp(&b.1));
         let Some((cand, t)) = best else {
             return Err(format!("{coll}: no candidate ran at {size} B (see the errors above)"));
         };
         let pick = picks.get(&size).map_or("?", String::as_str);
-        let (mt, gap) = match model.and_then(|m| m.get(&size)) {
+        let (mt, gap) = match model.as_ref().and_then(|m| m.get(&size)) {
             Some(&mt) => (format!("{mt:.2}"), format!("{:.1}%", 100.0 * (mt - t) / t)),
             None => ("failed".into(), "-".into()),
         };

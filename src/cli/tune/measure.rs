@@ -1,5 +1,7 @@
-//! One measurement of `jitccl tune` (a `jitccl perf` run, its output parsed) and the
-//! partial file that keeps finished measurements across interrupted runs.
+//! How `jitccl tune` measures: setups (a one-row tuning table per candidate, an empty one
+//! for the cost model, or a given table) timed side by side by one `jitccl perf --compare`
+//! run per size band, its output and DEBUG log parsed; and the partial file that keeps
+//! finished bands across interrupted runs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -8,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use jitccl::{Algorithm, Collective, Protocol, Row, Table};
 
-use super::{append, Plan};
+use super::append;
 
 /// One candidate: what a tuning table row fixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,94 +152,156 @@ impl Partial {
         self.done.len()
     }
 
-    pub fn get(&self, coll: Collective, c: Option<&Candidate>) -> Option<&Measurement> {
-        self.done.get(&(coll.to_string(), Candidate::key(c)))
+    /// `c`'s measurement over every band recorded so far (the model's for `None`): the
+    /// first failure, else the sizes of all of them.
+    pub fn get(&self, coll: Collective, c: Option<&Candidate>) -> Option<Measurement> {
+        let prefix = format!("{}@", Candidate::key(c));
+        let mut found = self.done.iter().filter(|((cl, k), _)| *cl == coll.to_string() && k.starts_with(&prefix));
+        let (mut times, mut picks) = (BTreeMap::new(), BTreeMap::new());
+        let mut any = false;
+        for (_, m) in found.by_ref() {
+            any = true;
+            match m {
+                Measurement::Failed(_) => return Some(m.clone()),
+                Measurement::Done { times: t, picks: p } => {
+                    times.extend(t);
+                    picks.extend(p.iter().map(|(s, v)| (*s, v.clone())));
+                }
+            }
+        }
+        any.then_some(Measurement::Done { times, picks })
     }
 
-    pub fn record(&mut self, coll: Collective, c: Option<&Candidate>, m: &Measurement) -> Result<(), String> {
-        append(&self.path, &format!("{coll}\t{}\t{}", Candidate::key(c), m.encode()))?;
-        self.done.insert((coll.to_string(), Candidate::key(c)), m.clone());
+    /// Whether the band starting at `start` is recorded for `c`.
+    pub fn has(&self, coll: Collective, c: Option<&Candidate>, start: usize) -> bool {
+        self.done.contains_key(&(coll.to_string(), format!("{}@{start}", Candidate::key(c))))
+    }
+
+    /// Records `c`'s measurement of the band starting at `start`.
+    pub fn record(
+        &mut self, coll: Collective, c: Option<&Candidate>, start: usize, m: &Measurement,
+    ) -> Result<(), String> {
+        let key = format!("{}@{start}", Candidate::key(c));
+        append(&self.path, &format!("{coll}\t{key}\t{}", m.encode()))?;
+        self.done.insert((coll.to_string(), key), m.clone());
         Ok(())
     }
 }
 
-/// Runs `jitccl perf` for `coll` with `cand`'s one-row table (the model's run: an empty
-/// table), and reads the times from its table and the choices from its DEBUG log.
-pub(super) fn run(exe: &Path, plan: &Plan, coll: Collective, cand: Option<&Candidate>, work: &Path) -> Measurement {
-    let table_path = work.join("candidate.csv");
-    let rows = cand.map(|c| vec![c.row(coll, 0, u64::MAX, None)]).unwrap_or_default();
-    let written = Table { rows, ..Table::default() }
-        .write(&table_path)
-        .map_err(|e| format!("writing {}: {e}", table_path.display()));
-    // The runtime caps a row's channels at the configured count.
-    let channels = cand.map(|c| c.channels);
-    match written.and_then(|()| with_table(exe, plan, coll, &table_path, channels, cand.is_some())) {
-        Ok(m) => m,
-        Err(why) => Measurement::Failed(why),
+/// One setup of a `perf --compare` run: a label, a tuning table and optionally channels.
+pub(super) struct Setup {
+    pub label: String,
+    /// The candidate its one-row table forces; `None` for the model or a given table.
+    pub cand: Option<Candidate>,
+    table: PathBuf,
+    channels: Option<usize>,
+}
+
+impl Setup {
+    /// The setup running `table` as it is (its label `label`).
+    pub fn table(label: &str, table: &Path) -> Setup {
+        Setup { label: label.to_string(), cand: None, table: table.to_path_buf(), channels: None }
+    }
+
+    /// The cost model alone: an empty table, written into `work`.
+    pub fn model(work: &Path) -> Result<Setup, String> {
+        let path = work.join("model.csv");
+        Table::default().write(&path).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(Setup::table("model", &path))
+    }
+
+    /// Candidate `c` of `coll`, forced by a one-row table written into `work`; the channel
+    /// count is configured too, as the runtime caps a row's at the configured one.
+    pub fn candidate(coll: Collective, c: Candidate, work: &Path) -> Result<Setup, String> {
+        let path = work.join(format!("{}.csv", Candidate::key(Some(&c)).replace('/', "_")));
+        let rows = vec![c.row(coll, 0, u64::MAX, None)];
+        Table { rows, ..Table::default() }.write(&path).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(Setup { label: c.to_string(), cand: Some(c), table: path, channels: Some(c.channels) })
+    }
+
+    fn arg(&self) -> String {
+        match self.channels {
+            Some(c) => format!("--compare={}={}@{c}", self.label, self.table.display()),
+            None => format!("--compare={}={}", self.label, self.table.display()),
+        }
     }
 }
 
-/// Runs `jitccl perf` for `coll` with the tuning table at `table` (and `channels` configured,
-/// if given); with `from_table`, every size's choice must have come from the table.
-fn with_table(
-    exe: &Path, plan: &Plan, coll: Collective, table: &Path, channels: Option<usize>, from_table: bool,
-) -> Result<Measurement, String> {
-    let (mut times, mut picks) = (BTreeMap::new(), BTreeMap::new());
-    for args in plan.perf_runs(coll) {
-        let mut cmd = Command::new(exe);
-        cmd.args(args);
-        // Launcher variables would make perf act as one rank; overrides would veto the row.
-        for var in jitccl::launcher_vars().chain(["JITCCL_ALGO", "JITCCL_PROTO"]) {
-            cmd.env_remove(var);
-        }
-        cmd.env("JITCCL_TUNER_CONFIG_FILE", table).env("JITCCL_DEBUG", "DEBUG");
-        if let Some(c) = channels {
-            cmd.env("JITCCL_NCHANNELS", c.to_string());
-        }
-        let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("running {}: {e}", exe.display()))?;
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        if !out.status.success() {
-            let last = stderr.lines().chain(stdout.lines()).rfind(|l| !l.contains("DEBUG")).unwrap_or("");
-            return Err(format!("jitccl perf exited with {}: {last}", out.status));
-        }
-        times.extend(parse_times(&stdout));
-        picks.extend(parse_picks(&stderr, coll));
-    }
-    for &size in &plan.sizes {
-        if !times.contains_key(&size) {
-            return Err(format!("jitccl perf printed no time for {size} B"));
-        }
-        match picks.get(&size) {
-            Some((_, source)) if from_table && source != "tuning table" => {
-                return Err(format!("at {size} B the runtime chose from the {source}, not the table"));
+/// What one `perf --compare` run measured: per (size, label) the median round (us), and
+/// per label its choices by size ("ring/ll/1ch", and where each came from).
+pub(super) struct Compared {
+    pub times: BTreeMap<(usize, String), f64>,
+    pub picks: HashMap<String, BTreeMap<usize, (String, String)>>,
+}
+
+impl Compared {
+    /// `s`'s measurement of `sizes`: failed if a size has no time, or if a candidate's
+    /// choice did not come from its table (its row was not applicable).
+    pub fn of(&self, s: &Setup, sizes: &[usize]) -> Measurement {
+        let (mut times, mut picks) = (BTreeMap::new(), BTreeMap::new());
+        let logged = self.picks.get(&s.label);
+        for &size in sizes {
+            let Some(&t) = self.times.get(&(size, s.label.clone())) else {
+                return Measurement::Failed(format!("jitccl perf --compare printed no time for {size} B"));
+            };
+            let Some((pick, source)) = logged.and_then(|p| p.get(&size)) else {
+                return Measurement::Failed(format!("jitccl perf --compare logged no choice for {size} B"));
+            };
+            if s.cand.is_some() && source != "tuning table" {
+                return Measurement::Failed(format!("at {size} B the runtime chose from the {source}, not the table"));
             }
-            None => return Err(format!("jitccl perf logged no choice for {size} B")),
-            _ => {}
+            times.insert(size, t);
+            picks.insert(size, pick.clone());
         }
+        Measurement::Done { times, picks }
     }
-    Ok(Measurement::Done { times, picks: picks.into_iter().map(|(s, (p, _))| (s, p)).collect() })
 }
 
-/// Per size, the smaller of the out-of-place and in-place times of perf's table (the two
-/// run the same choice; the smaller is the less disturbed by other load).
-fn parse_times(stdout: &str) -> BTreeMap<usize, f64> {
-    let mut times = BTreeMap::new();
-    for line in stdout.lines().filter(|l| !l.trim_start().starts_with('#')) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let Some(size) = f.first().and_then(|s| s.parse::<usize>().ok()) else { continue };
-        let t =
-            [5, 9].iter().filter_map(|&i| f.get(i).and_then(|t| t.parse::<f64>().ok())).fold(f64::INFINITY, f64::min);
-        if t.is_finite() {
-            times.insert(size, t);
-        }
+/// Runs `jitccl perf` with `args` (one band of sizes) and every setup, `rounds` turns each.
+pub(super) fn compare(exe: &Path, args: &[String], setups: &[Setup], rounds: usize) -> Result<Compared, String> {
+    let mut cmd = Command::new(exe);
+    cmd.args(args).arg(format!("--reps={rounds}")).args(setups.iter().map(Setup::arg));
+    // Launcher variables would make perf act as one rank; overrides would veto the rows.
+    for var in jitccl::launcher_vars().chain(["JITCCL_ALGO", "JITCCL_PROTO", "JITCCL_NCHANNELS"]) {
+        cmd.env_remove(var);
     }
-    times
+    // Each setup's choices are logged under its label (the child communicator's name).
+    cmd.env("JITCCL_DEBUG", "DEBUG");
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("running {}: {e}", exe.display()))?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        let last = stderr.lines().chain(stdout.lines()).rfind(|l| !l.contains("DEBUG")).unwrap_or("");
+        return Err(format!("jitccl perf --compare exited with {}: {last}", out.status));
+    }
+    let coll =
+        args.get(1).and_then(|c| c.parse::<Collective>().ok()).ok_or("compare: no collective in the arguments")?;
+    let picks = setups
+        .iter()
+        .map(|s| {
+            let tag = format!("Comm '{}': ", s.label);
+            let lines: String = stderr.lines().filter(|l| l.contains(&tag)).map(|l| format!("{l}\n")).collect();
+            (s.label.clone(), parse_picks(&lines, coll))
+        })
+        .collect();
+    Ok(Compared { times: parse_compare(&stdout), picks })
+}
+
+/// `perf --compare`'s rows: (size, label) -> median time (us).
+fn parse_compare(stdout: &str) -> BTreeMap<(usize, String), f64> {
+    stdout
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(((f.first()?.parse().ok()?, f.get(1)?.to_string()), f.get(2)?.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Per size, the first choice logged for `coll` ("ring/ll/1ch") and its source, from lines
 /// such as "all_reduce 8 B x 2 ranks: ring/ll, 1 channel(s), 2 elements/step, from the
 /// cost model (...)".
-pub(super) fn parse_picks(stderr: &str, coll: Collective) -> BTreeMap<usize, (String, String)> {
+fn parse_picks(stderr: &str, coll: Collective) -> BTreeMap<usize, (String, String)> {
     let mut picks = BTreeMap::new();
     let name = format!("{coll} ");
     for line in stderr.lines() {
@@ -261,8 +325,8 @@ mod tests {
 
     #[test]
     fn perf_output_and_choice_logs_parse() {
-        let out = "# size ...\n           8            2     float     sum     -1    17.20    0.00    0.00      0     9.09    0.00    0.00      0\n";
-        assert_eq!(parse_times(out).get(&8), Some(&9.09));
+        let out = "#       size  setup ...\n           8   ring/ll/1ch      17.20     9.09    18.00     0.00    +3.0%      0\n";
+        assert_eq!(parse_compare(out).get(&(8, "ring/ll/1ch".to_string())), Some(&17.20));
         let err = "[0] 2026 DEBUG x: all_reduce 8 B x 2 ranks: tree/ll, 2 channel(s), 2 elements/step, from the tuning table (row 0..=9 B)\n";
         let p = parse_picks(err, Collective::AllReduce);
         assert_eq!(p.get(&8), Some(&("tree/ll/2ch".to_string(), "tuning table".to_string())));
