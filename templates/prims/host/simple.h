@@ -1,8 +1,12 @@
 /* Simple protocol, host: a step's elements are copied straight into the receiver's slot;
    the tail counter is published with release order after them, and the receiver hands the
    slot back through head. Pure moves go through memcpy (the C library's fastest copy);
-   only steps that compute run the element loop. */
+   only steps that compute run the element loop. Steps of JC_STREAM_MIN bytes or more are
+   written into the slot with the prelude's cache-bypassing jc_stream (computed ones a tile
+   at a time): the receiver reads them from memory, not from this core's cache. */
 #define JC_PROTO 0
+#define JC_STREAM_MIN 16384
+#define JC_TILE_BYTES 2048
 static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
   if (s) JC_CHECK(jc_wait_space(x, s));
@@ -10,9 +14,22 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   const T* in = r ? (const T*)jc_slot(r, JC_PROTO) : 0;
   T* out = s ? (T*)jc_slot(s, JC_PROTO) : 0;
   const T* from = in ? in : src;
+  int stream = out && n * sizeof(T) >= JC_STREAM_MIN && ((jc_u64)out & 15) == 0;
   if (!(in && src) && !pre && !post) {
     if (dst && dst != from) memcpy(dst, from, n * sizeof(T));
-    if (out) memcpy(out, from, n * sizeof(T));
+    if (stream) jc_stream(out, from, n * sizeof(T));
+    else if (out) memcpy(out, from, n * sizeof(T));
+  } else if (stream) {
+    T tile[JC_TILE_BYTES / sizeof(T)];
+    for (jc_u64 b = 0; b < n; b += JC_TILE_BYTES / sizeof(T)) {
+      jc_u64 m = jc_min(JC_TILE_BYTES / sizeof(T), n - b);
+      for (jc_u64 i = 0; i < m; i++) {
+        T v = jc_elem(x, in ? in[b + i] : (T)0, in != 0, src, b + i, pre, post);
+        if (dst) dst[b + i] = v;
+        tile[i] = v;
+      }
+      jc_stream(out + b, tile, m * sizeof(T));
+    }
   } else {
     for (jc_u64 i = 0; i < n; i++) {
       T v = jc_elem(x, in ? in[i] : (T)0, in != 0, src, i, pre, post);
@@ -20,6 +37,7 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
       if (out) out[i] = v;
     }
   }
+  if (stream) jc_stream_fence();
   if (r) jc_store_release(r->head, ++r->step);
   if (s) jc_post_step(s, JC_PROTO, n * sizeof(T));
   return JC_OK;
