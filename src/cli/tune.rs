@@ -283,7 +283,7 @@ impl TuneArgs {
                 }
                 let last = band.sizes[band.sizes.len() - 1];
                 bar.set_message(format!("{coll} {}..{last} B, {} setups", band.start, setups.len()));
-                let measured = measure::compare(&exe, &band.args, setups, plan.reps);
+                let measured = measure::compare(&exe, *coll, &band.args, setups, plan.reps);
                 if let Err(why) = &measured {
                     bar.suspend(|| eprintln!("jitccl tune: {coll} {}..{last} B: {why}", band.start));
                 }

@@ -10,7 +10,7 @@ use jitccl::reference::RefElement;
 use jitccl::{Comm, Config, Stream};
 
 use super::flags::{Layout, PerfArgs};
-use super::sweep::{iterate, over_ranks_time, prepare, views, wrong};
+use super::sweep::{at_once, iterate, over_ranks_time, prepare, views, wrong};
 
 /// Runs the comparison on `comms`; true when no element was wrong.
 pub fn compare<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams: &[Stream]) -> Result<bool, String> {
@@ -88,15 +88,7 @@ fn children(a: &PerfArgs, comms: &[Comm]) -> Result<Vec<Vec<Comm>>, String> {
                 .and_then(|k| k.ok_or_else(|| jitccl::Error::Internal("no child came back".into())))
                 .map_err(|e| format!("--compare {}: {e}", s.label))
         };
-        let kids: Vec<_> = if comms.len() == 1 {
-            comms.iter().map(split).collect()
-        } else {
-            std::thread::scope(|sc| {
-                let hs: Vec<_> = comms.iter().map(|c| sc.spawn(move || split(c))).collect();
-                hs.into_iter().map(|h| h.join().expect("splitting thread panicked")).collect()
-            })
-        };
-        out.push(kids.into_iter().collect::<Result<Vec<_>, _>>()?);
+        out.push(at_once(comms, split).into_iter().collect::<Result<Vec<_>, _>>()?);
     }
     Ok(out)
 }

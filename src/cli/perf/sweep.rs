@@ -93,14 +93,7 @@ fn alloc<T: jitccl::Element>(
             Register::Symmetric => Ok(((c.alloc_symmetric(len)?, c.alloc_symmetric(len)?), Vec::new())),
         }
     };
-    let each: Vec<_> = if comms.len() == 1 || how == Register::None {
-        comms.iter().map(one).collect()
-    } else {
-        std::thread::scope(|s| {
-            let hs: Vec<_> = comms.iter().map(|c| s.spawn(move || one(c))).collect();
-            hs.into_iter().map(|h| h.join().expect("registering thread panicked")).collect()
-        })
-    };
+    let each: Vec<_> = if how == Register::None { comms.iter().map(one).collect() } else { at_once(comms, one) };
     let (mut bufs, mut regs) = (Vec::new(), Vec::new());
     for r in each {
         let (b, g) = r?;
@@ -108,6 +101,19 @@ fn alloc<T: jitccl::Element>(
         regs.extend(g);
     }
     Ok((bufs, regs))
+}
+
+/// `f` on each of this thread's ranks, each on a thread of its own when there are several:
+/// for collective calls (registration, split), which every rank must make at once.
+pub(super) fn at_once<R: Send>(comms: &[Comm], f: impl Fn(&Comm) -> R + Sync) -> Vec<R> {
+    if comms.len() == 1 {
+        return comms.iter().map(f).collect();
+    }
+    std::thread::scope(|s| {
+        let f = &f;
+        let hs: Vec<_> = comms.iter().map(|c| s.spawn(move || f(c))).collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+    })
 }
 
 /// The reduction op perf passes (None for collectives that do not reduce).

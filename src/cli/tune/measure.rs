@@ -257,8 +257,11 @@ impl Compared {
     }
 }
 
-/// Runs `jitccl perf` with `args` (one band of sizes) and every setup, `rounds` turns each.
-pub(super) fn compare(exe: &Path, args: &[String], setups: &[Setup], rounds: usize) -> Result<Compared, String> {
+/// Runs `jitccl perf` with `args` (one band of sizes of `coll`) and every setup, `rounds`
+/// turns each.
+pub(super) fn compare(
+    exe: &Path, coll: Collective, args: &[String], setups: &[Setup], rounds: usize,
+) -> Result<Compared, String> {
     let mut cmd = Command::new(exe);
     cmd.args(args).arg(format!("--reps={rounds}")).args(setups.iter().map(Setup::arg));
     // Launcher variables would make perf act as one rank; overrides would veto the rows.
@@ -273,8 +276,6 @@ pub(super) fn compare(exe: &Path, args: &[String], setups: &[Setup], rounds: usi
         let last = stderr.lines().chain(stdout.lines()).rfind(|l| !l.contains("DEBUG")).unwrap_or("");
         return Err(format!("jitccl perf --compare exited with {}: {last}", out.status));
     }
-    let coll =
-        args.get(1).and_then(|c| c.parse::<Collective>().ok()).ok_or("compare: no collective in the arguments")?;
     let picks = setups
         .iter()
         .map(|s| {

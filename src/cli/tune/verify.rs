@@ -57,7 +57,7 @@ pub(super) fn verify(
     let mut times = BTreeMap::new();
     let mut auto_picks = BTreeMap::new();
     for band in bands {
-        let r = measure::compare(exe, &band.args, &setups, reps).map_err(|e| {
+        let r = measure::compare(exe, coll, &band.args, &setups, reps).map_err(|e| {
             bar.finish_and_clear();
             format!("verifying {coll}: {e}")
         })?;
