@@ -150,11 +150,27 @@ pub(crate) fn bind_current(set: &CpuSet) {
     if BOUND.get() == set.id || !OWN.get() {
         return;
     }
+    if let Err(e) = bind_thread(set) {
+        tracing::warn!("binding a kernel thread to {set:?}: {e}");
+    }
+    // Also after a failure: one warning, not one per launch.
+    BOUND.set(set.id);
+}
+
+/// Binds the calling thread to `set`, whoever owns it.
+pub(crate) fn bind_thread(set: &CpuSet) -> std::io::Result<()> {
     // SAFETY: the pointer and size describe a valid cpu_set_t; 0 is the calling thread.
     if unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set.mask) } != 0 {
-        tracing::warn!("binding a kernel thread to {set:?}: {}", std::io::Error::last_os_error());
+        return Err(std::io::Error::last_os_error());
     }
     BOUND.set(set.id);
+    Ok(())
+}
+
+impl CpuSet {
+    pub(crate) fn cpus(&self) -> &[usize] {
+        &self.cpus
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use jitccl_codegen::Collective;
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
 use crate::enqueue::{Call, Group};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::stream::Stream;
 pub use group::{group, group_end, group_start};
@@ -63,6 +63,24 @@ impl Comm {
     }
     pub fn device(&self) -> &Device {
         &self.h.device
+    }
+
+    /// Binds the calling thread to the CPUs of this rank's kernel threads, as `mpirun
+    /// --bind-to` binds a rank, and returns them; `None` (nothing changed) where the rank
+    /// has none: binding is off (the process was bound by its launcher, or
+    /// `JITCCL_IGNORE_CPU_AFFINITY=1`). A thread that drives one
+    /// rank and synchronizes its calls then always runs them itself (see `Stream::synchronize`),
+    /// instead of handing them to the stream's thread whenever the scheduler put it on
+    /// another CPU.
+    pub fn bind_current_thread(&self) -> Result<Option<Vec<usize>>> {
+        let Some(set) = self.inner("bind_current_thread")?.enq.cpus.clone() else {
+            return Ok(None);
+        };
+        crate::affinity::bind_thread(&set).map_err(|source| Error::System {
+            context: format!("binding the calling thread of rank {} to {set:?}", self.h.rank),
+            source,
+        })?;
+        Ok(Some(set.cpus().to_vec()))
     }
 
     /// `recv[i] = op over ranks of send[i]` for `i < count`. In place when `send` and

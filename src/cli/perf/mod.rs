@@ -23,7 +23,7 @@ mod sweep;
 
 use std::process::ExitCode;
 
-use jitccl::{with_element_type, Config, Stream};
+use jitccl::{with_element_type, Comm, Config, Stream};
 
 use compare::compare;
 pub use flags::PerfArgs;
@@ -59,9 +59,12 @@ impl PerfArgs {
                 .chunks(g)
                 .zip(streams.chunks(g))
                 .map(|(comms, streams)| {
-                    s.spawn(|| match self.compare.is_empty() {
-                        true => with_element_type!(self.dtype, sweep(&self, &lay, comms, streams)),
-                        false => with_element_type!(self.dtype, compare(&self, &lay, comms, streams)),
+                    s.spawn(|| {
+                        bind(comms);
+                        match self.compare.is_empty() {
+                            true => with_element_type!(self.dtype, sweep(&self, &lay, comms, streams)),
+                            false => with_element_type!(self.dtype, compare(&self, &lay, comms, streams)),
+                        }
                     })
                 })
                 .collect();
@@ -72,5 +75,17 @@ impl PerfArgs {
             ok &= r?;
         }
         Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    }
+}
+
+/// A thread that drives one rank binds itself to the rank's CPUs, as mpirun binds a rank's
+/// process, so that the calls it synchronizes run on it rather than being handed to the
+/// stream's thread whenever the scheduler moved it (`Comm::bind_current_thread`).
+fn bind(comms: &[Comm]) {
+    if let [c] = comms {
+        match c.bind_current_thread() {
+            Ok(cpus) => tracing::debug!("perf: rank {}'s thread bound to CPUs {cpus:?}", c.rank()),
+            Err(e) => tracing::warn!("perf: {e}"),
+        }
     }
 }
