@@ -10,11 +10,12 @@
 //! on the callers' side instead of bouncing between the caller's and the dispatcher's core.
 //!
 //! `synchronize` runs the host launches the dispatcher has not started on the caller's
-//! thread (`run`), so that a call followed by synchronize costs no thread hand-off.
+//! thread (`run`), so that a call followed by synchronize costs no thread hand-off; while
+//! its callers do so, the dispatcher is not woken per launch either (`wait::DEFER`).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,7 +84,11 @@ struct Shared {
     completed: Padded<AtomicU64>,
     /// The smallest completion count a sleeping waiter needs (`u64::MAX`: none sleeps).
     wake_at: Padded<AtomicU64>,
-    dispatcher_asleep: Padded<AtomicBool>,
+    /// `AWAKE`, `ASLEEP` (until woken) or `DOZING` (wakes every `wait::DEFER` by itself).
+    dispatcher: Padded<AtomicU8>,
+    /// The last launch was run by its caller's `synchronize`: new launches are left to their
+    /// callers for a while instead of waking the dispatcher (see `run`).
+    deferring: Padded<AtomicBool>,
     /// The right to run launches, and what runs them (see `run`).
     running: Padded<AtomicBool>,
     pool: UnsafeCell<CtaPool>,
@@ -96,10 +101,17 @@ struct Shared {
     /// `synchronize` waits for them too, so that it covers every call made before it.
     reserved: AtomicU64,
     error: Mutex<Option<Error>>,
+    /// `error` holds one: `synchronize` looks here, not at the lock.
+    erred: AtomicBool,
     sleep: Mutex<()>,
     done: Condvar,
     work: Condvar,
 }
+
+/// The dispatcher's states (`Shared::dispatcher`).
+const AWAKE: u8 = 0;
+const ASLEEP: u8 = 1;
+const DOZING: u8 = 2;
 
 /// Keeps a value on cache lines of its own.
 #[repr(align(128))]
@@ -143,6 +155,7 @@ impl Shared {
                 tracing::debug!("stream operation failed: {e}");
             }
             first.get_or_insert(e);
+            self.erred.store(true, SeqCst);
         }
         self.completed.store(i + 1, Release);
         if i + 1 >= self.wake_at.load(Acquire) {
@@ -166,7 +179,14 @@ impl Shared {
     }
 
     /// Waits until `target` launches have completed or `deadline` passes; true if reached.
+    /// Launches left to their callers are the dispatcher's again from here: this caller
+    /// waits instead of running them.
     fn wait(&self, target: u64, deadline: Option<Instant>) -> bool {
+        // Reached is the blocking call's case (its caller ran it): no clock read.
+        if self.reached(target) {
+            return true;
+        }
+        self.wake_dispatcher();
         let poll_end = Instant::now() + POLL;
         let poll_end = deadline.map_or(poll_end, |d| d.min(poll_end));
         poll(poll_end, || self.reached(target).then_some(())).is_some() || self.sleep_until(target, deadline)
@@ -222,9 +242,21 @@ impl Shared {
         // SAFETY: launch i - DEPTH, the slot's last occupant, has completed and was emptied
         // above; the dispatcher does not read the slot before `submitted` exceeds i.
         unsafe { *self.slot(i) = Some(launch) };
-        // SeqCst store, then load: pairs with the dispatcher's flag-then-check in `next`.
+        // SeqCst store, then load: pairs with the dispatcher's state-then-check in `next`. A
+        // dozing dispatcher is left to find the launch itself, unless its caller runs it.
         self.submitted.store(i + 1, SeqCst);
-        if self.dispatcher_asleep.load(SeqCst) {
+        if self.dispatcher.load(SeqCst) == ASLEEP {
+            let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            self.work.notify_one();
+        }
+    }
+
+    /// Makes the dispatcher take queued launches at once: ends deferring, wakes it if idle.
+    fn wake_dispatcher(&self) {
+        if self.deferring.load(Relaxed) {
+            self.deferring.store(false, SeqCst);
+        }
+        if self.dispatcher.load(SeqCst) != AWAKE {
             let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
             self.work.notify_one();
         }
@@ -250,10 +282,16 @@ impl Shared {
 
     fn record_error(&self, e: Error) {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+        self.erred.store(true, SeqCst);
     }
 
     fn take_error(&self) -> Result<()> {
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).take().map_or(Ok(()), Err)
+        if !self.erred.load(SeqCst) {
+            return Ok(());
+        }
+        let mut first = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        self.erred.store(false, SeqCst);
+        first.take().map_or(Ok(()), Err)
     }
 }
 
@@ -298,13 +336,15 @@ impl Stream {
             submitted: Padded(AtomicU64::new(0)),
             completed: Padded(AtomicU64::new(0)),
             wake_at: Padded(AtomicU64::new(u64::MAX)),
-            dispatcher_asleep: Padded(AtomicBool::new(false)),
+            dispatcher: Padded(AtomicU8::new(AWAKE)),
+            deferring: Padded(AtomicBool::new(false)),
             running: Padded(AtomicBool::new(false)),
             pool: UnsafeCell::new(pool),
             inline,
             closed: AtomicBool::new(false),
             reserved: AtomicU64::new(0),
             error: Mutex::new(None),
+            erred: AtomicBool::new(false),
             sleep: Mutex::new(()),
             done: Condvar::new(),
             work: Condvar::new(),

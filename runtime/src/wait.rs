@@ -14,7 +14,9 @@
 //!   they park on a condition variable until woken;
 //! - a caller of `Stream::synchronize` whose launches the dispatcher has not started runs
 //!   them itself (`stream::run`), so that a blocking collective is one thread's work, with
-//!   no hand-off or wake-up between threads: its waits are the kernel's.
+//!   no hand-off or wake-up between threads: its waits are the kernel's. While callers do
+//!   so, a new launch does not wake the dispatcher; it dozes, waking every `DEFER` to take
+//!   launches left unstarted across two wake-ups (so none waits longer than 2 × `DEFER`).
 //!
 //! Spinning wins when the thread waited for is running on another core: a hand-off then
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
@@ -40,6 +42,14 @@
 use std::time::{Duration, Instant};
 
 use crate::affinity::{self, CpuSet};
+
+/// How often a stream's dozing dispatcher wakes by itself to look for launches that their
+/// callers left queued (`stream::run`): a launch nobody synchronizes starts within twice
+/// this.
+pub(crate) const DEFER: Duration = Duration::from_micros(200);
+
+/// Wake-ups with nothing queued after which a dozing dispatcher sleeps until woken (10 ms).
+pub(crate) const DOZES: u32 = 50;
 
 /// Busy rounds of `poll` before it starts yielding.
 const POLL_SPINS: u32 = 64;

@@ -7,15 +7,22 @@
 //! runs only the launches whose owner allows it (`Owner::runs_on_caller`: a rank bound to
 //! CPUs, when the caller runs on them, so that two ranks' kernels never share a core the
 //! wait policy believes they have to themselves) and leaves the rest to the dispatcher.
+//!
+//! While callers run their launches so (the last launch was run by a caller), a new launch
+//! does not wake the dispatcher: it dozes, waking every `wait::DEFER` by itself, and takes
+//! a launch only once it has found it queued and unstarted at two wake-ups in a row. A
+//! blocking call then costs no wake-up of the stream's thread, which would also compete
+//! for the caller's CPU, and a launch nobody synchronizes still starts within 2 × DEFER.
+//! A caller that waits rather than runs (`Shared::wait`) ends the deferring at once.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::Instant;
 
-use super::{prefetch, Shared};
+use super::{prefetch, Shared, ASLEEP, AWAKE, DOZING};
 use crate::affinity;
 use crate::error::Error;
-use crate::wait::{poll, POLL};
+use crate::wait::{poll, DEFER, DOZES, POLL};
 
 impl Shared {
     /// Whether launches are queued that nobody runs yet.
@@ -29,19 +36,24 @@ impl Shared {
         if self.running.compare_exchange(false, true, Acquire, Relaxed).is_err() {
             return false;
         }
-        self.run_queued(end, caller);
+        let ran = self.run_queued(end, caller);
+        if caller && ran && !self.deferring.load(Relaxed) {
+            self.deferring.store(true, SeqCst);
+        }
         self.release();
         true
     }
 
     /// Runs launches in order from the first not completed while they are queued and below
-    /// `end`. The caller holds `running`, so no other thread advances `completed`.
-    fn run_queued(&self, end: u64, caller: bool) {
+    /// `end`; whether it ran any. The caller holds `running`, so no other thread advances
+    /// `completed`.
+    fn run_queued(&self, end: u64, caller: bool) -> bool {
+        let first = self.completed.load(Relaxed);
         loop {
             let i = self.completed.load(Relaxed);
             let submitted = self.submitted.load(Acquire);
             if i >= submitted.min(end) {
-                return;
+                return i > first;
             }
             if submitted > i + 1 {
                 // The next launch was written on the caller's core: start fetching it now.
@@ -51,7 +63,7 @@ impl Shared {
             // is used only by the holder of `running`.
             let (launch, pool) = unsafe { ((*self.slot(i)).as_ref(), &mut *self.pool.get()) };
             if caller && launch.is_some_and(|l| !l.owner.runs_on_caller()) {
-                return;
+                return i > first;
             }
             let res = match launch {
                 Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(l, pool)))
@@ -68,26 +80,48 @@ impl Shared {
     fn release(&self) {
         self.running.store(false, SeqCst);
         self.idle();
-        if self.runnable() && self.dispatcher_asleep.load(SeqCst) {
+        if self.runnable() && self.dispatcher.load(SeqCst) != AWAKE {
             let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
             self.work.notify_one();
         }
     }
 
-    /// Waits until there are launches to run and nobody runs them: polls, then sleeps.
-    /// False once the stream is closed with nothing left to run.
+    /// Waits until there are launches to run and nobody runs them: polls, then sleeps; or,
+    /// while deferring, dozes (see the module comment). False once the stream is closed with
+    /// nothing left to run.
     fn next(&self) -> bool {
-        if self.runnable() || poll(Instant::now() + POLL, || self.runnable().then_some(())).is_some() {
+        if !self.deferring.load(SeqCst)
+            && (self.runnable() || poll(Instant::now() + POLL, || self.runnable().then_some(())).is_some())
+        {
             return true;
         }
         let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-        self.dispatcher_asleep.store(true, SeqCst);
-        let mut got = self.runnable();
-        while !got && !self.closed.load(SeqCst) {
-            g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
-            got = self.runnable();
+        // The first unstarted launch at the last wake-up, and the wake-ups with none.
+        let (mut seen, mut idle) = (None, 0);
+        let got = loop {
+            let dozing = self.deferring.load(SeqCst) && idle < DOZES;
+            self.dispatcher.store(if dozing { DOZING } else { ASLEEP }, SeqCst);
+            if self.runnable() {
+                let first = self.completed.load(SeqCst);
+                if !dozing || seen == Some(first) {
+                    break true;
+                }
+                seen = Some(first);
+            } else if self.closed.load(SeqCst) {
+                break false;
+            } else {
+                idle += 1;
+            }
+            g = match dozing {
+                true => self.work.wait_timeout(g, DEFER).unwrap_or_else(|e| e.into_inner()).0,
+                false => self.work.wait(g).unwrap_or_else(|e| e.into_inner()),
+            };
+        };
+        self.dispatcher.store(AWAKE, SeqCst);
+        // It takes work its callers left: they no longer run their launches.
+        if got && self.deferring.load(Relaxed) {
+            self.deferring.store(false, SeqCst);
         }
-        self.dispatcher_asleep.store(false, SeqCst);
         got
     }
 
