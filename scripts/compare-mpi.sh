@@ -16,6 +16,10 @@
 #   REPEATS     runs per figure, the median is shown (default 3); the sides alternate within
 #               each repetition, so a burst of foreign load hits all of them
 #   JITCCL_R    jitccl buffer modes, perf's -R values (default "0 2")
+#   JITCCL_Z    jitccl's perf -z values, a row each (default "0 1"): 0 queues a size's calls
+#               and synchronizes once (perf's default, nccl-tests' way); 1 synchronizes after
+#               every call, the peers' way (MPI_Allreduce blocks; the oneCCL bench waits on
+#               each call's event)
 #   LOAD=1      run one busy-looping process per core beside every run (the "loaded" case)
 #   PEERS       which peers run (default "mpi oneccl")
 #   MPIRUN_ARGS extra arguments for mpirun; ONECCL_MODE etc. see benches/oneccl/oneccl_bench.sh
@@ -28,6 +32,7 @@ target=${CARGO_TARGET_DIR:-$root/target}
 nranks_list=${NRANKS:-2 4}
 repeats=${REPEATS:-3}
 modes=${JITCCL_R:-0 2}
+syncs=${JITCCL_Z:-0 1}
 peers=${PEERS:-mpi oneccl}
 [[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "compare-mpi: REPEATS must be a positive count" >&2; exit 1; }
 if [ $# -eq 0 ]; then
@@ -36,6 +41,8 @@ fi
 
 die() { echo "compare-mpi: $*" >&2; exit 1; }
 
+for z in $syncs; do [[ $z =~ ^[01]$ ]] || die "JITCCL_Z holds '$z'; perf's -z takes 0 or 1"; done
+[ -n "$syncs" ] || die "JITCCL_Z is empty: no jitccl row to show"
 for m in $modes; do [[ $m =~ ^[012]$ ]] || die "JITCCL_R holds '$m'; perf's -R takes 0, 1 or 2"; done
 for p in $peers; do [[ $p =~ ^(mpi|oneccl)$ ]] || die "PEERS holds '$p'; the peers are mpi and oneccl"; done
 [ -n "$peers" ] || die "PEERS is empty: nothing to compare against"
@@ -62,7 +69,7 @@ human() {
   fi
 }
 
-# Warmup and timed iterations per size, the same for every side. Many where a call takes
+# Warmup and timed iterations per size, the same for every side (but see run_side). Many where a call takes
 # microseconds (the latency figure needs them to average out scheduling noise), few where
 # one call moves hundreds of MiB; on 2 cores the default run stays within minutes.
 warmup_for() {
@@ -159,14 +166,38 @@ run_oneccl() { # n bytes warmup iters log
   awk 'NF == 5 && $1 ~ /^[0-9]+$/ { print $2, $4, ($5 == "ok") ? 0 : "BAD"; found = 1; exit } END { exit !found }' "$5" ||
     { cat "$5" >&2; die "oneCCL run with $1 ranks, $2 B gave no result (log: $5)"; }
 }
-run_jitccl() { # n bytes warmup iters log mode
+run_jitccl() { # n bytes warmup iters log mode sync
   local reg=()
   [ "$6" = 0 ] || reg=(-R "$6") # -R 0 is perf's default
-  "$jitccl" perf all_reduce -N "$1" -b "$2" -e "$2" -f 2 -d float -o sum -w "$3" -n "$4" "${reg[@]}" >"$5" 2>&1 || true
+  "$jitccl" perf all_reduce -N "$1" -b "$2" -e "$2" -f 2 -d float -o sum -w "$3" -n "$4" -z "$7" "${reg[@]}" >"$5" 2>&1 || true
   # the nccl-tests row: out-of-place time is field 6, busbw 8, #wrong 9
   awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $6, $8, $9; found = 1; exit } END { exit !found }' "$5" ||
     { cat "$5" >&2; die "jitccl run with $1 ranks, $2 B, -R $6 gave no result (log: $5)"; }
 }
+# jitccl's sides: one per (buffer mode, synchronization), named jitccl-R<mode>-z<sync>.
+jitccl_sides=$(for m in $modes; do for z in $syncs; do echo "jitccl-R$m-z$z"; done; done)
+mode_of() { local s=${1#jitccl-R}; echo "${s%%-z*}"; }
+
+# One run of `side`, repeated with more iterations when its timed ones took under
+# min_run_us: a shorter run can fit into one scheduler time slice (about 4 ms here), so
+# under load it times the luck of that slice rather than the load (2000 MPI calls of 8 B
+# take 0.5 ms). The longer run aims at twice min_run_us.
+min_run_us=50000
+run_side() { # side n bytes warmup iters log
+  local side=$1 n=$2 b=$3 w=$4 i=$5 log=$6 sample
+  for _ in 1 2; do
+    case $side in
+      mpi) sample=$(run_mpi "$n" "$b" "$w" "$i" "$log") ;;
+      oneccl) sample=$(run_oneccl "$n" "$b" "$w" "$i" "$log") ;;
+      jitccl-R*) sample=$(run_jitccl "$n" "$b" "$w" "$i" "$log" "$(mode_of "$side")" "${side##*-z}") ;;
+    esac
+    i=$(awk -v t="${sample%% *}" -v i="$i" -v min="$min_run_us" \
+      'BEGIN { if (t * i >= min || t <= 0) print 0; else { k = int(2 * min / t) + 1; print (k > 10000000) ? 10000000 : k } }')
+    [ "$i" -gt 0 ] || break
+  done
+  echo "$sample"
+}
+
 # The sample with the median time ("time busbw wrong" lines on stdin; the lower median for
 # an even count) and the spread of the times around it, with wrong replaced by the largest
 # wrong count of any sample ("BAD" counts as 1).
@@ -176,14 +207,14 @@ median() {
           100 * (t[1] / t[m] - 1), 100 * (t[NR] / t[m] - 1) }'
 }
 
-echo "# compare-mpi: ${ompi_version:+OpenMPI $ompi_version (pml ob1, btl self,$btl); }peers: $peers; jitccl $jitccl, -R in: $modes"
+echo "# compare-mpi: ${ompi_version:+OpenMPI $ompi_version (pml ob1, btl self,$btl); }peers: $peers; jitccl $jitccl, -R in: $modes, -z in: $syncs"
 [ ${#mpirun_args[@]} -eq 0 ] || echo "# mpirun ${mpirun_args[*]}"
 echo "# $(nproc) cores; load: ${LOAD:-0} (busy loops beside the runs: ${#load_pids[@]}); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# out-of-place f32 sum; time = slowest rank's per-iteration average; busbw = algbw * 2(n-1)/n"
 echo "# each figure: median of $repeats runs (spread of the times in %, min..max against the median); every run in $logs/samples.tsv"
 echo "#"
-printf '# %2s %5s %2s | %9s %8s %9s | %9s %8s %9s | %9s %8s %9s | %7s %6s %7s  %s\n' \
-  n size R mpi_us mpi_bus spread occl_us occl_bus spread jit_us jit_bus spread metric ratio target verdict
+printf '# %2s %5s %2s %2s | %9s %8s %9s | %9s %8s %9s | %9s %8s %9s | %7s %6s %7s  %s\n' \
+  n size R z mpi_us mpi_bus spread occl_us occl_bus spread jit_us jit_bus spread metric ratio target verdict
 
 printf 'n\tbytes\tside\trun\ttime_us\tbusbw\twrong\n' >"$logs/samples.tsv"
 pass=0 fail=0 failures=()
@@ -192,13 +223,9 @@ for n in $nranks_list; do
     w=$(warmup_for "$b") i=$(iters_for "$b") name=$(human "$b")
     declare -A samples=()
     for r in $(seq 1 "$repeats"); do
-      for side in $peers $(for m in $modes; do echo "jitccl-R$m"; done); do
+      for side in $peers $jitccl_sides; do
         log=$logs/$side-n$n-$name.$r.log
-        case $side in
-          mpi) sample=$(run_mpi "$n" "$b" "$w" "$i" "$log") ;;
-          oneccl) sample=$(run_oneccl "$n" "$b" "$w" "$i" "$log") ;;
-          jitccl-R*) sample=$(run_jitccl "$n" "$b" "$w" "$i" "$log" "${side#jitccl-R}") ;;
-        esac
+        sample=$(run_side "$side" "$n" "$b" "$w" "$i" "$log")
         samples[$side]+="$sample"$'\n'
         printf '%s\t%s\t%s\t%s\t%s\n' "$n" "$b" "$side" "$r" "${sample// /$'\t'}" >>"$logs/samples.tsv"
       done
@@ -217,8 +244,8 @@ for n in $nranks_list; do
     for p in $peers; do
       if [ -z "$best" ] || awk -v a="${us[$p]}" -v b="${us[$best]}" 'BEGIN { exit !(a < b) }'; then best=$p; fi
     done
-    for m in $modes; do
-      side=jitccl-R$m
+    for side in $jitccl_sides; do
+      m=$(mode_of "$side") z=${side##*-z}
       if [ "$b" -le $((1 << 20)) ]; then
         metric=time target="<=1.00"
         ratio=$(awk -v j="${us[$side]}" -v p="${us[$best]}" 'BEGIN { printf "%.2f", j / p }')
@@ -240,9 +267,9 @@ for n in $nranks_list; do
         pass=$((pass + 1))
       else
         fail=$((fail + 1))
-        failures+=("n=$n $name -R $m $metric ratio $ratio")
+        failures+=("n=$n $name -R $m -z $z $metric ratio $ratio")
       fi
-      printf '  %2s %5s %2s | %s | %s | %s | %7s %6s %7s  %s\n' "$n" "$name" "$m" \
+      printf '  %2s %5s %2s %2s | %s | %s | %s | %7s %6s %7s  %s\n' "$n" "$name" "$m" "$z" \
         "$(cell mpi)" "$(cell oneccl)" "$(cell "$side")" "$metric" "$ratio" "$target" "$verdict"
     done
     unset samples us bus wrong spread
