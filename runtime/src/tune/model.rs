@@ -35,8 +35,11 @@
 //!   latency once oversubscribed and no measurable gain (< 0.1 us) at 2 ranks: Simple wins
 //!   at every size, as measured.
 //!
-//! - direct algorithms (registered buffers, one host): two barriers (a hop each, like the
-//!   ring's); a byte crossing to a peer is one load or store instead of a FIFO's store and
+//! - direct algorithms (registered buffers, one host): two barriers, a hop each while every
+//!   rank has a core and 1.5 once ranks outnumber cores (the last rank to arrive waits for
+//!   the others' turns: at 4 ranks on 2 cores, 8 B-4 KiB, two-shot takes a flat 5.8-6.4 us
+//!   and direct one-shot 6.4-7.3 at 8 B, where the FIFO one-shot, whose waits overlap,
+//!   takes 4.2-5); a byte crossing to a peer is one load or store instead of a FIFO's store and
 //!   load, so they reach twice the FIFO's bus bandwidth (one-shot: its n-fold reads, like
 //!   the FIFO one-shot's); one-shot's base latency is the FIFO one-shot's, two-shot's adds
 //!   the stores into the peers' lines. Estimated from that reasoning, not fitted.
@@ -109,13 +112,15 @@ const HOST_HOP_SWITCH: f64 = 2.06;
 const HOST_BW: f64 = 8.6;
 const HOST_SECOND_CHANNEL: f64 = 0.5;
 const HOST_CHAN_LAT: f64 = 20.0;
+/// Hops one barrier of the direct algorithms costs once ranks outnumber cores.
+const HOST_BARRIER_SWITCH: f64 = 1.5;
 /// Hop latency through the network transport (TCP and a proxy thread each side), us:
 /// half of an 8-byte ring AllReduce at 2 rank processes with `JITCCL_TRANSPORT=net` over
 /// loopback on the 2-core development VM (240-335 us in 6 runs of 2000 iterations; the
 /// proxy threads share the cores with the kernels).
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 4;
+const HOST_MODEL_VERSION: u64 = 5;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -257,8 +262,11 @@ pub fn time(
         (Collective::SendRecv, _) => (1, 0, 1.0),
     };
     let hop = |lat: f64| lat * k.hop_factor[a] * k.proto_lat[p];
+    // A barrier waits for the last rank to arrive: longer than a hop once ranks take
+    // turns on the cores.
+    let barrier = if algo.is_direct() && t.contention > 1.0 { HOST_BARRIER_SWITCH } else { 1.0 };
     let latency = k.base[a]
-        + intra as f64 * hop(t.lat_intra)
+        + intra as f64 * barrier * hop(t.lat_intra)
         + inter as f64 * hop(t.lat_inter)
         + nch.saturating_sub(1) as f64 * t.chan_lat;
     let per_channel = if nodes > 1 { t.bw_inter } else { t.bw_intra };
