@@ -99,9 +99,14 @@ struct Plan {
 
 impl Plan {
     /// Timed (and warm-up) iterations at `size`: a call of a few microseconds needs many
-    /// more than one that moves megabytes to rise above timer and scheduling noise.
+    /// more than one that moves megabytes to rise above timer and scheduling noise. Below
+    /// 4 KiB (a call of well under a microsecond at 2 ranks) a turn of 1000 iterations
+    /// took 0.1 ms and medians of 7 turns still differed by 10-24% between two runs of one
+    /// setup, so these get 10x more.
     fn iters_at(&self, size: usize) -> (usize, usize) {
-        let scale = if size <= 64 << 10 {
+        let scale = if size < 4 << 10 {
+            500
+        } else if size <= 64 << 10 {
             50
         } else if size <= 4 << 20 {
             5
