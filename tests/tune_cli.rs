@@ -65,8 +65,18 @@ fn quick_tune_writes_a_table_that_perf_then_uses() {
         let line = verification.lines().find(|l| l.split_whitespace().next() == Some(&size.to_string()));
         let line = line.unwrap_or_else(|| panic!("no {size} B verification line:\n{verification}"));
         assert_eq!(line.split_whitespace().nth(1), Some(want.as_str()), "{line}");
+        // "same" says whether auto ran the best fixed candidate itself.
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[6], if f[1] == f[3] { "yes" } else { "no" }, "{line}");
     }
     assert!(verification.contains("# worst gap to the best fixed candidate: auto "), "{verification}");
+    let same = verification
+        .lines()
+        .filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()))
+        .filter(|l| l.split_whitespace().nth(6) == Some("yes"))
+        .count();
+    let summary = format!("# auto runs the best fixed candidate itself at {same} of 3 sizes");
+    assert!(verification.contains(&summary), "{summary}:\n{verification}");
 
     let o = jitccl(
         &["perf", "all_reduce", "-N", "2", "-b", "8", "-e", "4K", "-f", "16", "-w", "1", "-n", "2"],
