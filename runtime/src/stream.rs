@@ -86,7 +86,7 @@ struct Shared {
     wake_at: Padded<AtomicU64>,
     /// `AWAKE`, `ASLEEP` (until woken) or `DOZING` (wakes every `wait::DEFER` by itself).
     dispatcher: Padded<AtomicU8>,
-    /// The last launch was run by its caller's `synchronize`: new launches are left to their
+    /// The last `synchronize` ran one launch itself (a blocking call): new launches are left to their
     /// callers for a while instead of waking the dispatcher (see `run`).
     deferring: Padded<AtomicBool>,
     /// The right to run launches, and what runs them (see `run`).
@@ -243,11 +243,16 @@ impl Shared {
         // above; the dispatcher does not read the slot before `submitted` exceeds i.
         unsafe { *self.slot(i) = Some(launch) };
         // SeqCst store, then load: pairs with the dispatcher's state-then-check in `next`. A
-        // dozing dispatcher is left to find the launch itself, unless its caller runs it.
+        // dozing dispatcher is left to find the launch itself, unless its caller runs it;
+        // but a launch queued behind an unfinished one is not a blocking call's.
         self.submitted.store(i + 1, SeqCst);
-        if self.dispatcher.load(SeqCst) == ASLEEP {
-            let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-            self.work.notify_one();
+        match self.dispatcher.load(SeqCst) {
+            ASLEEP => {
+                let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+                self.work.notify_one();
+            }
+            DOZING if i > self.completed.load(SeqCst) => self.wake_dispatcher(),
+            _ => {}
         }
     }
 

@@ -48,8 +48,12 @@ use crate::affinity::{self, CpuSet};
 /// this.
 pub(crate) const DEFER: Duration = Duration::from_micros(200);
 
-/// Wake-ups with nothing queued after which a dozing dispatcher sleeps until woken (10 ms).
-pub(crate) const DOZES: u32 = 50;
+/// Wake-ups in a row that find its stream idle (nothing queued, nothing run by callers
+/// since) after which a dozing dispatcher sleeps until woken: a process holding many
+/// communicators (process groups, `perf --compare`'s setups) would otherwise have every
+/// idle stream's thread wake 5000 times a second, and each wake-up takes a core from a
+/// running rank (4 ranks on 2 cores, 4 setups: 10-20% slower).
+pub(crate) const DOZES: u32 = 3;
 
 /// Busy rounds of `poll` before it starts yielding.
 const POLL_SPINS: u32 = 64;

@@ -8,8 +8,8 @@
 //! CPUs, when the caller runs on them, so that two ranks' kernels never share a core the
 //! wait policy believes they have to themselves) and leaves the rest to the dispatcher.
 //!
-//! While callers run their launches so (the last launch was run by a caller), a new launch
-//! does not wake the dispatcher: it dozes, waking every `wait::DEFER` by itself, and takes
+//! While callers run their launches so (the last synchronize ran exactly one: a blocking
+//! call), a new launch does not wake the dispatcher: it dozes, waking every `wait::DEFER` by itself, and takes
 //! a launch only once it has found it queued and unstarted at two wake-ups in a row. A
 //! blocking call then costs no wake-up of the stream's thread, which would also compete
 //! for the caller's CPU, and a launch nobody synchronizes still starts within 2 × DEFER.
@@ -37,23 +37,30 @@ impl Shared {
             return false;
         }
         let ran = self.run_queued(end, caller);
-        if caller && ran && !self.deferring.load(Relaxed) {
-            self.deferring.store(true, SeqCst);
+        // One launch run by its caller is a blocking call; several, a batch the stream's
+        // thread should have been running meanwhile (queued calls, then synchronize).
+        let blocking = match ran {
+            0 => None,
+            1 => Some(true),
+            _ => Some(false),
+        };
+        if let Some(b) = blocking.filter(|&b| caller && b != self.deferring.load(Relaxed)) {
+            self.deferring.store(b, SeqCst);
         }
         self.release();
         true
     }
 
     /// Runs launches in order from the first not completed while they are queued and below
-    /// `end`; whether it ran any. The caller holds `running`, so no other thread advances
+    /// `end`; how many it ran. The caller holds `running`, so no other thread advances
     /// `completed`.
-    fn run_queued(&self, end: u64, caller: bool) -> bool {
+    fn run_queued(&self, end: u64, caller: bool) -> u64 {
         let first = self.completed.load(Relaxed);
         loop {
             let i = self.completed.load(Relaxed);
             let submitted = self.submitted.load(Acquire);
             if i >= submitted.min(end) {
-                return i > first;
+                return i - first;
             }
             if submitted > i + 1 {
                 // The next launch was written on the caller's core: start fetching it now.
@@ -63,7 +70,7 @@ impl Shared {
             // is used only by the holder of `running`.
             let (launch, pool) = unsafe { ((*self.slot(i)).as_ref(), &mut *self.pool.get()) };
             if caller && launch.is_some_and(|l| !l.owner.runs_on_caller()) {
-                return i > first;
+                return i - first;
             }
             let res = match launch {
                 Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(l, pool)))
@@ -96,22 +103,26 @@ impl Shared {
             return true;
         }
         let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-        // The first unstarted launch at the last wake-up, and the wake-ups with none.
-        let (mut seen, mut idle) = (None, 0);
+        // The first unstarted launch at the last wake-up; the completion count then, and the
+        // wake-ups in a row that found the stream idle (no launch queued, none finished).
+        let (mut seen, mut last, mut idle) = (None, self.completed.load(SeqCst), 0);
         let got = loop {
             let dozing = self.deferring.load(SeqCst) && idle < DOZES;
             self.dispatcher.store(if dozing { DOZING } else { ASLEEP }, SeqCst);
+            let now = self.completed.load(SeqCst);
             if self.runnable() {
-                let first = self.completed.load(SeqCst);
-                if !dozing || seen == Some(first) {
+                if !dozing || seen == Some(now) {
                     break true;
                 }
-                seen = Some(first);
+                seen = Some(now);
             } else if self.closed.load(SeqCst) {
                 break false;
-            } else {
+            } else if now == last {
                 idle += 1;
+            } else {
+                idle = 0;
             }
+            last = now;
             g = match dozing {
                 true => self.work.wait_timeout(g, DEFER).unwrap_or_else(|e| e.into_inner()).0,
                 false => self.work.wait(g).unwrap_or_else(|e| e.into_inner()),
