@@ -14,9 +14,10 @@
 //!   they park on a condition variable until woken;
 //! - a caller of `Stream::synchronize` whose launches the dispatcher has not started runs
 //!   them itself (`stream::run`), so that a blocking collective is one thread's work, with
-//!   no hand-off or wake-up between threads: its waits are the kernel's. While callers do
-//!   so, a new launch does not wake the dispatcher; it dozes, waking every `DEFER` to take
-//!   launches left unstarted across two wake-ups (so none waits longer than 2 × `DEFER`).
+//!   no hand-off or wake-up between threads: its waits are the kernel's. While calls are
+//!   blocking (each synchronize ran the one launch before it), a new launch does not wake
+//!   the dispatcher; it dozes, waking every `DEFER` to take launches left unstarted across
+//!   two wake-ups (so none waits longer than 2 × `DEFER`).
 //!
 //! Spinning wins when the thread waited for is running on another core: a hand-off then
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
