@@ -74,6 +74,10 @@ impl CpuSet {
         }
         CpuSet { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), cpus, exclusive, mask }
     }
+
+    pub(crate) fn cpus(&self) -> &[usize] {
+        &self.cpus
+    }
 }
 
 /// A rank's equal, contiguous share of the process's CPUs `all` (of `online` on the
@@ -152,9 +156,9 @@ pub(crate) fn bind_current(set: &CpuSet) {
     }
     if let Err(e) = bind_thread(set) {
         tracing::warn!("binding a kernel thread to {set:?}: {e}");
+        // Recorded all the same: one warning, not one per launch.
+        BOUND.set(set.id);
     }
-    // Also after a failure: one warning, not one per launch.
-    BOUND.set(set.id);
 }
 
 /// Binds the calling thread to `set`, whoever owns it.
@@ -165,12 +169,6 @@ pub(crate) fn bind_thread(set: &CpuSet) -> std::io::Result<()> {
     }
     BOUND.set(set.id);
     Ok(())
-}
-
-impl CpuSet {
-    pub(crate) fn cpus(&self) -> &[usize] {
-        &self.cpus
-    }
 }
 
 #[cfg(test)]

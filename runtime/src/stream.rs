@@ -11,7 +11,7 @@
 //!
 //! `synchronize` runs the host launches the dispatcher has not started on the caller's
 //! thread (`run`), so that a call followed by synchronize costs no thread hand-off; while
-//! its callers do so, the dispatcher is not woken per launch either (`wait::DEFER`).
+//! calls are blocking so, the dispatcher is not woken per launch either (`wait::DEFER`).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
@@ -86,8 +86,8 @@ struct Shared {
     wake_at: Padded<AtomicU64>,
     /// `AWAKE`, `ASLEEP` (until woken) or `DOZING` (wakes every `wait::DEFER` by itself).
     dispatcher: Padded<AtomicU8>,
-    /// The last `synchronize` ran one launch itself (a blocking call): new launches are left to their
-    /// callers for a while instead of waking the dispatcher (see `run`).
+    /// The last `synchronize` ran one launch itself (a blocking call): new launches are left
+    /// to their callers for a while instead of waking the dispatcher (see `run`).
     deferring: Padded<AtomicBool>,
     /// The right to run launches, and what runs them (see `run`).
     running: Padded<AtomicBool>,
@@ -247,13 +247,17 @@ impl Shared {
         // but a launch queued behind an unfinished one is not a blocking call's.
         self.submitted.store(i + 1, SeqCst);
         match self.dispatcher.load(SeqCst) {
-            ASLEEP => {
-                let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-                self.work.notify_one();
-            }
+            ASLEEP => self.notify_dispatcher(),
             DOZING if i > self.completed.load(SeqCst) => self.wake_dispatcher(),
             _ => {}
         }
+    }
+
+    /// Wakes the dispatcher from its sleep or doze (under `sleep`, so that it cannot miss it
+    /// between checking for work and waiting).
+    fn notify_dispatcher(&self) {
+        let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        self.work.notify_one();
     }
 
     /// Makes the dispatcher take queued launches at once: ends deferring, wakes it if idle.
@@ -262,8 +266,7 @@ impl Shared {
             self.deferring.store(false, SeqCst);
         }
         if self.dispatcher.load(SeqCst) != AWAKE {
-            let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-            self.work.notify_one();
+            self.notify_dispatcher();
         }
     }
 
@@ -306,8 +309,7 @@ struct Handle(Arc<Shared>);
 impl Drop for Handle {
     fn drop(&mut self) {
         self.0.closed.store(true, SeqCst);
-        let _g = self.0.sleep.lock().unwrap_or_else(|e| e.into_inner());
-        self.0.work.notify_one();
+        self.0.notify_dispatcher();
     }
 }
 

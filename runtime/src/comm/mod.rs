@@ -68,10 +68,9 @@ impl Comm {
     /// Binds the calling thread to the CPUs of this rank's kernel threads, as `mpirun
     /// --bind-to` binds a rank, and returns them; `None` (nothing changed) where the rank
     /// has none: binding is off (the process was bound by its launcher, or
-    /// `JITCCL_IGNORE_CPU_AFFINITY=1`). A thread that drives one
-    /// rank and synchronizes its calls then always runs them itself (see `Stream::synchronize`),
-    /// instead of handing them to the stream's thread whenever the scheduler put it on
-    /// another CPU.
+    /// `JITCCL_IGNORE_CPU_AFFINITY=1`). A thread that drives one rank and synchronizes its
+    /// calls then always runs them itself (see `Stream::synchronize`), instead of handing
+    /// them to the stream's thread whenever the scheduler put it on another CPU.
     pub fn bind_current_thread(&self) -> Result<Option<Vec<usize>>> {
         let Some(set) = self.inner("bind_current_thread")?.enq.cpus.clone() else {
             return Ok(None);

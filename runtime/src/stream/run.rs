@@ -9,8 +9,9 @@
 //! wait policy believes they have to themselves) and leaves the rest to the dispatcher.
 //!
 //! While callers run their launches so (the last synchronize ran exactly one: a blocking
-//! call), a new launch does not wake the dispatcher: it dozes, waking every `wait::DEFER` by itself, and takes
-//! a launch only once it has found it queued and unstarted at two wake-ups in a row. A
+//! call), a new launch does not wake the dispatcher: it dozes, waking every `wait::DEFER`
+//! by itself, and takes a launch only once it has found it queued and unstarted at two
+//! wake-ups in a row. A
 //! blocking call then costs no wake-up of the stream's thread, which would also compete
 //! for the caller's CPU, and a launch nobody synchronizes still starts within 2 × DEFER.
 //! A caller that waits rather than runs (`Shared::wait`) ends the deferring at once.
@@ -39,13 +40,8 @@ impl Shared {
         let ran = self.run_queued(end, caller);
         // One launch run by its caller is a blocking call; several, a batch the stream's
         // thread should have been running meanwhile (queued calls, then synchronize).
-        let blocking = match ran {
-            0 => None,
-            1 => Some(true),
-            _ => Some(false),
-        };
-        if let Some(b) = blocking.filter(|&b| caller && b != self.deferring.load(Relaxed)) {
-            self.deferring.store(b, SeqCst);
+        if caller && ran > 0 && (ran == 1) != self.deferring.load(Relaxed) {
+            self.deferring.store(ran == 1, SeqCst);
         }
         self.release();
         true
@@ -88,8 +84,7 @@ impl Shared {
         self.running.store(false, SeqCst);
         self.idle();
         if self.runnable() && self.dispatcher.load(SeqCst) != AWAKE {
-            let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-            self.work.notify_one();
+            self.notify_dispatcher();
         }
     }
 
