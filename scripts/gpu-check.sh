@@ -86,6 +86,8 @@ run() {
     "$out/cuda-tests" --exact gpu_buffers_copy_both_ways_and_slices_address_their_part --nocapture
   step "errors: no such device, mixed targets, process ranks" \
     "$out/cuda-tests" --skip gpu_
+  # The GPU tests take turns on GPU 0 whatever the thread count (gpu() in tests/cuda.rs
+  # says why).
   step "reference sweep: every collective x algorithm x protocol, 1-8 ranks on GPU 0" \
     "$out/cuda-tests" gpu_all_ gpu_reduce gpu_broadcast gpu_sendrecv --test-threads 8
   step "host-staged FIFOs (JITCCL_P2P_DISABLE=1): ring AllReduce, every protocol" \

@@ -10,15 +10,23 @@
 #[path = "common/world.rs"]
 mod world;
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol, UniqueId};
 use world::{check_cases, world_on, OPS};
 
-/// GPU 0, or None (the test returns) where there is none and none is required.
-fn gpu(test: &str) -> Option<Device> {
+/// GPU 0 and this test's turn on it, or None (the test returns) where there is none and
+/// none is required. One GPU test runs at a time: a test that frees or maps memory (a
+/// world's teardown, `cuMemFree`, `cuMemFreeHost`) makes the driver wait for the whole
+/// device, while another test's kernels spin for a peer whose launch waits behind that
+/// driver call. On the first H100 run, 8 tests at once stalled each other until their 60 s
+/// timeouts.
+fn gpu(test: &str) -> Option<(Device, MutexGuard<'static, ()>)> {
+    static TURN: Mutex<()> = Mutex::new(());
     match Device::cuda(0) {
-        Ok(d) => Some(d),
+        // A test that failed holding the turn leaves nothing to clean up.
+        Ok(d) => Some((d, TURN.lock().unwrap_or_else(|e| e.into_inner()))),
         Err(e) if std::env::var("JITCCL_REQUIRE_GPU").as_deref() == Ok("1") => {
             panic!("JITCCL_REQUIRE_GPU=1 but {e}")
         }
@@ -101,7 +109,7 @@ fn init_rank_world(dev: &Device, n: usize, algo: Algorithm, proto: Protocol) -> 
 
 #[test]
 fn gpu_init_rank_ranks_on_one_gpu_match_the_reference() {
-    let Some(dev) = gpu("gpu_init_rank_ranks_on_one_gpu_match_the_reference") else { return };
+    let Some((dev, _turn)) = gpu("gpu_init_rank_ranks_on_one_gpu_match_the_reference") else { return };
     let (mut failures, mut runs) = (Vec::new(), 0);
     for (coll, algo, proto, n) in [
         (Collective::AllReduce, Algorithm::Ring, Protocol::Simple, 2),
@@ -122,7 +130,7 @@ fn gpu_init_rank_ranks_on_one_gpu_match_the_reference() {
 fn host_buffers_are_refused_by_a_cuda_communicator_and_back() {
     let comms = Comm::init_all(1, &Config { nchannels: Some(1), ..Config::default() }).unwrap();
     let s = comms[0].device().stream().unwrap();
-    let Some(dev) = gpu("host_buffers_are_refused_by_a_cuda_communicator_and_back") else { return };
+    let Some((dev, _turn)) = gpu("host_buffers_are_refused_by_a_cuda_communicator_and_back") else { return };
     let on_gpu = dev.alloc::<f32>(8).unwrap();
     let e = comms[0].all_reduce(&on_gpu, &on_gpu, 8, Op::Sum, &s).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("a buffer is on Cuda"), "{e}");
@@ -130,7 +138,7 @@ fn host_buffers_are_refused_by_a_cuda_communicator_and_back() {
 
 #[test]
 fn gpu_buffers_copy_both_ways_and_slices_address_their_part() {
-    let Some(dev) = gpu("gpu_buffers_copy_both_ways_and_slices_address_their_part") else { return };
+    let Some((dev, _turn)) = gpu("gpu_buffers_copy_both_ways_and_slices_address_their_part") else { return };
     println!("{}", dev.describe().unwrap());
     let b = dev.alloc_from(&(0..1000).collect::<Vec<i64>>()).unwrap();
     assert_eq!(b.to_vec(), (0..1000).collect::<Vec<i64>>());
@@ -158,7 +166,7 @@ fn samples(coll: Collective) -> Vec<(DataType, Option<Op>)> {
 /// `coll` with `algo`/`proto` on `ranks` ranks of GPU 0 for every sample, count and
 /// placement; fails listing every combination that went wrong.
 fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize]) {
-    let Some(dev) = gpu(&format!("{coll} {algo}/{proto}")) else { return };
+    let Some((dev, _turn)) = gpu(&format!("{coll} {algo}/{proto}")) else { return };
     let (mut failures, mut runs) = (Vec::new(), 0);
     for &n in ranks {
         let nchannels = 1 + n % 3;
@@ -211,7 +219,7 @@ gpu_sweeps! {
 /// timeout with an error naming the peer, instead of hanging the GPU.
 #[test]
 fn gpu_a_rank_that_never_arrives_is_a_timeout() {
-    let Some(dev) = gpu("gpu_a_rank_that_never_arrives_is_a_timeout") else { return };
+    let Some((dev, _turn)) = gpu("gpu_a_rank_that_never_arrives_is_a_timeout") else { return };
     let cfg = Config { nchannels: Some(1), timeout: Some(Duration::from_secs(2)), ..Config::default() };
     let comms = Comm::init_all_on(&[dev.clone(), dev.clone()], &cfg).unwrap();
     let s = dev.stream().unwrap();
@@ -228,7 +236,7 @@ fn gpu_a_rank_that_never_arrives_is_a_timeout() {
 /// An abort from another thread ends a kernel waiting on a peer that never comes.
 #[test]
 fn gpu_an_abort_ends_a_waiting_kernel() {
-    let Some(dev) = gpu("gpu_an_abort_ends_a_waiting_kernel") else { return };
+    let Some((dev, _turn)) = gpu("gpu_an_abort_ends_a_waiting_kernel") else { return };
     let cfg = Config { nchannels: Some(2), timeout: Some(Duration::from_secs(120)), ..Config::default() };
     let comms = Comm::init_all_on(&[dev.clone(), dev.clone()], &cfg).unwrap();
     let s = dev.stream().unwrap();
