@@ -112,6 +112,10 @@ const HOST_HOP_SWITCH: f64 = 2.06;
 const HOST_BW: f64 = 8.6;
 const HOST_SECOND_CHANNEL: f64 = 0.5;
 const HOST_CHAN_LAT: f64 = 20.0;
+/// ... once ranks outnumber cores: the second channel's worker waits for a core. At 4 ranks
+/// on 2 cores a second channel was level with one from 16 MiB and slower at 1 MiB
+/// (quiet, 3 interleaved runs), so it starts paying at a few MiB.
+const HOST_CHAN_LAT_SWITCH: f64 = 200.0;
 /// Hops one barrier of the direct algorithms costs once ranks outnumber cores.
 const HOST_BARRIER_SWITCH: f64 = 1.5;
 /// Hop latency through the network transport (TCP and a proxy thread each side), us:
@@ -120,7 +124,7 @@ const HOST_BARRIER_SWITCH: f64 = 1.5;
 /// proxy threads share the cores with the kernels).
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 5;
+const HOST_MODEL_VERSION: u64 = 6;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -137,7 +141,7 @@ impl Topology {
             bw_rank: HOST_BW * (1.0 + HOST_SECOND_CHANNEL),
             lat_intra: if oversubscribed { HOST_HOP_SWITCH } else { HOST_HOP_SPIN },
             lat_inter: HOST_HOP_SWITCH,
-            chan_lat: HOST_CHAN_LAT,
+            chan_lat: if oversubscribed { HOST_CHAN_LAT_SWITCH } else { HOST_CHAN_LAT },
             contention: (nranks as f64 / cores as f64).max(1.0),
             fingerprint: fnv1a(&[0x686f7374, HOST_MODEL_VERSION, cores as u64]),
         }

@@ -269,3 +269,20 @@ fn oversubscribed_tiny_calls_on_registered_buffers_keep_the_fifo_one_shot() {
     // From a few KiB the direct two-shot's single copy wins (6.4 us at 4 KiB against 19-26).
     assert_eq!(t.choose_for(AllReduce, 4096, 4, true, true).unwrap().algo, Direct);
 }
+
+#[test]
+fn ranks_sharing_cores_take_a_second_channel_for_large_calls_only() {
+    // 4 ranks on 2 cores: two channels, the default there.
+    assert_eq!(
+        Config::default().resolve(64 * std::thread::available_parallelism().map_or(1, |n| n.get())).unwrap().nchannels,
+        2
+    );
+    let t = tuner(4, 2, "", "", None);
+    assert_eq!(t.choose(AllReduce, 1 << 20, 4, true).unwrap().nchannels, 1, "1 MiB");
+    for bytes in [64 << 20, 256 << 20] {
+        assert_eq!(t.choose(AllReduce, bytes, 4, true).unwrap().nchannels, 2, "{bytes} B");
+    }
+    // Ranks with a core each keep the cheap second channel of before.
+    let t = tuner(2, 2, "", "", None);
+    assert_eq!(t.choose(AllReduce, 64 << 20, 4, true).unwrap().nchannels, 2);
+}
