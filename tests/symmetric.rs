@@ -69,6 +69,21 @@ fn the_tuner_runs_registered_buffers_directly_and_results_match() {
 }
 
 #[test]
+fn plain_and_registered_calls_of_one_shape_alternate_on_one_communicator() {
+    // Each call is planned for its own buffers: a plain call right after a direct one of
+    // the same collective, type and size must not reuse its plan, which names peers'
+    // registrations that plain buffers do not have (and the other way round).
+    let mut w = plain_world(3, Duration::from_secs(60), None);
+    for mem in [Mem::Symmetric, Mem::Plain, Mem::Registered, Mem::Plain, Mem::Symmetric] {
+        w.mem = mem;
+        for in_place in [false, true] {
+            check::<f32>(&w, Collective::AllReduce, Some(Op::Sum), 100_003, in_place)
+                .unwrap_or_else(|e| panic!("{mem:?} in place {in_place}: {e}"));
+        }
+    }
+}
+
+#[test]
 fn allocations_that_differ_across_ranks_fail_on_every_rank() {
     let w = plain_world(3, Duration::from_secs(20), None);
     let res = w.on_all(|r, c| c.alloc_symmetric::<f32>(if r == 1 { 10 } else { 12 }).map(|_| ()));

@@ -4,6 +4,7 @@
 //! arguments and queue the launch on the caller's stream.
 
 mod checks;
+mod plan;
 mod tables;
 
 use std::sync::atomic::AtomicI32;
@@ -12,20 +13,21 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 
 use jitccl_codegen::abi::Args;
-use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp};
+use jitccl_codegen::{Collective, DataType, KernelSpec};
 
 use crate::affinity::CpuSet;
 use crate::config::Resolved;
 use crate::device::{Device, DeviceBuffer, Kernel};
 use crate::element::Element;
-use crate::error::{invalid, Error, Result};
+use crate::error::{invalid, Result};
 use crate::fault::Board;
 use crate::op::Op;
 use crate::stream::{Launch, Owner, Stream};
 use crate::symmetric::{Direct, Registry};
-use crate::tune::{self, Tuner};
+use crate::tune::Tuner;
 use checks::Buf;
 pub(crate) use checks::Group;
+use plan::Shape;
 pub(crate) use tables::Tables;
 
 /// One rank's side of the launch path: what every launch of its communicator reads.
@@ -45,6 +47,8 @@ pub(crate) struct Rank {
     /// The kernels this rank has launched: a launch looks its kernel up here, without the
     /// generator's process-wide locks.
     kernels: Mutex<FxHashMap<KernelSpec, Kernel>>,
+    /// The last plan made (see `plan`).
+    last: plan::Last,
 }
 
 /// One checked operation, ready to be tuned and launched.
@@ -140,26 +144,23 @@ impl Rank {
         group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
-        Rank { group, device, cfg, tables, board, cpus, tuner, sym: Arc::default(), kernels: Mutex::default() }
+        Rank {
+            group,
+            device,
+            cfg,
+            tables,
+            board,
+            cpus,
+            tuner,
+            sym: Arc::default(),
+            kernels: Mutex::default(),
+            last: Mutex::default(),
+        }
     }
 
     /// Nonzero once the rank is aborted; its kernels poll it.
     pub(crate) fn abort(&self) -> &AtomicI32 {
         self.tables.abort()
-    }
-
-    /// The kernel for one launch: from this rank's table, else validated and fetched
-    /// (compiled if need be) from the generator.
-    fn kernel(&self, coll: Collective, choice: tune::Choice, dtype: DataType, op: Option<RedOp>) -> Result<Kernel> {
-        let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op };
-        if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
-            return Ok(k.clone());
-        }
-        let spec = KernelSpec::new(coll, choice.algo, choice.proto, dtype, op)
-            .map_err(|e| Error::InvalidArgument(format!("{} with {dtype}: {e}", coll.name())))?;
-        let kernel = Kernel::get(&self.device, &spec)?;
-        self.kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(spec, kernel.clone());
-        Ok(kernel)
     }
 
     /// Tunes and compiles `call` into the launch that runs it on `stream` through `owner`
@@ -176,17 +177,22 @@ impl Rank {
         let Group { rank, nranks } = self.group;
         let commutative = !matches!(call.op, Some(Op::Custom(c)) if !c.commutative);
         let direct = if call.internal { None } else { self.direct(&call) };
-        let choice = match call.internal {
-            true => self.tuner.internal(kdtype.size()),
-            false => self.tuner.choose_for(call.coll, call.bytes, kdtype.size(), commutative, direct.is_some())?,
+        let shape = Shape {
+            coll: call.coll,
+            bytes: call.bytes,
+            dtype: kdtype,
+            op: call.op.map(Op::red_op),
+            commutative,
+            direct: direct.is_some(),
+            internal: call.internal,
         };
+        let (choice, kernel) = self.plan(shape)?;
         let direct = direct.filter(|_| choice.algo.is_direct());
         let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.bases.as_ptr(), r.id, (at - r.range.start) as u64))
         };
         let (sym_send, sym_send_id, sym_send_off) = region(direct.as_ref().map(|d| &d.send), call.send as usize);
         let (sym_recv, sym_recv_id, sym_recv_off) = region(direct.as_ref().map(|d| &d.recv), call.recv as usize);
-        let kernel = self.kernel(call.coll, choice, kdtype, call.op.map(Op::red_op))?;
 
         let t = &self.tables;
         let scalar_f = match call.op {
