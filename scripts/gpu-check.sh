@@ -3,8 +3,15 @@
 #
 #   bash scripts/gpu-check.sh build   # here (Rust, no GPU): release binaries, stripped, into
 #                                     # target/gpu-check/ (ignored; well under 64 MiB)
-#   bash scripts/gpu-check.sh run     # there (a GPU, the CUDA driver and NVRTC 12 or 13; no
+#   bash scripts/gpu-check.sh run [STAGE...]
+#                                     # there (a GPU, the CUDA driver and NVRTC 12 or 13; no
 #                                     # Rust, no network): runs from target/gpu-check/ only
+#
+# STAGE picks parts of `run` (default: all, in this order): query errors sweep staged
+# init_rank ipc net failures perf. Each step has a time limit, so that a hung kernel fails
+# its step instead of the run, and the stages split the run into calls that each fit a
+# remote command limit (the sweep is the longest, minutes). With $OUT set, the output is
+# also written to $OUT/gpu-check.log as it goes.
 #
 # `run` queries the device, runs the CUDA reference tests (every collective x algorithm x
 # protocol over a sample of datatypes and every op; 1, 2, 4 and 8 ranks on GPU 0; counts
@@ -64,6 +71,70 @@ step() {
   fi
 }
 
+stage_query() {
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    step "device query (nvidia-smi)" nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
+  fi
+  step "device query (jitccl): buffers on GPU 0" \
+    timeout 120 "$out/cuda-tests" --exact gpu_buffers_copy_both_ways_and_slices_address_their_part --nocapture
+}
+
+stage_errors() {
+  step "errors: no such device, mixed targets, process ranks" \
+    timeout 120 "$out/cuda-tests" --skip gpu_
+}
+
+stage_sweep() {
+  # The GPU tests take turns on GPU 0 whatever the thread count (gpu() in tests/cuda.rs
+  # says why).
+  step "reference sweep: every collective x algorithm x protocol, 1-8 ranks on GPU 0" \
+    timeout 540 "$out/cuda-tests" gpu_all_ gpu_reduce gpu_broadcast gpu_sendrecv --test-threads 8
+}
+
+stage_staged() {
+  step "host-staged FIFOs (JITCCL_P2P_DISABLE=1): ring AllReduce, every protocol" \
+    env JITCCL_P2P_DISABLE=1 timeout 300 "$out/cuda-tests" gpu_all_reduce_ring_ --test-threads 4
+}
+
+stage_init_rank() {
+  step "init_rank: ranks joined by a unique id on GPU 0 (device FIFOs, boards in shared memory)" \
+    timeout 120 "$out/cuda-tests" --exact gpu_init_rank_ranks_on_one_gpu_match_the_reference
+}
+
+stage_ipc() {
+  # Rank processes on one GPU: perf relaunches itself, one rank per process; every rank
+  # checks its results against the reference and perf fails on any wrong element. Without
+  # MPS the GPU time-slices the processes, so waits span slices: small sizes, few iterations.
+  for proto in simple ll ll128; do
+    step "rank processes through CUDA IPC: AllReduce $proto, 4 processes on GPU 0" \
+      timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 4 --devices 0,0,0,0 --proto "$proto" -b 8 -e 1M -f 8 -n 3 -w 1
+  done
+  step "rank processes through CUDA IPC: ReduceScatter, AllGather, Broadcast, 3 processes" \
+    bash -c 'for c in reduce_scatter all_gather broadcast; do
+      timeout 60 "$0" perf $c --target cuda -N 3 --devices 0,0,0 -b 8 -e 1M -f 8 -n 3 -w 1 || exit 1; done' "$out/jitccl"
+}
+
+stage_net() {
+  step "rank processes through the net proxy (host-mapped FIFOs): AllReduce, 2 processes" \
+    env JITCCL_TRANSPORT=net timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 1M -f 8 -n 3 -w 1
+}
+
+stage_failures() {
+  step "a rank that never arrives is Error::Timeout, not a hang" \
+    timeout 120 "$out/cuda-tests" --exact gpu_a_rank_that_never_arrives_is_a_timeout
+  step "an abort ends a waiting kernel" \
+    timeout 120 "$out/cuda-tests" --exact gpu_an_abort_ends_a_waiting_kernel
+}
+
+stage_perf() {
+  step "perf: AllReduce 8 B - 256 MiB, 2 ranks on GPU 0" \
+    timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -b 8 -e 256M -f 4 -n 20 -w 5
+  step "perf: AllReduce 8 B - 256 MiB, 8 ranks on GPU 0" \
+    timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 8 -g 8 --devices 0,0,0,0,0,0,0,0 -b 8 -e 256M -f 8 -n 10 -w 3
+  step "perf: AllReduce 8 B - 64 MiB, 2 rank processes on GPU 0 (CUDA IPC, time-sliced)" \
+    timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
+}
+
 run() {
   [ -x "$out/cuda-tests" ] && [ -x "$out/jitccl" ] || {
     echo "gpu-check run: $out has no binaries: run 'bash scripts/gpu-check.sh build' first (where Rust is)" >&2
@@ -79,44 +150,18 @@ run() {
   export JITCCL_CACHE_DIR
   trap 'rm -rf "$JITCCL_CACHE_DIR"' EXIT
 
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    step "device query (nvidia-smi)" nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
-  fi
-  step "device query (jitccl): buffers on GPU 0" \
-    "$out/cuda-tests" --exact gpu_buffers_copy_both_ways_and_slices_address_their_part --nocapture
-  step "errors: no such device, mixed targets, process ranks" \
-    "$out/cuda-tests" --skip gpu_
-  # The GPU tests take turns on GPU 0 whatever the thread count (gpu() in tests/cuda.rs
-  # says why).
-  step "reference sweep: every collective x algorithm x protocol, 1-8 ranks on GPU 0" \
-    "$out/cuda-tests" gpu_all_ gpu_reduce gpu_broadcast gpu_sendrecv --test-threads 8
-  step "host-staged FIFOs (JITCCL_P2P_DISABLE=1): ring AllReduce, every protocol" \
-    env JITCCL_P2P_DISABLE=1 "$out/cuda-tests" gpu_all_reduce_ring_ --test-threads 4
-  step "init_rank: ranks joined by a unique id on GPU 0 (device FIFOs, boards in shared memory)" \
-    "$out/cuda-tests" --exact gpu_init_rank_ranks_on_one_gpu_match_the_reference
-  # Rank processes on one GPU: perf relaunches itself, one rank per process; every rank
-  # checks its results against the reference and perf fails on any wrong element. Without
-  # MPS the GPU time-slices the processes, so waits span slices: small sizes, few iterations.
-  for proto in simple ll ll128; do
-    step "rank processes through CUDA IPC: AllReduce $proto, 4 processes on GPU 0" \
-      timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 4 --devices 0,0,0,0 --proto "$proto" -b 8 -e 1M -f 8 -n 3 -w 1
+  local stages=("$@")
+  [ ${#stages[@]} -gt 0 ] || stages=(query errors sweep staged init_rank ipc net failures perf)
+  for st in "${stages[@]}"; do
+    case $st in
+      query | errors | sweep | staged | init_rank | ipc | net | failures | perf) ;;
+      *)
+        echo "gpu-check run: unknown stage '$st' (stages: query errors sweep staged init_rank ipc net failures perf)" >&2
+        exit 2
+        ;;
+    esac
   done
-  step "rank processes through CUDA IPC: ReduceScatter, AllGather, Broadcast, 3 processes" \
-    bash -c 'for c in reduce_scatter all_gather broadcast; do
-      timeout 60 "$0" perf $c --target cuda -N 3 --devices 0,0,0 -b 8 -e 1M -f 8 -n 3 -w 1 || exit 1; done' "$out/jitccl"
-  step "rank processes through the net proxy (host-mapped FIFOs): AllReduce, 2 processes" \
-    env JITCCL_TRANSPORT=net timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 1M -f 8 -n 3 -w 1
-  step "a rank that never arrives is Error::Timeout, not a hang" \
-    timeout 120 "$out/cuda-tests" --exact gpu_a_rank_that_never_arrives_is_a_timeout
-  step "an abort ends a waiting kernel" \
-    timeout 120 "$out/cuda-tests" --exact gpu_an_abort_ends_a_waiting_kernel
-  step "perf: AllReduce 8 B - 256 MiB, 2 ranks on GPU 0" \
-    timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -b 8 -e 256M -f 4 -n 20 -w 5
-  step "perf: AllReduce 8 B - 256 MiB, 8 ranks on GPU 0" \
-    timeout 240 "$out/jitccl" perf all_reduce --target cuda -N 8 -g 8 --devices 0,0,0,0,0,0,0,0 -b 8 -e 256M -f 8 -n 10 -w 3
-  step "perf: AllReduce 8 B - 64 MiB, 2 rank processes on GPU 0 (CUDA IPC, time-sliced)" \
-    timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
-
+  for st in "${stages[@]}"; do "stage_$st"; done
   echo
   for f in "${failures[@]}"; do echo "FAILED: $f"; done
   echo "$passed passed, $failed failed"
@@ -125,9 +170,16 @@ run() {
 
 case "${1:-}" in
   build) build ;;
-  run) run ;;
+  run)
+    shift
+    if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+      run "$@" 2>&1 | tee -a "$OUT/gpu-check.log"
+      exit "${PIPESTATUS[0]}"
+    fi
+    run "$@"
+    ;;
   *)
-    echo "usage: bash scripts/gpu-check.sh build|run" >&2
+    echo "usage: bash scripts/gpu-check.sh build | run [STAGE...]" >&2
     exit 2
     ;;
 esac
