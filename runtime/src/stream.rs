@@ -84,7 +84,7 @@ struct Shared {
     completed: Padded<AtomicU64>,
     /// The smallest completion count a sleeping waiter needs (`u64::MAX`: none sleeps).
     wake_at: Padded<AtomicU64>,
-    /// `AWAKE`, `ASLEEP` (until woken) or `DOZING` (wakes every `wait::DEFER` by itself).
+    /// `AWAKE`, `ASLEEP` (until woken) or `DOZING` (wakes by itself, see `run`).
     dispatcher: Padded<AtomicU8>,
     /// The last `synchronize` ran one launch itself (a blocking call): new launches are left
     /// to their callers for a while instead of waking the dispatcher (see `run`).

@@ -16,8 +16,9 @@
 //!   them itself (`stream::run`), so that a blocking collective is one thread's work, with
 //!   no hand-off or wake-up between threads: its waits are the kernel's. While calls are
 //!   blocking (each synchronize ran the one launch before it), a new launch does not wake
-//!   the dispatcher; it dozes, waking every `DEFER` to take launches left unstarted across
-//!   two wake-ups (so none waits longer than 2 × `DEFER`).
+//!   the dispatcher; it dozes, waking after `DEFER` and then ever less often (up to
+//!   `DEFER_MAX`) to take launches left unstarted across two wake-ups (so none waits longer
+//!   than `DEFER_MAX` + `DEFER`).
 //!
 //! Spinning wins when the thread waited for is running on another core: a hand-off then
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
@@ -44,10 +45,16 @@ use std::time::{Duration, Instant};
 
 use crate::affinity::{self, CpuSet};
 
-/// How often a stream's dozing dispatcher wakes by itself to look for launches that their
-/// callers left queued (`stream::run`): a launch nobody synchronizes starts within twice
-/// this.
+/// How soon a stream's dozing dispatcher first wakes by itself to look for launches that
+/// their callers left queued (`stream::run`), and how soon it looks again at one it found.
 pub(crate) const DEFER: Duration = Duration::from_micros(200);
+
+/// The longest doze: while it finds nothing to take, a dozing dispatcher wakes ever less
+/// often, up to this, so that blocking calls of a few hundred µs (1 MiB at 2 ranks) are not
+/// each cut by its wake-up on their core (2 ranks, 1 MiB, synchronizing every call: 2
+/// context switches per call with a fixed 200 µs). A launch nobody synchronizes starts
+/// within this plus `DEFER`.
+pub(crate) const DEFER_MAX: Duration = Duration::from_micros(1600);
 
 /// Wake-ups in a row that find its stream idle (nothing queued, nothing run by callers
 /// since) after which a dozing dispatcher sleeps until woken: a process holding many

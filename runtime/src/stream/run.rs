@@ -9,11 +9,13 @@
 //! wait policy believes they have to themselves) and leaves the rest to the dispatcher.
 //!
 //! While callers run their launches so (the last synchronize ran exactly one: a blocking
-//! call), a new launch does not wake the dispatcher: it dozes, waking every `wait::DEFER`
-//! by itself, and takes a launch only once it has found it queued and unstarted at two
-//! wake-ups in a row. A
-//! blocking call then costs no wake-up of the stream's thread, which would also compete
-//! for the caller's CPU, and a launch nobody synchronizes still starts within 2 × DEFER.
+//! call), a new launch does not wake the dispatcher: it dozes, waking by itself after
+//! `wait::DEFER`, then after twice as long each time it finds nothing to take, up to
+//! `wait::DEFER_MAX`, and takes a launch only once it has found it queued and unstarted at
+//! two wake-ups `DEFER` apart. A blocking call then costs no wake-up of the stream's
+//! thread, which would also compete for the caller's CPU (a call as long as a doze would
+//! otherwise be cut by one), and a launch nobody synchronizes still starts within
+//! DEFER_MAX + DEFER.
 //! A caller that waits rather than runs (`Shared::wait`) ends the deferring at once.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -23,7 +25,7 @@ use std::time::Instant;
 use super::{prefetch, Shared, ASLEEP, AWAKE, DOZING};
 use crate::affinity;
 use crate::error::Error;
-use crate::wait::{poll, DEFER, DOZES, POLL};
+use crate::wait::{poll, DEFER, DEFER_MAX, DOZES, POLL};
 
 impl Shared {
     /// Whether launches are queued that nobody runs yet.
@@ -98,18 +100,24 @@ impl Shared {
             return true;
         }
         let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
-        // The first unstarted launch at the last wake-up; the completion count then, and the
-        // wake-ups in a row that found the stream idle (no launch queued, none finished).
-        let (mut seen, mut last, mut idle) = (None, self.completed.load(SeqCst), 0);
+        // The first unstarted launch at the last wake-up; the completion count then, the
+        // wake-ups in a row that found the stream idle (no launch queued, none finished), and
+        // the next doze's length.
+        let (mut seen, mut last, mut idle, mut nap) = (None, self.completed.load(SeqCst), 0, DEFER);
         let got = loop {
             let dozing = self.deferring.load(SeqCst) && idle < DOZES;
             self.dispatcher.store(if dozing { DOZING } else { ASLEEP }, SeqCst);
             let now = self.completed.load(SeqCst);
+            // A wake-up that finds nothing to take doubles the next doze (callers are running
+            // their launches), up to DEFER_MAX; one that finds a launch unstarted looks again
+            // after DEFER, and takes it if it is still unstarted then.
+            nap = (nap * 2).min(DEFER_MAX);
             if self.runnable() {
                 if !dozing || seen == Some(now) {
                     break true;
                 }
                 seen = Some(now);
+                nap = DEFER;
             } else if self.closed.load(SeqCst) {
                 break false;
             } else if now == last {
@@ -119,7 +127,7 @@ impl Shared {
             }
             last = now;
             g = match dozing {
-                true => self.work.wait_timeout(g, DEFER).unwrap_or_else(|e| e.into_inner()).0,
+                true => self.work.wait_timeout(g, nap).unwrap_or_else(|e| e.into_inner()).0,
                 false => self.work.wait(g).unwrap_or_else(|e| e.into_inner()),
             };
         };
