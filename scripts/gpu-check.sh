@@ -7,8 +7,7 @@
 #                                     # there (a GPU, the CUDA driver and NVRTC 12 or 13; no
 #                                     # Rust, no network): runs from target/gpu-check/ only
 #
-# STAGE picks parts of `run` (default: all, in this order): query errors sweep staged
-# init_rank ipc net failures perf. Each step has a time limit, so that a hung kernel fails
+# STAGE picks parts of `run` (default: all, in the order of STAGES below). Each step has a time limit, so that a hung kernel fails
 # its step instead of the run, and the stages split the run into calls that each fit a
 # remote command limit (the sweep is the longest, minutes). With $OUT set, the output is
 # also written to $OUT/gpu-check.log as it goes.
@@ -135,7 +134,18 @@ stage_perf() {
     timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
 }
 
+# The stages of `run`, in order; each is the function stage_NAME above.
+STAGES=(query errors sweep staged init_rank ipc net failures perf)
+
 run() {
+  local stages=("$@") st
+  [ ${#stages[@]} -gt 0 ] || stages=("${STAGES[@]}")
+  for st in "${stages[@]}"; do
+    declare -F "stage_$st" >/dev/null || {
+      echo "gpu-check run: unknown stage '$st' (stages: ${STAGES[*]})" >&2
+      exit 2
+    }
+  done
   [ -x "$out/cuda-tests" ] && [ -x "$out/jitccl" ] || {
     echo "gpu-check run: $out has no binaries: run 'bash scripts/gpu-check.sh build' first (where Rust is)" >&2
     exit 1
@@ -150,17 +160,6 @@ run() {
   export JITCCL_CACHE_DIR
   trap 'rm -rf "$JITCCL_CACHE_DIR"' EXIT
 
-  local stages=("$@")
-  [ ${#stages[@]} -gt 0 ] || stages=(query errors sweep staged init_rank ipc net failures perf)
-  for st in "${stages[@]}"; do
-    case $st in
-      query | errors | sweep | staged | init_rank | ipc | net | failures | perf) ;;
-      *)
-        echo "gpu-check run: unknown stage '$st' (stages: query errors sweep staged init_rank ipc net failures perf)" >&2
-        exit 2
-        ;;
-    esac
-  done
   for st in "${stages[@]}"; do "stage_$st"; done
   echo
   for f in "${failures[@]}"; do echo "FAILED: $f"; done

@@ -175,14 +175,12 @@ impl Rank {
         // Collectives that only move data run as bytes.
         let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
         let Group { rank, nranks } = self.group;
-        let commutative = !matches!(call.op, Some(Op::Custom(c)) if !c.commutative);
         let direct = if call.internal { None } else { self.direct(&call) };
         let shape = Shape {
             coll: call.coll,
             bytes: call.bytes,
             dtype: kdtype,
             op: call.op.map(Op::red_op),
-            commutative,
             direct: direct.is_some(),
             internal: call.internal,
         };

@@ -21,7 +21,6 @@ pub(super) struct Shape {
     /// The kernel's element type (bytes for collectives that only move data).
     pub dtype: DataType,
     pub op: Option<RedOp>,
-    pub commutative: bool,
     /// Every buffer registered: the direct algorithms are candidates.
     pub direct: bool,
     /// The library's own exchange (see `Call::internal`).
@@ -42,7 +41,8 @@ impl Rank {
         let choice = match shape.internal {
             true => self.tuner.internal(shape.dtype.size()),
             false => {
-                self.tuner.choose_for(shape.coll, shape.bytes, shape.dtype.size(), shape.commutative, shape.direct)?
+                let commutative = !matches!(shape.op, Some(RedOp::Custom(c)) if !c.commutative);
+                self.tuner.choose_for(shape.coll, shape.bytes, shape.dtype.size(), commutative, shape.direct)?
             }
         };
         let kernel = self.kernel(shape.coll, choice, shape.dtype, shape.op)?;

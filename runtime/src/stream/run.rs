@@ -108,10 +108,6 @@ impl Shared {
             let dozing = self.deferring.load(SeqCst) && idle < DOZES;
             self.dispatcher.store(if dozing { DOZING } else { ASLEEP }, SeqCst);
             let now = self.completed.load(SeqCst);
-            // A wake-up that finds nothing to take doubles the next doze (callers are running
-            // their launches), up to DEFER_MAX; one that finds a launch unstarted looks again
-            // after DEFER, and takes it if it is still unstarted then.
-            nap = (nap * 2).min(DEFER_MAX);
             if self.runnable() {
                 if !dozing || seen == Some(now) {
                     break true;
@@ -130,6 +126,10 @@ impl Shared {
                 true => self.work.wait_timeout(g, nap).unwrap_or_else(|e| e.into_inner()).0,
                 false => self.work.wait(g).unwrap_or_else(|e| e.into_inner()),
             };
+            // Each doze is twice the last (callers are running their launches), up to
+            // DEFER_MAX; finding a launch unstarted (above) sets the next one back to DEFER,
+            // after which the launch is taken if it is still unstarted.
+            nap = (nap * 2).min(DEFER_MAX);
         };
         self.dispatcher.store(AWAKE, SeqCst);
         // It takes work its callers left: they no longer run their launches.
