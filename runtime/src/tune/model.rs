@@ -4,7 +4,8 @@
 //! - latency = base[algo] + hops x hop latency x hop_factor[algo] x proto_lat[proto], where
 //!   hops count the steps a call waits through in sequence (ring allreduce 2(n-1); tree
 //!   2 x depth; one-shot n-1, one wait per peer) and the hop latency comes from the
-//!   topology (inside a node or between nodes).
+//!   topology (inside a node or between nodes); hops inside a node between ranks that
+//!   have a core each take `proto_lat_spin` instead.
 //! - bandwidth = min(channels x per-channel bandwidth, the rank's cap) x proto_bw[proto]
 //!   x algo_bw[algo], turned into algorithm bandwidth by how many times each byte crosses
 //!   a link (ring allreduce 2(n-1)/n, tree 2, one-shot n-1 times the contention).
@@ -32,8 +33,14 @@
 //!   now gives (~1 KiB);
 //! - LL moves 1/8 of Simple's bytes (its flag per 8 bytes is a store each on the CPU) and
 //!   LL128 about half (0.85x at 2 ranks, 0.2x at 4), with 1.15x / 1.85x Simple's hop
-//!   latency once oversubscribed and no measurable gain (< 0.1 us) at 2 ranks: Simple wins
-//!   at every size, as measured.
+//!   latency once oversubscribed. Between ranks that spin, an LL or LL128 hop is one cache
+//!   line handed over (data and flag together) where Simple's is two in sequence (the
+//!   tail counter, then the data): half the hop latency. That was below the noise on the
+//!   first machine (< 0.1 us); on a later 2-core AMD EPYC VM, whose cross-core hand-off is
+//!   slower, one-shot LL128 took 0.50 us at 2 ranks 8 B against Simple's 0.63 (LL 0.54;
+//!   medians of 3 runs of 20000 iterations, `--algo oneshot --proto X -z 1`), and stayed
+//!   ahead to 32 KiB, while the ring's Simple led from 2 KiB. With half the hop, the model
+//!   picks LL128 at 2 ranks up to ~170 B and Simple above, as before.
 //!
 //! - direct algorithms (registered buffers, one host): two barriers, a hop each while every
 //!   rank has a core and 1.5 once ranks outnumber cores (the last rank to arrive waits for
@@ -91,6 +98,8 @@ pub struct Constants {
     pub algo_bw: [f64; 5],
     /// Hop latency factor by protocol (Simple, LL, LL128).
     pub proto_lat: [f64; NPROTOS],
+    /// The same for hops inside a node while every rank has a core (its waits spin).
+    pub proto_lat_spin: [f64; NPROTOS],
     /// Fraction of Simple's bandwidth each protocol reaches.
     pub proto_bw: [f64; NPROTOS],
 }
@@ -102,6 +111,7 @@ impl Constants {
         hop_factor: [1.0, 1.64, 0.87, 1.0, 1.0],
         algo_bw: [1.0, 0.68, 0.47, 2.0, 0.94],
         proto_lat: [1.0, 1.15, 1.85],
+        proto_lat_spin: [1.0, 0.5, 0.5],
         proto_bw: [1.0, 0.125, 0.5],
     };
 }
@@ -124,7 +134,7 @@ const HOST_BARRIER_SWITCH: f64 = 1.5;
 /// proxy threads share the cores with the kernels).
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 6;
+const HOST_MODEL_VERSION: u64 = 7;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -266,11 +276,12 @@ pub fn time(
         (Collective::SendRecv, _) => (1, 0, 1.0),
     };
     let hop = |lat: f64| lat * k.hop_factor[a] * k.proto_lat[p];
+    let spin = if t.contention > 1.0 { k.proto_lat[p] } else { k.proto_lat_spin[p] };
     // A barrier waits for the last rank to arrive: longer than a hop once ranks take
     // turns on the cores.
     let barrier = if algo.is_direct() && t.contention > 1.0 { HOST_BARRIER_SWITCH } else { 1.0 };
     let latency = k.base[a]
-        + intra as f64 * barrier * hop(t.lat_intra)
+        + intra as f64 * barrier * t.lat_intra * k.hop_factor[a] * spin
         + inter as f64 * hop(t.lat_inter)
         + nch.saturating_sub(1) as f64 * t.chan_lat;
     let per_channel = if nodes > 1 { t.bw_inter } else { t.bw_intra };
