@@ -32,7 +32,9 @@ mod run;
 /// What a launch's owner (its communicator) does to run it: its own checks and
 /// bookkeeping around the device launch.
 pub(crate) trait Owner: Send + Sync {
-    fn run(&self, launch: &Launch, pool: &mut CtaPool) -> Result<()>;
+    /// `call` is the queue slot's own: the owner sets in it what is only known at run time
+    /// (in place: a copy of the arguments would stall on the stores that just wrote them).
+    fn run(&self, call: &mut KernelCall, pool: &mut CtaPool) -> Result<()>;
     /// Whether the calling thread, not the stream's own, may run the owner's launches now
     /// (see `run`).
     fn runs_on_caller(&self) -> bool;
@@ -41,16 +43,21 @@ pub(crate) trait Owner: Send + Sync {
 /// One queued kernel launch, holding everything its CTAs touch until it is released.
 pub(crate) struct Launch {
     pub owner: Arc<dyn Owner>,
+    pub call: KernelCall,
+    /// The send and recv memory (no heap allocation per launch).
+    pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
+    /// A direct algorithm's registered regions (their peer address tables).
+    pub _direct: Option<crate::symmetric::Direct>,
+}
+
+/// What a launch runs: the kernel and its arguments.
+pub(crate) struct KernelCall {
     pub kernel: Kernel,
     pub args: Args,
     pub nchannels: usize,
     /// The kernel's protocol (a CUDA launch sizes its blocks by it).
     pub proto: Protocol,
     pub name: &'static str,
-    /// The send and recv memory (no heap allocation per launch).
-    pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
-    /// A direct algorithm's registered regions (their peer address tables).
-    pub _direct: Option<crate::symmetric::Direct>,
 }
 
 // SAFETY: the pointers in `args` stay valid while the launch lives (`keep` and the owner
@@ -227,6 +234,9 @@ impl Shared {
         self.slots[(i % DEPTH) as usize].0.get()
     }
 
+    // Inlined into its callers, so that the launch is copied once, into its slot: each
+    // copy of it costs more than its size suggests (it stalls on the stores that built it).
+    #[inline]
     fn push(&self, launch: Launch) {
         let mut p = self.produce.lock().unwrap_or_else(|e| e.into_inner());
         let i = self.submitted.load(Relaxed);
@@ -377,6 +387,7 @@ impl Stream {
         Arc::ptr_eq(&self.handle, &other.handle)
     }
 
+    #[inline]
     pub(crate) fn enqueue(&self, launch: Launch) {
         self.shared().push(launch);
     }

@@ -13,10 +13,9 @@ use crate::device::{self, CtaPool};
 use crate::enqueue;
 use crate::error::{Error, Result};
 use crate::store::Server;
-use crate::stream::{Launch, Owner};
+use crate::stream::{KernelCall, Owner};
 use crate::transport::net::Activity;
 use crate::wait;
-use jitccl_codegen::abi::Args;
 
 pub(crate) struct CommInner {
     pub enq: enqueue::Rank,
@@ -81,7 +80,7 @@ impl CommInner {
 impl Owner for CommInner {
     /// Runs one CTA per channel on the stream's pool; a failing channel's status becomes
     /// the error, and the error fails the communicator.
-    fn run(&self, l: &Launch, pool: &mut CtaPool) -> Result<()> {
+    fn run(&self, l: &mut KernelCall, pool: &mut CtaPool) -> Result<()> {
         let _counted = self.life.running();
         let _one_at_a_time = self.exec.lock().unwrap_or_else(|e| e.into_inner());
         // Behind a failed operation, nothing runs: it would pair with stale FIFO steps.
@@ -94,8 +93,8 @@ impl Owner for CommInner {
         // The wait policy's spin budget, from what competes for the CPUs now.
         let _running = Running::new();
         let cpus = self.enq.cpus.as_deref();
-        let args = Args { spin: wait::spin_budget(self.enq.cfg.spin, cpus), ..l.args };
-        let failed = device::launch(&l.kernel, &args, l.nchannels, l.proto, pool, cpus);
+        l.args.spin = wait::spin_budget(self.enq.cfg.spin, cpus);
+        let failed = device::launch(&l.kernel, &l.args, l.nchannels, l.proto, pool, cpus);
         let err = match failed {
             Ok(None) => return Ok(()),
             // SAFETY: the kernels have finished.

@@ -22,7 +22,7 @@ use crate::element::Element;
 use crate::error::{invalid, Result};
 use crate::fault::Board;
 use crate::op::Op;
-use crate::stream::{Launch, Owner, Stream};
+use crate::stream::{KernelCall, Launch, Owner, Stream};
 use crate::symmetric::{Direct, Registry};
 use crate::tune::Tuner;
 use checks::Buf;
@@ -166,16 +166,17 @@ impl Rank {
     /// Tunes and compiles `call` into the launch that runs it on `stream` through `owner`
     /// (its communicator); `None` when it moves nothing. Nothing is queued yet, so a group
     /// can compile every launch before it queues any.
-    pub(crate) fn prepare(&self, owner: Arc<dyn Owner>, call: Call, stream: &Stream) -> Result<Option<Launch>> {
+    /// Takes what `call` keeps alive; reads the rest.
+    pub(crate) fn prepare(&self, owner: Arc<dyn Owner>, call: &mut Call, stream: &Stream) -> Result<Option<Launch>> {
         let name = call.coll.name();
-        precheck(&call, &self.device, stream)?;
+        precheck(call, &self.device, stream)?;
         if call.count == 0 && call.recv_count == 0 {
             return Ok(None);
         }
         // Collectives that only move data run as bytes.
         let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
         let Group { rank, nranks } = self.group;
-        let direct = if call.internal { None } else { self.direct(&call) };
+        let direct = if call.internal { None } else { self.direct(call) };
         let shape = Shape {
             coll: call.coll,
             bytes: call.bytes,
@@ -232,12 +233,8 @@ impl Rank {
         tracing::trace!("rank {rank}: enqueue {name} {choice:?} x {} elements", call.count);
         Ok(Some(Launch {
             owner,
-            kernel,
-            args,
-            nchannels: choice.nchannels,
-            proto: choice.proto,
-            name,
-            _keep: call.keep,
+            call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
+            _keep: std::mem::take(&mut call.keep),
             _direct: direct,
         }))
     }

@@ -64,14 +64,14 @@ impl Shared {
                 // The next launch was written on the caller's core: start fetching it now.
                 prefetch(self.slot(i + 1));
             }
-            // SAFETY: launch i was submitted and is not emptied before it completes; the pool
-            // is used only by the holder of `running`.
-            let (launch, pool) = unsafe { ((*self.slot(i)).as_ref(), &mut *self.pool.get()) };
-            if caller && launch.is_some_and(|l| !l.owner.runs_on_caller()) {
+            // SAFETY: launch i was submitted and is not emptied before it completes, and only
+            // the holder of `running` reads it meanwhile; the pool is used only by that holder.
+            let (launch, pool) = unsafe { ((*self.slot(i)).as_mut(), &mut *self.pool.get()) };
+            if caller && launch.as_ref().is_some_and(|l| !l.owner.runs_on_caller()) {
                 return i - first;
             }
             let res = match launch {
-                Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(l, pool)))
+                Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(&mut l.call, pool)))
                     .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
                 None => Err(Error::Internal("empty stream slot".into())),
             };
