@@ -32,9 +32,9 @@ impl CommInner {
         // Counted for finalize from here until the launch has run; a call that queues
         // nothing (an error, or nothing to move) is uncounted now.
         self.life.queue(name, self.enq.group.rank)?;
-        match self.enq.prepare(self.clone(), call, stream) {
-            Ok(Some(l)) => {
-                stream.enqueue(l);
+        match self.enq.prepare(call, stream) {
+            Ok(Some(ready)) => {
+                stream.enqueue_with(|slot| self.enq.launch_into(slot, self.clone(), call, ready));
                 Ok(())
             }
             res => {
@@ -50,7 +50,11 @@ impl CommInner {
         self.usable(name)?;
         let mut out = Vec::with_capacity(calls.len());
         for mut call in calls {
-            out.extend(self.enq.prepare(self.clone(), &mut call, stream)?);
+            if let Some(ready) = self.enq.prepare(&call, stream)? {
+                let mut launch = None;
+                self.enq.launch_into(&mut launch, self.clone(), &mut call, ready);
+                out.extend(launch);
+            }
         }
         Ok(out)
     }

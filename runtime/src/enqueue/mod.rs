@@ -24,7 +24,7 @@ use crate::fault::Board;
 use crate::op::Op;
 use crate::stream::{KernelCall, Launch, Owner, Stream};
 use crate::symmetric::{Direct, Registry};
-use crate::tune::Tuner;
+use crate::tune::{Choice, Tuner};
 use checks::Buf;
 pub(crate) use checks::Group;
 use plan::Shape;
@@ -49,6 +49,13 @@ pub(crate) struct Rank {
     kernels: Mutex<FxHashMap<KernelSpec, Kernel>>,
     /// The last plan made (see `plan`).
     last: plan::Last,
+}
+
+/// A call tuned, its kernel found and its registered regions looked up (`Rank::prepare`).
+pub(crate) struct Ready {
+    choice: Choice,
+    kernel: Kernel,
+    direct: Option<Direct>,
 }
 
 /// One checked operation, ready to be tuned and launched.
@@ -163,19 +170,16 @@ impl Rank {
         self.tables.abort()
     }
 
-    /// Tunes and compiles `call` into the launch that runs it on `stream` through `owner`
-    /// (its communicator); `None` when it moves nothing. Nothing is queued yet, so a group
-    /// can compile every launch before it queues any.
-    /// Takes what `call` keeps alive; reads the rest.
-    pub(crate) fn prepare(&self, owner: Arc<dyn Owner>, call: &mut Call, stream: &Stream) -> Result<Option<Launch>> {
-        let name = call.coll.name();
+    /// Tunes `call` and finds (compiling if need be) its kernel: everything about its launch
+    /// that can fail. `None` when it moves nothing. Nothing is queued yet, so a group can
+    /// compile every launch before it queues any.
+    pub(crate) fn prepare(&self, call: &Call, stream: &Stream) -> Result<Option<Ready>> {
         precheck(call, &self.device, stream)?;
         if call.count == 0 && call.recv_count == 0 {
             return Ok(None);
         }
         // Collectives that only move data run as bytes.
-        let (kdtype, scale) = if call.coll.reduces() { (call.dtype, 1) } else { (DataType::U8, call.dtype.size()) };
-        let Group { rank, nranks } = self.group;
+        let kdtype = if call.coll.reduces() { call.dtype } else { DataType::U8 };
         let direct = if call.internal { None } else { self.direct(call) };
         let shape = Shape {
             coll: call.coll,
@@ -186,7 +190,20 @@ impl Rank {
             internal: call.internal,
         };
         let (choice, kernel) = self.plan(shape)?;
-        let direct = direct.filter(|_| choice.algo.is_direct());
+        let rank = self.group.rank;
+        tracing::trace!("rank {rank}: enqueue {} {choice:?} x {} elements", call.coll.name(), call.count);
+        Ok(Some(Ready { choice, kernel, direct: direct.filter(|_| choice.algo.is_direct()) }))
+    }
+
+    /// Writes the launch of a prepared `call` through `owner` (its communicator) into `dst`;
+    /// takes what `call` keeps alive. It cannot fail, so the stream can have it written
+    /// straight into a queue slot (`Stream::enqueue_with`): built here, in place, not
+    /// returned and moved.
+    #[inline]
+    pub(crate) fn launch_into(&self, dst: &mut Option<Launch>, owner: Arc<dyn Owner>, call: &mut Call, ready: Ready) {
+        let Ready { choice, kernel, direct } = ready;
+        let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
+        let Group { rank, nranks } = self.group;
         let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.bases.as_ptr(), r.id, (at - r.range.start) as u64))
         };
@@ -230,13 +247,13 @@ impl Rank {
             root: call.root as i32,
             nchannels: choice.nchannels as i32,
         };
-        tracing::trace!("rank {rank}: enqueue {name} {choice:?} x {} elements", call.count);
-        Ok(Some(Launch {
+        let name = call.coll.name();
+        *dst = Some(Launch {
             owner,
             call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
             _keep: std::mem::take(&mut call.keep),
             _direct: direct,
-        }))
+        });
     }
 
     /// The registered regions of `call`'s buffers, when every one is registered and the
