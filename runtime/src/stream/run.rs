@@ -19,7 +19,7 @@
 //! A caller that waits rather than runs (`Shared::wait`) ends the deferring at once.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::time::Instant;
 
 use super::{prefetch, Shared, ASLEEP, AWAKE, DOZING};
@@ -83,7 +83,9 @@ impl Shared {
     /// launches queued meanwhile (beyond a caller's `end`) by the dispatcher, woken if it
     /// sleeps: it checks for work after announcing its sleep, this after freeing `running`.
     fn release(&self) {
-        self.running.store(false, SeqCst);
+        // Release, not SeqCst: `idle` starts with a SeqCst fence, which orders this store
+        // before the loads that follow (one full barrier per release instead of two).
+        self.running.store(false, Release);
         self.idle();
         if self.runnable() && self.dispatcher.load(SeqCst) != AWAKE {
             self.notify_dispatcher();
