@@ -19,51 +19,15 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use jitccl_codegen::abi::Args;
-use jitccl_codegen::Protocol;
-
-use crate::device::{CtaPool, Device, Kernel};
+use crate::device::{CtaPool, Device};
 use crate::error::{Error, Result};
 use crate::wait::{poll, POLL};
 
+mod launch;
 mod reservation;
 mod run;
 
-/// What a launch's owner (its communicator) does to run it: its own checks and
-/// bookkeeping around the device launch.
-pub(crate) trait Owner: Send + Sync {
-    /// `call` is the queue slot's own: the owner sets in it what is only known at run time
-    /// (in place: a copy of the arguments would stall on the stores that just wrote them).
-    fn run(&self, call: &mut KernelCall, pool: &mut CtaPool) -> Result<()>;
-    /// Whether the calling thread, not the stream's own, may run the owner's launches now
-    /// (see `run`).
-    fn runs_on_caller(&self) -> bool;
-}
-
-/// One queued kernel launch, holding everything its CTAs touch until it is released.
-pub(crate) struct Launch {
-    pub owner: Arc<dyn Owner>,
-    pub call: KernelCall,
-    /// The send and recv memory (no heap allocation per launch).
-    pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
-    /// A direct algorithm's registered regions (their peer address tables).
-    pub _direct: Option<crate::symmetric::Direct>,
-}
-
-/// What a launch runs: the kernel and its arguments.
-pub(crate) struct KernelCall {
-    pub kernel: Kernel,
-    pub args: Args,
-    pub nchannels: usize,
-    /// The kernel's protocol (a CUDA launch sizes its blocks by it).
-    pub proto: Protocol,
-    pub name: &'static str,
-}
-
-// SAFETY: the pointers in `args` stay valid while the launch lives (`keep` and the owner
-// hold what they point to), and kernels synchronize their own accesses.
-unsafe impl Send for Launch {}
-unsafe impl Sync for Launch {}
+pub(crate) use launch::{KernelCall, Launch, Owner};
 
 /// Launch slots per stream. A caller that runs this far ahead waits until half of them
 /// have finished.
