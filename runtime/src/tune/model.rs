@@ -40,7 +40,9 @@
 //!   slower, one-shot LL128 took 0.50 us at 2 ranks 8 B against Simple's 0.63 (LL 0.54;
 //!   medians of 3 runs of 20000 iterations, `--algo oneshot --proto X -z 1`), and stayed
 //!   ahead to 32 KiB, while the ring's Simple led from 2 KiB. With half the hop, the model
-//!   picks LL128 at 2 ranks up to ~170 B and Simple above, as before.
+//!   picks LL128 at 2 ranks up to ~170 B and Simple above, as before. Collectives that
+//!   only move data keep Simple's hop factors: ring Broadcast and AllGather measured no
+//!   gain from LL128 at 2 ranks (8-512 B: level at 8 B, up to 50% slower at 512 B).
 //!
 //! - direct algorithms (registered buffers, one host): two barriers, a hop each while every
 //!   rank has a core and 1.5 once ranks outnumber cores (the last rank to arrive waits for
@@ -276,7 +278,9 @@ pub fn time(
         (Collective::SendRecv, _) => (1, 0, 1.0),
     };
     let hop = |lat: f64| lat * k.hop_factor[a] * k.proto_lat[p];
-    let spin = if t.contention > 1.0 { k.proto_lat[p] } else { k.proto_lat_spin[p] };
+    // Collectives that only move data gained nothing from LL128's shorter hop: ring
+    // Broadcast and AllGather at 2 ranks, 8-512 B, ran 0-50% slower with it than with Simple.
+    let spin = if t.contention > 1.0 || !coll.reduces() { k.proto_lat[p] } else { k.proto_lat_spin[p] };
     // A barrier waits for the last rank to arrive: longer than a hop once ranks take
     // turns on the cores.
     let barrier = if algo.is_direct() && t.contention > 1.0 { HOST_BARRIER_SWITCH } else { 1.0 };

@@ -34,6 +34,9 @@ fn host_picks_match_the_measurements() {
                 assert_eq!(c.algo, Ring, "n={n} {bytes} B");
             }
         }
+        for coll in [Broadcast, AllGather] {
+            assert_eq!(t.choose(coll, 64, 1, true).unwrap().proto, Protocol::Simple, "n={n} {coll}: moves only");
+        }
         if n >= 2 {
             assert_eq!(t.choose(AllReduce, 8, 4, true).unwrap().algo, OneShot, "n={n}");
             assert_eq!(t.choose(AllReduce, 512, 4, true).unwrap().algo, OneShot, "n={n}");
