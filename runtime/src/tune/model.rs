@@ -277,16 +277,16 @@ pub fn time(
         (Collective::Broadcast | Collective::Reduce, _) => (n - nodes, nodes - 1, 1.0),
         (Collective::SendRecv, _) => (1, 0, 1.0),
     };
-    let hop = |lat: f64| lat * k.hop_factor[a] * k.proto_lat[p];
+    let hop = |lat: f64, proto_lat: f64| lat * k.hop_factor[a] * proto_lat;
     // Collectives that only move data gained nothing from LL128's shorter hop: ring
     // Broadcast and AllGather at 2 ranks, 8-512 B, ran 0-50% slower with it than with Simple.
-    let spin = if t.contention > 1.0 || !coll.reduces() { k.proto_lat[p] } else { k.proto_lat_spin[p] };
+    let intra_lat = if t.contention > 1.0 || !coll.reduces() { k.proto_lat[p] } else { k.proto_lat_spin[p] };
     // A barrier waits for the last rank to arrive: longer than a hop once ranks take
     // turns on the cores.
     let barrier = if algo.is_direct() && t.contention > 1.0 { HOST_BARRIER_SWITCH } else { 1.0 };
     let latency = k.base[a]
-        + intra as f64 * barrier * t.lat_intra * k.hop_factor[a] * spin
-        + inter as f64 * hop(t.lat_inter)
+        + intra as f64 * barrier * hop(t.lat_intra, intra_lat)
+        + inter as f64 * hop(t.lat_inter, k.proto_lat[p])
         + nch.saturating_sub(1) as f64 * t.chan_lat;
     let per_channel = if nodes > 1 { t.bw_inter } else { t.bw_intra };
     let bus = (nch.max(1) as f64 * per_channel).min(t.bw_rank) * k.proto_bw[p] * k.algo_bw[a];
