@@ -123,3 +123,40 @@ fn streamed_fifo_steps_match_the_reference() {
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// Out-of-place calls of 8 MiB and more store their results with cache-bypassing stores
+/// (the output outgrows the cache and no step reads it back). Counts just past the
+/// threshold, odd for the 1-byte types so the last store group is partial, in both the
+/// copying and the computing paths of every collective that writes an output; in place
+/// (which keeps the cached stores) for comparison.
+#[test]
+fn large_outputs_bypassing_the_cache_match_the_reference() {
+    const MIB8: usize = 8 << 20;
+    let cases = [
+        (Collective::AllReduce, &[DataType::F32, DataType::I8, DataType::BF16][..]),
+        (Collective::ReduceScatter, &[DataType::F64, DataType::U8][..]),
+        (Collective::Reduce, &[DataType::I32][..]),
+        (Collective::AllGather, &[DataType::U8][..]),
+        (Collective::Broadcast, &[DataType::F16][..]),
+    ];
+    let (mut runs, mut failures) = (0, Vec::new());
+    for (coll, dtypes) in cases {
+        for n in if coll == Collective::AllReduce { 2..=3 } else { 2..=2 } {
+            let cfg = jitccl::Config {
+                algo: Some(Algorithm::Ring),
+                proto: Some(Protocol::Simple),
+                ..jitccl::Config::default()
+            };
+            let w = world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg);
+            for &d in dtypes {
+                let count = MIB8 / d.size() + 1 + usize::from(d.size() == 1);
+                let ops = if coll.reduces() { vec![Some(Op::Sum), Some(Op::Max)] } else { vec![None] };
+                let cases: Vec<_> = ops.iter().map(|&o| (d, o)).collect();
+                let (r, f) = check_counts(&w, coll, &cases, &[count], &format!("{coll} ring/simple n={n} large"));
+                runs += r;
+                failures.extend(f);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}

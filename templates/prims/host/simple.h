@@ -3,10 +3,13 @@
    slot back through head. Pure moves go through memcpy (the C library's fastest copy);
    only steps that compute run the element loop. Steps of JC_STREAM_MIN bytes or more are
    written into the slot with the prelude's cache-bypassing jc_stream (computed ones a tile
-   at a time): the receiver reads them from memory, not from this core's cache. */
+   at a time): the receiver reads them from memory, not from this core's cache. Out-of-place
+   calls of JC_DST_STREAM_MIN bytes or more write their output the same way: it outgrows
+   the cache, no later step reads it, and cached stores would first read every line. */
 #define JC_PROTO 0
 #define JC_STREAM_MIN 16384
 #define JC_TILE_BYTES 2048
+#define JC_DST_STREAM_MIN (8u << 20)
 static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
   if (s) JC_CHECK(jc_wait_space(x, s));
@@ -15,20 +18,23 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   T* out = s ? (T*)jc_slot(s, JC_PROTO) : 0;
   const T* from = in ? in : src;
   int stream = out && n * sizeof(T) >= JC_STREAM_MIN && ((jc_u64)out & 15) == 0;
+  int dstream = dst && x->args->sendbuff != (const void*)x->args->recvbuff && x->args->count * sizeof(T) >= JC_DST_STREAM_MIN && ((jc_u64)dst & 15) == 0;
   if (!(in && src) && !pre && !post) {
-    if (dst && dst != from) memcpy(dst, from, n * sizeof(T));
+    if (dst && dst != from) { if (dstream) jc_stream(dst, from, n * sizeof(T)); else memcpy(dst, from, n * sizeof(T)); }
     if (stream) jc_stream(out, from, n * sizeof(T));
     else if (out) memcpy(out, from, n * sizeof(T));
-  } else if (stream) {
+  } else if (stream || dstream) {
     T tile[JC_TILE_BYTES / sizeof(T)];
     for (jc_u64 b = 0; b < n; b += JC_TILE_BYTES / sizeof(T)) {
       jc_u64 m = jc_min(JC_TILE_BYTES / sizeof(T), n - b);
       for (jc_u64 i = 0; i < m; i++) {
         T v = jc_elem(x, in ? in[b + i] : (T)0, in != 0, src, b + i, pre, post);
-        if (dst) dst[b + i] = v;
+        if (dst && !dstream) dst[b + i] = v;
+        if (out && !stream) out[b + i] = v;
         tile[i] = v;
       }
-      jc_stream(out + b, tile, m * sizeof(T));
+      if (stream) jc_stream(out + b, tile, m * sizeof(T));
+      if (dstream) jc_stream(dst + b, tile, m * sizeof(T));
     }
   } else {
     for (jc_u64 i = 0; i < n; i++) {
@@ -37,7 +43,7 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
       if (out) out[i] = v;
     }
   }
-  if (stream) jc_stream_fence();
+  if (stream || dstream) jc_stream_fence();
   if (r) jc_store_release(r->head, ++r->step);
   if (s) jc_post_step(s, JC_PROTO, n * sizeof(T));
   return JC_OK;
