@@ -9,7 +9,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   const struct jc_args* a = x->args;
   for (int k = 1; k <= a->nranks; k++) {
     int q = jc_mod(a->rank + k, a->nranks);
-    jc_sym_copy(v.in[q], v.out[a->rank] + (jc_u64)q * a->count, beg, end);
+    jc_sym_copy(&v, v.in[q], v.out[a->rank] + (jc_u64)q * a->count, beg, end);
   }
   return jc_sym_barrier(x, &v);
 }

@@ -17,7 +17,8 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
     jc_u64 len = jc_min(tile, end - off);
     jc_sym_fold(x, &v, 0, off, len, res);
     JC_CHECK(jc_sym_barrier(x, &v));
-    jc_sym_put(res, v.out[x->args->rank], off, len);
+    jc_sym_put(&v, res, v.out[x->args->rank], off, len);
   }
+  jc_sym_flush();
   return JC_OK;
 }

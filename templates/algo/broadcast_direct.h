@@ -5,6 +5,6 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
-  jc_sym_copy(v.in[x->args->root], v.out[x->args->rank], beg, end);
+  jc_sym_copy(&v, v.in[x->args->root], v.out[x->args->rank], beg, end);
   return jc_sym_barrier(x, &v);
 }

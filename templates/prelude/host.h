@@ -77,6 +77,8 @@ static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
   nanosleep(&t, 0);
 }
 
+/* The target has cache-bypassing stores (the direct algorithms use them for large outputs). */
+#define JC_HAS_STREAM 1
 /* Copies n bytes to dst (16-byte aligned) with stores that bypass this core's caches, for
    data another core reads next (a FIFO slot): the reader then loads it from memory rather
    than from this core's dirty lines, which crossing cores costs far more on some machines
