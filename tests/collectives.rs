@@ -8,7 +8,7 @@
 mod world;
 
 use jitccl::{Algorithm, Collective, DataType, Device, Op, Protocol};
-use world::{check_counts, world_on, world_with, World, OPS};
+use world::{check_counts, check_past, world_on, world_with, World, OPS};
 
 fn world(nranks: usize, algo: Algorithm, proto: Protocol, nchannels: usize) -> World {
     world_on(&(0..nranks).map(Device::host).collect::<Vec<_>>(), algo, proto, nchannels)
@@ -132,7 +132,6 @@ fn streamed_fifo_steps_match_the_reference() {
 /// (which keeps the cached stores) for comparison.
 #[test]
 fn large_outputs_bypassing_the_cache_match_the_reference() {
-    const MIB8: usize = 8 << 20;
     let cases = [
         (Collective::AllReduce, &[DataType::F32, DataType::I8, DataType::BF16][..]),
         (Collective::ReduceScatter, &[DataType::F64, DataType::U8][..]),
@@ -149,14 +148,9 @@ fn large_outputs_bypassing_the_cache_match_the_reference() {
                 ..jitccl::Config::default()
             };
             let w = world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg);
-            for &d in dtypes {
-                let count = MIB8 / d.size() + 1 + usize::from(d.size() == 1);
-                let ops = if coll.reduces() { vec![Some(Op::Sum), Some(Op::Max)] } else { vec![None] };
-                let cases: Vec<_> = ops.iter().map(|&o| (d, o)).collect();
-                let (r, f) = check_counts(&w, coll, &cases, &[count], &format!("{coll} ring/simple n={n} large"));
-                runs += r;
-                failures.extend(f);
-            }
+            let (r, f) = check_past(&w, coll, dtypes, 8 << 20, &format!("{coll} ring/simple n={n} large"));
+            runs += r;
+            failures.extend(f);
         }
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));

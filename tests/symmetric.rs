@@ -10,7 +10,7 @@ mod world;
 use std::time::Duration;
 
 use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol};
-use world::{check, check_counts, world_on, Mem, World};
+use world::{check, check_past, world_on, Mem, World};
 
 fn world(nranks: usize, algo: Algorithm, nchannels: usize, mem: Mem) -> World {
     let devices: Vec<Device> = (0..nranks).map(Device::host).collect();
@@ -51,7 +51,6 @@ sweep_tests! {
 /// kernel; in place (cached stores) beside them.
 #[test]
 fn large_direct_outputs_bypassing_the_cache_match_the_reference() {
-    const MIB8: usize = 8 << 20;
     let cases = [
         (Collective::AllReduce, Algorithm::Direct, &[DataType::F32, DataType::I8][..]),
         (Collective::AllReduce, Algorithm::DirectOneShot, &[DataType::BF16][..]),
@@ -64,14 +63,9 @@ fn large_direct_outputs_bypassing_the_cache_match_the_reference() {
     for (coll, algo, dtypes) in cases {
         let n = if coll == Collective::AllReduce { 3 } else { 2 };
         let w = world(n, algo, 1, Mem::Symmetric);
-        for &d in dtypes {
-            let count = MIB8 / d.size() + 1 + usize::from(d.size() == 1);
-            let ops = if coll.reduces() { vec![Some(Op::Sum), Some(Op::Max)] } else { vec![None] };
-            let cases: Vec<_> = ops.iter().map(|&o| (d, o)).collect();
-            let (r, f) = check_counts(&w, coll, &cases, &[count], &format!("{coll} {algo} n={n} large"));
-            runs += r;
-            failures.extend(f);
-        }
+        let (r, f) = check_past(&w, coll, dtypes, 8 << 20, &format!("{coll} {algo} n={n} large"));
+        runs += r;
+        failures.extend(f);
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }

@@ -205,6 +205,22 @@ pub fn check_counts(
     (runs, failures)
 }
 
+/// [`check_counts`] for each datatype of `dtypes` at a count just past `bytes` (odd for the
+/// 1-byte types, so that a last group of stores is partial), Sum and Max for reductions.
+#[allow(dead_code)] // the large-output tests
+pub fn check_past(w: &World, coll: Collective, dtypes: &[DataType], bytes: usize, what: &str) -> (usize, Vec<String>) {
+    let ops = if coll.reduces() { vec![Some(Op::Sum), Some(Op::Max)] } else { vec![None] };
+    let (mut runs, mut failures) = (0, Vec::new());
+    for &d in dtypes {
+        let count = bytes / d.size() + 1 + usize::from(d.size() == 1);
+        let cases: Vec<_> = ops.iter().map(|&o| (d, o)).collect();
+        let (r, f) = check_counts(w, coll, &cases, &[count], what);
+        runs += r;
+        failures.extend(f);
+    }
+    (runs, failures)
+}
+
 /// Runs `coll` for every datatype of `dtypes`, every op, count and placement on the worlds
 /// `make(nranks, nchannels)` gives for each size in `ranks` (1, 2 and 3 channels by size);
 /// fails listing every combination that went wrong. `what` labels the runs.
