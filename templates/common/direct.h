@@ -27,7 +27,7 @@ struct jc_sym {
   T* out[JC_SYM_MAX_RANKS];
   struct jc_ctx px[JC_SYM_MAX_RANKS]; /* per rank, a context with that rank's pre-op scalar */
   jc_u64 seq;                          /* this channel's barrier counter */
-  int bypass;                          /* outputs take cache-bypassing stores (see jc_sym_begin) */
+  int bypass;                          /* outputs take cache-bypassing stores (JC_BYPASS_OUTPUT) */
 };
 
 static JC_DEVICE JC_INLINE jc_u64* jc_sym_line(const struct jc_args* a, int q, int chan) {
@@ -38,7 +38,7 @@ static JC_DEVICE JC_INLINE jc_u64* jc_sym_line(const struct jc_args* a, int q, i
    publishes them: a barrier's counter, or the kernel's end. Once per barrier rather than
    per tile: a fence waits for every such store to reach memory. */
 static JC_DEVICE JC_INLINE void jc_sym_flush(void) {
-#ifdef JC_HAS_STREAM
+#ifdef JC_BYPASS_OUTPUT
   jc_stream_fence();
 #endif
 }
@@ -132,7 +132,7 @@ static JC_DEVICE void jc_sym_fold(const struct jc_ctx* x, const struct jc_sym* v
 
 /* dst[off..off+len) = the tile `res`. */
 static JC_DEVICE JC_INLINE void jc_sym_put(const struct jc_sym* v, const T* res, T* dst, jc_u64 off, jc_u64 len) {
-#ifdef JC_HAS_STREAM
+#ifdef JC_BYPASS_OUTPUT
   if (v->bypass && ((jc_u64)(dst + off) & 15) == 0) {
     jc_stream(dst + off, res, len * sizeof(T));
     return;
@@ -144,7 +144,7 @@ static JC_DEVICE JC_INLINE void jc_sym_put(const struct jc_sym* v, const T* res,
 /* dst[i] = src[i] for i in [beg, end), by this block's threads. */
 static JC_DEVICE JC_INLINE void jc_sym_copy(const struct jc_sym* v, const T* src, T* dst, jc_u64 beg, jc_u64 end) {
   if (src == dst) return;
-#ifdef JC_HAS_STREAM
+#ifdef JC_BYPASS_OUTPUT
   if (v->bypass && ((jc_u64)(dst + beg) & 15) == 0) {
     jc_stream(dst + beg, src + beg, (end - beg) * sizeof(T));
     return;
@@ -161,14 +161,14 @@ static JC_DEVICE void jc_sym_part(int k, int n, jc_u64* beg, jc_u64* end) {
   *end += b;
 }
 
-/* The prologue of every direct kernel: the channel's element range, and entry. Out-of-place
-   calls of JC_SYM_BYPASS_MIN bytes or more store their outputs bypassing the cache where the
-   target can: they outgrow it and nothing here reads them back (AllReduce busbw on a 2-core
-   AMD EPYC, 2 ranks: 16 MiB 4.7 -> 6.8 GB/s, 256 MiB 4.3 -> 5.1; 4 ranks 16 MiB 2.7 -> 4.1). */
-#define JC_SYM_BYPASS_MIN (8u << 20)
+/* The prologue of every direct kernel: the channel's element range, and entry. Large
+   outputs bypass the cache where the target can (the host prelude's JC_BYPASS_OUTPUT). */
 static JC_DEVICE int jc_sym_begin(struct jc_ctx* x, struct jc_sym* v, jc_u64* beg, jc_u64* end) {
-  const struct jc_args* a = x->args;
-  v->bypass = a->sendbuff != (const void*)a->recvbuff && a->count * sizeof(T) >= JC_SYM_BYPASS_MIN;
+#ifdef JC_BYPASS_OUTPUT
+  v->bypass = JC_BYPASS_OUTPUT(x->args);
+#else
+  v->bypass = 0;
+#endif
   jc_channel_range(x->args->count, x->chan, x->args->nchannels, beg, end);
   return jc_sym_enter(x, v);
 }

@@ -6,14 +6,12 @@
    written into the slot with the prelude's cache-bypassing jc_stream: the receiver reads
    them from memory, not from this core's cache, which measured faster for a computing step
    from 4 KiB (2 ranks, 16 KiB AllReduce 6.3 -> 4.3 us, ReduceScatter 4.8 -> 2.7 us) but
-   slower for a copy below 16 KiB (AllGather 8 KiB 1.2 -> 1.7 us). Out-of-place
-   calls of JC_DST_STREAM_MIN bytes or more write their output the same way: it outgrows
-   the cache, no later step reads it, and cached stores would first read every line. */
+   slower for a copy below 16 KiB (AllGather 8 KiB 1.2 -> 1.7 us). Large outputs are
+   written the same way (the prelude's JC_BYPASS_OUTPUT). */
 #define JC_PROTO 0
 #define JC_STREAM_MIN 16384
 #define JC_STREAM_MIN_COMPUTED 4096
 #define JC_TILE_BYTES 2048
-#define JC_DST_STREAM_MIN (8u << 20)
 static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
   if (s) JC_CHECK(jc_wait_space(x, s));
@@ -23,7 +21,7 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   const T* from = in ? in : src;
   int computes = (in && src) || pre || post;
   int stream = out && n * sizeof(T) >= (computes ? JC_STREAM_MIN_COMPUTED : JC_STREAM_MIN) && ((jc_u64)out & 15) == 0;
-  int dstream = dst && x->args->sendbuff != (const void*)x->args->recvbuff && x->args->count * sizeof(T) >= JC_DST_STREAM_MIN && ((jc_u64)dst & 15) == 0;
+  int dstream = dst && JC_BYPASS_OUTPUT(x->args) && ((jc_u64)dst & 15) == 0;
   if (!computes) {
     if (dst && dst != from) { if (dstream) jc_stream(dst, from, n * sizeof(T)); else memcpy(dst, from, n * sizeof(T)); }
     if (stream) jc_stream(out, from, n * sizeof(T));
