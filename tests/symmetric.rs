@@ -1,7 +1,8 @@
-//! The direct algorithms on symmetric (`Comm::alloc_symmetric`) and registered
-//! (`Comm::register`) buffers, ranks as threads: every collective with a direct algorithm,
-//! every datatype and op, counts 0, 1, primes and several tiles, in place and out of place,
-//! against the plain reference; the tuner's use of them; and the misuses that must fail.
+//! The direct algorithms on symmetric (`Comm::alloc_symmetric`), registered
+//! (`Comm::register`) and plain (host arena) buffers, ranks as threads: every collective
+//! with a direct algorithm, every datatype and op, counts 0, 1, primes and several tiles,
+//! in place and out of place, against the plain reference; the tuner's use of them; and
+//! the misuses that must fail.
 //! Ranks as processes: `tests/symmetric_processes.rs`.
 
 #[path = "common/world.rs"]
@@ -44,6 +45,8 @@ sweep_tests! {
     all_gather_direct_symmetric: AllGather Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
     broadcast_direct_symmetric: Broadcast Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
     all_gather_direct_registered: AllGather Direct [3], COPY_TYPES, Registered;
+    all_reduce_direct_oneshot_plain: AllReduce DirectOneShot [3], SOME_TYPES, Plain;
+    reduce_scatter_direct_plain: ReduceScatter Direct [2], SOME_TYPES, Plain;
 }
 
 /// Out-of-place calls of 8 MiB and more store their outputs bypassing the cache. Counts just
@@ -121,15 +124,25 @@ fn allocations_that_differ_across_ranks_fail_on_every_rank() {
 }
 
 #[test]
-fn a_forced_direct_algorithm_refuses_buffers_that_are_not_registered() {
-    let w = plain_world(2, Duration::from_secs(20), Some(Algorithm::Direct));
-    let b = w.comms[0].device().alloc::<f32>(8).unwrap();
-    let e = w.comms[0].all_reduce(&b, &b, 8, Op::Sum, &w.streams[0]).unwrap_err();
-    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("registered")), "{e}");
-    // A registered send buffer with an unregistered recv buffer is refused too.
+fn a_forced_direct_algorithm_runs_on_plain_buffers_which_live_in_the_arena() {
+    // Every rank's plain buffers are in the host arena, which all ranks address: a forced
+    // direct algorithm runs on them, and on plain and symmetric buffers mixed.
+    // (A forced direct algorithm refuses buffers the peers cannot address: see
+    // `tests/symmetric_processes.rs`, where one process has no arena.)
+    let mut w = plain_world(2, Duration::from_secs(20), Some(Algorithm::Direct));
+    w.mem = Mem::Plain;
+    for in_place in [false, true] {
+        check::<f32>(&w, Collective::AllReduce, Some(Op::Sum), 1001, in_place).unwrap();
+    }
     let sym = w.on_all(|_, c| c.alloc_symmetric::<f32>(8).unwrap());
-    let e = w.comms[0].all_reduce(&sym[0], &b, 8, Op::Sum, &w.streams[0]).unwrap_err();
-    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("registered")), "{e}");
+    let plain = w.on_all(|r, c| c.device().alloc_from(&[r as f32 + 1.0; 8]).unwrap());
+    for (r, (c, s)) in w.comms.iter().zip(&w.streams).enumerate() {
+        c.all_reduce(&plain[r], &sym[r], 8, Op::Sum, s).unwrap();
+    }
+    for (r, s) in w.streams.iter().enumerate() {
+        s.synchronize().unwrap();
+        assert_eq!(sym[r].to_vec(), vec![3.0; 8], "rank {r}");
+    }
 }
 
 #[test]

@@ -105,9 +105,15 @@ fn an_interrupted_tune_resumes_from_its_partial_file() {
             }
         }
     }
+    // The direct algorithms run with Simple only.
+    for algo in ["direct", "direct_oneshot"] {
+        for ch in [1, 2] {
+            partial += &format!("all_reduce\t{algo}/simple/{ch}/-1@8\tok\t{}\n", times(5.0));
+        }
+    }
     std::fs::write(dir.path().join("t.csv.partial"), &partial).unwrap();
     let (out, err) = ok(&jitccl(&args, &[]));
-    assert!(err.contains("resuming: 19 measurement(s) kept"), "{err}");
+    assert!(err.contains("resuming: 23 measurement(s) kept"), "{err}");
     assert!(out.contains("(2 to do)"), "{out}");
     let table = Table::read(&path).unwrap();
     for size in [8u64, 128, 2048] {

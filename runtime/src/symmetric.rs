@@ -70,6 +70,9 @@ unsafe impl Sync for Direct {}
 pub(crate) struct Registry {
     flags: OnceLock<Flags>,
     regions: RwLock<BTreeMap<usize, Arc<Region>>>,
+    /// Every rank's host arena (`device::host::Arena`), where plain buffers live: the
+    /// region of any buffer no registration holds.
+    arena: OnceLock<Arc<Region>>,
     /// Whether any region exists: calls skip the lookup otherwise.
     any: AtomicBool,
     next_id: AtomicU64,
@@ -89,6 +92,18 @@ impl Registry {
         let _ = self.flags.set(f);
     }
 
+    /// Sets the arena region (at init, on every rank or on none).
+    pub(crate) fn set_arena(&self, region: Region) {
+        if self.arena.set(Arc::new(region)).is_ok() {
+            self.any.store(true, Ordering::Release);
+        }
+    }
+
+    /// The arena region, where every rank maps every rank's arena.
+    pub(crate) fn arena(&self) -> Option<&Arc<Region>> {
+        self.arena.get()
+    }
+
     pub(crate) fn insert(&self, region: Region) {
         let mut m = self.regions.write().unwrap_or_else(|e| e.into_inner());
         m.insert(region.range.start, Arc::new(region));
@@ -101,13 +116,14 @@ impl Registry {
         if m.get(&start).is_some_and(|r| r.id == id) {
             m.remove(&start);
         }
-        self.any.store(!m.is_empty(), Ordering::Release);
+        self.any.store(!m.is_empty() || self.arena.get().is_some(), Ordering::Release);
     }
 
-    /// The region holding all of `bytes`, if any.
+    /// The region holding all of `bytes`, if any: a registration's, else the arena's.
     fn find(&self, m: &BTreeMap<usize, Arc<Region>>, bytes: &Range<usize>) -> Option<Arc<Region>> {
-        let (_, r) = m.range(..=bytes.start).next_back()?;
-        (bytes.end <= r.range.end).then(|| r.clone())
+        let holds = |r: &Region| r.range.start <= bytes.start && bytes.end <= r.range.end;
+        let registered = m.range(..=bytes.start).next_back().map(|(_, r)| r).filter(|r| holds(r));
+        registered.or_else(|| self.arena.get().filter(|r| holds(r))).cloned()
     }
 
     /// The regions of a call's send and recv bytes when both are registered.
@@ -140,5 +156,15 @@ mod tests {
         assert!(reg.direct(100..150, 300..310).is_none());
         reg.remove(300, 2);
         assert!(!reg.any.load(Ordering::Relaxed));
+        // The arena holds what no registration does, a registration inside it wins.
+        reg.set_arena(Region::new(reg.next_id(), 1000..5000, vec![std::ptr::null_mut()], vec![]));
+        reg.insert(Region::new(reg.next_id(), 2000..3000, vec![std::ptr::null_mut()], vec![]));
+        let d = reg.direct(1000..1100, 2000..2100).unwrap();
+        assert_eq!((d.send.id, d.recv.id), (3, 4));
+        let d = reg.direct(2500..3500, 4900..5000).unwrap();
+        assert_eq!((d.send.id, d.recv.id), (3, 3), "past the registration's end: the arena's");
+        assert!(reg.direct(4900..5001, 1000..1001).is_none());
+        reg.remove(2000, 4);
+        assert!(reg.any.load(Ordering::Relaxed));
     }
 }

@@ -196,11 +196,13 @@ impl TuneArgs {
         // Valid (algorithm, protocol) pairs differ per collective; `candidates` holds the union
         // and each collective takes those its table rows may name.
         let mut candidates = Vec::new();
-        // The direct algorithms need registered buffers, which tune does not measure.
-        for &algo in Collective::AllReduce.algorithms().iter().filter(|a| !a.is_direct()) {
-            for &proto in Protocol::ALL {
+        // The direct algorithms run on perf's plain buffers where every rank maps every
+        // rank's host arena (else their runs fail and are left out); they have no FIFO
+        // steps to size and only the Simple protocol.
+        for &algo in Collective::AllReduce.algorithms() {
+            for &proto in Protocol::ALL.iter().filter(|&&p| !algo.is_direct() || p == Protocol::Simple) {
                 for channels in 1..=max_ch {
-                    for &chunk in &chunks {
+                    for &chunk in chunks.iter().filter(|c| !algo.is_direct() || c.is_none()) {
                         candidates.push(Candidate { algo, proto, channels, chunk });
                     }
                 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::affinity::{self, CpuSet};
 use crate::bootstrap::{Bootstrap, BootstrapConfig, BootstrapError, LaunchEnv, UniqueId};
+use crate::comm::arena;
 use crate::comm::failure::Failure;
 use crate::comm::{Comm, CommInner};
 use crate::config::{Config, Resolved};
@@ -202,8 +203,10 @@ impl Comm {
             Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _device: own_device, _own: own });
         // Failure boards this process can write: those of peers in memory.
         let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(boards[q]))).collect();
+        let shareable = !device.is_cuda() && nnet == 0;
         let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
         let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
+        arena::share_processes(&bs, rank, shareable, &inner.enq.sym)?;
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
     }
 }
@@ -379,7 +382,7 @@ impl Comm {
             cfg.slot_bytes,
             cfg.timeout
         );
-        (0..nranks)
+        let inners = (0..nranks)
             .map(|rank| {
                 let device = &devices[rank];
                 let Attached { bases, recv, .. } =
@@ -392,11 +395,13 @@ impl Comm {
                     boards: boards.iter().copied().map(Some).collect(),
                     device: devices[rank].clone(),
                 };
-                let inner = rank_state(rank, cfg.clone(), wiring, cpus, tuner.clone(), None, segments.clone())?;
-                Ok(Comm::from_inner(inner))
+                rank_state(rank, cfg.clone(), wiring, cpus, tuner.clone(), None, segments.clone())
             })
-            .collect::<Result<Vec<_>>>()
-            .map(Comm::share_rendezvous)
+            .collect::<Result<Vec<_>>>()?;
+        if !devices[0].is_cuda() {
+            arena::share_threads(&inners.iter().map(|i| &*i.enq.sym).collect::<Vec<_>>())?;
+        }
+        Ok(Comm::share_rendezvous(inners.into_iter().map(Comm::from_inner).collect()))
     }
 }
 

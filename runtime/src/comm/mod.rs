@@ -4,6 +4,7 @@
 //! rank's state lives in `state`, its failure state in `failure`, its creation in `init`.
 
 mod alltoall;
+mod arena;
 mod failure;
 mod group;
 mod handle;

@@ -32,12 +32,15 @@ struct Part {
     bytes: usize,
     /// The shared-memory segment holding it, if any (else process memory).
     segment: Option<String>,
+    /// Where the host arena holds it: the arena's base as this rank addresses it.
+    arena_base: Option<usize>,
 }
 
 impl Part {
     fn encode(&self) -> [u8; DESC] {
         let mut b = [0u8; DESC];
-        let words = [std::process::id() as u64, host_id(), self.id, self.ptr as u64, self.bytes as u64];
+        let arena = self.arena_base.unwrap_or(0) as u64;
+        let words = [std::process::id() as u64, host_id(), self.id, self.ptr as u64, self.bytes as u64, arena];
         for (i, w) in words.iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
@@ -56,6 +59,8 @@ struct Peer {
     ptr: usize,
     bytes: usize,
     segment: String,
+    /// Its arena's base in its own address space (0: not in an arena).
+    arena_base: usize,
 }
 
 fn decode(b: &[u8]) -> Peer {
@@ -68,6 +73,7 @@ fn decode(b: &[u8]) -> Peer {
         id: w(2),
         ptr: w(3) as usize,
         bytes: w(4) as usize,
+        arena_base: w(5) as usize,
         segment: String::from_utf8_lossy(&name[..end]).into_owned(),
     }
 }
@@ -137,7 +143,7 @@ impl Comm {
         let seg = ShmSegment::create(segment_bytes(bytes))?;
         let ptr = seg.ptr();
         let id = registry.next_id();
-        let part = Part { id, ptr: ptr as usize, bytes, segment: Some(seg.name().to_string()) };
+        let part = Part { id, ptr: ptr as usize, bytes, segment: Some(seg.name().to_string()), arena_base: None };
         let region = self.share("alloc_symmetric", part, Some(&seg))?;
         registry.insert(region);
         let owner = SymmetricMemory {
@@ -151,14 +157,20 @@ impl Comm {
     /// Registers `buf` so that calls on it may run the direct algorithms, like
     /// [`alloc_symmetric`](Self::alloc_symmetric)'s buffers. Collective: every rank
     /// registers a buffer of the same length, in the same order as its other allocations
-    /// and registrations. Any buffer works when the ranks are threads of one process; ranks
-    /// in other processes can only reach symmetric memory, so there this fails with
-    /// `Unsupported` on every rank (allocate with `alloc_symmetric` instead).
+    /// and registrations. Any buffer works when the ranks are threads of one process, and
+    /// for ranks in other processes any buffer of `Device::alloc` where every rank maps
+    /// every rank's host arena (else this fails with `Unsupported` on every rank: allocate
+    /// with `alloc_symmetric` instead). Plain buffers there run the direct algorithms
+    /// unregistered too; a registration names them as one region apart.
     pub fn register<T: Element>(&self, buf: &DeviceBuffer<T>) -> Result<Registration> {
         let registry = self.registry("register")?;
         let range = buf.byte_range();
         let id = registry.next_id();
-        let part = Part { id, ptr: range.start, bytes: range.len(), segment: None };
+        let arena_base = registry
+            .arena()
+            .filter(|a| a.range.start <= range.start && range.end <= a.range.end)
+            .map(|a| a.range.start);
+        let part = Part { id, ptr: range.start, bytes: range.len(), segment: None, arena_base };
         let region = self.share("register", part, None)?;
         registry.insert(region);
         Ok(Registration {
@@ -183,7 +195,8 @@ impl Comm {
         if registry.flags().is_none() {
             let bytes = SYM_CHANNELS * SYM_LINE * size_of::<u64>();
             let seg = ShmSegment::create(segment_bytes(bytes))?;
-            let part = Part { id: 0, ptr: seg.ptr() as usize, bytes, segment: Some(seg.name().to_string()) };
+            let part =
+                Part { id: 0, ptr: seg.ptr() as usize, bytes, segment: Some(seg.name().to_string()), arena_base: None };
             let region = self.share(what, part, Some(&seg))?;
             let areas = region.bases.iter().map(|&b| b.cast::<u64>()).collect();
             registry.set_flags(Flags::new(areas, vec![Arc::new(region), Arc::new(seg)]));
@@ -197,7 +210,8 @@ impl Comm {
         let (rank, n) = (self.rank(), self.nranks());
         let parts = self.all_gather_bytes(&part.encode(), DESC)?;
         let peers: Vec<Peer> = parts.chunks(DESC).map(decode).collect();
-        let mapped = map_peers(what, rank, &part, &peers);
+        let arena = self.inner(what)?.enq.sym.arena().cloned();
+        let mapped = map_peers(what, rank, &part, &peers, arena);
         // Every rank learns whether every rank mapped every part.
         let ok = self.all_gather_bytes(&[mapped.is_ok() as u8], 1)?;
         if let Some(own) = own {
@@ -225,8 +239,11 @@ impl Comm {
     }
 }
 
-/// Each rank's base address as this process addresses it, and what keeps it mapped.
-fn map_peers(what: &str, rank: usize, part: &Part, peers: &[Peer]) -> Result<(Vec<*mut u8>, Vec<Keep>)> {
+/// Each rank's base address as this process addresses it, and what keeps it mapped
+/// (`arena`: every rank's host arena as mapped here, where all ranks map all of them).
+fn map_peers(
+    what: &str, rank: usize, part: &Part, peers: &[Peer], arena: Option<Arc<Region>>,
+) -> Result<(Vec<*mut u8>, Vec<Keep>)> {
     let me = &peers[rank];
     let (mut bases, mut keep) = (Vec::with_capacity(peers.len()), Vec::new());
     for (q, p) in peers.iter().enumerate() {
@@ -247,6 +264,10 @@ fn map_peers(what: &str, rank: usize, part: &Part, peers: &[Peer]) -> Result<(Ve
             let seg = ShmSegment::open(&p.segment, segment_bytes(p.bytes))?;
             bases.push(seg.ptr());
             keep.push(Arc::new(seg) as Keep);
+        } else if let (Some(a), true) = (&arena, p.arena_base != 0) {
+            // A buffer in the peer's arena, mapped here since init.
+            bases.push(a.bases[q].wrapping_add(p.ptr - p.arena_base));
+            keep.push(a.clone() as Keep);
         } else if p.pid == me.pid {
             // A thread rank of this process: its registration keeps the buffer alive while
             // it takes part in calls on it.
@@ -254,7 +275,8 @@ fn map_peers(what: &str, rank: usize, part: &Part, peers: &[Peer]) -> Result<(Ve
         } else {
             return Err(Error::Unsupported(format!(
                 "{what} on rank {rank}: rank {q} is another process, which cannot reach a buffer of \
-                 process memory; allocate it with Comm::alloc_symmetric"
+                 process memory outside the host arenas (off, or not mapped by every rank: see the INFO log); \
+                 allocate it with Comm::alloc_symmetric"
             )));
         }
     }

@@ -28,6 +28,7 @@ pub(crate) use cuda::Gpu;
 pub use cuda::{compute_capability as cuda_compute_capability, device_count as cuda_device_count};
 pub(crate) use cuda::{IpcHandle, IpcMapping, Registered as HostRegistration};
 pub(crate) use host::Memory as HostMemory;
+pub(crate) use host::{Arena, ArenaId, PeerArena};
 
 /// Where a communicator's rank lives.
 #[derive(Debug, Clone, PartialEq, Eq)]

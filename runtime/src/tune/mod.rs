@@ -198,7 +198,8 @@ impl Tuner {
         if algos.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "{coll}: JITCCL_ALGO='{}' allows only direct algorithms, which need every buffer of the \
-                 call registered (Comm::alloc_symmetric or Comm::register) on ranks of one host",
+                 call registered (Comm::alloc_symmetric, Comm::register, or plain buffers where every rank \
+                 maps every rank's host arena) on ranks of one host",
                 self.algos
             )));
         }
@@ -245,7 +246,7 @@ impl Tuner {
         let algos: Vec<Algorithm> = algos.into_iter().filter(usable).collect();
 
         let mut overridden = None;
-        if let Some(row) = self.table.as_ref().and_then(|t| t.lookup(coll, k.bytes, &self.topo)) {
+        if let Some(row) = self.table.as_ref().and_then(|t| t.lookup(coll, k.bytes, &self.topo, k.direct)) {
             if algos.contains(&row.algo) && protos.contains(&row.proto) {
                 let nch = match row.channels {
                     Some(n) => n.min(self.topo.nchannels),

@@ -181,8 +181,10 @@ impl Table {
         None
     }
 
-    /// The first row for `coll` moving `bytes` on `topo` (one op, no registered buffers).
-    pub fn lookup(&self, coll: Collective, bytes: usize, topo: &Topology) -> Option<&Row> {
+    /// The first row for `coll` moving `bytes` on `topo` (one op) whose regBuff matches
+    /// `registered`: whether the call's buffers are registered (the direct algorithms are
+    /// candidates; plain buffers too where every rank maps every rank's host arena).
+    pub fn lookup(&self, coll: Collective, bytes: usize, topo: &Topology, registered: bool) -> Option<&Row> {
         let bytes = bytes as u64;
         self.rows.iter().find(|r| {
             r.coll == coll
@@ -190,7 +192,7 @@ impl Table {
                 && r.nnodes.is_none_or(|n| n == topo.nnodes)
                 && r.nranks.is_none_or(|n| n == topo.nranks)
                 && r.pipe_ops.is_none_or(|n| n == 1)
-                && r.reg_buff.is_none_or(|b| !b)
+                && r.reg_buff.is_none_or(|b| b == registered)
         })
     }
 
@@ -389,11 +391,12 @@ mod tests {
     fn lookup_takes_the_first_matching_row() {
         let t = sample();
         let top = topo(4);
-        assert_eq!(t.lookup(Collective::AllReduce, 100, &top).unwrap().algo, Algorithm::OneShot);
-        assert_eq!(t.lookup(Collective::AllReduce, 4096, &top).unwrap().algo, Algorithm::Ring);
-        assert!(t.lookup(Collective::AllReduce, 100, &topo(3)).is_none(), "rows for 4 ranks matched 3");
-        assert!(t.lookup(Collective::AllGather, 100, &topo(3)).is_some());
-        assert!(t.lookup(Collective::Broadcast, 100, &top).is_none());
+        assert_eq!(t.lookup(Collective::AllReduce, 100, &top, false).unwrap().algo, Algorithm::OneShot);
+        assert_eq!(t.lookup(Collective::AllReduce, 4096, &top, true).unwrap().algo, Algorithm::Ring);
+        assert!(t.lookup(Collective::AllReduce, 100, &topo(3), false).is_none(), "rows for 4 ranks matched 3");
+        assert!(t.lookup(Collective::AllGather, 100, &topo(3), false).is_some());
+        assert!(t.lookup(Collective::AllGather, 100, &topo(3), true).is_none(), "a regBuff 0 row");
+        assert!(t.lookup(Collective::Broadcast, 100, &top, false).is_none());
     }
 
     #[test]

@@ -44,7 +44,9 @@ impl Candidate {
             nnodes: nranks.map(|_| 1),
             nranks,
             pipe_ops: None,
-            reg_buff: None,
+            // A direct algorithm's row is for registered buffers only (the others' calls
+            // take the model); the other rows were measured best among every candidate.
+            reg_buff: self.algo.is_direct().then_some(true),
             chunk_bytes: self.chunk,
         }
     }

@@ -10,18 +10,30 @@ use std::sync::{Arc, Condvar, Mutex};
 use jitccl_codegen::abi::Args;
 use jitccl_codegen::compile::host::HostKernel;
 
+mod arena;
+
 use crate::affinity::{self, CpuSet};
 use crate::error::{Error, Result};
+pub(crate) use arena::{Arena, ArenaId, PeerArena};
 
 /// Buffers are aligned like GPU allocations (and cache lines).
 const ALIGN: usize = 256;
 
-/// One allocation: from the heap, or memory that `owner` keeps mapped (a shared-memory
-/// segment peers map too).
+/// One allocation: from the arena (or the heap, where there is none), or memory that an
+/// owner keeps mapped (a shared-memory segment peers map too).
 pub(crate) struct Memory {
     ptr: *mut u8,
     bytes: usize,
-    owner: Option<Box<dyn Send + Sync>>,
+    source: Source,
+}
+
+enum Source {
+    Heap,
+    /// Block (offset, length) of the arena.
+    Arena(Arc<Arena>, usize, usize),
+    Owned {
+        _owner: Box<dyn Send + Sync>,
+    },
 }
 
 // SAFETY: the allocation is plain memory; concurrent access is arranged by stream order,
@@ -32,7 +44,13 @@ unsafe impl Sync for Memory {}
 impl Memory {
     pub(crate) fn zeroed(bytes: usize) -> Result<Memory> {
         if bytes == 0 {
-            return Ok(Memory { ptr: std::ptr::null_mut(), bytes, owner: None });
+            return Ok(Memory { ptr: std::ptr::null_mut(), bytes, source: Source::Heap });
+        }
+        if let Some(arena) = Arena::get() {
+            let (off, len) = arena.alloc(bytes)?;
+            // SAFETY (of the address arithmetic): the block is inside the arena.
+            let ptr = arena.base().wrapping_add(off);
+            return Ok(Memory { ptr, bytes, source: Source::Arena(arena, off, len) });
         }
         let layout = Layout::from_size_align(bytes, ALIGN)
             .map_err(|_| Error::InvalidArgument(format!("allocation of {bytes} bytes is too large")))?;
@@ -44,12 +62,12 @@ impl Memory {
                 source: std::io::ErrorKind::OutOfMemory.into(),
             });
         }
-        Ok(Memory { ptr, bytes, owner: None })
+        Ok(Memory { ptr, bytes, source: Source::Heap })
     }
 
     /// The `bytes` at `ptr`, which `owner` keeps valid (and zeroed) until it is dropped.
     pub(crate) fn mapped(ptr: *mut u8, bytes: usize, owner: Box<dyn Send + Sync>) -> Memory {
-        Memory { ptr, bytes, owner: Some(owner) }
+        Memory { ptr, bytes, source: Source::Owned { _owner: owner } }
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -59,9 +77,13 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        if !self.ptr.is_null() && self.owner.is_none() {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr, Layout::from_size_align_unchecked(self.bytes, ALIGN)) };
+        match &self.source {
+            Source::Heap if !self.ptr.is_null() => {
+                // SAFETY: allocated in `zeroed` with this layout.
+                unsafe { std::alloc::dealloc(self.ptr, Layout::from_size_align_unchecked(self.bytes, ALIGN)) };
+            }
+            Source::Arena(arena, off, len) => arena.free(*off, *len),
+            _ => {}
         }
     }
 }
