@@ -51,7 +51,13 @@
 //!   takes 4.2-5); a byte crossing to a peer is one load or store instead of a FIFO's store and
 //!   load, so they reach twice the FIFO's bus bandwidth (one-shot: its n-fold reads, like
 //!   the FIFO one-shot's); one-shot's base latency is the FIFO one-shot's, two-shot's adds
-//!   the stores into the peers' lines. Estimated from that reasoning, not fitted.
+//!   the stores into the peers' lines. While every rank has a core, a barrier hands over
+//!   one flag line, half a Simple hop (as LL's). Checked against `jitccl tune -N 2 -b 8
+//!   -e 16M -f 8 --verify 5` on plain buffers in the host arena (2-core AMD EPYC VM, medians
+//!   of 5 side-by-side rounds): the FIFO one-shot leads to 64 B (0.54-0.66 us), direct
+//!   one-shot at 512 B (0.81-0.87 against the FIFO one-shot's 1.32), two-shot from 4 KiB
+//!   (1.14 against the ring's 2.61); with the bases of the first estimate (0.4, 0.3) and a
+//!   full hop per barrier the model kept the FIFO algorithms to 4 KiB, 123% behind there.
 //!
 //! The model reproduces the measured picks: one-shot up to ~8 KiB per rank at 3 ranks,
 //! ~5 KiB at 4 and ~1 KiB at 8; the tree between ~1 and ~60 KiB at 8 ranks (never at 3-4);
@@ -109,7 +115,7 @@ pub struct Constants {
 impl Constants {
     /// Measured on the host target (see the module comment).
     pub const HOST: Constants = Constants {
-        base: [0.1, 0.1, 0.1, 0.4, 0.3],
+        base: [0.1, 0.1, 0.1, 0.2, 0.1],
         hop_factor: [1.0, 1.64, 0.87, 1.0, 1.0],
         algo_bw: [1.0, 0.68, 0.47, 2.0, 0.94],
         proto_lat: [1.0, 1.15, 1.85],
@@ -128,15 +134,17 @@ const HOST_CHAN_LAT: f64 = 20.0;
 /// on 2 cores a second channel was level with one from 16 MiB and slower at 1 MiB
 /// (quiet, 3 interleaved runs), so it starts paying at a few MiB.
 const HOST_CHAN_LAT_SWITCH: f64 = 200.0;
-/// Hops one barrier of the direct algorithms costs once ranks outnumber cores.
+/// Hops one barrier of the direct algorithms costs once ranks outnumber cores, and while
+/// every rank has a core (a flag line handed over, as an LL hop is).
 const HOST_BARRIER_SWITCH: f64 = 1.5;
+const HOST_BARRIER_SPIN: f64 = 0.5;
 /// Hop latency through the network transport (TCP and a proxy thread each side), us:
 /// half of an 8-byte ring AllReduce at 2 rank processes with `JITCCL_TRANSPORT=net` over
 /// loopback on the 2-core development VM (240-335 us in 6 runs of 2000 iterations; the
 /// proxy threads share the cores with the kernels).
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 7;
+const HOST_MODEL_VERSION: u64 = 8;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -283,7 +291,11 @@ pub fn time(
     let intra_lat = if t.contention > 1.0 || !coll.reduces() { k.proto_lat[p] } else { k.proto_lat_spin[p] };
     // A barrier waits for the last rank to arrive: longer than a hop once ranks take
     // turns on the cores.
-    let barrier = if algo.is_direct() && t.contention > 1.0 { HOST_BARRIER_SWITCH } else { 1.0 };
+    let barrier = match (algo.is_direct(), t.contention > 1.0) {
+        (false, _) => 1.0,
+        (true, true) => HOST_BARRIER_SWITCH,
+        (true, false) => HOST_BARRIER_SPIN,
+    };
     let latency = k.base[a]
         + intra as f64 * barrier * hop(t.lat_intra, intra_lat)
         + inter as f64 * hop(t.lat_inter, k.proto_lat[p])

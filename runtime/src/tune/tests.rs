@@ -265,6 +265,16 @@ fn direct_algorithms_only_for_registered_buffers_and_then_always() {
 }
 
 #[test]
+fn ranks_with_a_core_each_take_the_direct_algorithms_from_a_few_hundred_bytes() {
+    // Measured at 2 ranks on plain buffers in the host arena (see the model's comment):
+    // FIFO one-shot to 64 B, direct one-shot at 512 B, two-shot from 4 KiB.
+    let t = tuner(2, 1, "", "", None);
+    for (bytes, algo) in [(8, OneShot), (64, OneShot), (512, DirectOneShot), (4096, Direct), (1 << 20, Direct)] {
+        assert_eq!(t.choose_for(AllReduce, bytes, 4, true, true).unwrap().algo, algo, "{bytes} B");
+    }
+}
+
+#[test]
 fn oversubscribed_tiny_calls_on_registered_buffers_keep_the_fifo_one_shot() {
     // 4 ranks on 2 cores: the direct algorithms' two barriers wait for every rank's turn
     // (8 B measured: two-shot 5.8-6.0 us, direct one-shot 6.4-7.3, FIFO one-shot 4.2-5).
