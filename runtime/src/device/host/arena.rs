@@ -26,6 +26,9 @@ const PAGE: usize = 4096;
 const ZERO_IN_PLACE: usize = 64 << 10;
 /// Reserved address space, as a multiple of the machine's memory: room for fragmentation.
 const RESERVE_PER_RAM: usize = 4;
+/// At most this much, since every local peer maps every arena: 64 ranks of 1 TiB each fit
+/// a 47-bit address space with room to spare.
+const RESERVE_MAX: usize = 1 << 40;
 
 /// What a peer needs to map an arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +133,7 @@ impl Arena {
         let file = unsafe { File::from_raw_fd(fd) };
         // SAFETY: sysconf has no preconditions.
         let ram = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(1) as usize * PAGE;
-        let bytes = ram.saturating_mul(RESERVE_PER_RAM).min(1 << 44);
+        let bytes = ram.saturating_mul(RESERVE_PER_RAM).min(RESERVE_MAX);
         file.set_len(bytes as u64).map_err(sys("sizing the memory file"))?;
         let map = MmapOptions::new().len(bytes).map_raw(&file).map_err(sys("mapping the memory file"))?;
         let token = token();
