@@ -36,7 +36,9 @@ pub struct Conn {
     pub step: u64,
     pub credit: u64,
     pub peer: i32,
-    pub connected: i32,
+    /// CUDA: 1 when the peer's kernels run on the same GPU in this process, so that
+    /// GPU-scope fences order the FIFO for it (a system-scope one costs microseconds).
+    pub same_gpu: i32,
 }
 
 impl Default for Conn {
@@ -50,7 +52,7 @@ impl Default for Conn {
             step: 0,
             credit: 0,
             peer: -1,
-            connected: 0,
+            same_gpu: 0,
         }
     }
 }

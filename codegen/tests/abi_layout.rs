@@ -22,7 +22,7 @@ fn facts() -> Vec<(&'static str, &'static str, usize)> {
         };
     }
     let mut v = Vec::new();
-    fields!(v, Conn, "jc_conn": buf, head, tail, sizes, slot_bytes, step, credit, peer, connected);
+    fields!(v, Conn, "jc_conn": buf, head, tail, sizes, slot_bytes, step, credit, peer, same_gpu);
     fields!(v, Channel, "jc_channel": ring_send, ring_recv, tree_up_send, tree_up_recv, tree_down_send,
         tree_down_recv, ring_ranks, ring_index, tree_parent, tree_nchildren, pad);
     fields!(v, Status, "jc_status": code, peer, what, pad);

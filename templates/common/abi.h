@@ -37,7 +37,8 @@ struct jc_conn {
   jc_u64 credit;                  /* sender: the head last read, so that a send with room
                                      does not fetch the receiver's counter line */
   jc_i32 peer;                    /* the rank at the other end, for error reports */
-  jc_i32 connected;
+  jc_i32 same_gpu;                /* CUDA: 1 when the peer's kernels run on this GPU (in this
+                                     process), so GPU-scope ordering reaches it */
 };
 
 struct jc_channel {

@@ -65,8 +65,11 @@ static JC_DEVICE int jc_wait_space(struct jc_ctx* x, struct jc_conn* s) {
 
 /* Publishes the sender's step: which protocol's slot it filled and how many bytes (a
    network proxy forwards exactly those), then the tail counter with release order. */
-static JC_DEVICE JC_INLINE void jc_post_step(struct jc_conn* s, int proto, jc_u64 bytes) {
+static JC_DEVICE JC_INLINE void jc_post_size(struct jc_conn* s, int proto, jc_u64 bytes) {
   s->sizes[s->step % JC_STEPS] = bytes | ((jc_u64)proto << 56);
+}
+static JC_DEVICE JC_INLINE void jc_post_step(struct jc_conn* s, int proto, jc_u64 bytes) {
+  jc_post_size(s, proto, bytes);
   jc_store_release(s->tail, ++s->step);
 }
 

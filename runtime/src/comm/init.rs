@@ -160,7 +160,8 @@ impl Comm {
         bs.barrier()?;
         own.unlink();
         let graph = global_graph(&bs, rank, &endpoints, cfg.nchannels)?;
-        let conns = connect(&layout, rank, &bases, &recv, &graph)?;
+        // Rank processes keep system-scope ordering, even on one GPU (another context).
+        let conns = connect(&layout, rank, &bases, &recv, &graph, &[])?;
         // Every rank tunes as rank 0 does (its machine's topology, its table): so they
         // cannot disagree.
         let plan = if rank == 0 { tune::plan(&graph, &cfg)? } else { Vec::new() };
@@ -387,7 +388,9 @@ impl Comm {
                 let device = &devices[rank];
                 let Attached { bases, recv, .. } =
                     attach(&layout, rank, &endpoints, device, Some(&local), local[rank], None)?;
-                let conns = connect(&layout, rank, &bases, &recv, &graph)?;
+                // Staged FIFOs live in host memory: every peer needs system scope then.
+                let same_gpu: Vec<bool> = devices.iter().map(|d| !staged && d.is_cuda() && d == device).collect();
+                let conns = connect(&layout, rank, &bases, &recv, &graph, &same_gpu)?;
                 let cpus = affinity::for_local_rank(rank, nranks);
                 let wiring = Wiring {
                     conns,

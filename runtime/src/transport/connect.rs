@@ -32,9 +32,10 @@ pub(crate) struct RankConns {
 /// The connector tables of `rank`, given every rank's segment as mapped in this process
 /// (where this rank sends), per peer the segment of this rank's that the peer's FIFOs are
 /// in (`recv`: its own segment, or on a GPU its device FIFOs for CUDA IPC peers), and the
-/// rings and trees of `graph` (one channel per layout channel).
+/// rings and trees of `graph` (one channel per layout channel); `same_gpu[q]`: rank q's
+/// kernels run on this rank's GPU in this process (see `Conn::same_gpu`).
 pub(crate) fn connect(
-    layout: &Layout, rank: usize, segments: &[*mut u8], recv: &[*mut u8], graph: &Graph,
+    layout: &Layout, rank: usize, segments: &[*mut u8], recv: &[*mut u8], graph: &Graph, same_gpu: &[bool],
 ) -> Result<RankConns> {
     if graph.channels.len() != layout.nchannels {
         return Err(Error::Internal(format!(
@@ -44,6 +45,10 @@ pub(crate) fn connect(
         )));
     }
     let n = layout.nranks;
+    let end = |base: *mut u8, c: usize, edge: Edge, peer: usize| Conn {
+        same_gpu: same_gpu.get(peer).copied().unwrap_or(false) as i32,
+        ..layout.end(base, c, edge, peer)
+    };
     let mut channels = vec![Channel::default(); layout.nchannels];
     let mut ring_ranks = Vec::with_capacity(layout.nchannels);
     let (mut sends, mut recvs) = (Vec::new(), Vec::new());
@@ -59,8 +64,8 @@ pub(crate) fn connect(
         ring_ranks.push(ranks);
         if n > 1 {
             let (prev, next) = (order[(pos + n - 1) % n], order[(pos + 1) % n]);
-            ch.ring_send = layout.end(segments[next], c, Edge::Ring, next);
-            ch.ring_recv = layout.end(recv[prev], c, Edge::Ring, prev);
+            ch.ring_send = end(segments[next], c, Edge::Ring, next);
+            ch.ring_recv = end(recv[prev], c, Edge::Ring, prev);
             sends.push(Link { peer: next, chan: c, edge: Edge::Ring });
             recvs.push(Link { peer: prev, chan: c, edge: Edge::Ring });
         }
@@ -70,15 +75,15 @@ pub(crate) fn connect(
                 Error::Internal(format!("rank {rank} is not among its parent {p}'s children on channel {c}"))
             })?;
             ch.tree_parent = p as i32;
-            ch.tree_up_send = layout.end(segments[p], c, Edge::FromChild(k), p);
-            ch.tree_up_recv = layout.end(recv[p], c, Edge::FromParent, p);
+            ch.tree_up_send = end(segments[p], c, Edge::FromChild(k), p);
+            ch.tree_up_recv = end(recv[p], c, Edge::FromParent, p);
             sends.push(Link { peer: p, chan: c, edge: Edge::FromChild(k) });
             recvs.push(Link { peer: p, chan: c, edge: Edge::FromParent });
         }
         ch.tree_nchildren = tree.children[rank].len() as i32;
         for (k, &child) in tree.children[rank].iter().enumerate() {
-            ch.tree_down_send[k] = layout.end(segments[child], c, Edge::FromParent, child);
-            ch.tree_down_recv[k] = layout.end(recv[child], c, Edge::FromChild(k), child);
+            ch.tree_down_send[k] = end(segments[child], c, Edge::FromParent, child);
+            ch.tree_down_recv[k] = end(recv[child], c, Edge::FromChild(k), child);
             sends.push(Link { peer: child, chan: c, edge: Edge::FromParent });
             recvs.push(Link { peer: child, chan: c, edge: Edge::FromChild(k) });
         }
@@ -95,8 +100,8 @@ pub(crate) fn connect(
     Ok(RankConns {
         sends,
         recvs,
-        p2p_send: per_peer(&|peer, c| layout.end(segments[peer], c, Edge::P2p(rank), peer)),
-        p2p_recv: per_peer(&|peer, c| layout.end(recv[peer], c, Edge::P2p(peer), peer)),
+        p2p_send: per_peer(&|peer, c| end(segments[peer], c, Edge::P2p(rank), peer)),
+        p2p_recv: per_peer(&|peer, c| end(recv[peer], c, Edge::P2p(peer), peer)),
         channels,
         ring_ranks,
     })

@@ -82,7 +82,6 @@ impl Layout {
             // SAFETY: as above; the slot sizes share the tail's cache line.
             sizes: unsafe { fifo.add(COUNTER_BYTES + 8) } as *mut u64,
             peer: peer as i32,
-            connected: 1,
             ..Conn::default()
         };
         let mut off = 2 * COUNTER_BYTES;

@@ -1,10 +1,11 @@
 //! perf's output: nccl-tests' table (size, count, type, redop, root, then time, algbw,
 //! busbw and #wrong out of place and in place), its closing lines, and this machine's
-//! memcpy bandwidth as a yardstick for host figures. Only the thread holding rank 0 prints.
+//! memcpy bandwidth as a yardstick for host figures (a GPU's copies are not measured by a
+//! host memcpy, so CUDA runs print none). Only the thread holding rank 0 prints.
 
 use std::time::Instant;
 
-use super::flags::{Average, Layout, PerfArgs, Register};
+use super::flags::{Average, Layout, PerfArgs, Register, Target};
 
 /// One measured placement of one size, combined over all ranks.
 pub struct Timing {
@@ -37,11 +38,7 @@ impl Report {
         if !self.printer {
             return;
         }
-        // Collectives run on the host target; say why when there is a GPU too.
-        let why_host = match jitccl::cuda_device_count() {
-            Ok(g) => format!("{g} CUDA device(s) present, but --target host was asked for"),
-            Err(e) => e,
-        };
+        let target = target_words(a.target, &a.devices, jitccl::cuda_device_count());
         let how = if lay.procs == 1 {
             format!("ranks as threads of one process ({} thread(s) x {} rank(s))", lay.threads, lay.per_thread)
         } else {
@@ -54,7 +51,7 @@ impl Report {
             Average::Max => "max",
         };
         self.say(&format!(
-            "# jitccl perf: {} on the host target ({why_host}), {} {how}, {} buffers, {} warmup + {} timed iterations of {} op(s){}, check {}, {avg} time over ranks",
+            "# jitccl perf: {} on {target}, {} {how}, {} buffers, {} warmup + {} timed iterations of {} op(s){}, check {}, {avg} time over ranks",
             a.coll,
             lay.nranks,
             match a.register {
@@ -105,12 +102,12 @@ impl Report {
         line.push_str(&format!(" {:>8.2} {algbw:>7.2} {busbw:>7.2} {wrong:>6}", t.us));
     }
 
-    /// The closing lines; `max_bytes` sizes the memcpy yardstick.
-    pub fn finish(&self, max_bytes: usize) {
+    /// The closing lines; `max_bytes` sizes the memcpy yardstick, which `target` may skip.
+    pub fn finish(&self, max_bytes: usize, target: Target) {
         let w = self.wrong;
         self.say(&format!("# Out of bounds values : {w} {}", if w == 0 { "OK" } else { "FAILED" }));
         self.say(&format!("# Avg bus bandwidth    : {:.4}", self.bus_sum / self.cells.max(1) as f64));
-        if !self.printer {
+        if !self.printer || target == Target::Cuda {
             return;
         }
         // At least 64 MiB, so that the copy runs from memory, not from the last-level cache.
@@ -120,6 +117,18 @@ impl Report {
             100.0 * self.last_bus[0] / memcpy,
             100.0 * self.last_bus[1] / memcpy
         ));
+    }
+}
+
+/// Where the ranks run, for the header; `gpus` is the driver's device count or why none.
+fn target_words(target: Target, devices: &[usize], gpus: Result<usize, String>) -> String {
+    match target {
+        Target::Cuda => format!("CUDA devices {devices:?}"),
+        // Say why the host when there is a GPU too.
+        Target::Host => match gpus {
+            Ok(g) => format!("the host target ({g} CUDA device(s) present, but --target host was asked for)"),
+            Err(e) => format!("the host target ({e})"),
+        },
     }
 }
 
@@ -135,4 +144,18 @@ fn memcpy_gbps(bytes: usize) -> f64 {
         std::hint::black_box(&mut dst);
     }
     (bytes * reps) as f64 / t0.elapsed().as_secs_f64() / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_the_target_the_ranks_run_on() {
+        // A CUDA run once said "on the host target (1 CUDA device(s) present, but --target
+        // host was asked for)".
+        assert_eq!(target_words(Target::Cuda, &[0, 0], Ok(1)), "CUDA devices [0, 0]");
+        assert!(target_words(Target::Host, &[], Ok(2)).contains("2 CUDA device(s) present"));
+        assert_eq!(target_words(Target::Host, &[], Err("no driver".into())), "the host target (no driver)");
+    }
 }

@@ -52,7 +52,7 @@ pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams:
         }
         report.say(&line);
     }
-    report.finish(a.max_bytes);
+    report.finish(a.max_bytes, a.target);
     Ok(report.wrong == 0)
 }
 
