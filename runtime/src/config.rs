@@ -145,6 +145,10 @@ pub(crate) struct Resolved {
 
 /// Most channels a rank may use (each is a CTA: a thread on the host).
 pub const MAX_CHANNELS: usize = 32;
+/// Default channels of ranks on GPUs: on an H200 (ranks sharing it), 16 channels reached
+/// 57-75 GB/s at 64 MiB and 32 channels 101-107; each channel costs every rank a FIFO per
+/// peer, so the default stops at 16 (`JITCCL_NCHANNELS` goes to 32).
+const CUDA_CHANNELS: usize = 16;
 const DEFAULT_SIMPLE_SLOT: usize = 128 << 10;
 /// Per protocol (Simple, LL, LL128), the smallest slot and what every slot is a multiple of.
 const MIN_SLOT: [usize; NPROTOS] = [64, 16, 128];
@@ -230,8 +234,13 @@ impl Config {
         flag(self.blocking, "JITCCL_COMM_BLOCKING", true)
     }
 
-    /// Completes the configuration for `nranks` ranks sharing this machine's cores.
+    /// Completes the configuration for `nranks` ranks on the host, sharing its cores.
     pub(crate) fn resolve(&self, nranks: usize) -> Result<Resolved> {
+        self.resolve_on(nranks, &Device::host(0))
+    }
+
+    /// Completes the configuration for `nranks` ranks on devices of `device`'s kind.
+    pub(crate) fn resolve_on(&self, nranks: usize, device: &Device) -> Result<Resolved> {
         let min_ctas = ctas(self.min_ctas, "min_ctas", "JITCCL_MIN_CTAS", 1)?;
         let max_ctas = ctas(self.max_ctas, "max_ctas", "JITCCL_MAX_CTAS", MAX_CHANNELS)?;
         if min_ctas > max_ctas {
@@ -255,6 +264,9 @@ impl Config {
                 )))
             }
             Some(n) => n,
+            // A GPU channel is a CTA, which moved about 4 GB/s (the CUDA model's
+            // `CUDA_BW`), so large calls want many; the model gives small ones fewer.
+            None if device.is_cuda() => CUDA_CHANNELS.clamp(min_ctas, max_ctas),
             None => {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 // Ranks that share cores get a second channel, which the model gives to

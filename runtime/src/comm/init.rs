@@ -141,7 +141,7 @@ impl Comm {
             affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
         // Every rank must have been given the same configuration, or their kernels would
         // not agree on channels, protocols or FIFO slots.
-        let cfg = config.resolve(nranks)?;
+        let cfg = config.resolve_on(nranks, &device)?;
         cfg.agree(rank, &bs.all_gather(&cfg.encode())?)?;
 
         let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
@@ -164,7 +164,7 @@ impl Comm {
         let conns = connect(&layout, rank, &bases, &recv, &graph, &[])?;
         // Every rank tunes as rank 0 does (its machine's topology, its table): so they
         // cannot disagree.
-        let plan = if rank == 0 { tune::plan(&graph, &cfg)? } else { Vec::new() };
+        let plan = if rank == 0 { tune::plan(&graph, &cfg, device.is_cuda())? } else { Vec::new() };
         let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
         let proxy = if net.iter().any(|&n| n) {
             let ip =
@@ -368,14 +368,14 @@ impl Comm {
             return invalid("a communicator needs at least one rank");
         }
         let staged = connect_devices(devices)?;
-        let cfg = config.resolve(nranks)?;
+        let cfg = config.resolve_on(nranks, &devices[0])?;
         let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
         let segments = Arc::new(LocalSegments::new(&layout, devices, staged)?);
         let (local, boards) = (segments.bases(), segments.boards());
         let group = Endpoint::of_group();
         let endpoints = vec![group; nranks];
         let graph = Graph::uniform(nranks, cfg.nchannels);
-        let tuner = Arc::new(tune::from_plan(&tune::plan(&graph, &cfg)?, &graph, &cfg)?);
+        let tuner = Arc::new(tune::from_plan(&tune::plan(&graph, &cfg, devices[0].is_cuda())?, &graph, &cfg)?);
         tracing::info!(
             "init_all: {nranks} ranks in one process on {:?}, {} channel(s), slots {:?} B, timeout {:?}",
             devices[0],

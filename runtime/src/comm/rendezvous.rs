@@ -131,7 +131,8 @@ fn build(entries: &[Entry], devices: &[Device], cfgs: &[Config]) -> Result<Vec<O
     let mut out: Vec<Option<Comm>> = vec![None; entries.len()];
     for members in groups(entries) {
         // As process ranks agree at init: field by field, naming the one that differs.
-        let resolved = members.iter().map(|&q| cfgs[q].resolve(members.len())).collect::<Result<Vec<_>>>()?;
+        let resolved =
+            members.iter().map(|&q| cfgs[q].resolve_on(members.len(), &devices[q])).collect::<Result<Vec<_>>>()?;
         let encoded: Vec<Vec<u8>> = resolved.iter().map(|r| r.encode()).collect();
         resolved[0].agree(0, &encoded)?;
         let on: Vec<Device> = members.iter().map(|&q| devices[q].clone()).collect();

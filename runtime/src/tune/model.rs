@@ -124,6 +124,22 @@ impl Constants {
     };
 }
 
+impl Constants {
+    /// Measured on an H200 (see [`Topology::cuda`]): every algorithm's base is a launch and
+    /// its wait, 14.6 us (15.6 for one-shot); tree hops cost 1.5x, one-shot's 1.55x; LL's
+    /// hop 0.84x and LL128's 1.37x Simple's; tree reaches 0.65 and one-shot 0.6 of the
+    /// ring's bandwidth, LL 0.45 and LL128 0.35 of Simple's. The direct algorithms do not
+    /// run on GPUs; their entries only keep the table whole.
+    pub const CUDA: Constants = Constants {
+        base: [14.6, 14.6, 15.6, 14.6, 15.6],
+        hop_factor: [1.0, 1.5, 1.55, 1.0, 1.0],
+        algo_bw: [1.0, 0.65, 0.6, 1.0, 0.6],
+        proto_lat: [1.0, 0.84, 1.37],
+        proto_lat_spin: [1.0, 0.84, 1.37],
+        proto_bw: [1.0, 0.45, 0.35],
+    };
+}
+
 /// Host hop latency while every rank has a core, and once they share cores, us.
 const HOST_HOP_SPIN: f64 = 0.1;
 const HOST_HOP_SWITCH: f64 = 2.06;
@@ -145,6 +161,13 @@ const HOST_BARRIER_SPIN: f64 = 0.5;
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
 const HOST_MODEL_VERSION: u64 = 8;
+/// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over
+/// all channels (GB/s), and each channel past the first (us): see [`Topology::cuda`].
+const CUDA_HOP: f64 = 3.23;
+const CUDA_BW: f64 = 4.0;
+const CUDA_BW_RANK: f64 = 110.0;
+const CUDA_CHAN_LAT: f64 = 0.02;
+const CUDA_MODEL_VERSION: u64 = 1;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -180,6 +203,33 @@ impl Topology {
             t.lat_inter = HOST_NET_HOP;
         }
         t
+    }
+
+    /// Ranks on CUDA GPUs over a searched graph (between hosts, the network as for the
+    /// host). Measured with `jitccl perf all_reduce --target cuda` on one H200 holding 1-8
+    /// ranks (threads of one process), the choice forced by one-row tables, 8 B and
+    /// 4-64 MiB, with the kernels of 1cb37cb: 8-byte ring AllReduce took 13.3 us at 1 rank and 21.1, 36.1,
+    /// 59.8 us at 2, 4, 8 ranks (2, 6, 14 hops: 14.6 us + 3.23 per hop); a channel (a CTA)
+    /// moved 3.3-6 GB/s of bus bandwidth, 4 typical, near linearly to 32 channels (2 ranks:
+    /// 3.9 GB/s with 1, 30 with 8, 104 with 32); more channels cost nothing measurable at
+    /// 8 B. Ranks on separate GPUs (NVLink, PCIe) were not measured: their hops and
+    /// per-channel bandwidth may differ; `jitccl tune` measures the machine at hand.
+    pub fn cuda(graph: &Graph) -> Topology {
+        let nranks = graph.nranks.max(1);
+        let nnodes = graph.nhosts.clamp(1, nranks);
+        Topology {
+            nranks,
+            nnodes,
+            nchannels: graph.nchannels().max(1),
+            bw_intra: CUDA_BW,
+            bw_inter: if nnodes > 1 && graph.bw_inter > 0.0 { graph.bw_inter.min(CUDA_BW) } else { CUDA_BW },
+            bw_rank: CUDA_BW_RANK,
+            lat_intra: CUDA_HOP,
+            lat_inter: HOST_NET_HOP,
+            chan_lat: CUDA_CHAN_LAT,
+            contention: 1.0,
+            fingerprint: fnv1a(&[0x63756461, CUDA_MODEL_VERSION]),
+        }
     }
 
     /// The model's fastest (algorithm, protocol, channels) for `coll` over `bytes` with a
