@@ -8,9 +8,14 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topo
 fn jitccl_topo(args: &[&str], vars: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
     cmd.arg("topo").args(args);
-    for v in
-        ["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE", "JITCCL_TOPO_DUMP_FILE", "JITCCL_GRAPH_FILE", "JITCCL_GRAPH_DUMP_FILE"]
-    {
+    for v in [
+        "JITCCL_TOPO_FILE",
+        "NCCL_TOPO_FILE",
+        "JITCCL_TOPO_DUMP_FILE",
+        "JITCCL_GRAPH_FILE",
+        "JITCCL_GRAPH_DUMP_FILE",
+        "JITCCL_HOST_ARENA",
+    ] {
         cmd.env_remove(v);
     }
     cmd.envs(vars.iter().copied()).output().unwrap()
@@ -87,7 +92,7 @@ fn prints_the_models_pick_per_collective_and_size() {
         for c in 0..5 {
             let pick: Vec<&str> = row[1 + 2 * c].split('/').collect();
             assert_eq!(pick.len(), 3, "{row:?}");
-            // Only AllReduce has more than the ring.
+            // Only AllReduce has more than the ring (GPUs: no direct algorithms).
             assert!(c == 0 || pick[0] == "ring", "{row:?}");
             assert!(["simple", "ll", "ll128"].contains(&pick[1]), "{row:?}");
             let us: f64 = row[2 + 2 * c].parse().unwrap();
@@ -96,6 +101,28 @@ fn prints_the_models_pick_per_collective_and_size() {
         }
     }
     assert!(last.iter().all(|&us| us > 1000.0), "128 MiB takes more than 1 ms: {text}");
+    assert!(text.contains("GPU constants"), "a file of GPUs plans GPU ranks: {text}");
     let bad = jitccl_topo(&["-N", "0"], &[]);
     assert!(!bad.status.success());
+}
+
+#[test]
+fn host_picks_include_the_direct_algorithms_while_plain_buffers_live_in_the_arenas() {
+    // Communicators run plain host buffers of one machine directly (the host arenas);
+    // topo once printed only the FIFO algorithms for them.
+    let picks = |env: &[(&str, &str)]| {
+        let text = stdout(&jitccl_topo(&["-N", "2", "--cores", "2"], env));
+        let head = text.lines().position(|l| l.starts_with("model picks (2 ranks")).unwrap_or_else(|| panic!("{text}"));
+        let line = text.lines().nth(head).unwrap().to_string();
+        let rows: Vec<String> = text.lines().skip(head + 2).map(str::to_string).collect();
+        (line, rows)
+    };
+    let (line, rows) = picks(&[]);
+    assert!(line.contains("host constants for 2 cores") && line.contains("direct algorithms too"), "{line}");
+    let at = |rows: &[String], bytes: &str| rows.iter().find(|r| r.split_whitespace().next() == Some(bytes)).cloned();
+    let row = at(&rows, "32768").unwrap_or_else(|| panic!("{rows:?}"));
+    assert!(row.split_whitespace().nth(1).is_some_and(|p| p.starts_with("direct")), "32 KiB AllReduce: {row}");
+    let (line, rows) = picks(&[("JITCCL_HOST_ARENA", "0")]);
+    assert!(line.contains("buffers the peers do not address"), "{line}");
+    assert!(rows.iter().all(|r| !r.contains("direct")), "{rows:?}");
 }

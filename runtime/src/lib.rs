@@ -47,7 +47,7 @@ mod wait;
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_end, group_start, Comm, CommState, Registration, Split};
 pub use config::{Config, MAX_CHANNELS};
-pub use device::{cuda_compute_capability, cuda_device_count, Device, DeviceBuffer};
+pub use device::{cuda_compute_capability, cuda_device_count, host_arena_available, Device, DeviceBuffer};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
@@ -55,5 +55,5 @@ pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
 pub use stream::Stream;
 pub use tune::{
-    AlgoOverrides, Estimate, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology,
+    AlgoOverrides, Constants, Estimate, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology,
 };

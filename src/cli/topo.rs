@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use jitccl::graph::{search_or_load, Device, GlobalSystem, Graph, SearchParams};
 use jitccl::topo::{NodeKind, Path, System};
-use jitccl::{Collective, Topology};
+use jitccl::{Collective, Constants, Topology};
 
 #[derive(clap::Args)]
 pub struct TopoArgs {
@@ -50,7 +50,15 @@ impl TopoArgs {
         }
         let graph = search_or_load(&global, &params, 0).map_err(|e| e.to_string())?;
         print_graph(&graph);
-        print_picks(&Topology::from_graph(&graph, cores), cores);
+        let gpus = !global.hosts[0].gpus.is_empty();
+        let (topo, constants, whose) = if gpus {
+            (Topology::cuda(&graph), Constants::CUDA, "GPU constants".to_string())
+        } else {
+            (Topology::from_graph(&graph, cores), Constants::HOST, format!("host constants for {cores} cores"))
+        };
+        // Plain host buffers of one machine live in the host arenas, which every rank maps.
+        let direct = !gpus && topo.nnodes == 1 && jitccl::host_arena_available();
+        print_picks(&topo, &constants, &whose, direct);
         Ok(ExitCode::SUCCESS)
     }
 }
@@ -162,7 +170,7 @@ fn print_graph(g: &Graph) {
 
 /// What the cost model picks per collective and size (a commutative op, no table, no
 /// override): what a communicator on this graph runs without a tuning table.
-fn print_picks(topo: &Topology, cores: usize) {
+fn print_picks(topo: &Topology, constants: &Constants, whose: &str, direct: bool) {
     const COLLS: [Collective; 5] = [
         Collective::AllReduce,
         Collective::Broadcast,
@@ -170,11 +178,16 @@ fn print_picks(topo: &Topology, cores: usize) {
         Collective::AllGather,
         Collective::ReduceScatter,
     ];
+    let buffers = if direct {
+        "plain buffers in the host arenas, so the direct algorithms too"
+    } else {
+        "buffers the peers do not address"
+    };
     println!(
-        "model picks ({} ranks, {} node(s), {} channel(s), host constants for {cores} cores; algorithm/protocol/channels, estimated us):",
+        "model picks ({} ranks, {} node(s), {} channel(s), {whose}, {buffers}; algorithm/protocol/channels, estimated us):",
         topo.nranks, topo.nnodes, topo.nchannels
     );
-    let head: Vec<String> = COLLS.iter().map(|c| format!("{:>26}", c.to_string())).collect();
+    let head: Vec<String> = COLLS.iter().map(|c| format!("{:>30}", c.to_string())).collect();
     println!("  {:>10}{}", "bytes", head.join(""));
     for shift in (3..=28).step_by(3) {
         let bytes = 1usize << shift;
@@ -182,9 +195,9 @@ fn print_picks(topo: &Topology, cores: usize) {
             .iter()
             .map(|&c| {
                 let pick = topo
-                    .fastest(c, bytes)
+                    .fastest(constants, c, bytes, direct)
                     .map_or("-".to_string(), |e| format!("{}/{}/{} {:.1}", e.algo, e.proto, e.nchannels, e.us));
-                format!("{pick:>26}")
+                format!("{pick:>30}")
             })
             .collect();
         println!("  {bytes:>10}{}", cells.join(""));

@@ -30,6 +30,13 @@ pub(crate) use cuda::{IpcHandle, IpcMapping, Registered as HostRegistration};
 pub(crate) use host::Memory as HostMemory;
 pub(crate) use host::{Arena, ArenaId, PeerArena};
 
+/// Whether this process allocates host buffers in its arena, which peer processes map (off
+/// with `JITCCL_HOST_ARENA=0`, or where it could not be made): then plain buffers may run
+/// the direct algorithms.
+pub fn host_arena_available() -> bool {
+    Arena::get().is_some()
+}
+
 /// Where a communicator's rank lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Device {

@@ -166,7 +166,7 @@ const HOST_MODEL_VERSION: u64 = 8;
 const CUDA_HOP: f64 = 3.23;
 const CUDA_BW: f64 = 4.0;
 const CUDA_BW_RANK: f64 = 110.0;
-const CUDA_CHAN_LAT: f64 = 0.02;
+const CUDA_CHAN_LAT: f64 = 0.1;
 const CUDA_MODEL_VERSION: u64 = 1;
 
 impl Topology {
@@ -233,11 +233,12 @@ impl Topology {
     }
 
     /// The model's fastest (algorithm, protocol, channels) for `coll` over `bytes` with a
-    /// commutative op, unregistered buffers and nothing overridden, as a communicator on
-    /// this topology picks without a tuning table.
-    pub fn fastest(&self, coll: Collective, bytes: usize) -> Option<Estimate> {
-        let algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(|a| !a.is_direct()).collect();
-        best(self, &Constants::HOST, coll, &algos, Protocol::ALL, bytes)
+    /// commutative op and nothing overridden, as a communicator on this topology with
+    /// constants `k` picks without a tuning table; `direct`: every rank addresses the
+    /// buffers (registered, or plain ones in the host arenas).
+    pub fn fastest(&self, k: &Constants, coll: Collective, bytes: usize, direct: bool) -> Option<Estimate> {
+        let algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(|a| direct || !a.is_direct()).collect();
+        best(self, k, coll, &algos, Protocol::ALL, bytes)
     }
 
     /// The fingerprint as tables and cache file names show it.
@@ -413,7 +414,9 @@ mod tests {
         let hops = 2.0 * (HOST_NET_HOP - t1.lat_intra);
         assert!((ring(&t2, 8) - ring(&t1, 8) - hops).abs() < 0.01);
         assert!(ring(&t2, 1 << 26) > 5.0 * ring(&t1, 1 << 26));
-        assert_eq!(t1.fastest(Collective::AllReduce, 1 << 26).map(|e| e.algo), Some(Algorithm::Ring));
+        let fastest = |direct| t1.fastest(&Constants::HOST, Collective::AllReduce, 1 << 26, direct).map(|e| e.algo);
+        assert_eq!(fastest(false), Some(Algorithm::Ring));
+        assert_eq!(fastest(true), Some(Algorithm::Direct), "peers' buffers addressed directly");
     }
 
     #[test]
