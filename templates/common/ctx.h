@@ -18,35 +18,38 @@ static JC_DEVICE int jc_ring_pos(const struct jc_channel* ch, int nranks, int ra
   return 0;
 }
 
-/* Called while a wait has not succeeded; nonzero (a JC_ERR_*) ends the kernel. */
-static JC_DEVICE int jc_check(struct jc_ctx* x, jc_u64 spins, int peer, int what) {
-  int code = JC_OK;
+/* Called while a wait has not succeeded: why it must end (a JC_ERR_*), or JC_OK. It
+   records nothing, because the peer may have posted what was awaited and then failed or
+   exited (a process's end is noted on the failure board) between the caller's last look
+   and this check: every wait looks once more after a nonzero check, and only then fails,
+   through jc_fail. */
+static JC_DEVICE int jc_check(struct jc_ctx* x, jc_u64 spins, int peer) {
   if ((spins & 255) != 0) return JC_OK;
-  if (jc_load_flag(x->args->abort_flag)) {
-    code = JC_ERR_ABORTED;
-  } else if (peer >= 0 && jc_load_flag(&x->args->peer_failed[peer])) {
-    code = JC_ERR_PEER;
-  } else {
-    jc_u64 now = jc_now_ns();
-    if (x->wait_start == 0) x->wait_start = now;
-    else if (now - x->wait_start > x->args->timeout_ns) code = JC_ERR_TIMEOUT;
-  }
-  if (code != JC_OK) {
-    struct jc_status* st = &x->args->status[x->chan];
-    st->code = code;
-    st->peer = peer;
-    st->what = what;
-  }
+  if (jc_load_flag(x->args->abort_flag)) return JC_ERR_ABORTED;
+  if (peer >= 0 && jc_load_flag(&x->args->peer_failed[peer])) return JC_ERR_PEER;
+  jc_u64 now = jc_now_ns();
+  if (x->wait_start == 0) x->wait_start = now;
+  else if (now - x->wait_start > x->args->timeout_ns) return JC_ERR_TIMEOUT;
+  return JC_OK;
+}
+
+/* Records why the kernel ends (a failed check's `code`), for the runtime's error. */
+static JC_DEVICE int jc_fail(struct jc_ctx* x, int code, int peer, int what) {
+  struct jc_status* st = &x->args->status[x->chan];
+  st->code = code;
+  st->peer = peer;
+  st->what = what;
   return code;
 }
 
 /* Waits until *p >= v. */
 static JC_DEVICE int jc_wait_ge(struct jc_ctx* x, jc_u64* p, jc_u64 v, int peer, int what) {
   jc_u64 spins = 0;
+  int e = JC_OK;
   while (jc_load_acquire(p) < v) {
-    int e = jc_check(x, ++spins, peer, what);
-    if (e) return e;
-    jc_relax(spins, x->args->spin);
+    if (e) return jc_fail(x, e, peer, what); /* still short after a failed check */
+    e = jc_check(x, ++spins, peer);
+    if (!e) jc_relax(spins, x->args->spin);
   }
   x->wait_start = 0;
   return JC_OK;

@@ -63,11 +63,7 @@ static JC_DEVICE int jc_sym_barrier(struct jc_ctx* x, struct jc_sym* v) {
 
 /* Records that peer q's call does not match this rank's. */
 static JC_DEVICE int jc_sym_mismatch(struct jc_ctx* x, int q) {
-  struct jc_status* st = &x->args->status[x->chan];
-  st->code = JC_ERR_MISMATCH;
-  st->peer = q;
-  st->what = JC_WAIT_BARRIER;
-  return JC_ERR_MISMATCH;
+  return jc_fail(x, JC_ERR_MISMATCH, q, JC_WAIT_BARRIER);
 }
 
 /* Publishes this rank's call, waits for every peer's, checks that they name the same

@@ -37,13 +37,15 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
     out.u = 0;
     if (r) {
       jc_u64 lo, hi, spins = 0;
+      int failed = JC_OK;
       for (;;) {
         jc_ll_load(rl + 2 * l, &lo, &hi);
         if ((jc_u32)(lo >> 32) == rflag && (jc_u32)(hi >> 32) == rflag) break;
         if (jc_line_err) { e = jc_line_err; break; }
-        e = jc_check(x, ++spins, r->peer, JC_WAIT_DATA);
-        if (e) { jc_line_err = e; break; }
-        jc_relax(spins, x->args->spin);
+        /* still short after a failed check */
+        if (failed) { jc_line_err = e = jc_fail(x, failed, r->peer, JC_WAIT_DATA); break; }
+        failed = jc_check(x, ++spins, r->peer);
+        if (!failed) jc_relax(spins, x->args->spin);
       }
       if (e) break;
       x->wait_start = 0;

@@ -28,11 +28,13 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
     if (r) {
       jc_u64* line = rl + 16 * l;
       jc_u64 spins = 0;
+      int failed = JC_OK;
       while (jc_load_acquire(line + 15) != rflag) {
         if (jc_line_err) { e = jc_line_err; break; }
-        e = jc_check(x, ++spins, r->peer, JC_WAIT_DATA);
-        if (e) { jc_line_err = e; break; }
-        jc_relax(spins, x->args->spin);
+        /* still short after a failed check */
+        if (failed) { jc_line_err = e = jc_fail(x, failed, r->peer, JC_WAIT_DATA); break; }
+        failed = jc_check(x, ++spins, r->peer);
+        if (!failed) jc_relax(spins, x->args->spin);
       }
       if (e) break;
       x->wait_start = 0;

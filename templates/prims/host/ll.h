@@ -7,6 +7,7 @@
 
 static JC_DEVICE int jc_ll_read(struct jc_ctx* x, struct jc_conn* r, const jc_u64* line, jc_u32 flag, jc_u64* data) {
   jc_u64 spins = 0;
+  int e = JC_OK;
   for (;;) {
     jc_u64 lo = jc_load_relaxed(line), hi = jc_load_relaxed(line + 1);
     if ((jc_u32)(lo >> 32) == flag && (jc_u32)(hi >> 32) == flag) {
@@ -14,8 +15,9 @@ static JC_DEVICE int jc_ll_read(struct jc_ctx* x, struct jc_conn* r, const jc_u6
       x->wait_start = 0;
       return JC_OK;
     }
-    JC_CHECK(jc_check(x, ++spins, r->peer, JC_WAIT_DATA));
-    jc_relax(spins, x->args->spin);
+    if (e) return jc_fail(x, e, r->peer, JC_WAIT_DATA); /* still short after a failed check */
+    e = jc_check(x, ++spins, r->peer);
+    if (!e) jc_relax(spins, x->args->spin);
   }
 }
 

@@ -16,9 +16,11 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
     if (r) {
       jc_u64* line = rl + 16 * l;
       jc_u64 spins = 0;
+      int e = JC_OK;
       while (jc_load_acquire(line + 15) != rflag) {
-        JC_CHECK(jc_check(x, ++spins, r->peer, JC_WAIT_DATA));
-        jc_relax(spins, x->args->spin);
+        if (e) return jc_fail(x, e, r->peer, JC_WAIT_DATA); /* still short after a failed check */
+        e = jc_check(x, ++spins, r->peer);
+        if (!e) jc_relax(spins, x->args->spin);
       }
       x->wait_start = 0;
       in = (const T*)line;
