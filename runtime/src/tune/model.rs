@@ -122,9 +122,7 @@ impl Constants {
         proto_lat_spin: [1.0, 0.5, 0.5],
         proto_bw: [1.0, 0.125, 0.5],
     };
-}
 
-impl Constants {
     /// Measured on an H200 (see [`Topology::cuda`]): every algorithm's base is a launch and
     /// its wait, 14.6 us (15.6 for one-shot); tree hops cost 1.5x, one-shot's 1.55x; LL's
     /// hop 0.84x and LL128's 1.37x Simple's; tree reaches 0.65 and one-shot 0.6 of the
