@@ -55,5 +55,6 @@ pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
 pub use stream::Stream;
 pub use tune::{
-    AlgoOverrides, Constants, Estimate, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError, Topology,
+    AlgoOverrides, Constants, Estimate, Machine, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError,
+    Topology,
 };

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use jitccl::graph::{search_or_load, Device, GlobalSystem, Graph, SearchParams};
 use jitccl::topo::{NodeKind, Path, System};
-use jitccl::{Collective, Constants, Topology};
+use jitccl::{Collective, Constants, Machine, Topology};
 
 #[derive(clap::Args)]
 pub struct TopoArgs {
@@ -51,14 +51,11 @@ impl TopoArgs {
         let graph = search_or_load(&global, &params, 0).map_err(|e| e.to_string())?;
         print_graph(&graph);
         let gpus = !global.hosts[0].gpus.is_empty();
-        let (topo, constants, whose) = if gpus {
-            (Topology::cuda(&graph), Constants::CUDA, "GPU constants".to_string())
-        } else {
-            (Topology::from_graph(&graph, cores), Constants::HOST, format!("host constants for {cores} cores"))
-        };
+        let machine = if gpus { Machine::Gpus } else { Machine::Host { cores } };
+        let (topo, constants) = machine.model(&graph);
         // Plain host buffers of one machine live in the host arenas, which every rank maps.
         let direct = !gpus && topo.nnodes == 1 && jitccl::host_arena_available();
-        print_picks(&topo, &constants, &whose, direct);
+        print_picks(&topo, &constants, machine, direct);
         Ok(ExitCode::SUCCESS)
     }
 }
@@ -170,7 +167,7 @@ fn print_graph(g: &Graph) {
 
 /// What the cost model picks per collective and size (a commutative op, no table, no
 /// override): what a communicator on this graph runs without a tuning table.
-fn print_picks(topo: &Topology, constants: &Constants, whose: &str, direct: bool) {
+fn print_picks(topo: &Topology, constants: &Constants, machine: Machine, direct: bool) {
     const COLLS: [Collective; 5] = [
         Collective::AllReduce,
         Collective::Broadcast,
@@ -184,7 +181,7 @@ fn print_picks(topo: &Topology, constants: &Constants, whose: &str, direct: bool
         "buffers the peers do not address"
     };
     println!(
-        "model picks ({} ranks, {} node(s), {} channel(s), {whose}, {buffers}; algorithm/protocol/channels, estimated us):",
+        "model picks ({} ranks, {} node(s), {} channel(s), {machine}, {buffers}; algorithm/protocol/channels, estimated us):",
         topo.nranks, topo.nnodes, topo.nchannels
     );
     let head: Vec<String> = COLLS.iter().map(|c| format!("{:>30}", c.to_string())).collect();

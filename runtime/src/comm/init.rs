@@ -164,7 +164,7 @@ impl Comm {
         let conns = connect(&layout, rank, &bases, &recv, &graph, &[])?;
         // Every rank tunes as rank 0 does (its machine's topology, its table): so they
         // cannot disagree.
-        let plan = if rank == 0 { tune::plan(&graph, &cfg, device.is_cuda())? } else { Vec::new() };
+        let plan = if rank == 0 { tune::plan(&graph, &cfg, &device)? } else { Vec::new() };
         let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
         let proxy = if net.iter().any(|&n| n) {
             let ip =
@@ -375,7 +375,7 @@ impl Comm {
         let group = Endpoint::of_group();
         let endpoints = vec![group; nranks];
         let graph = Graph::uniform(nranks, cfg.nchannels);
-        let tuner = Arc::new(tune::from_plan(&tune::plan(&graph, &cfg, devices[0].is_cuda())?, &graph, &cfg)?);
+        let tuner = Arc::new(tune::from_plan(&tune::plan(&graph, &cfg, &devices[0])?, &graph, &cfg)?);
         tracing::info!(
             "init_all: {nranks} ranks in one process on {:?}, {} channel(s), slots {:?} B, timeout {:?}",
             devices[0],

@@ -20,9 +20,10 @@ use jitccl_codegen::{Algorithm, Collective, Protocol};
 use rustc_hash::FxHashMap;
 
 use crate::config::Resolved;
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-pub use model::{Constants, Estimate, Topology};
+pub use model::{Constants, Estimate, Machine, Topology};
 pub use overrides::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Set};
 pub use table::{Row, Table, TableError};
 
@@ -285,43 +286,42 @@ fn machine_cores() -> usize {
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }
 
-/// What rank 0 tells every rank so that all tune alike: whether the ranks run on GPUs, its
-/// machine's core count (the host topology's one machine-dependent input besides the
+/// What rank 0 tells every rank so that all tune alike: the machine its ranks run on (for
+/// the host, its core count: the host topology's one machine-dependent input besides the
 /// graph, which every rank searched alike) and the table it found for that topology (see
 /// [`Table::load`]), if any.
-pub(crate) fn plan(graph: &Graph, cfg: &Resolved, gpu: bool) -> Result<Vec<u8>> {
-    let cores = machine_cores();
-    let table = Table::load(&topology(graph, cores, gpu), cfg.tuner_table.as_deref())
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let mut plan = vec![gpu as u8];
-    plan.extend((cores as u64).to_le_bytes());
+pub(crate) fn plan(graph: &Graph, cfg: &Resolved, device: &Device) -> Result<Vec<u8>> {
+    let machine = if device.is_cuda() { Machine::Gpus } else { Machine::Host { cores: machine_cores() } };
+    let (topo, _) = machine.model(graph);
+    let table = Table::load(&topo, cfg.tuner_table.as_deref()).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    // 0 and the core count for the host, 1 for GPUs.
+    let mut plan = match machine {
+        Machine::Host { cores } => [&[0u8][..], &(cores as u64).to_le_bytes()].concat(),
+        Machine::Gpus => vec![1],
+    };
     plan.extend(table.map_or(Vec::new(), |t| t.to_bytes()));
     Ok(plan)
-}
-
-/// The model's view of the machine: GPU ranks have their own constants.
-fn topology(graph: &Graph, cores: usize, gpu: bool) -> Topology {
-    if gpu {
-        Topology::cuda(graph)
-    } else {
-        Topology::from_graph(graph, cores.max(1))
-    }
 }
 
 /// The tuner of every rank, from rank 0's [`plan`].
 pub(crate) fn from_plan(plan: &[u8], graph: &Graph, cfg: &Resolved) -> Result<Tuner> {
     let bad = || Error::Internal(format!("rank 0's tuning plan is malformed ({} bytes)", plan.len()));
-    let (&gpu, rest) = plan.split_first().ok_or_else(bad)?;
-    let (cores, table) = rest.split_at_checked(8).ok_or_else(bad)?;
-    let cores = u64::from_le_bytes(cores.try_into().map_err(|_| bad())?) as usize;
-    let gpu = gpu != 0;
-    let topo = topology(graph, cores, gpu);
+    let (machine, table) = match plan.split_first() {
+        Some((0, rest)) => {
+            let (cores, table) = rest.split_at_checked(8).ok_or_else(bad)?;
+            let cores = u64::from_le_bytes(cores.try_into().map_err(|_| bad())?) as usize;
+            (Machine::Host { cores: cores.max(1) }, table)
+        }
+        Some((1, table)) => (Machine::Gpus, table),
+        _ => return Err(bad()),
+    };
+    let (topo, constants) = machine.model(graph);
     let table = if table.is_empty() {
         None
     } else {
         Some(Table::from_bytes(table, "rank 0's tuning table").map_err(|e| Error::InvalidArgument(e.to_string()))?)
     };
-    Ok(Tuner::new(topo, if gpu { Constants::CUDA } else { Constants::HOST }, table, cfg))
+    Ok(Tuner::new(topo, constants, table, cfg))
 }
 
 #[cfg(test)]

@@ -63,10 +63,40 @@
 //! ~5 KiB at 4 and ~1 KiB at 8; the tree between ~1 and ~60 KiB at 8 ranks (never at 3-4);
 //! the ring above; at 2 ranks one-shot up to ~1 KiB and the ring above.
 
+use std::fmt;
+
 use jitccl_codegen::abi::NPROTOS;
 use jitccl_codegen::{Algorithm, Collective, Protocol};
 
 use crate::graph::Graph;
+
+/// What runs the ranks' kernels, as far as the model tells machines apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    /// CPUs, `cores` per machine.
+    Host { cores: usize },
+    /// CUDA GPUs.
+    Gpus,
+}
+
+impl Machine {
+    /// The model of `graph`'s ranks on this machine: its topology and constants.
+    pub fn model(self, graph: &Graph) -> (Topology, Constants) {
+        match self {
+            Machine::Host { cores } => (Topology::from_graph(graph, cores), Constants::HOST),
+            Machine::Gpus => (Topology::cuda(graph), Constants::CUDA),
+        }
+    }
+}
+
+impl fmt::Display for Machine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Machine::Host { cores } => write!(f, "host constants for {cores} cores"),
+            Machine::Gpus => f.write_str("GPU constants"),
+        }
+    }
+}
 
 /// What the model knows of the machine: from the graph search, or [`Topology::host`].
 #[derive(Debug, Clone, PartialEq)]
@@ -192,15 +222,20 @@ impl Topology {
     /// bandwidth (the NICs' speed) and the network transport's hop latency; `cores` are
     /// one machine's.
     pub fn from_graph(graph: &Graph, cores: usize) -> Topology {
-        let mut t = Topology::host(graph.nranks, graph.nchannels(), cores);
-        t.nnodes = graph.nhosts.clamp(1, t.nranks);
-        if t.nnodes > 1 {
+        Topology::host(graph.nranks, graph.nchannels(), cores).across_hosts(graph)
+    }
+
+    /// `self` (one machine's figures) over `graph`'s hosts: between them, the NICs' speed
+    /// where the graph knows it and the network transport's hop latency.
+    fn across_hosts(mut self, graph: &Graph) -> Topology {
+        self.nnodes = graph.nhosts.clamp(1, self.nranks);
+        if self.nnodes > 1 {
             if graph.bw_inter > 0.0 {
-                t.bw_inter = graph.bw_inter.min(HOST_BW);
+                self.bw_inter = graph.bw_inter.min(self.bw_intra);
             }
-            t.lat_inter = HOST_NET_HOP;
+            self.lat_inter = HOST_NET_HOP;
         }
-        t
+        self
     }
 
     /// Ranks on CUDA GPUs over a searched graph (between hosts, the network as for the
@@ -213,21 +248,20 @@ impl Topology {
     /// 8 B. Ranks on separate GPUs (NVLink, PCIe) were not measured: their hops and
     /// per-channel bandwidth may differ; `jitccl tune` measures the machine at hand.
     pub fn cuda(graph: &Graph) -> Topology {
-        let nranks = graph.nranks.max(1);
-        let nnodes = graph.nhosts.clamp(1, nranks);
         Topology {
-            nranks,
-            nnodes,
+            nranks: graph.nranks.max(1),
+            nnodes: 1,
             nchannels: graph.nchannels().max(1),
             bw_intra: CUDA_BW,
-            bw_inter: if nnodes > 1 && graph.bw_inter > 0.0 { graph.bw_inter.min(CUDA_BW) } else { CUDA_BW },
+            bw_inter: CUDA_BW,
             bw_rank: CUDA_BW_RANK,
             lat_intra: CUDA_HOP,
-            lat_inter: HOST_NET_HOP,
+            lat_inter: CUDA_HOP,
             chan_lat: CUDA_CHAN_LAT,
             contention: 1.0,
             fingerprint: fnv1a(&[0x63756461, CUDA_MODEL_VERSION]),
         }
+        .across_hosts(graph)
     }
 
     /// The model's fastest (algorithm, protocol, channels) for `coll` over `bytes` with a
@@ -362,63 +396,4 @@ pub fn time(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(coll: Collective, algo: Algorithm, n: usize, bytes: usize) -> f64 {
-        time(&Topology::host(n, 1, 2), &Constants::HOST, coll, algo, Protocol::Simple, 1, bytes).unwrap()
-    }
-
-    #[test]
-    fn time_grows_with_size_and_hops() {
-        for &algo in Collective::AllReduce.algorithms() {
-            for n in [2, 3, 4, 8] {
-                let mut last = 0.0;
-                for shift in 0..28 {
-                    let now = t(Collective::AllReduce, algo, n, 1 << shift);
-                    assert!(now > last && now.is_finite(), "{algo} n={n} 2^{shift}: {now} after {last}");
-                    last = now;
-                }
-            }
-        }
-        assert!(t(Collective::AllReduce, Algorithm::Ring, 8, 8) > t(Collective::AllReduce, Algorithm::Ring, 3, 8));
-    }
-
-    #[test]
-    fn invalid_algorithms_have_no_time() {
-        let topo = Topology::host(4, 1, 2);
-        assert!(time(&topo, &Constants::HOST, Collective::Broadcast, Algorithm::Tree, Protocol::Simple, 1, 8).is_none());
-        assert!(time(&topo, &Constants::HOST, Collective::AllGather, Algorithm::OneShot, Protocol::LL, 1, 8).is_none());
-    }
-
-    #[test]
-    fn fingerprints_are_stable_and_name_the_cores() {
-        assert_eq!(Topology::host(2, 1, 2).fingerprint, Topology::host(8, 4, 2).fingerprint);
-        assert_ne!(Topology::host(2, 1, 2).fingerprint, Topology::host(2, 1, 4).fingerprint);
-        assert_eq!(Topology::host(2, 1, 2).fingerprint_hex().len(), 16);
-    }
-
-    #[test]
-    fn a_graph_over_two_hosts_costs_network_hops() {
-        let one = Graph::uniform(4, 2);
-        let two = Graph { nhosts: 2, bw_inter: 1.25, ..Graph::uniform(4, 2) };
-        let (t1, t2) = (Topology::from_graph(&one, 4), Topology::from_graph(&two, 4));
-        assert_eq!((t1.nnodes, t1.nchannels, t1.nranks), (1, 2, 4));
-        assert_eq!((t2.nnodes, t2.bw_inter, t2.lat_inter), (2, 1.25, HOST_NET_HOP));
-        let ring = |t: &Topology, bytes| {
-            time(t, &Constants::HOST, Collective::AllReduce, Algorithm::Ring, Protocol::Simple, 1, bytes).unwrap()
-        };
-        // Two of the ring's six hops cross hosts; big messages run at the NIC's speed.
-        let hops = 2.0 * (HOST_NET_HOP - t1.lat_intra);
-        assert!((ring(&t2, 8) - ring(&t1, 8) - hops).abs() < 0.01);
-        assert!(ring(&t2, 1 << 26) > 5.0 * ring(&t1, 1 << 26));
-        let fastest = |direct| t1.fastest(&Constants::HOST, Collective::AllReduce, 1 << 26, direct).map(|e| e.algo);
-        assert_eq!(fastest(false), Some(Algorithm::Ring));
-        assert_eq!(fastest(true), Some(Algorithm::Direct), "peers' buffers addressed directly");
-    }
-
-    #[test]
-    fn tree_depth_matches_the_heap_layout() {
-        assert_eq!([1, 2, 3, 4, 7, 8, 9].map(tree_depth), [0, 1, 1, 2, 2, 3, 3]);
-    }
-}
+mod tests;

@@ -313,7 +313,7 @@ fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
     let capped = Config { max_ctas: Some(8), ..Config::default() }.resolve_on(2, &Device::Cuda { ordinal: 0 });
     assert_eq!(capped.unwrap().nchannels, 8, "within max_ctas");
     let graph = Graph::uniform(2, cfg.nchannels);
-    let plan = plan(&graph, &cfg, true).unwrap();
+    let plan = plan(&graph, &cfg, &Device::Cuda { ordinal: 0 }).unwrap();
     let t = from_plan(&plan, &graph, &cfg).unwrap();
     assert_eq!(t.topo.fingerprint, Topology::cuda(&graph).fingerprint);
     assert_ne!(t.topo.fingerprint, Topology::from_graph(&graph, 2).fingerprint, "host tables never apply");

@@ -1,0 +1,58 @@
+use super::*;
+
+fn t(coll: Collective, algo: Algorithm, n: usize, bytes: usize) -> f64 {
+    time(&Topology::host(n, 1, 2), &Constants::HOST, coll, algo, Protocol::Simple, 1, bytes).unwrap()
+}
+
+#[test]
+fn time_grows_with_size_and_hops() {
+    for &algo in Collective::AllReduce.algorithms() {
+        for n in [2, 3, 4, 8] {
+            let mut last = 0.0;
+            for shift in 0..28 {
+                let now = t(Collective::AllReduce, algo, n, 1 << shift);
+                assert!(now > last && now.is_finite(), "{algo} n={n} 2^{shift}: {now} after {last}");
+                last = now;
+            }
+        }
+    }
+    assert!(t(Collective::AllReduce, Algorithm::Ring, 8, 8) > t(Collective::AllReduce, Algorithm::Ring, 3, 8));
+}
+
+#[test]
+fn invalid_algorithms_have_no_time() {
+    let topo = Topology::host(4, 1, 2);
+    assert!(time(&topo, &Constants::HOST, Collective::Broadcast, Algorithm::Tree, Protocol::Simple, 1, 8).is_none());
+    assert!(time(&topo, &Constants::HOST, Collective::AllGather, Algorithm::OneShot, Protocol::LL, 1, 8).is_none());
+}
+
+#[test]
+fn fingerprints_are_stable_and_name_the_cores() {
+    assert_eq!(Topology::host(2, 1, 2).fingerprint, Topology::host(8, 4, 2).fingerprint);
+    assert_ne!(Topology::host(2, 1, 2).fingerprint, Topology::host(2, 1, 4).fingerprint);
+    assert_eq!(Topology::host(2, 1, 2).fingerprint_hex().len(), 16);
+}
+
+#[test]
+fn a_graph_over_two_hosts_costs_network_hops() {
+    let one = Graph::uniform(4, 2);
+    let two = Graph { nhosts: 2, bw_inter: 1.25, ..Graph::uniform(4, 2) };
+    let (t1, t2) = (Topology::from_graph(&one, 4), Topology::from_graph(&two, 4));
+    assert_eq!((t1.nnodes, t1.nchannels, t1.nranks), (1, 2, 4));
+    assert_eq!((t2.nnodes, t2.bw_inter, t2.lat_inter), (2, 1.25, HOST_NET_HOP));
+    let ring = |t: &Topology, bytes| {
+        time(t, &Constants::HOST, Collective::AllReduce, Algorithm::Ring, Protocol::Simple, 1, bytes).unwrap()
+    };
+    // Two of the ring's six hops cross hosts; big messages run at the NIC's speed.
+    let hops = 2.0 * (HOST_NET_HOP - t1.lat_intra);
+    assert!((ring(&t2, 8) - ring(&t1, 8) - hops).abs() < 0.01);
+    assert!(ring(&t2, 1 << 26) > 5.0 * ring(&t1, 1 << 26));
+    let fastest = |direct| t1.fastest(&Constants::HOST, Collective::AllReduce, 1 << 26, direct).map(|e| e.algo);
+    assert_eq!(fastest(false), Some(Algorithm::Ring));
+    assert_eq!(fastest(true), Some(Algorithm::Direct), "peers' buffers addressed directly");
+}
+
+#[test]
+fn tree_depth_matches_the_heap_layout() {
+    assert_eq!([1, 2, 3, 4, 7, 8, 9].map(tree_depth), [0, 1, 1, 2, 2, 3, 3]);
+}
