@@ -154,6 +154,17 @@ fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
         assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
     }
 
+    // Simple: 16-byte packs from the peer's slot (volatile) and the user's buffer, four in
+    // flight per thread before the first is used, and 16-byte stores.
+    for name in ["all_reduce.ring.simple.f32.sum", "all_reduce.ring.simple.bf16.max"] {
+        let (spec, ptx) = ptx_of(name);
+        let pos = |insn: &str| -> Vec<usize> { ptx.match_indices(insn).map(|(i, _)| i).collect() };
+        let (vol, plain, stores) = (pos("ld.volatile.v4.u32"), pos("ld.v4.u32"), pos("st.v4."));
+        assert_eq!((vol.len(), plain.len()), (4, 4), "{spec}: 4 + 4 pack loads");
+        assert!(stores.len() >= 4, "{spec}: pack stores");
+        assert!(vol.iter().chain(&plain).all(|&l| l < stores[0]), "{spec}: every load before the first store");
+    }
+
     let (spec, ptx) = ptx_of("reduce.ring.ll128.f8e4m3.sum");
     assert!(ptx.contains(&spec.symbol()));
     for insn in ["ld.acquire.sys.u64", "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.f16x2.e4m3x2"] {

@@ -14,7 +14,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   struct jc_conn* r = &ch->ring_recv;
   jc_u64 loop = (jc_u64)n * a->chunk_elems;
   for (jc_u64 off = beg; off < end; off += loop) {
-    jc_u64 rem = jc_min(end - off, loop), cs = (rem + n - 1) / n;
+    jc_u64 rem = jc_min(end - off, loop), cs = jc_split(rem, n, a->chunk_elems);
 /* offset and length of chunk c of this loop (possibly empty at the end) */
 #define JC_CHUNK(c) jc_u64 o = off + (jc_u64)(c) * cs, len = (jc_u64)(c) * cs >= rem ? 0 : jc_min(cs, rem - (jc_u64)(c) * cs)
     { JC_CHUNK(p); JC_CHECK(jc_send(x, s, in + o, len, 1)); }

@@ -80,6 +80,15 @@ static JC_DEVICE char* jc_slot(const struct jc_conn* c, int proto) {
   return c->buf[proto] + (c->step % JC_STEPS) * c->slot_bytes[proto];
 }
 
+/* The size of each of n chunks that split rem elements, at most cap: on a multiple of 16
+   bytes where cap allows, so that every chunk starts where the CUDA Simple copy can move
+   16-byte packs. */
+static JC_DEVICE JC_INLINE jc_u64 jc_split(jc_u64 rem, int n, jc_u64 cap) {
+  const jc_u64 a = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
+  jc_u64 cs = (rem + n - 1) / n;
+  return jc_min((cs + a - 1) / a * a, cap);
+}
+
 /* Element range [*beg, *end) of `count` that channel `chan` of `nch` handles. */
 static JC_DEVICE void jc_channel_range(jc_u64 count, int chan, int nch, jc_u64* beg, jc_u64* end) {
   jc_u64 per = (count + nch - 1) / nch;

@@ -7,8 +7,35 @@
    jc_generic is __noinline__ (here and in ll.h, ll128.h): one copy per kernel instead of one
    per call site halves NVRTC's compile time; its branches on r/s/src/dst are uniform. */
 #define JC_PROTO 0
-/* 16 bytes or more in flight per thread and stream. */
-#define JC_UNROLL (sizeof(T) >= 2 ? 8 : 16)
+/* 16-byte packs in flight per thread and stream: four (eight measured slower on an H200);
+   two for 1-byte types, whose 16 elements a pack make each pack's code (and NVRTC's time)
+   four times a float's. */
+#define JC_UNROLL (sizeof(T) == 1 ? 2 : 4)
+#define JC_PACK (16 / sizeof(T))
+struct __align__(16) jc_v16 { jc_u32 w[4]; };
+union jc_pack { struct jc_v16 v; T e[JC_PACK]; };
+static JC_DEVICE JC_INLINE int jc_aligned16(const volatile void* p) { return ((jc_u64)p & 15) == 0; }
+static JC_DEVICE JC_INLINE struct jc_v16 jc_zero16(void) {
+  struct jc_v16 z;
+  z.w[0] = z.w[1] = z.w[2] = z.w[3] = 0;
+  return z;
+}
+/* The peer wrote the slot from outside this SM: a volatile load skips stale L1 lines. */
+static JC_DEVICE JC_INLINE struct jc_v16 jc_load16_volatile(const volatile T* p) {
+  struct jc_v16 v;
+  asm volatile("ld.volatile.v4.u32 { %0, %1, %2, %3 }, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(p));
+  return v;
+}
+/* One pack's outputs: jc_elem on each element, then one 16-byte store per destination. */
+static JC_DEVICE JC_INLINE void jc_pack_out(struct jc_ctx* x, const union jc_pack* rv, int has_recv,
+                                            const union jc_pack* sv, T* dst, T* out, jc_u64 i, int pre, int post) {
+  union jc_pack o;
+#pragma unroll
+  for (int k = 0; k < (int)JC_PACK; k++) o.e[k] = jc_elem(x, rv->e[k], has_recv, sv ? sv->e : 0, k, pre, post);
+  if (dst) *(struct jc_v16*)(dst + i) = o.v;
+  if (out) *(struct jc_v16*)(out + i) = o.v;
+}
 static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
   __shared__ int jc_wait_err;     /* thread 0's wait result, read by all after the barrier */
@@ -17,31 +44,39 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
     if (!e && r) e = jc_wait_ge(x, r->tail, r->step + 1, r->peer, JC_WAIT_DATA);
     jc_wait_err = e;
   }
-  /* The peer wrote the slot from outside this SM: volatile loads skip stale L1 lines. */
+  /* Volatile for the same reason as jc_load16_volatile. */
   const volatile T* in = r ? (const volatile T*)jc_slot(r, JC_PROTO) : 0;
   T* out = s ? (T*)jc_slot(s, JC_PROTO) : 0;
   jc_barrier();
   int e = jc_wait_err;
   if (e) return e;                /* every thread saw the same value: all leave together */
-  /* JC_UNROLL elements per thread and pass, all loaded before any is used, so that loads
-     overlap; the stride keeps each warp's accesses coalesced. On an H200 this took a
-     channel from 3.45 to 3.9 GB/s (64 MiB, 2 ranks): what bounds a CTA lies elsewhere. */
+  /* 16-byte packs where every pointer allows (the algorithms keep chunk boundaries on 16
+     bytes), JC_UNROLL of them per thread loaded before any is used; the rest one element at
+     a time. On an H200 one CTA copied 5.3 GB/s with 4-byte loads (8 in flight per thread,
+     its warps waiting on memory 88% of the time): the copy, not the handshake, bounded a
+     channel. The strides keep each warp's accesses coalesced. */
   const jc_u64 nt = (jc_u64)jc_nthreads();
-  jc_u64 i = (jc_u64)jc_tid();
-  for (; i + (JC_UNROLL - 1) * nt < n; i += JC_UNROLL * nt) {
-    T rv[JC_UNROLL], sv[JC_UNROLL];
-#pragma unroll
-    for (int u = 0; u < JC_UNROLL; u++) rv[u] = in ? in[i + u * nt] : (T)0;
-#pragma unroll
-    for (int u = 0; u < JC_UNROLL; u++) sv[u] = src ? src[i + u * nt] : (T)0;
+  const int aligned = jc_aligned16(in) && jc_aligned16(src) && jc_aligned16(dst) && jc_aligned16(out);
+  const jc_u64 np = aligned ? n / JC_PACK : 0;
+  /* One loop: the last pass's missing packs are predicated off (a second loop for them
+     would double the code NVRTC compiles). */
+  for (jc_u64 p = (jc_u64)jc_tid(); p < np; p += JC_UNROLL * nt) {
+    union jc_pack rv[JC_UNROLL], sv[JC_UNROLL];
 #pragma unroll
     for (int u = 0; u < JC_UNROLL; u++) {
-      T v = jc_elem(x, rv[u], in != 0, src ? sv : 0, u, pre, post);
-      if (dst) dst[i + u * nt] = v;
-      if (out) out[i + u * nt] = v;
+      const jc_u64 q = p + u * nt;
+      rv[u].v = in && q < np ? jc_load16_volatile(in + q * JC_PACK) : jc_zero16();
     }
+#pragma unroll
+    for (int u = 0; u < JC_UNROLL; u++) {
+      const jc_u64 q = p + u * nt;
+      sv[u].v = src && q < np ? *(const struct jc_v16*)(src + q * JC_PACK) : jc_zero16();
+    }
+#pragma unroll
+    for (int u = 0; u < JC_UNROLL; u++)
+      if (p + u * nt < np) jc_pack_out(x, &rv[u], in != 0, src ? &sv[u] : 0, dst, out, (p + u * nt) * JC_PACK, pre, post);
   }
-  for (; i < n; i += nt) {
+  for (jc_u64 i = np * JC_PACK + (jc_u64)jc_tid(); i < n; i += nt) {
     T v = jc_elem(x, in ? in[i] : (T)0, in != 0, src, i, pre, post);
     if (dst) dst[i] = v;
     if (out) out[i] = v;
