@@ -100,7 +100,7 @@ fn prints_the_models_pick_per_collective_and_size() {
             last[c] = us;
         }
     }
-    assert!(last.iter().all(|&us| us > 1000.0), "128 MiB takes more than 1 ms: {text}");
+    assert!(last.iter().all(|&us| us > 500.0), "128 MiB takes more than 0.5 ms (under 256 GB/s): {text}");
     assert!(text.contains("GPU constants"), "a file of GPUs plans GPU ranks: {text}");
     let bad = jitccl_topo(&["-N", "0"], &[]);
     assert!(!bad.status.success());

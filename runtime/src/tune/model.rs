@@ -155,16 +155,17 @@ impl Constants {
 
     /// Measured on an H200 (see [`Topology::cuda`]): every algorithm's base is a launch and
     /// its wait, 14.6 us (15.6 for one-shot); tree hops cost 1.5x, one-shot's 1.55x; LL's
-    /// hop 0.84x and LL128's 1.37x Simple's; tree reaches 0.65 and one-shot 0.6 of the
-    /// ring's bandwidth, LL 0.45 and LL128 0.35 of Simple's. The direct algorithms do not
-    /// run on GPUs; their entries only keep the table whole.
+    /// hop 0.84x and LL128's 1.37x Simple's; tree reaches 0.7 and one-shot 0.65 of the
+    /// ring's bandwidth per channel, LL 0.21 and LL128 0.14 of Simple's (their lines move
+    /// one per thread at a time; Simple moves 16-byte packs, four in flight). The direct
+    /// algorithms do not run on GPUs; their entries only keep the table whole.
     pub const CUDA: Constants = Constants {
         base: [14.6, 14.6, 15.6, 14.6, 15.6],
         hop_factor: [1.0, 1.5, 1.55, 1.0, 1.0],
-        algo_bw: [1.0, 0.65, 0.6, 1.0, 0.6],
+        algo_bw: [1.0, 0.7, 0.65, 1.0, 0.65],
         proto_lat: [1.0, 0.84, 1.37],
         proto_lat_spin: [1.0, 0.84, 1.37],
-        proto_bw: [1.0, 0.45, 0.35],
+        proto_bw: [1.0, 0.21, 0.14],
     };
 }
 
@@ -192,10 +193,11 @@ const HOST_MODEL_VERSION: u64 = 8;
 /// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over
 /// all channels (GB/s), and each channel past the first (us): see [`Topology::cuda`].
 const CUDA_HOP: f64 = 3.23;
-const CUDA_BW: f64 = 4.0;
-const CUDA_BW_RANK: f64 = 110.0;
+const CUDA_BW: f64 = 9.5;
+const CUDA_BW_RANK: f64 = 130.0;
 const CUDA_CHAN_LAT: f64 = 0.1;
-const CUDA_MODEL_VERSION: u64 = 1;
+/// Bumped when the CUDA constants change (2: the 16-byte Simple copy).
+const CUDA_MODEL_VERSION: u64 = 2;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -240,13 +242,14 @@ impl Topology {
 
     /// Ranks on CUDA GPUs over a searched graph (between hosts, the network as for the
     /// host). Measured with `jitccl perf all_reduce --target cuda` on one H200 holding 1-8
-    /// ranks (threads of one process), the choice forced by one-row tables, 8 B and
-    /// 4-64 MiB, with the kernels of 1cb37cb: 8-byte ring AllReduce took 13.3 us at 1 rank and 21.1, 36.1,
-    /// 59.8 us at 2, 4, 8 ranks (2, 6, 14 hops: 14.6 us + 3.23 per hop); a channel (a CTA)
-    /// moved 3.3-6 GB/s of bus bandwidth, 4 typical, near linearly to 32 channels (2 ranks:
-    /// 3.9 GB/s with 1, 30 with 8, 104 with 32); more channels cost nothing measurable at
-    /// 8 B. Ranks on separate GPUs (NVLink, PCIe) were not measured: their hops and
-    /// per-channel bandwidth may differ; `jitccl tune` measures the machine at hand.
+    /// ranks (threads of one process), the choice forced by one-row tables, 8 B and 4-64
+    /// MiB: 8-byte ring AllReduce took 13.3 us at 1 rank and 21-24, 36, 60-63 us at 2, 4, 8
+    /// ranks (2, 6, 14 hops: 14.6 us + 3.23 per hop); with the 16-byte Simple copy a channel
+    /// (a CTA) moved 8.1-9 GB/s of bus bandwidth at 2 ranks and 11.7 at 8, near linearly to
+    /// about 125-145 GB/s a rank (2 ranks: 8.95 with 1 channel, 65 with 8, 122 with 16, 119
+    /// with 32); more channels cost nothing measurable at 8 B. Ranks on separate GPUs
+    /// (NVLink, PCIe) were not measured: their hops and per-channel bandwidth may differ;
+    /// `jitccl tune` measures the machine at hand.
     pub fn cuda(graph: &Graph) -> Topology {
         Topology {
             nranks: graph.nranks.max(1),

@@ -307,7 +307,7 @@ fn ranks_sharing_cores_take_a_second_channel_for_large_calls_only() {
 #[test]
 fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
     // Before, GPU ranks got the host's 2-core constants: at most 12.9 GB/s, so two
-    // channels, and 7.9 GB/s at 128 MiB on an H200 where 32 channels moved 104.
+    // channels, and 7.9 GB/s at 128 MiB on an H200 where 32 channels moved 104 (16, 60).
     let cfg = Config::default().resolve_on(2, &Device::Cuda { ordinal: 0 }).unwrap();
     assert_eq!(cfg.nchannels, 16, "the GPU default");
     let capped = Config { max_ctas: Some(8), ..Config::default() }.resolve_on(2, &Device::Cuda { ordinal: 0 });
@@ -318,7 +318,9 @@ fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
     assert_eq!(t.topo.fingerprint, Topology::cuda(&graph).fingerprint);
     assert_ne!(t.topo.fingerprint, Topology::from_graph(&graph, 2).fingerprint, "host tables never apply");
     let big = t.choose(AllReduce, 64 << 20, 4, true).unwrap();
-    assert_eq!((big.algo, big.proto, big.nchannels), (Ring, Protocol::Simple, 16), "{big:?}");
+    // As many channels as reach a rank's measured ceiling (130 GB/s at 9.5 a channel).
+    assert_eq!((big.algo, big.proto), (Ring, Protocol::Simple), "{big:?}");
+    assert!((14..=16).contains(&big.nchannels), "{big:?}");
     assert_eq!(t.choose(AllReduce, 8, 4, true).unwrap().nchannels, 1, "8 B");
 }
 
@@ -327,18 +329,22 @@ fn the_cuda_model_reproduces_the_h200_measurements() {
     // (ranks, algorithm, protocol, channels, bytes, measured us): medians of the runs in
     // Topology::cuda's comment, out of place and in place.
     let measured = [
-        (2, Ring, Protocol::Simple, 1, 8, 21.1),
+        (2, Ring, Protocol::Simple, 1, 8, 23.5),
         (4, Ring, Protocol::Simple, 1, 8, 36.1),
-        (8, Ring, Protocol::Simple, 1, 8, 59.8),
+        (8, Ring, Protocol::Simple, 1, 8, 63.4),
         (8, Ring, Protocol::LL, 1, 8, 53.0),
         (8, OneShot, Protocol::Simple, 1, 8, 50.7),
         (8, Tree, Protocol::LL, 1, 8, 38.4),
-        (2, Ring, Protocol::Simple, 1, 64 << 20, 17025.0),
-        (2, Ring, Protocol::Simple, 8, 64 << 20, 2243.0),
-        (4, Ring, Protocol::Simple, 16, 64 << 20, 1350.0),
-        (8, Tree, Protocol::Simple, 8, 64 << 20, 6643.0),
-        (4, OneShot, Protocol::Simple, 8, 16 << 20, 2336.0),
-        (2, Ring, Protocol::LL, 1, 4 << 20, 1937.0),
+        (2, Ring, Protocol::Simple, 1, 64 << 20, 7502.0),
+        (2, Ring, Protocol::Simple, 8, 64 << 20, 1031.0),
+        (2, Ring, Protocol::Simple, 16, 64 << 20, 550.0),
+        (4, Ring, Protocol::Simple, 16, 64 << 20, 707.0),
+        (8, Ring, Protocol::Simple, 1, 64 << 20, 10026.0),
+        (8, Tree, Protocol::Simple, 8, 64 << 20, 2763.0),
+        (4, OneShot, Protocol::Simple, 1, 16 << 20, 7862.0),
+        (2, Ring, Protocol::LL, 1, 4 << 20, 1899.0),
+        (2, Ring, Protocol::LL, 8, 4 << 20, 284.8),
+        (2, Ring, Protocol::LL128, 8, 16 << 20, 1639.0),
     ];
     for (n, algo, proto, nch, bytes, us) in measured {
         let topo = Topology::cuda(&Graph::uniform(n, 32));
