@@ -17,7 +17,7 @@
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
 # through the net proxy (`jitccl perf` checks every rank against the reference), the
-# timeout and abort tests, and a short `jitccl perf` sweep on the GPU; it ends with
+# timeout and abort tests, a short `jitccl perf` sweep and a quick `jitccl tune` on the GPU; it ends with
 # `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
 # machine's NVRTC into a fresh cache.
 set -uo pipefail
@@ -134,8 +134,16 @@ stage_perf() {
     timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
 }
 
+stage_tune() {
+  # A GPU tuning table measured, not modelled: every candidate side by side, then the
+  # table against the model alone and the best fixed candidates (--verify).
+  local table="${OUT:-${TMPDIR:-/tmp}}/tune-cuda-2r.csv"
+  step "tune: AllReduce 8 B - 1 MiB, 2 ranks on GPU 0, table $table" \
+    timeout 300 "$out/jitccl" tune --quick --target cuda -N 2 --devices 0,0 --verify 3 -o "$table"
+}
+
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query errors sweep staged init_rank ipc net failures perf)
+STAGES=(query errors sweep staged init_rank ipc net failures perf tune)
 
 run() {
   local stages=("$@") st

@@ -149,3 +149,24 @@ fn ranks_given_different_tables_follow_rank_0s() {
     }
     assert!(!err.contains("ring/simple"), "a rank followed its own table:\n{err}");
 }
+
+#[test]
+fn tune_on_gpus_checks_them_first_and_refuses_devices_without_the_target() {
+    let dir = std::env::temp_dir().join(format!("jitccl-tune-gpus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let table = dir.join("t.csv");
+    let t = table.to_str().unwrap();
+    let no_target = jitccl(&["tune", "--quick", "-N", "2", "--devices", "0,0", "-o", t], &[]);
+    let err = String::from_utf8_lossy(&no_target.stderr);
+    assert!(!no_target.status.success() && err.contains("--target cuda"), "{err}");
+    let short = jitccl(&["tune", "--quick", "-N", "2", "--target", "cuda", "--devices", "0", "-o", t], &[]);
+    assert!(String::from_utf8_lossy(&short.stderr).contains("one GPU per rank"));
+    if jitccl::Device::cuda(0).is_err() {
+        // No GPU here (CI): the run stops before measuring anything, naming the rank and GPU.
+        let out = jitccl(&["tune", "--quick", "-N", "2", "--target", "cuda", "--devices", "0,0", "-o", t], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("rank 0 on GPU 0") && !err.contains("panicked"), "{err}");
+    }
+    assert!(!table.exists() && !dir.join("t.csv.partial").exists(), "nothing written");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -146,8 +146,8 @@ pub(crate) struct Resolved {
 /// Most channels a rank may use (each is a CTA: a thread on the host).
 pub const MAX_CHANNELS: usize = 32;
 /// Default channels of ranks on GPUs: on an H200 (ranks sharing it), 16 channels reached
-/// 57-75 GB/s at 64 MiB and 32 channels 101-107; each channel costs every rank a FIFO per
-/// peer, so the default stops at 16 (`JITCCL_NCHANNELS` goes to 32).
+/// 122 GB/s at 64 MiB (2 ranks) and 32 channels no more; each channel costs every rank a
+/// FIFO per peer, so the default stops at 16 (`JITCCL_NCHANNELS` goes to 32).
 const CUDA_CHANNELS: usize = 16;
 const DEFAULT_SIMPLE_SLOT: usize = 128 << 10;
 /// Per protocol (Simple, LL, LL128), the smallest slot and what every slot is a multiple of.
@@ -239,6 +239,12 @@ impl Config {
         self.resolve_on(nranks, &Device::host(0))
     }
 
+    /// The channels a communicator of `nranks` ranks on devices of `device`'s kind gets
+    /// from this configuration and the environment (what `jitccl tune` tries up to).
+    pub fn nchannels_on(&self, nranks: usize, device: &Device) -> Result<usize> {
+        Ok(self.resolve_on(nranks, device)?.nchannels)
+    }
+
     /// Completes the configuration for `nranks` ranks on devices of `device`'s kind.
     pub(crate) fn resolve_on(&self, nranks: usize, device: &Device) -> Result<Resolved> {
         let min_ctas = ctas(self.min_ctas, "min_ctas", "JITCCL_MIN_CTAS", 1)?;
@@ -264,7 +270,7 @@ impl Config {
                 )))
             }
             Some(n) => n,
-            // A GPU channel is a CTA, which moved about 4 GB/s (the CUDA model's
+            // A GPU channel is a CTA, which moved about 9 GB/s (the CUDA model's
             // `CUDA_BW`), so large calls want many; the model gives small ones fewer.
             None if device.is_cuda() => CUDA_CHANNELS.clamp(min_ctas, max_ctas),
             None => {

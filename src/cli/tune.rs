@@ -9,22 +9,29 @@
 //! sizes: in the same rank processes, since separate runs of one choice differ by up to
 //! 2-3x on a small VM and would pick winners by where the processes landed. Every finished
 //! band is appended to `<output>.partial`, so an interrupted run resumes.
+//!
+//! With `--target cuda` the ranks are threads of one perf process on the GPUs `--devices`
+//! names (processes sharing a GPU would take turns on it), the candidates leave out the
+//! direct algorithms (host-only) and try powers of two of channels, and the table is
+//! written for the GPU cost model's fingerprint, which GPU communicators load.
 
 mod measure;
+mod report;
 mod verify;
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use jitccl::{Collective, Protocol, Row, Table, Topology};
+use jitccl::{Collective, Config, Device, Machine, Protocol, Table, Topology};
 
 use super::at_least;
+use super::perf::Target;
 use super::ranks::parse_nranks;
 use super::size::{parse_size, sweep_sizes, Step};
 use measure::{Candidate, Measurement, Partial, Setup};
+use report::report;
 
 #[derive(clap::Args)]
 pub struct TuneArgs {
@@ -52,7 +59,7 @@ pub struct TuneArgs {
     #[arg(short = 'n', long = "iters", value_parser = at_least::<1>)]
     iters: Option<usize>,
     /// Try 1 to this many channels (default: what the runtime configures, JITCCL_NCHANNELS
-    /// or cores / ranks up to 4; 2 with --quick).
+    /// or on the host cores / ranks up to 4, 2 with --quick; on GPUs 16, by powers of two).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
     max_channels: Option<usize>,
     /// Chunk sizes (bytes per FIFO step, K/M suffixes) to try besides the model's, comma-separated.
@@ -73,6 +80,13 @@ pub struct TuneArgs {
     /// one's gap.
     #[arg(long, value_name = "REPS", value_parser = at_least::<1>)]
     verify: Option<usize>,
+    /// Where the ranks run (cuda: all of them threads of one process, as `perf -g N`).
+    #[arg(long, value_enum, default_value_t = Target::Host)]
+    target: Target,
+    /// With --target cuda: rank i's GPU is the i-th entry (default: rank i on GPU i; e.g.
+    /// 0,0 for two ranks on GPU 0).
+    #[arg(long, value_delimiter = ',')]
+    devices: Vec<usize>,
 }
 
 /// Sizes sharing an iteration count, measured by one `perf --compare` run.
@@ -88,6 +102,10 @@ struct Band {
 struct Plan {
     colls: Vec<Collective>,
     nranks: usize,
+    /// The machine whose cost model the table is written for.
+    machine: Machine,
+    /// perf's arguments that put the ranks on it.
+    target_args: Vec<String>,
     sizes: Vec<usize>,
     factor: usize,
     warmup: usize,
@@ -130,7 +148,7 @@ impl Plan {
             .into_iter()
             .map(|(sizes, (warmup, iters))| {
                 let (b, e) = (sizes[0], sizes[sizes.len() - 1]);
-                let args = [
+                let mut args = [
                     "perf".to_string(),
                     coll.to_string(),
                     format!("-N{}", self.nranks),
@@ -144,6 +162,7 @@ impl Plan {
                     "-a3".to_string(),
                 ]
                 .to_vec();
+                args.extend(self.target_args.iter().cloned());
                 Band { start: b, sizes, args }
             })
             .collect()
@@ -151,8 +170,10 @@ impl Plan {
 
     /// What the partial file must have been made with to be resumed.
     fn signature(&self) -> String {
+        // Host runs keep the signature of before, so their partial files still resume.
+        let target: String = self.target_args.iter().map(|a| format!("{a} ")).collect();
         format!(
-            "nranks={} sizes={}..{}x{} warmup={} iters={} reps={} side by side",
+            "{target}nranks={} sizes={}..{}x{} warmup={} iters={} reps={} side by side",
             self.nranks,
             self.sizes[0],
             self.sizes[self.sizes.len() - 1],
@@ -162,13 +183,6 @@ impl Plan {
             self.reps
         )
     }
-}
-
-/// The runtime's default channel count (config.rs): JITCCL_NCHANNELS, else cores / ranks, 1 to 4.
-fn default_channels(nranks: usize) -> usize {
-    let env = std::env::var("JITCCL_NCHANNELS").ok().and_then(|v| v.trim().parse::<usize>().ok());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    env.unwrap_or((cores / nranks.max(1)).clamp(1, 4)).clamp(1, jitccl::MAX_CHANNELS)
 }
 
 /// Online CPUs, as rank 0 reports them in its tuning plan (the topology fingerprint's input).
@@ -190,7 +204,32 @@ impl TuneArgs {
         let factor = self.factor.unwrap_or(if q { 16 } else { 4 });
         let max = self.max_bytes.unwrap_or(if q { 1 << 20 } else { 32 << 20 });
         let sizes = sweep_sizes(self.min_bytes.unwrap_or(8), max, Step::Factor(factor))?;
-        let max_ch = self.max_channels.unwrap_or(if q { 2 } else { default_channels(self.nranks) });
+        let gpus = self.target == Target::Cuda;
+        if !self.devices.is_empty() && (!gpus || self.devices.len() != self.nranks) {
+            return Err(format!(
+                "--devices lists {} GPU(s): it needs --target cuda and one GPU per rank (-N {})",
+                self.devices.len(),
+                self.nranks
+            ));
+        }
+        let (machine, device) = match self.target {
+            Target::Host => (Machine::Host { cores: machine_cores() }, Device::host(0)),
+            Target::Cuda => (Machine::Gpus, Device::Cuda { ordinal: 0 }),
+        };
+        let configured = Config::default().nchannels_on(self.nranks, &device).map_err(|e| e.to_string())?;
+        let max_ch = self.max_channels.unwrap_or(if q && !gpus { 2 } else { configured });
+        // A GPU's channels add up nearly linearly, so every count would mostly measure the
+        // same line: powers of two, and the most.
+        let channel_counts: Vec<usize> =
+            (1..=max_ch).filter(|&c| !gpus || c.is_power_of_two() || c == max_ch).collect();
+        let mut target_args = Vec::new();
+        if gpus {
+            target_args = vec!["--target=cuda".to_string(), format!("-g{}", self.nranks)];
+            if !self.devices.is_empty() {
+                let list: Vec<String> = self.devices.iter().map(usize::to_string).collect();
+                target_args.push(format!("--devices={}", list.join(",")));
+            }
+        }
         let mut chunks = vec![None];
         chunks.extend(self.chunks.iter().map(|&c| Some(c)));
         // Valid (algorithm, protocol) pairs differ per collective; `candidates` holds the union
@@ -199,9 +238,9 @@ impl TuneArgs {
         // The direct algorithms run on perf's plain buffers where every rank maps every
         // rank's host arena (else their runs fail and are left out); they have no FIFO
         // steps to size and only the Simple protocol.
-        for &algo in Collective::AllReduce.algorithms() {
+        for &algo in Collective::AllReduce.algorithms().iter().filter(|a| !gpus || !a.is_direct()) {
             for &proto in Protocol::ALL.iter().filter(|&&p| !algo.is_direct() || p == Protocol::Simple) {
-                for channels in 1..=max_ch {
+                for &channels in &channel_counts {
                     for &chunk in chunks.iter().filter(|c| !algo.is_direct() || c.is_none()) {
                         candidates.push(Candidate { algo, proto, channels, chunk });
                     }
@@ -211,6 +250,8 @@ impl TuneArgs {
         Ok(Plan {
             colls,
             nranks: self.nranks,
+            machine,
+            target_args,
             sizes,
             factor,
             warmup: self.warmup.unwrap_or(if q { 2 } else { 5 }),
@@ -222,8 +263,15 @@ impl TuneArgs {
 
     pub fn run(self) -> Result<ExitCode, String> {
         let plan = self.plan()?;
-        let cores = machine_cores();
-        let topo = Topology::host(plan.nranks, default_channels(plan.nranks), cores);
+        if self.target == Target::Cuda {
+            // Before any run: each would fail alike, and a table of failures is no table.
+            for r in 0..plan.nranks {
+                let gpu = self.devices.get(r).copied().unwrap_or(r);
+                jitccl::Device::cuda(gpu).map_err(|e| format!("--target cuda: rank {r} on GPU {gpu}: {e}"))?;
+            }
+        }
+        let (topo, _) =
+            plan.machine.one_node(plan.nranks, plan.candidates.iter().map(|c| c.channels).max().unwrap_or(1));
         let output = match &self.output {
             Some(p) => p.clone(),
             None => Table::cache_path(&topo)
@@ -318,73 +366,6 @@ impl TuneArgs {
     }
 }
 
-/// Prints the comparison for `coll` and returns its rows: per size the fastest candidate,
-/// adjacent sizes with the same winner merged, each row reaching up to the next one's size.
-fn report(plan: &Plan, coll: Collective, partial: &Partial) -> Result<Vec<Row>, String> {
-    let (model, picks) = match partial.get(coll, None) {
-        Some(Measurement::Done { times, picks }) => (Some(times), picks),
-        _ => (None, BTreeMap::new()),
-    };
-    println!("#\n# {coll}, {} ranks: the cost model's pick and the measured best per size (time: min of out-of-place and in-place, us)", plan.nranks);
-    println!("# {:>10}  {:<22} {:>10}  {:<24} {:>10} {:>8}", "size (B)", "model pick", "time", "best", "time", "gap");
-    let mut winners: Vec<(usize, Candidate)> = Vec::new();
-    for &size in &plan.sizes {
-        let best = plan
-            .candidates
-            .iter()
-            .filter_map(|c| match partial.get(coll, Some(c)) {
-                Some(Measurement::Done { times, .. }) => times.get(&size).map(|&t| (*c, t)),
-                _ => None,
-            })
-            // The model's run is a candidate too (its pick with the model's chunk): timing
-            // noise may have made it faster than the same candidate's own run.
-            .chain(model.as_ref().and_then(|m| Some((Candidate::from_pick(picks.get(&size)?)?, *m.get(&size)?))))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        let Some((cand, t)) = best else {
-            return Err(format!("{coll}: no candidate ran at {size} B (see the errors above)"));
-        };
-        let pick = picks.get(&size).map_or("?", String::as_str);
-        let model_time = model.as_ref().and_then(|m| m.get(&size)).copied();
-        let (mt, gap) = match model_time {
-            Some(mt) => (format!("{mt:.2}"), format!("{:.1}%", 100.0 * (mt - t) / t)),
-            None => ("failed".into(), "-".into()),
-        };
-        let model_pick = Candidate::from_pick(pick).zip(model_time);
-        let row = winner((cand, t), model_pick);
-        let kept = if row == cand { String::new() } else { format!("  (row: the model's, within {KEEP_MODEL_PCT}%)") };
-        println!("  {size:>10}  {pick:<22} {mt:>10}  {:<24} {t:>10.2} {gap:>8}{kept}", cand.to_string());
-        winners.push((size, row));
-    }
-    let mut rows: Vec<Row> = Vec::new();
-    for (i, &(size, c)) in winners.iter().enumerate() {
-        let max = winners.get(i + 1).map_or(size as u64, |&(next, _)| next as u64 - 1);
-        match rows.last_mut() {
-            Some(r) if (r.algo, r.proto, r.channels, r.chunk_bytes) == (c.algo, c.proto, Some(c.channels), c.chunk) => {
-                r.max_bytes = max
-            }
-            _ => rows.push(c.row(coll, if i == 0 { 0 } else { size as u64 }, max, Some(plan.nranks))),
-        }
-    }
-    Ok(rows)
-}
-
-/// How much faster (percent) than the cost model's pick a measured best must be to replace
-/// it in the table. Below that the difference is within what two runs of one setup differ
-/// by at small sizes (up to 6% with the default turns on a 2-core VM, up to 27% with
-/// --quick), and the fastest of many noisy candidates is mostly the luckiest: quick tables
-/// there ran 12-23% behind the best fixed candidate at 8-128 B where the model alone ran
-/// within 14%.
-const KEEP_MODEL_PCT: u32 = 5;
-
-/// The row's candidate at one size: the measured best (candidate, time), unless the model's
-/// pick (candidate, its measured time) is within `KEEP_MODEL_PCT` of it.
-fn winner(best: (Candidate, f64), model: Option<(Candidate, f64)>) -> Candidate {
-    match model {
-        Some((m, mt)) if mt <= best.1 * (1.0 + f64::from(KEEP_MODEL_PCT) / 100.0) => m,
-        _ => best.0,
-    }
-}
-
 /// Appends a line to a file, creating it.
 fn append(path: &Path, line: &str) -> Result<(), String> {
     let mut f = std::fs::OpenOptions::new()
@@ -398,15 +379,52 @@ fn append(path: &Path, line: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jitccl::Algorithm;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: TuneArgs,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan, String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("tune").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        cli.args.plan()
+    }
+
+    fn channels(p: &Plan) -> Vec<usize> {
+        let mut ch: Vec<usize> = p.candidates.iter().map(|c| c.channels).collect();
+        ch.sort_unstable();
+        ch.dedup();
+        ch
+    }
 
     #[test]
-    fn the_model_keeps_sizes_where_the_best_is_not_clearly_faster() {
-        let c = |algo, proto| Candidate { algo, proto, channels: 1, chunk: None };
-        let (best, model) = (c(Algorithm::Ring, Protocol::LL128), c(Algorithm::OneShot, Protocol::Simple));
-        assert_eq!(winner((best, 1.0), Some((model, 1.04))), model, "4% slower: noise");
-        assert_eq!(winner((best, 1.0), Some((model, 1.06))), best, "6% slower: measured");
-        assert_eq!(winner((best, 1.0), None), best, "the model's run failed");
-        assert_eq!(winner((model, 1.0), Some((model, 1.0))), model);
+    fn gpu_plans_put_the_ranks_on_the_gpus_and_try_powers_of_two_of_channels() {
+        let p = plan(&["--target", "cuda", "-N", "4", "--devices", "0,0,1,1", "--max-channels", "16"]).unwrap();
+        assert_eq!(p.machine, Machine::Gpus);
+        assert!(p.candidates.iter().all(|c| !c.algo.is_direct()), "direct algorithms are host-only");
+        assert_eq!(channels(&p), [1, 2, 4, 8, 16]);
+        for band in p.bands(Collective::AllReduce, 1) {
+            assert!(
+                band.args.ends_with(&["--target=cuda".into(), "-g4".into(), "--devices=0,0,1,1".into()]),
+                "{:?}",
+                band.args
+            );
+        }
+        let p = plan(&["--target", "cuda", "--max-channels", "12"]).unwrap();
+        assert_eq!(channels(&p), [1, 2, 4, 8, 12], "the most is tried too");
+        assert_ne!(
+            p.signature(),
+            plan(&["--max-channels", "12"]).unwrap().signature(),
+            "a host partial file is not resumed"
+        );
+
+        let host = plan(&["--max-channels", "3"]).unwrap();
+        assert!(matches!(host.machine, Machine::Host { .. }));
+        assert_eq!(channels(&host), [1, 2, 3]);
+        assert!(host.candidates.iter().any(|c| c.algo.is_direct()));
+        assert!(host.bands(Collective::AllReduce, 1).iter().all(|b| !b.args.iter().any(|a| a.contains("target"))));
     }
 }

@@ -87,6 +87,12 @@ impl Machine {
             Machine::Gpus => (Topology::cuda(graph), Constants::CUDA),
         }
     }
+
+    /// The model of `nranks` ranks on one machine of this kind, `nchannels` channels each
+    /// (what `jitccl tune` measures).
+    pub fn one_node(self, nranks: usize, nchannels: usize) -> (Topology, Constants) {
+        self.model(&Graph::uniform(nranks, nchannels))
+    }
 }
 
 impl fmt::Display for Machine {

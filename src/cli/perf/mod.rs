@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use jitccl::{with_element_type, Comm, Config, Stream};
 
 use compare::compare;
-pub use flags::PerfArgs;
+pub use flags::{PerfArgs, Target};
 use place::Role;
 use sweep::sweep;
 
