@@ -17,7 +17,8 @@
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
 # through the net proxy (`jitccl perf` checks every rank against the reference), the
-# timeout and abort tests, a short `jitccl perf` sweep and a quick `jitccl tune` on the GPU; it ends with
+# timeout and abort tests, a short `jitccl perf` sweep, the cost model's points and a quick
+# `jitccl tune` on the GPU; it ends with
 # `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
 # machine's NVRTC into a fresh cache.
 set -uo pipefail
@@ -134,6 +135,32 @@ stage_perf() {
     timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
 }
 
+# The CUDA cost model's points (the_cuda_model_reproduces_the_h200_measurements in
+# runtime/src/tune/tests.rs): ring AllReduce and friends with the choice forced by a
+# one-row tuning table, ranks as threads on GPU 0; prints the out-of-place time per point.
+points() {
+  local t p n devs us
+  t=$(mktemp)
+  for p in "2 ring simple 1 8" "4 ring simple 1 8" "8 ring simple 1 8" "8 ring ll 1 8" \
+    "8 oneshot simple 1 8" "8 tree ll 1 8" "2 ring simple 1 64M" "2 ring simple 8 64M" \
+    "2 ring simple 16 64M" "4 ring simple 16 64M" "8 ring simple 1 64M" "8 tree simple 8 64M" \
+    "4 oneshot simple 1 16M" "2 ring ll 1 4M" "2 ring ll 8 4M" "2 ring ll128 8 16M"; do
+    set -- $p
+    n=$1
+    printf 'allreduce,0,1099511627776,%s,%s,%s,1,%s,-1,0\n' "$2" "$3" "$4" "$n" >"$t"
+    devs=$(printf '0,%.0s' $(seq "$n"))
+    us=$(JITCCL_TUNER_CONFIG_FILE=$t timeout 60 "$out/jitccl" perf all_reduce --target cuda -N "$n" -g "$n" \
+      --devices "${devs%,}" -b "$5" -e "$5" -n 10 -w 3 | awk '/^ +[0-9]+ /{print $6}')
+    [ -n "$us" ] || { rm -f "$t"; echo "point $p: no time"; return 1; }
+    echo "point: $n ranks, $2/$3, $4 channel(s), $5 B: $us us"
+  done
+  rm -f "$t"
+}
+
+stage_points() {
+  step "the CUDA cost model's points, each choice forced by a one-row table" points
+}
+
 stage_tune() {
   # A GPU tuning table measured, not modelled: every candidate side by side, then the
   # table against the model alone and the best fixed candidates (--verify).
@@ -143,7 +170,7 @@ stage_tune() {
 }
 
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query errors sweep staged init_rank ipc net failures perf tune)
+STAGES=(query errors sweep staged init_rank ipc net failures perf points tune)
 
 run() {
   local stages=("$@") st
