@@ -82,11 +82,13 @@ static JC_DEVICE char* jc_slot(const struct jc_conn* c, int proto) {
 
 /* The size of each of n chunks that split rem elements, at most cap: on a multiple of 16
    bytes where cap allows, so that every chunk starts where the CUDA Simple copy can move
-   16-byte packs. */
+   16-byte packs. Chunks under 16 bytes stay as they are (one element a rank stays one
+   element a rank, and with it the order a non-commutative op combines them in). */
 static JC_DEVICE JC_INLINE jc_u64 jc_split(jc_u64 rem, int n, jc_u64 cap) {
   const jc_u64 a = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
   jc_u64 cs = (rem + n - 1) / n;
-  return jc_min((cs + a - 1) / a * a, cap);
+  if (cs >= a) cs = (cs + a - 1) / a * a;
+  return jc_min(cs, cap);
 }
 
 /* Element range [*beg, *end) of `count` that channel `chan` of `nch` handles. */
