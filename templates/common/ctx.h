@@ -80,14 +80,16 @@ static JC_DEVICE char* jc_slot(const struct jc_conn* c, int proto) {
   return c->buf[proto] + (c->step % JC_STEPS) * c->slot_bytes[proto];
 }
 
-/* The size of each of n chunks that split rem elements, at most cap: on a multiple of 16
-   bytes where cap allows, so that every chunk starts where the CUDA Simple copy can move
-   16-byte packs. Chunks under 16 bytes stay as they are (one element a rank stays one
-   element a rank, and with it the order a non-commutative op combines them in). */
+/* Elements in 16 bytes: a pack, what the CUDA Simple copy moves per load and store. */
+#define JC_PACK (16 / sizeof(T))
+
+/* The size of each of n chunks that split rem elements, at most cap: whole packs where cap
+   allows, so that every chunk starts where the CUDA Simple copy can move packs. Chunks
+   under a pack stay as they are (one element a rank stays one element a rank, and with it
+   the order a non-commutative op combines them in). */
 static JC_DEVICE JC_INLINE jc_u64 jc_split(jc_u64 rem, int n, jc_u64 cap) {
-  const jc_u64 a = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
   jc_u64 cs = (rem + n - 1) / n;
-  if (cs >= a) cs = (cs + a - 1) / a * a;
+  if (cs >= JC_PACK) cs = (cs + JC_PACK - 1) / JC_PACK * JC_PACK;
   return jc_min(cs, cap);
 }
 

@@ -11,7 +11,6 @@
    two for 1-byte types, whose 16 elements a pack make each pack's code (and NVRTC's time)
    four times a float's. */
 #define JC_UNROLL (sizeof(T) == 1 ? 2 : 4)
-#define JC_PACK (16 / sizeof(T))
 struct __align__(16) jc_v16 { jc_u32 w[4]; };
 union jc_pack { struct jc_v16 v; T e[JC_PACK]; };
 static JC_DEVICE JC_INLINE int jc_aligned16(const volatile void* p) { return ((jc_u64)p & 15) == 0; }
