@@ -23,7 +23,8 @@
 # machine's NVRTC into a fresh cache.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out="$root/target/gpu-check"
+# GPU_CHECK_DIR runs binaries built elsewhere (a branch beside these, say).
+out="${GPU_CHECK_DIR:-$root/target/gpu-check}"
 
 build() {
   set -e

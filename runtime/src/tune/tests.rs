@@ -327,7 +327,8 @@ fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
 #[test]
 fn the_cuda_model_reproduces_the_h200_measurements() {
     // (ranks, algorithm, protocol, channels, bytes, measured us): medians of the runs in
-    // Topology::cuda's comment, out of place and in place.
+    // Topology::cuda's comment, out of place and in place; the LL128 point is an H100's
+    // (the coalesced LL128 lines; the other points measured there within 10% of these).
     let measured = [
         (2, Ring, Protocol::Simple, 1, 8, 23.5),
         (4, Ring, Protocol::Simple, 1, 8, 36.1),
@@ -344,7 +345,7 @@ fn the_cuda_model_reproduces_the_h200_measurements() {
         (4, OneShot, Protocol::Simple, 1, 16 << 20, 7862.0),
         (2, Ring, Protocol::LL, 1, 4 << 20, 1899.0),
         (2, Ring, Protocol::LL, 8, 4 << 20, 284.8),
-        (2, Ring, Protocol::LL128, 8, 16 << 20, 1639.0),
+        (2, Ring, Protocol::LL128, 8, 16 << 20, 609.0),
     ];
     for (n, algo, proto, nch, bytes, us) in measured {
         let topo = Topology::cuda(&Graph::uniform(n, 32));

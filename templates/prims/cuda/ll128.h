@@ -1,12 +1,23 @@
 /* LL128 protocol, CUDA: the host framing (prims/host/ll128.h) — 128-byte lines of 15 data
-   words and a flag word (the last, = step + 1), 120 data bytes per line — block-parallel:
-   each thread owns whole lines l = tid, tid + nthreads, ... It acquires a line's flag before
-   reading the line; it writes all its send lines' data, fences once at system scope, then
-   stores their flags, so no flag is visible before its data. Thread 0 waits for space and
-   advances the steps between barriers (see prims/cuda/simple.h); a failed line wait is
-   shared through jc_line_err so that all threads leave together. */
+   words and a flag word (the last, = step + 1), 120 data bytes per line — with eight
+   threads a line, each moving 16 bytes of it (the eighth: the last data word and the flag),
+   so that a warp reads and writes four whole lines at once (coalesced). JC_LL128_UNROLL
+   lines per thread are in flight. A line's eighth thread acquires its flag; a __syncwarp
+   hands that to the other seven before they read (the pattern of Simple's thread 0 and
+   barrier). Writers store all their lines' data, and after a __syncwarp each line's eighth
+   thread fences once at system scope and stores the flags, so no flag is visible before
+   its data. Thread 0 waits for space and advances the steps between barriers (see
+   prims/cuda/simple.h); a failed wait is shared through jc_line_err, read by a warp as one
+   value so that the warp leaves together, and every warp sees it at its next pass. */
 #define JC_PROTO 2
 #define JC_LL128_ELEMS (120 / sizeof(T))
+#define JC_LL128_UNROLL 2
+#define JC_PART_ELEMS (16 / sizeof(T))
+#define JC_FULL_WARP 0xffffffffu
+
+static JC_DEVICE JC_INLINE void jc_ll128_load(const jc_u64* p, jc_u64* a, jc_u64* b) {
+  asm volatile("ld.volatile.v2.u64 { %0, %1 }, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
+}
 
 static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
@@ -22,35 +33,68 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   jc_barrier();
   int e = jc_wait_err;
   if (e) return e;
-  jc_u64 nlines = (n + JC_LL128_ELEMS - 1) / JC_LL128_ELEMS;
-  for (jc_u64 l = jc_tid(); l < nlines; l += jc_nthreads()) {
-    const volatile T* in = 0;
+  const jc_u64 nlines = (n + JC_LL128_ELEMS - 1) / JC_LL128_ELEMS;
+  const int part = jc_tid() & 7;
+  /* Lines a pass of the block covers: blocks are whole warps, so eight threads a line. */
+  const jc_u64 lpp = (jc_u64)jc_nthreads() / 8, mine = (jc_u64)jc_tid() / 8;
+  const int first = part * (int)JC_PART_ELEMS, count = part == 7 ? (int)JC_PART_ELEMS / 2 : (int)JC_PART_ELEMS;
+  /* Every thread runs the same passes (the bound is the block's), so the warp barriers
+     below always find all 32 threads. */
+  for (jc_u64 base = 0; base < nlines; base += JC_LL128_UNROLL * lpp) {
+    union { jc_u64 w[2]; T v[JC_PART_ELEMS]; } in[JC_LL128_UNROLL], out;
     if (r) {
-      jc_u64* line = rl + 16 * l;
-      jc_u64 spins = 0;
-      int failed = JC_OK;
-      while (jc_load_acquire(line + 15) != rflag) {
-        if (jc_line_err) { e = jc_line_err; break; }
-        /* still short after a failed check */
-        if (failed) { jc_line_err = e = jc_fail(x, failed, r->peer, JC_WAIT_DATA); break; }
-        failed = jc_check(x, ++spins, r->peer);
-        if (!failed) jc_relax(spins, x->args->spin);
+#pragma unroll
+      for (int u = 0; u < JC_LL128_UNROLL; u++) {
+        const jc_u64 l = base + u * lpp + mine;
+        if (part != 7 || l >= nlines) continue;
+        jc_u64* flag = rl + 16 * l + 15;
+        jc_u64 spins = 0;
+        int failed = JC_OK;
+        while (jc_load_acquire(flag) != rflag) {
+          if (jc_line_err) break;
+          /* still short after a failed check */
+          if (failed) { jc_line_err = jc_fail(x, failed, r->peer, JC_WAIT_DATA); break; }
+          failed = jc_check(x, ++spins, r->peer);
+          if (!failed) jc_relax(spins, x->args->spin);
+        }
+        x->wait_start = 0;
       }
+      __syncwarp(JC_FULL_WARP);
+      e = __shfl_sync(JC_FULL_WARP, jc_line_err, 0);
       if (e) break;
-      x->wait_start = 0;
-      in = (const volatile T*)line;
+#pragma unroll
+      for (int u = 0; u < JC_LL128_UNROLL; u++) {
+        const jc_u64 l = base + u * lpp + mine;
+        in[u].w[0] = in[u].w[1] = 0;
+        if (l < nlines) jc_ll128_load(rl + 16 * l + 2 * part, &in[u].w[0], &in[u].w[1]);
+      }
     }
-    T* out = s ? (T*)(sl + 16 * l) : 0;
-    jc_u64 base = l * JC_LL128_ELEMS, k_end = jc_min(JC_LL128_ELEMS, n - base);
-    for (jc_u64 k = 0; k < k_end; k++) {
-      T v = jc_elem(x, in ? in[k] : (T)0, in != 0, src, base + k, pre, post);
-      if (dst) dst[base + k] = v;
-      if (out) out[k] = v;
+#pragma unroll
+    for (int u = 0; u < JC_LL128_UNROLL; u++) {
+      const jc_u64 l = base + u * lpp + mine;
+      if (l >= nlines) continue;
+      const jc_u64 e0 = l * JC_LL128_ELEMS + first;
+      out.w[0] = out.w[1] = 0;
+#pragma unroll
+      for (int k = 0; k < (int)JC_PART_ELEMS; k++) {
+        if (k >= count || e0 + k >= n) break;
+        T v = jc_elem(x, r ? in[u].v[k] : (T)0, r != 0, src, e0 + k, pre, post);
+        if (dst) dst[e0 + k] = v;
+        out.v[k] = v;
+      }
+      if (s) {
+        jc_u64* o = sl + 16 * l + 2 * part;
+        o[0] = out.w[0];
+        if (part != 7) o[1] = out.w[1];
+      }
     }
   }
   if (s && !e) {
-    __threadfence_system();
-    for (jc_u64 l = jc_tid(); l < nlines; l += jc_nthreads()) jc_store_relaxed(sl + 16 * l + 15, sflag);
+    __syncwarp(JC_FULL_WARP);
+    if (part == 7) {
+      __threadfence_system();
+      for (jc_u64 l = mine; l < nlines; l += lpp) jc_store_relaxed(sl + 16 * l + 15, sflag);
+    }
   }
   jc_barrier();
   e = jc_line_err;
