@@ -170,3 +170,29 @@ fn tune_on_gpus_checks_them_first_and_refuses_devices_without_the_target() {
     assert!(!table.exists() && !dir.join("t.csv.partial").exists(), "nothing written");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn tune_skips_what_the_model_puts_far_behind_at_large_sizes_unless_told_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.csv");
+    let t = path.to_str().unwrap();
+    let args = ["tune", "--quick", "-N", "2", "-b", "2M", "-e", "2M", "-w", "1", "-n", "1", "--reps", "1", "-o", t];
+    let (out, _) = ok(&jitccl(&args, &[]));
+    // At 2 MiB one LL channel is several times behind the best in the model and takes
+    // milliseconds a call: skipped; what remains is measured and the table covers the size.
+    let line = out.lines().find(|l| l.starts_with("# skipped")).unwrap_or_else(|| panic!("no skip line:\n{out}"));
+    let (skipped, of) = line
+        .split_once("all_reduce 2097152..2097152 B: ")
+        .and_then(|(_, n)| n.split_once(" of "))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (skipped, of): (usize, usize) = (skipped.parse().unwrap(), of.trim().parse().unwrap());
+    assert!(skipped > 0 && skipped < of, "{line}");
+    let best = out.lines().find(|l| l.split_whitespace().next() == Some("2097152")).unwrap();
+    assert!(!best.contains("/ll/1ch"), "the best is a candidate that was measured: {best}");
+    assert!(Table::read(&path).unwrap().rows.iter().any(|r| r.max_bytes >= 2 << 20));
+
+    // --all measures every candidate.
+    let all: Vec<&str> = args.iter().copied().chain(["--all"]).collect();
+    let (out, _) = ok(&jitccl(&all, &[]));
+    assert!(!out.contains("# skipped") && out.contains("(1 to do)"), "{out}");
+}

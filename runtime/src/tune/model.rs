@@ -283,6 +283,14 @@ impl Topology {
         best(self, k, coll, &algos, Protocol::ALL, bytes)
     }
 
+    /// The estimated time (us) of `coll` over `bytes` with the choice fixed; `None` where
+    /// the collective has no such algorithm.
+    pub fn estimate(
+        &self, k: &Constants, coll: Collective, algo: Algorithm, proto: Protocol, nch: usize, bytes: usize,
+    ) -> Option<f64> {
+        time(self, k, coll, algo, proto, nch, bytes)
+    }
+
     /// The fingerprint as tables and cache file names show it.
     pub fn fingerprint_hex(&self) -> String {
         format!("{:016x}", self.fingerprint)

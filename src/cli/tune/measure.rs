@@ -191,6 +191,7 @@ impl Partial {
 }
 
 /// One setup of a `perf --compare` run: a label, a tuning table and optionally channels.
+#[derive(Clone)]
 pub(super) struct Setup {
     pub label: String,
     /// The candidate its one-row table forces; `None` for the model or a given table.
