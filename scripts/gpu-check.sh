@@ -12,7 +12,8 @@
 # remote command limit (the sweep is the longest, minutes). With $OUT set, the output is
 # also written to $OUT/gpu-check.log as it goes.
 #
-# `run` queries the device, runs the CUDA reference tests (every collective x algorithm x
+# `run` queries the device, detects the topology (`jitccl topo`: PCI, driver, NVML), runs
+# the CUDA reference tests (every collective x algorithm x
 # protocol over a sample of datatypes and every op; 1, 2, 4 and 8 ranks on GPU 0; counts
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
@@ -78,6 +79,20 @@ stage_query() {
   fi
   step "device query (jitccl): buffers on GPU 0" \
     timeout 120 "$out/cuda-tests" --exact gpu_buffers_copy_both_ways_and_slices_address_their_part --nocapture
+}
+
+# Topology detection where there are GPUs: sysfs's PCI tree, the driver's compute
+# capability and NVML's NVLinks (its INFO log says whether NVML loaded). The detected GPU 0
+# must show its sm; with $OUT the topology is also written as NCCL XML.
+topo() {
+  local t
+  t=$(JITCCL_DEBUG=INFO timeout 60 "$out/jitccl" topo ${OUT:+--dump-xml "$OUT/topo.xml"} 2>&1) || { echo "$t"; return 1; }
+  echo "$t" | head -n 40
+  echo "$t" | grep -q '^  gpu 0: .* sm [0-9]' || { echo "no GPU 0 with its sm in the detected topology"; return 1; }
+}
+
+stage_topo() {
+  step "topology detection (sysfs, driver, NVML): jitccl topo finds GPU 0 and its sm" topo
 }
 
 stage_errors() {
@@ -173,7 +188,7 @@ stage_tune() {
 }
 
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query errors sweep staged init_rank ipc net failures perf points tune)
+STAGES=(query topo errors sweep staged init_rank ipc net failures perf points tune)
 
 run() {
   local stages=("$@") st
