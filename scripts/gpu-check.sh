@@ -151,30 +151,44 @@ stage_perf() {
     timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 64M -f 8 -n 5 -w 2
 }
 
-# The CUDA cost model's points (the_cuda_model_reproduces_the_h200_measurements in
-# runtime/src/tune/tests.rs): ring AllReduce and friends with the choice forced by a
-# one-row tuning table, ranks as threads on GPU 0; prints the out-of-place time per point.
-points() {
-  local t p n devs us
+# One forced choice, ranks as threads on GPU 0, its out-of-place time printed:
+# point NRANKS ALGO PROTO CHANNELS BYTES [VAR=VALUE...] (the variables set for the run).
+point() {
+  local n=$1 algo=$2 proto=$3 ch=$4 bytes=$5 t devs us
+  shift 5
   t=$(mktemp)
+  printf 'allreduce,0,1099511627776,%s,%s,%s,1,%s,-1,0\n' "$algo" "$proto" "$ch" "$n" >"$t"
+  devs=$(printf '0,%.0s' $(seq "$n"))
+  us=$(env "$@" JITCCL_TUNER_CONFIG_FILE="$t" timeout 60 "$out/jitccl" perf all_reduce --target cuda -N "$n" -g "$n" \
+    --devices "${devs%,}" -b "$bytes" -e "$bytes" -n 10 -w 3 | awk '/^ +[0-9]+ /{print $6}')
+  rm -f "$t"
+  [ -n "$us" ] || { echo "point $n $algo $proto $ch $bytes $*: no time"; return 1; }
+  echo "point: $n ranks, $algo/$proto, $ch channel(s), $bytes B${*:+ ($*)}: $us us"
+}
+
+# The CUDA cost model's points (the_cuda_model_reproduces_the_h200_measurements in
+# runtime/src/tune/tests.rs), each choice forced by a one-row tuning table.
+points() {
+  local p
   for p in "2 ring simple 1 8" "4 ring simple 1 8" "8 ring simple 1 8" "8 ring ll 1 8" \
     "8 oneshot simple 1 8" "8 tree ll 1 8" "2 ring simple 1 64M" "2 ring simple 8 64M" \
     "2 ring simple 16 64M" "4 ring simple 16 64M" "8 ring simple 1 64M" "8 tree simple 8 64M" \
     "4 oneshot simple 1 16M" "2 ring ll 1 4M" "2 ring ll 8 4M" "2 ring ll128 8 16M"; do
-    set -- $p
-    n=$1
-    printf 'allreduce,0,1099511627776,%s,%s,%s,1,%s,-1,0\n' "$2" "$3" "$4" "$n" >"$t"
-    devs=$(printf '0,%.0s' $(seq "$n"))
-    us=$(JITCCL_TUNER_CONFIG_FILE=$t timeout 60 "$out/jitccl" perf all_reduce --target cuda -N "$n" -g "$n" \
-      --devices "${devs%,}" -b "$5" -e "$5" -n 10 -w 3 | awk '/^ +[0-9]+ /{print $6}')
-    [ -n "$us" ] || { rm -f "$t"; echo "point $p: no time"; return 1; }
-    echo "point: $n ranks, $2/$3, $4 channel(s), $5 B: $us us"
+    # shellcheck disable=SC2086 # the fields are words
+    point $p || return 1
   done
-  rm -f "$t"
 }
 
 stage_points() {
   step "the CUDA cost model's points, each choice forced by a one-row table" points
+  # LL's step is 16 KiB of lines by default (JITCCL_BUFFSIZE / 64): two lines for each of
+  # a block's 512 threads between barriers, where NCCL's LL gives a thread 8. Four times
+  # the FIFO gives LL 64 KiB steps: if that runs LL much faster, its steps are what bound it.
+  step "probe: ring LL, 2 ranks, 1 channel, 4 MiB, with 16 and 64 KiB steps" probe_ll_steps
+}
+
+probe_ll_steps() {
+  point 2 ring ll 1 4M && point 2 ring ll 1 4M JITCCL_BUFFSIZE=4194304
 }
 
 stage_tune() {
