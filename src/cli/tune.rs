@@ -145,7 +145,8 @@ impl TuneArgs {
         for &coll in &plan.colls {
             let cands: Vec<Candidate> =
                 plan.candidates.iter().filter(|c| coll.algorithms().contains(&c.algo)).copied().collect();
-            let all: Vec<Setup> = cands.iter().map(|&c| Setup::candidate(coll, c, work)).collect::<Result<_, _>>()?;
+            let cand_setups: Vec<Setup> =
+                cands.iter().map(|&c| Setup::candidate(coll, c, work)).collect::<Result<_, _>>()?;
             let bands: Vec<(Band, Vec<Setup>)> = plan
                 .bands(coll, plan.reps)
                 .into_iter()
@@ -154,12 +155,12 @@ impl TuneArgs {
                         true => vec![true; cands.len()],
                         false => prune::worth_measuring(topo, k, coll, &cands, &band.sizes),
                     };
-                    let n = keep.iter().filter(|&&k| !k).count();
+                    let n = keep.iter().filter(|&&measure| !measure).count();
                     if n > 0 {
                         let last = band.sizes[band.sizes.len() - 1];
                         skipped.push(format!("{coll} {}..{last} B: {n} of {}", band.start, cands.len()));
                     }
-                    let kept = all.iter().zip(keep).filter(|(_, k)| *k).map(|(s, _)| s.clone());
+                    let kept = cand_setups.iter().zip(keep).filter(|(_, measure)| *measure).map(|(s, _)| s.clone());
                     (band, std::iter::once(model.clone()).chain(kept).collect())
                 })
                 .collect();
