@@ -250,8 +250,9 @@ impl Topology {
     /// Ranks on CUDA GPUs over a searched graph (between hosts, the network as for the
     /// host). Measured with `jitccl perf all_reduce --target cuda` on one H200 holding 1-8
     /// ranks (threads of one process), the choice forced by one-row tables, 8 B and 4-64
-    /// MiB (`scripts/gpu-check.sh run points` measures the test's points again): 8-byte ring AllReduce took 13.3 us at 1 rank and 21-24, 36, 60-63 us at 2, 4, 8
-    /// ranks (2, 6, 14 hops: 14.6 us + 3.23 per hop); with the 16-byte Simple copy a channel
+    /// MiB (`scripts/gpu-check.sh run points` measures the test's points again): 8-byte
+    /// ring AllReduce took 13.3 us at 1 rank and 21-24, 36, 60-63 us at 2, 4, 8 ranks (2, 6,
+    /// 14 hops: 14.6 us + 3.23 per hop); with the 16-byte Simple copy a channel
     /// (a CTA) moved 8.1-9 GB/s of bus bandwidth at 2 ranks and 11.7 at 8, near linearly to
     /// about 125-145 GB/s a rank (2 ranks: 8.95 with 1 channel, 65 with 8, 122 with 16, 119
     /// with 32); more channels cost nothing measurable at 8 B. Ranks on separate GPUs

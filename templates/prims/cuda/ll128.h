@@ -12,7 +12,6 @@
 #define JC_PROTO 2
 #define JC_LL128_ELEMS (120 / sizeof(T))
 #define JC_LL128_UNROLL 2
-#define JC_PART_ELEMS (16 / sizeof(T))
 #define JC_FULL_WARP 0xffffffffu
 
 static JC_DEVICE JC_INLINE void jc_ll128_load(const jc_u64* p, jc_u64* a, jc_u64* b) {
@@ -37,11 +36,11 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   const int part = jc_tid() & 7;
   /* Lines a pass of the block covers: blocks are whole warps, so eight threads a line. */
   const jc_u64 lpp = (jc_u64)jc_nthreads() / 8, mine = (jc_u64)jc_tid() / 8;
-  const int first = part * (int)JC_PART_ELEMS, count = part == 7 ? (int)JC_PART_ELEMS / 2 : (int)JC_PART_ELEMS;
+  const int first = part * (int)JC_PACK, count = part == 7 ? (int)JC_PACK / 2 : (int)JC_PACK;
   /* Every thread runs the same passes (the bound is the block's), so the warp barriers
      below always find all 32 threads. */
   for (jc_u64 base = 0; base < nlines; base += JC_LL128_UNROLL * lpp) {
-    union { jc_u64 w[2]; T v[JC_PART_ELEMS]; } in[JC_LL128_UNROLL], out;
+    union { jc_u64 w[2]; T v[JC_PACK]; } in[JC_LL128_UNROLL], out;
     if (r) {
 #pragma unroll
       for (int u = 0; u < JC_LL128_UNROLL; u++) {
@@ -76,7 +75,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
       const jc_u64 e0 = l * JC_LL128_ELEMS + first;
       out.w[0] = out.w[1] = 0;
 #pragma unroll
-      for (int k = 0; k < (int)JC_PART_ELEMS; k++) {
+      for (int k = 0; k < (int)JC_PACK; k++) {
         if (k >= count || e0 + k >= n) break;
         T v = jc_elem(x, r ? in[u].v[k] : (T)0, r != 0, src, e0 + k, pre, post);
         if (dst) dst[e0 + k] = v;
