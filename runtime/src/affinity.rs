@@ -96,24 +96,59 @@ fn share(all: &[usize], online: usize, local_rank: usize, local_nranks: usize) -
     Ok((all[local_rank * per..(local_rank + 1) * per].to_vec(), true))
 }
 
-/// Ranks of this process running a kernel now (see `Running`).
+/// Ranks of this process running a kernel now (see `Running`), counted only while more
+/// ranks are alive than the process has CPUs (see `Live`).
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
-/// Counts one rank as running a kernel in this process while it is held. Ranks that are
-/// merely alive do not compete for the CPUs: a process may hold many communicators (a
-/// framework's process groups, `perf --compare`'s setups) and run one at a time.
-pub(crate) struct Running(());
+/// Ranks alive in this process (see `Live`).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The CPUs this process may run on.
+fn process_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| allowed().map_or(1, |a| a.len()))
+}
+
+/// Counts one rank as alive in this process while it is held. A rank runs one kernel at a
+/// time, so while no more ranks live than the process has CPUs, no more run kernels
+/// either, and `Running` need not count them (an atomic read-modify-write pair per launch).
+pub(crate) struct Live(());
+
+impl Live {
+    pub(crate) fn new() -> Live {
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        Live(())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts one rank as running a kernel in this process while it is held, when it could
+/// matter (see `Live`). Ranks that are merely alive do not compete for the CPUs: a process
+/// may hold many communicators (a framework's process groups, `perf --compare`'s setups)
+/// and run one at a time. A rank made while others run may find them uncounted until
+/// their launches end: it spins where it should yield for that long, no longer.
+pub(crate) struct Running(bool);
 
 impl Running {
     pub(crate) fn new() -> Running {
-        RUNNING.fetch_add(1, Ordering::Relaxed);
-        Running(())
+        let counted = LIVE.load(Ordering::Relaxed) > process_cpus();
+        if counted {
+            RUNNING.fetch_add(1, Ordering::Relaxed);
+        }
+        Running(counted)
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        RUNNING.fetch_sub(1, Ordering::Relaxed);
+        if self.0 {
+            RUNNING.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -129,9 +164,7 @@ pub(crate) fn on_current_cpu(set: &CpuSet) -> bool {
 /// bound there, and this process runs no more ranks (of all its communicators) than it has
 /// CPUs.
 pub(crate) fn has_own_cpus(cpus: Option<&CpuSet>) -> bool {
-    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let process_cpus = *CPUS.get_or_init(|| allowed().map_or(1, |a| a.len()));
-    cpus.is_some_and(|c| c.exclusive) && RUNNING.load(Ordering::Relaxed) <= process_cpus
+    cpus.is_some_and(|c| c.exclusive) && RUNNING.load(Ordering::Relaxed) <= process_cpus()
 }
 
 thread_local! {

@@ -5,9 +5,10 @@
 //!
 //! The queue is a fixed ring of `DEPTH` launch slots, like a GPU's command queue: callers
 //! write launches into it, the dispatcher runs them in place, and a finished launch's
-//! references (buffers, kernel, communicator) are released by the next caller or by
-//! `synchronize`. So nothing is allocated per launch, and reference counts are only touched
-//! on the callers' side instead of bouncing between the caller's and the dispatcher's core.
+//! references (buffers, communicator) are released by the next caller or by `synchronize`
+//! (or at once by a caller that ran the launch itself, see below). So nothing is allocated
+//! per launch, and reference counts are only touched on the callers' side instead of
+//! bouncing between the caller's and the dispatcher's core.
 //!
 //! `synchronize` runs the host launches the dispatcher has not started on the caller's
 //! thread (`run`), so that a call followed by synchronize costs no thread hand-off; while
@@ -26,6 +27,8 @@ use crate::wait::{poll, POLL};
 mod launch;
 mod reservation;
 mod run;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use launch::{KernelCall, Launch, Owner};
 
@@ -41,7 +44,8 @@ struct Slot(UnsafeCell<Option<Launch>>);
 /// The ring and its counters. Slot `i % DEPTH` holds launch `i`. A caller (holding
 /// `produce`) writes launch `i` once `i < completed + DEPTH`, then publishes `submitted =
 /// i + 1`; the dispatcher reads launch `completed` by reference while `completed <
-/// submitted`, then publishes `completed + 1`; a caller empties slots below `completed`.
+/// submitted`, then publishes `completed + 1`; a caller empties slots below `completed`
+/// (a caller running launches itself empties each before it publishes its completion).
 /// "The dispatcher" is whichever thread holds `running` (see `run`): the stream's thread,
 /// or a caller of `synchronize`. Sleeping sides are woken as `push`, `next`, `complete`,
 /// `idle` and `run::release` say.
@@ -53,6 +57,11 @@ struct Shared {
     /// what the other side reads.
     submitted: Padded<AtomicU64>,
     completed: Padded<AtomicU64>,
+    /// One past the last launch the dispatcher thread ran (not a caller): slots below it
+    /// may hold references until a caller empties them.
+    dispatched: Padded<AtomicU64>,
+    /// `Producer::emptied`, readable without the lock.
+    emptied: AtomicU64,
     /// The smallest completion count a sleeping waiter needs (`u64::MAX`: none sleeps).
     wake_at: Padded<AtomicU64>,
     /// `AWAKE`, `ASLEEP` (until woken) or `DOZING` (wakes by itself, see `run`).
@@ -192,6 +201,16 @@ impl Shared {
             unsafe { *self.slot(p.emptied) = None };
             p.emptied += 1;
         }
+        self.emptied.store(p.emptied, Release);
+    }
+
+    /// Releases what the launches the dispatcher ran hold (those a caller ran were released
+    /// as they ran), so that a buffer dropped after `synchronize` is freed then. Takes the
+    /// callers' lock only when there are such launches: a blocking call has none.
+    fn release_dispatched(&self) {
+        if self.dispatched.load(Acquire) > self.emptied.load(Acquire) {
+            self.reclaim(&mut self.produce.lock().unwrap_or_else(|e| e.into_inner()));
+        }
     }
 
     fn slot(&self, i: u64) -> *mut Option<Launch> {
@@ -315,6 +334,8 @@ impl Stream {
             produce: Padded(Mutex::new(Producer { emptied: 0 })),
             submitted: Padded(AtomicU64::new(0)),
             completed: Padded(AtomicU64::new(0)),
+            dispatched: Padded(AtomicU64::new(0)),
+            emptied: AtomicU64::new(0),
             wake_at: Padded(AtomicU64::new(u64::MAX)),
             dispatcher: Padded(AtomicU8::new(AWAKE)),
             deferring: Padded(AtomicBool::new(false)),
@@ -375,7 +396,7 @@ impl Stream {
             sh.try_run(target, true);
         }
         sh.wait(target, None);
-        sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
+        sh.release_dispatched();
         sh.take_error()
     }
 
@@ -386,7 +407,7 @@ impl Stream {
         if !sh.wait_reserved(Some(deadline)) || !sh.wait(sh.submitted.load(SeqCst), Some(deadline)) {
             return Ok(false);
         }
-        sh.reclaim(&mut sh.produce.lock().unwrap_or_else(|e| e.into_inner()));
+        sh.release_dispatched();
         sh.take_error().map(|()| true)
     }
 

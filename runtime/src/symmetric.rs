@@ -73,8 +73,9 @@ pub(crate) struct Registry {
     /// Every rank's host arena (`device::host::Arena`), where plain buffers live: the
     /// region of any buffer no registration holds.
     arena: OnceLock<Arc<Region>>,
-    /// Whether any region exists: calls skip the lookup otherwise.
-    any: AtomicBool,
+    /// Whether `regions` holds any: calls on plain buffers (the arena's, or none) skip its
+    /// lock, an atomic read-modify-write pair on every call otherwise.
+    registered: AtomicBool,
     next_id: AtomicU64,
 }
 
@@ -94,9 +95,7 @@ impl Registry {
 
     /// Sets the arena region (at init, on every rank or on none).
     pub(crate) fn set_arena(&self, region: Region) {
-        if self.arena.set(Arc::new(region)).is_ok() {
-            self.any.store(true, Ordering::Release);
-        }
+        let _ = self.arena.set(Arc::new(region));
     }
 
     /// The arena region, where every rank maps every rank's arena.
@@ -107,7 +106,7 @@ impl Registry {
     pub(crate) fn insert(&self, region: Region) {
         let mut m = self.regions.write().unwrap_or_else(|e| e.into_inner());
         m.insert(region.range.start, Arc::new(region));
-        self.any.store(true, Ordering::Release);
+        self.registered.store(true, Ordering::Release);
     }
 
     /// Removes region `id` (its launches keep it alive until they have run).
@@ -116,24 +115,42 @@ impl Registry {
         if m.get(&start).is_some_and(|r| r.id == id) {
             m.remove(&start);
         }
-        self.any.store(!m.is_empty() || self.arena.get().is_some(), Ordering::Release);
+        self.registered.store(!m.is_empty(), Ordering::Release);
     }
 
-    /// The region holding all of `bytes`, if any: a registration's, else the arena's.
-    fn find(&self, m: &BTreeMap<usize, Arc<Region>>, bytes: &Range<usize>) -> Option<Arc<Region>> {
+    /// The region holding all of `bytes`, if any: a registration's (`m`, when there are
+    /// any), else the arena's. Borrowed: a call takes references only if it runs a direct
+    /// algorithm.
+    fn find<'a>(
+        &'a self, m: Option<&'a BTreeMap<usize, Arc<Region>>>, bytes: &Range<usize>,
+    ) -> Option<&'a Arc<Region>> {
         let holds = |r: &Region| r.range.start <= bytes.start && bytes.end <= r.range.end;
-        let registered = m.range(..=bytes.start).next_back().map(|(_, r)| r).filter(|r| holds(r));
-        registered.or_else(|| self.arena.get().filter(|r| holds(r))).cloned()
+        let registered = m.and_then(|m| m.range(..=bytes.start).next_back()).map(|(_, r)| r).filter(|r| holds(r));
+        registered.or_else(|| self.arena.get().filter(|r| holds(r)))
+    }
+
+    /// `found` applied to the regions of a call's send and recv bytes, when both are
+    /// registered (and the flags areas exist).
+    fn with<R>(
+        &self, send: &Range<usize>, recv: &Range<usize>, found: impl FnOnce(&Arc<Region>, &Arc<Region>, &Flags) -> R,
+    ) -> Option<R> {
+        let flags = self.flags.get()?;
+        if !self.registered.load(Ordering::Acquire) {
+            return Some(found(self.find(None, send)?, self.find(None, recv)?, flags));
+        }
+        let m = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        Some(found(self.find(Some(&m), send)?, self.find(Some(&m), recv)?, flags))
+    }
+
+    /// Whether a call's send and recv bytes are both registered: the direct algorithms
+    /// are candidates.
+    pub(crate) fn holds(&self, send: &Range<usize>, recv: &Range<usize>) -> bool {
+        self.with(send, recv, |_, _, _| ()).is_some()
     }
 
     /// The regions of a call's send and recv bytes when both are registered.
-    pub(crate) fn direct(&self, send: Range<usize>, recv: Range<usize>) -> Option<Direct> {
-        if !self.any.load(Ordering::Acquire) {
-            return None;
-        }
-        let flags = self.flags.get()?;
-        let m = self.regions.read().unwrap_or_else(|e| e.into_inner());
-        Some(Direct { send: self.find(&m, &send)?, recv: self.find(&m, &recv)?, flags: flags.areas.as_ptr() })
+    pub(crate) fn direct(&self, send: &Range<usize>, recv: &Range<usize>) -> Option<Direct> {
+        self.with(send, recv, |s, r, f| Direct { send: s.clone(), recv: r.clone(), flags: f.areas.as_ptr() })
     }
 }
 
@@ -141,30 +158,39 @@ impl Registry {
 mod tests {
     use super::*;
 
+    /// The ids of the regions `holds` and `direct` find for a call, checking they agree.
+    fn ids(reg: &Registry, send: Range<usize>, recv: Range<usize>) -> Option<(u64, u64)> {
+        let found = reg.direct(&send, &recv).map(|d| (d.send.id, d.recv.id));
+        assert_eq!(reg.holds(&send, &recv), found.is_some(), "holds and direct disagree on {send:?}, {recv:?}");
+        found
+    }
+
     #[test]
     fn lookups_find_the_region_holding_the_whole_range() {
         let reg = Registry::default();
+        reg.insert(Region::new(reg.next_id(), 0..8, vec![std::ptr::null_mut()], vec![]));
+        assert_eq!(ids(&reg, 0..8, 0..8), None, "no flags area: no direct algorithm");
+        reg.remove(0, 1);
         reg.set_flags(Flags::new(vec![std::ptr::null_mut()], vec![]));
-        assert!(reg.direct(0..8, 0..8).is_none());
+        assert_eq!(ids(&reg, 0..8, 0..8), None);
         reg.insert(Region::new(reg.next_id(), 100..200, vec![std::ptr::null_mut()], vec![]));
         reg.insert(Region::new(reg.next_id(), 300..400, vec![std::ptr::null_mut()], vec![]));
-        let d = reg.direct(100..150, 350..400).unwrap();
-        assert_eq!((d.send.id, d.recv.id), (1, 2));
-        assert!(reg.direct(150..250, 300..310).is_none(), "crosses the end");
-        assert!(reg.direct(50..60, 300..310).is_none(), "before every region");
-        reg.remove(100, 1);
-        assert!(reg.direct(100..150, 300..310).is_none());
-        reg.remove(300, 2);
-        assert!(!reg.any.load(Ordering::Relaxed));
+        assert_eq!(ids(&reg, 100..150, 350..400), Some((2, 3)));
+        assert_eq!(ids(&reg, 150..250, 300..310), None, "crosses the end");
+        assert_eq!(ids(&reg, 50..60, 300..310), None, "before every region");
+        reg.remove(100, 2);
+        assert_eq!(ids(&reg, 100..150, 300..310), None);
+        reg.remove(300, 3);
+        assert!(!reg.registered.load(Ordering::Relaxed));
         // The arena holds what no registration does, a registration inside it wins.
         reg.set_arena(Region::new(reg.next_id(), 1000..5000, vec![std::ptr::null_mut()], vec![]));
+        assert_eq!(ids(&reg, 1000..1100, 4000..5000), Some((4, 4)), "the arena alone, without the lock");
         reg.insert(Region::new(reg.next_id(), 2000..3000, vec![std::ptr::null_mut()], vec![]));
-        let d = reg.direct(1000..1100, 2000..2100).unwrap();
-        assert_eq!((d.send.id, d.recv.id), (3, 4));
-        let d = reg.direct(2500..3500, 4900..5000).unwrap();
-        assert_eq!((d.send.id, d.recv.id), (3, 3), "past the registration's end: the arena's");
-        assert!(reg.direct(4900..5001, 1000..1001).is_none());
-        reg.remove(2000, 4);
-        assert!(reg.any.load(Ordering::Relaxed));
+        assert_eq!(ids(&reg, 1000..1100, 2000..2100), Some((4, 5)));
+        assert_eq!(ids(&reg, 2500..3500, 4900..5000), Some((4, 4)), "past the registration's end: the arena's");
+        assert_eq!(ids(&reg, 4900..5001, 1000..1001), None);
+        reg.remove(2000, 5);
+        assert!(!reg.registered.load(Ordering::Relaxed));
+        assert_eq!(ids(&reg, 2000..2100, 2000..2100), Some((4, 4)));
     }
 }

@@ -94,7 +94,9 @@ impl Owner for CommInner {
         let _running = Running::new();
         let cpus = self.enq.cpus.as_deref();
         l.args.spin = wait::spin_budget(self.enq.cfg.spin, cpus);
-        let failed = device::launch(&l.kernel, &l.args, l.nchannels, l.proto, pool, cpus);
+        // SAFETY: the kernel is borrowed from this communicator's table (`enqueue::plan`),
+        // which lives as long as `self`.
+        let failed = unsafe { device::launch(l.kernel, &l.args, l.nchannels, l.proto, pool, cpus) };
         let err = match failed {
             Ok(None) => return Ok(()),
             // SAFETY: the kernels have finished.

@@ -135,6 +135,14 @@ impl<T: Element> DeviceBuffer<T> {
         self.mem.clone()
     }
 
+    /// Keeps the memory of `self` and of `other` alive while an operation is queued: one
+    /// reference when they share it (an in-place call), since each costs an atomic
+    /// read-modify-write to take and one to drop.
+    pub(crate) fn keep_alive_with<U: Element>(&self, other: &DeviceBuffer<U>) -> [Option<Arc<dyn Send + Sync>>; 2] {
+        let shared = Arc::ptr_eq(&self.mem, &other.mem);
+        [Some(self.keep_alive()), (!shared).then(|| other.keep_alive())]
+    }
+
     /// Byte range this view covers, for overlap checks.
     pub(crate) fn byte_range(&self) -> Range<usize> {
         let start = self.as_ptr() as usize;

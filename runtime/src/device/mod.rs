@@ -207,15 +207,38 @@ impl Kernel {
     }
 }
 
+/// A kernel borrowed from the table that holds it for good (a rank's): what a launch
+/// keeps instead of a counted reference, which would cost an atomic read-modify-write to
+/// take and one to drop on every call. Valid while that table lives (`launch`).
+#[derive(Clone, Copy)]
+pub(crate) enum KernelRef {
+    Host(*const HostKernel),
+    Cuda(*const cuda::Kernel),
+}
+
+impl Kernel {
+    /// A borrow of this kernel, valid while this `Kernel` (or a clone of it) lives.
+    pub(crate) fn borrow(&self) -> KernelRef {
+        match self {
+            Kernel::Host(k) => KernelRef::Host(Arc::as_ptr(k)),
+            Kernel::Cuda(k) => KernelRef::Cuda(Arc::as_ptr(k)),
+        }
+    }
+}
+
 /// Runs `kernel` with `args` as `nchannels` CTAs on `pool` (host CTAs bound to `cpus` if
 /// given); returns the first channel that failed (its status says why). A CUDA launch
 /// reads the statuses from mapped memory, where `args.status` points.
-pub(crate) fn launch(
-    kernel: &Kernel, args: &Args, nchannels: usize, proto: Protocol, pool: &mut CtaPool, cpus: Option<&CpuSet>,
+///
+/// # Safety
+/// `kernel`'s table (see `KernelRef`) lives until this returns.
+pub(crate) unsafe fn launch(
+    kernel: KernelRef, args: &Args, nchannels: usize, proto: Protocol, pool: &mut CtaPool, cpus: Option<&CpuSet>,
 ) -> Result<Option<usize>> {
-    match (kernel, pool) {
-        (Kernel::Host(k), CtaPool::Host(p)) => host::launch(k, args, nchannels, p, cpus),
-        (Kernel::Cuda(k), CtaPool::Cuda(s)) => {
+    // SAFETY: the caller keeps the kernel alive.
+    match (unsafe { deref(kernel) }, pool) {
+        (Borrowed::Host(k), CtaPool::Host(p)) => host::launch(k, args, nchannels, p, cpus),
+        (Borrowed::Cuda(k), CtaPool::Cuda(s)) => {
             s.run(k, args, nchannels, cuda::block_threads(proto, k.max_threads))?;
             // SAFETY: `status` is mapped memory of nchannels entries, and the kernel is done.
             let statuses = unsafe { std::slice::from_raw_parts(args.status as *const Status, nchannels) };
@@ -223,4 +246,24 @@ pub(crate) fn launch(
         }
         _ => Err(Error::Internal("a kernel launched on a stream of another target".into())),
     }
+}
+
+/// The kernel `k` borrows, as its target's type.
+///
+/// # Safety
+/// As for `launch`.
+unsafe fn deref<'a>(k: KernelRef) -> Borrowed<'a> {
+    // SAFETY: the caller's.
+    unsafe {
+        match k {
+            KernelRef::Host(p) => Borrowed::Host(&*p),
+            KernelRef::Cuda(p) => Borrowed::Cuda(&*p),
+        }
+    }
+}
+
+/// A borrowed kernel of one target.
+enum Borrowed<'a> {
+    Host(&'a HostKernel),
+    Cuda(&'a cuda::Kernel),
 }

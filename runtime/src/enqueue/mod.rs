@@ -7,6 +7,7 @@ mod checks;
 mod plan;
 mod tables;
 
+use std::ops::Range;
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
@@ -15,11 +16,11 @@ use rustc_hash::FxHashMap;
 use jitccl_codegen::abi::Args;
 use jitccl_codegen::{Collective, DataType, KernelSpec};
 
-use crate::affinity::CpuSet;
+use crate::affinity::{self, CpuSet};
 use crate::config::Resolved;
-use crate::device::{Device, DeviceBuffer, Kernel};
+use crate::device::{Device, DeviceBuffer, Kernel, KernelRef};
 use crate::element::Element;
-use crate::error::{invalid, Result};
+use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
 use crate::op::Op;
 use crate::stream::{KernelCall, Launch, Owner, Stream};
@@ -44,17 +45,18 @@ pub(crate) struct Rank {
     pub tuner: Arc<Tuner>,
     /// Registered memory: calls on it may run the direct algorithms.
     pub sym: Arc<Registry>,
-    /// The kernels this rank has launched: a launch looks its kernel up here, without the
-    /// generator's process-wide locks.
+    /// The kernels this rank has launched, kept while it lives: a launch looks its kernel
+    /// up here, without the generator's process-wide locks, and borrows it (see `plan`).
     kernels: Mutex<FxHashMap<KernelSpec, Kernel>>,
-    /// The last plan made (see `plan`).
-    last: plan::Last,
+    /// This rank's identity for the plans threads remember (see `plan`).
+    uid: u64,
+    _live: affinity::Live,
 }
 
 /// A call tuned, its kernel found and its registered regions looked up (`Rank::prepare`).
 pub(crate) struct Ready {
     choice: Choice,
-    kernel: Kernel,
+    kernel: KernelRef,
     direct: Option<Direct>,
 }
 
@@ -100,7 +102,7 @@ impl Call {
             root,
             send: send.as_ptr(),
             recv: recv.as_ptr(),
-            keep: [Some(send.keep_alive()), Some(recv.keep_alive())],
+            keep: send.keep_alive_with(recv),
             devices: [Some(send.device().clone()), Some(recv.device().clone())],
             bytes: count * blocks * size_of::<T>(),
             send_peer: None,
@@ -161,7 +163,8 @@ impl Rank {
             tuner,
             sym: Arc::default(),
             kernels: Mutex::default(),
-            last: Mutex::default(),
+            uid: plan::next_uid(),
+            _live: affinity::Live::new(),
         }
     }
 
@@ -180,19 +183,29 @@ impl Rank {
         }
         // Collectives that only move data run as bytes.
         let kdtype = if call.coll.reduces() { call.dtype } else { DataType::U8 };
-        let direct = if call.internal { None } else { self.direct(call) };
+        let ranges = if call.internal { None } else { self.direct_ranges(call) };
         let shape = Shape {
             coll: call.coll,
             bytes: call.bytes,
             dtype: kdtype,
             op: call.op.map(Op::red_op),
-            direct: direct.is_some(),
+            direct: ranges.as_ref().is_some_and(|(s, r)| self.sym.holds(s, r)),
             internal: call.internal,
         };
         let (choice, kernel) = self.plan(shape)?;
         let rank = self.group.rank;
         tracing::trace!("rank {rank}: enqueue {} {choice:?} x {} elements", call.coll.name(), call.count);
-        Ok(Some(Ready { choice, kernel, direct: direct.filter(|_| choice.algo.is_direct()) }))
+        // The regions are taken (counted references) only by a call that runs on them.
+        let direct = match (choice.algo.is_direct(), &ranges) {
+            (true, Some((s, r))) => Some(self.sym.direct(s, r).ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "{} on rank {rank}: a buffer was deregistered while the call was made",
+                    call.coll.name()
+                ))
+            })?),
+            _ => None,
+        };
+        Ok(Some(Ready { choice, kernel, direct }))
     }
 
     /// Writes the launch of a prepared `call` through `owner` (its communicator) into `dst`;
@@ -256,26 +269,24 @@ impl Rank {
         });
     }
 
-    /// The registered regions of `call`'s buffers, when every one is registered and the
-    /// direct algorithms can run it (the host target; every rank on one host, which
-    /// registration checked; channels within the flags area; ranks within the kernels'
-    /// tables).
-    fn direct(&self, call: &Call) -> Option<Direct> {
+    /// The byte ranges of `call`'s send and recv buffers, when the direct algorithms could
+    /// run it if both are registered (the host target; channels within the flags area;
+    /// ranks within the kernels' tables).
+    fn direct_ranges(&self, call: &Call) -> Option<(Range<usize>, Range<usize>)> {
+        use jitccl_codegen::abi::{SYM_CHANNELS, SYM_MAX_RANKS};
+        if self.device.is_cuda() || self.tuner.max_channels() > SYM_CHANNELS || self.group.nranks > SYM_MAX_RANKS {
+            return None;
+        }
         let elem = call.dtype.size();
         let bytes = |p: *const u8, n: usize| p as usize..p as usize + n * elem;
-        let (send, recv) = match call.coll {
+        Some(match call.coll {
             Collective::SendRecv => return None,
             Collective::AllGather => (bytes(call.send, call.count), bytes(call.recv, call.count * self.group.nranks)),
             Collective::ReduceScatter => {
                 (bytes(call.send, call.count * self.group.nranks), bytes(call.recv, call.count))
             }
             _ => (bytes(call.send, call.count), bytes(call.recv, call.count)),
-        };
-        use jitccl_codegen::abi::{SYM_CHANNELS, SYM_MAX_RANKS};
-        if self.device.is_cuda() || self.tuner.max_channels() > SYM_CHANNELS || self.group.nranks > SYM_MAX_RANKS {
-            return None;
-        }
-        self.sym.direct(send, recv)
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use jitccl_codegen::abi::Args;
 use jitccl_codegen::Protocol;
 
-use crate::device::{CtaPool, Kernel};
+use crate::device::{CtaPool, KernelRef};
 use crate::error::Result;
 
 /// What a launch's owner (its communicator) does to run it: its own checks and
@@ -32,7 +32,8 @@ pub(crate) struct Launch {
 
 /// What a launch runs: the kernel and its arguments.
 pub(crate) struct KernelCall {
-    pub kernel: Kernel,
+    /// Borrowed from its owner's kernel table, which the launch's `owner` keeps alive.
+    pub kernel: KernelRef,
     pub args: Args,
     pub nchannels: usize,
     /// The kernel's protocol (a CUDA launch sizes its blocks by it).
@@ -40,7 +41,8 @@ pub(crate) struct KernelCall {
     pub name: &'static str,
 }
 
-// SAFETY: the pointers in `args` stay valid while the launch lives (`keep` and the owner
-// hold what they point to), and kernels synchronize their own accesses.
+// SAFETY: the pointers in `args` and the kernel borrow stay valid while the launch lives
+// (`keep` and the owner hold what they point to), and kernels synchronize their own
+// accesses.
 unsafe impl Send for Launch {}
 unsafe impl Sync for Launch {}

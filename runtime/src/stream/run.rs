@@ -75,7 +75,19 @@ impl Shared {
                     .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
                 None => Err(Error::Internal("empty stream slot".into())),
             };
+            // A caller releases what its launch holds itself, here, on the core that took it,
+            // so that its synchronize need not take the callers' lock to (`release_dispatched`);
+            // the dispatcher leaves its launches to the callers (see `Shared`).
+            let ran = match caller {
+                // SAFETY: as above; nobody else writes the slot before the launch completes.
+                true => unsafe { (*self.slot(i)).take() },
+                false => {
+                    self.dispatched.store(i + 1, Relaxed);
+                    None
+                }
+            };
             self.complete(i, res);
+            drop(ran);
         }
     }
 
