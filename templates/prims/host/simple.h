@@ -1,6 +1,6 @@
 /* Simple protocol, host: a step's elements are copied straight into the receiver's slot;
    the tail counter is published with release order after them, and the receiver hands the
-   slot back through head. Pure moves go through memcpy (the C library's fastest copy);
+   slot back through head. Pure moves go through jc_copy (memcpy, the C library's fastest copy);
    only steps that compute run the element loop. Copying steps of JC_STREAM_MIN bytes or
    more, and computing steps of JC_STREAM_MIN_COMPUTED or more (a tile at a time), are
    written into the slot with the prelude's cache-bypassing jc_stream: the receiver reads
@@ -23,9 +23,9 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   int stream = out && n * sizeof(T) >= (computes ? JC_STREAM_MIN_COMPUTED : JC_STREAM_MIN) && ((jc_u64)out & 15) == 0;
   int dstream = dst && JC_BYPASS_OUTPUT(x->args) && ((jc_u64)dst & 15) == 0;
   if (!computes) {
-    if (dst && dst != from) { if (dstream) jc_stream(dst, from, n * sizeof(T)); else memcpy(dst, from, n * sizeof(T)); }
+    if (dst && dst != from) { if (dstream) jc_stream(dst, from, n * sizeof(T)); else jc_copy(dst, from, n * sizeof(T)); }
     if (stream) jc_stream(out, from, n * sizeof(T));
-    else if (out) memcpy(out, from, n * sizeof(T));
+    else if (out) jc_copy(out, from, n * sizeof(T));
   } else if (stream || dstream) {
     T tile[JC_TILE_BYTES / sizeof(T)];
     for (jc_u64 b = 0; b < n; b += JC_TILE_BYTES / sizeof(T)) {
