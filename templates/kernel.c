@@ -19,6 +19,12 @@ static JC_DEVICE JC_INLINE C jc_pre(const struct jc_ctx* x, C v) { {{ op.pre }} 
 static JC_DEVICE JC_INLINE C jc_post(const struct jc_ctx* x, C v) { {{ op.post }} }
 static JC_DEVICE JC_INLINE C jc_scalar(const struct jc_args* a) { {{ op.scalar }} }
 
+/* The bits of the primitives' `post` argument: apply the post-op to the result; combine the
+   source element first (src (+) recv), where the fold's order puts it left of the received
+   one (the op may not commute). */
+#define JC_POST 1
+#define JC_SRC_FIRST 2
+
 /* One output element: the received value (if any) combined with the pre-op'd source
    element (if any), then the post-op. */
 static JC_DEVICE JC_INLINE T jc_elem(const struct jc_ctx* x, T rv, int has_recv, const T* src, jc_u64 i, int pre, int post) {
@@ -26,11 +32,11 @@ static JC_DEVICE JC_INLINE T jc_elem(const struct jc_ctx* x, T rv, int has_recv,
   if (src) {
     C s = jc_to_c(src[i]);
     if (pre) s = jc_pre(x, s);
-    v = has_recv ? jc_combine(jc_to_c(rv), s) : s;
+    v = !has_recv ? s : (post & JC_SRC_FIRST) ? jc_combine(s, jc_to_c(rv)) : jc_combine(jc_to_c(rv), s);
   } else {
     v = jc_to_c(rv);
   }
-  if (post) v = jc_post(x, v);
+  if (post & JC_POST) v = jc_post(x, v);
   return jc_from_c(v);
 }
 

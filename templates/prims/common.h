@@ -4,7 +4,8 @@
    slot; out[i] = post(recv[i] (+) pre(src[i])) with the missing parts left out; write out to
    dst and/or the send slot; release the recv slot and post the send step.
    `pre` applies the op's pre-operation (PreMulSum scalar) to src: set it when src is user
-   input; `post` applies the post-operation (integer Avg division) to a final result.
+   input; `post` (JC_POST) applies the post-operation (integer Avg division) to a final
+   result, and with JC_SRC_FIRST the combination is src (+) recv instead.
    Target- and protocol-independent. */
 static JC_DEVICE JC_INLINE int jc_send(struct jc_ctx* x, struct jc_conn* s, const T* src, jc_u64 n, int pre) {
   return jc_generic(x, 0, s, src, 0, n, pre, 0);
@@ -24,6 +25,10 @@ static JC_DEVICE JC_INLINE int jc_recv_reduce_send(struct jc_ctx* x, struct jc_c
 }
 static JC_DEVICE JC_INLINE int jc_recv_reduce_copy(struct jc_ctx* x, struct jc_conn* r, const T* src, T* dst, jc_u64 n, int pre, int post) {
   return jc_generic(x, r, 0, src, dst, n, pre, post);
+}
+/* dst = post(pre(src) (+) recv): the source element left of the received one. */
+static JC_DEVICE JC_INLINE int jc_reduce_recv_copy(struct jc_ctx* x, struct jc_conn* r, const T* src, T* dst, jc_u64 n, int pre, int post) {
+  return jc_generic(x, r, 0, src, dst, n, pre, (post ? JC_POST : 0) | JC_SRC_FIRST);
 }
 static JC_DEVICE JC_INLINE int jc_recv_reduce_copy_send(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s, const T* src, T* dst, jc_u64 n, int pre, int post) {
   return jc_generic(x, r, s, src, dst, n, pre, post);
