@@ -30,6 +30,37 @@ pub(crate) struct Launch {
     pub _direct: Option<crate::symmetric::Direct>,
 }
 
+/// What a launch holds (references to its communicator, buffers and registered regions),
+/// taken out of its queue slot by `Launch::take_held`.
+pub(crate) struct Held {
+    _owner: Arc<dyn Owner>,
+    _keep: [Option<Arc<dyn Send + Sync>>; 2],
+    _direct: Option<crate::symmetric::Direct>,
+}
+
+impl Launch {
+    /// Empties `slot`, returning what its launch holds: only that needs dropping, so the
+    /// rest (the arguments, most of its bytes) is not copied out, as taking the whole
+    /// launch would (a call into the C library's memcpy for each blocking call).
+    pub(crate) fn take_held(slot: &mut Option<Launch>) -> Option<Held> {
+        let l = slot.as_mut()?;
+        // SAFETY: each field that has drop glue is read exactly once, then the slot is
+        // overwritten without dropping the launch; what remains, `call`, has no drop glue
+        // (asserted below), so nothing is dropped twice or leaked.
+        unsafe {
+            let held = Held {
+                _owner: std::ptr::read(&l.owner),
+                _keep: std::ptr::read(&l._keep),
+                _direct: std::ptr::read(&l._direct),
+            };
+            std::ptr::write(slot, None);
+            Some(held)
+        }
+    }
+}
+
+const _: () = assert!(!std::mem::needs_drop::<KernelCall>(), "take_held would leak what a KernelCall holds");
+
 /// What a launch runs: the kernel and its arguments.
 pub(crate) struct KernelCall {
     /// Borrowed from its owner's kernel table, which the launch's `owner` keeps alive.

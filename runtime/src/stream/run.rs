@@ -22,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::time::Instant;
 
-use super::{prefetch, Shared, ASLEEP, AWAKE, DOZING};
+use super::{prefetch, Launch, Shared, ASLEEP, AWAKE, DOZING};
 use crate::affinity;
 use crate::error::Error;
 use crate::wait::{poll, DEFER, DEFER_MAX, DOZES, POLL};
@@ -80,7 +80,7 @@ impl Shared {
             // the dispatcher leaves its launches to the callers (see `Shared`).
             let ran = match caller {
                 // SAFETY: as above; nobody else writes the slot before the launch completes.
-                true => unsafe { (*self.slot(i)).take() },
+                true => Launch::take_held(unsafe { &mut *self.slot(i) }),
                 false => {
                     self.dispatched.store(i + 1, Relaxed);
                     None
