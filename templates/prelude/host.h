@@ -85,26 +85,20 @@ static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
 /* memcpy for the primitives' moves. A call into the C library costs a small move more than
    the move itself (an 8-byte AllReduce at 2 ranks makes three, 4% of its time), so up to
    16 bytes move inline, as two loads and two stores that may overlap. */
+static inline void jc_copy_ends(char* d, const char* s, jc_u64 n, jc_u64 w) {
+  char a[8], b[8]; /* w <= n <= 2w, w <= 8: inlined with a constant w, plain moves */
+  memcpy(a, s, w);
+  memcpy(b, s + n - w, w);
+  memcpy(d, a, w);
+  memcpy(d + n - w, b, w);
+}
 static inline void jc_copy(void* dst, const void* src, jc_u64 n) {
   char* d = (char*)dst;
   const char* s = (const char*)src;
-  if (n > 16) {
-    memcpy(d, s, n);
-  } else if (n >= 8) {
-    jc_u64 a, b;
-    memcpy(&a, s, 8);
-    memcpy(&b, s + n - 8, 8);
-    memcpy(d, &a, 8);
-    memcpy(d + n - 8, &b, 8);
-  } else if (n >= 4) {
-    jc_u32 a, b;
-    memcpy(&a, s, 4);
-    memcpy(&b, s + n - 4, 4);
-    memcpy(d, &a, 4);
-    memcpy(d + n - 4, &b, 4);
-  } else {
-    for (jc_u64 k = 0; k < n; k++) d[k] = s[k];
-  }
+  if (n > 16) memcpy(d, s, n);
+  else if (n >= 8) jc_copy_ends(d, s, n, 8);
+  else if (n >= 4) jc_copy_ends(d, s, n, 4);
+  else for (jc_u64 k = 0; k < n; k++) d[k] = s[k];
 }
 /* Copies n bytes to dst (16-byte aligned) with stores that bypass this core's caches, for
    data another core reads next (a FIFO slot): the reader then loads it from memory rather
