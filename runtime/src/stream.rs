@@ -60,7 +60,9 @@ struct Shared {
     /// One past the last launch the dispatcher thread ran (not a caller): slots below it
     /// may hold references until a caller empties them.
     dispatched: Padded<AtomicU64>,
-    /// `Producer::emptied`, readable without the lock.
+    /// Launches below this index have been emptied: written by callers under `produce`,
+    /// read anywhere. Callers read the dispatcher's completion count only to advance it,
+    /// not on every launch.
     emptied: AtomicU64,
     /// The smallest completion count a sleeping waiter needs (`u64::MAX`: none sleeps).
     wake_at: Padded<AtomicU64>,
@@ -104,12 +106,9 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-/// What the callers know, under `Shared::produce`.
-struct Producer {
-    /// Launches below this index have been emptied. Callers read the dispatcher's
-    /// completion count only to advance this, not on every launch.
-    emptied: u64,
-}
+/// The callers' right to write and empty slots (`Shared::produce`): a function that
+/// takes one must be called under the lock.
+struct Producer;
 
 // SAFETY: slots are accessed as the protocol above says: a slot is written (or emptied) by
 // one caller under `produce` only while the dispatcher cannot be reading it.
@@ -193,15 +192,15 @@ impl Shared {
     }
 
     /// Empties the slots of finished launches, releasing what they hold, on this thread.
-    fn reclaim(&self, p: &mut Producer) {
-        let completed = self.completed.load(Acquire);
-        while p.emptied < completed {
+    fn reclaim(&self, _: &mut Producer) {
+        let (mut emptied, completed) = (self.emptied.load(Relaxed), self.completed.load(Acquire));
+        while emptied < completed {
             // SAFETY: launch `emptied` has completed, so the dispatcher is past its slot, and
             // the caller holds `produce`.
-            unsafe { *self.slot(p.emptied) = None };
-            p.emptied += 1;
+            unsafe { *self.slot(emptied) = None };
+            emptied += 1;
         }
-        self.emptied.store(p.emptied, Release);
+        self.emptied.store(emptied, Release);
     }
 
     /// Releases what the launches the dispatcher ran hold (those a caller ran were released
@@ -224,9 +223,9 @@ impl Shared {
         let i = self.submitted.load(Relaxed);
         // Slot i is free once launch i - DEPTH is emptied. Emptying in batches, well ahead,
         // leaves the slots in this core's cache, ready to be written without a miss.
-        if i + DEPTH / 4 >= p.emptied + DEPTH {
+        if i + DEPTH / 4 >= self.emptied.load(Relaxed) + DEPTH {
             self.reclaim(&mut p);
-            if i >= p.emptied + DEPTH {
+            if i >= self.emptied.load(Relaxed) + DEPTH {
                 self.wait(i - DEPTH / 2, None);
                 self.reclaim(&mut p);
             }
@@ -331,7 +330,7 @@ impl Stream {
         let inline = matches!(pool, CtaPool::Host(_));
         let shared = Arc::new(Shared {
             slots: (0..DEPTH).map(|_| Slot(UnsafeCell::new(None))).collect(),
-            produce: Padded(Mutex::new(Producer { emptied: 0 })),
+            produce: Padded(Mutex::new(Producer)),
             submitted: Padded(AtomicU64::new(0)),
             completed: Padded(AtomicU64::new(0)),
             dispatched: Padded(AtomicU64::new(0)),

@@ -235,10 +235,12 @@ impl Kernel {
 pub(crate) unsafe fn launch(
     kernel: KernelRef, args: &Args, nchannels: usize, proto: Protocol, pool: &mut CtaPool, cpus: Option<&CpuSet>,
 ) -> Result<Option<usize>> {
-    // SAFETY: the caller keeps the kernel alive.
-    match (unsafe { deref(kernel) }, pool) {
-        (Borrowed::Host(k), CtaPool::Host(p)) => host::launch(k, args, nchannels, p, cpus),
-        (Borrowed::Cuda(k), CtaPool::Cuda(s)) => {
+    match (kernel, pool) {
+        // SAFETY: the caller keeps the kernel's table alive.
+        (KernelRef::Host(k), CtaPool::Host(p)) => host::launch(unsafe { &*k }, args, nchannels, p, cpus),
+        (KernelRef::Cuda(k), CtaPool::Cuda(s)) => {
+            // SAFETY: as above.
+            let k = unsafe { &*k };
             s.run(k, args, nchannels, cuda::block_threads(proto, k.max_threads))?;
             // SAFETY: `status` is mapped memory of nchannels entries, and the kernel is done.
             let statuses = unsafe { std::slice::from_raw_parts(args.status as *const Status, nchannels) };
@@ -246,24 +248,4 @@ pub(crate) unsafe fn launch(
         }
         _ => Err(Error::Internal("a kernel launched on a stream of another target".into())),
     }
-}
-
-/// The kernel `k` borrows, as its target's type.
-///
-/// # Safety
-/// As for `launch`.
-unsafe fn deref<'a>(k: KernelRef) -> Borrowed<'a> {
-    // SAFETY: the caller's.
-    unsafe {
-        match k {
-            KernelRef::Host(p) => Borrowed::Host(&*p),
-            KernelRef::Cuda(p) => Borrowed::Cuda(&*p),
-        }
-    }
-}
-
-/// A borrowed kernel of one target.
-enum Borrowed<'a> {
-    Host(&'a HostKernel),
-    Cuda(&'a cuda::Kernel),
 }
