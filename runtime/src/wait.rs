@@ -18,7 +18,10 @@
 //!   blocking (each synchronize ran the one launch before it), a new launch does not wake
 //!   the dispatcher; it dozes, waking after `DEFER` and then ever less often (up to
 //!   `DEFER_MAX`) to take launches left unstarted across two wake-ups (so none waits longer
-//!   than `DEFER_MAX` + `DEFER`).
+//!   than `DEFER_MAX` + `DEFER`);
+//! - a caller that finds its stream's ring of launches full runs the queued launches itself
+//!   likewise, where the rank is bound to one CPU that the caller and the dispatcher share:
+//!   waiting there only hands that core back and forth. The dispatcher then dozes as above.
 //!
 //! Spinning wins when the thread waited for is running on another core: a hand-off then
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the

@@ -13,7 +13,7 @@ use crate::device::{self, CtaPool};
 use crate::enqueue;
 use crate::error::{Error, Result};
 use crate::store::Server;
-use crate::stream::{KernelCall, Owner};
+use crate::stream::{KernelCall, OnCaller, Owner};
 use crate::transport::net::Activity;
 use crate::wait;
 
@@ -109,7 +109,12 @@ impl Owner for CommInner {
         Err(err)
     }
 
-    fn runs_on_caller(&self) -> bool {
-        self.enq.cpus.as_deref().is_none_or(affinity::on_current_cpu)
+    fn on_caller(&self) -> OnCaller {
+        match self.enq.cpus.as_deref() {
+            None => OnCaller::Allowed,
+            Some(set) if !affinity::on_current_cpu(set) => OnCaller::Never,
+            Some(set) if set.cpus().len() == 1 => OnCaller::SameCpu,
+            Some(_) => OnCaller::Allowed,
+        }
     }
 }

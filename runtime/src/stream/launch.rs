@@ -17,7 +17,20 @@ pub(crate) trait Owner: Send + Sync {
     fn run(&self, call: &mut KernelCall, pool: &mut CtaPool) -> Result<()>;
     /// Whether the calling thread, not the stream's own, may run the owner's launches now
     /// (see `run`).
-    fn runs_on_caller(&self) -> bool;
+    fn on_caller(&self) -> OnCaller;
+}
+
+/// Whether a caller's thread may run an owner's launches (`Owner::on_caller`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum OnCaller {
+    /// No: the owner's rank is bound to CPUs the caller does not run on.
+    Never,
+    /// Yes: the rank is not bound, or bound to CPUs among which the caller runs.
+    Allowed,
+    /// Yes, and the rank is bound to that one CPU: the stream's thread can run a launch
+    /// only while the caller does not, so a caller that would wait for launches can as
+    /// well run them (`Shared::run_when_full`).
+    SameCpu,
 }
 
 /// One queued kernel launch, holding everything its CTAs touch until it is released.

@@ -4,12 +4,16 @@
 //! them itself instead of waiting: a blocking collective (call, then synchronize) is then
 //! one thread's work, with no hand-off to the dispatcher and no wake-up back. Whoever
 //! holds the right runs launches in queue order, so the stream stays ordered. A caller
-//! runs only the launches whose owner allows it (`Owner::runs_on_caller`: a rank bound to
+//! runs only the launches whose owner allows it (`Owner::on_caller`: a rank bound to
 //! CPUs, when the caller runs on them, so that two ranks' kernels never share a core the
 //! wait policy believes they have to themselves) and leaves the rest to the dispatcher.
+//! A caller that finds the ring full runs the queued launches too, where it and the
+//! dispatcher share the rank's one CPU (`Shared::run_when_full`); the dispatcher then
+//! leaves the launches it has not started to that caller.
 //!
 //! While callers run their launches so (the last synchronize ran exactly one: a blocking
-//! call), a new launch does not wake the dispatcher: it dozes, waking by itself after
+//! call; or a caller found the ring full), a new launch does not wake the dispatcher
+//! (a launch queued behind an unfinished one does, in the first case): it dozes, waking by itself after
 //! `wait::DEFER`, then after twice as long each time it finds nothing to take, up to
 //! `wait::DEFER_MAX`, and takes a launch only once it has found it queued and unstarted at
 //! two wake-ups `DEFER` apart. A blocking call then costs no wake-up of the stream's
@@ -22,10 +26,32 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::time::Instant;
 
-use super::{prefetch, Launch, Shared, ASLEEP, AWAKE, DOZING};
+use super::{prefetch, Launch, OnCaller, Shared, ASLEEP, AWAKE, BLOCKING, DOZING, FILLING, NOT_DEFERRING};
 use crate::affinity;
 use crate::error::Error;
 use crate::wait::{poll, DEFER, DEFER_MAX, DOZES, POLL};
+
+/// Who runs launches (`Shared::try_run`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Runner {
+    /// The stream's own thread.
+    Dispatcher,
+    /// A caller of `synchronize`.
+    Synchronize,
+    /// A caller that found the ring full (`Shared::run_when_full`).
+    FullRing,
+}
+
+impl Runner {
+    /// Whether this runner may run a launch whose owner says `on` (a caller's thread).
+    fn may_run(self, on: OnCaller) -> bool {
+        match self {
+            Runner::Dispatcher => true,
+            Runner::Synchronize => on != OnCaller::Never,
+            Runner::FullRing => on == OnCaller::SameCpu,
+        }
+    }
+}
 
 impl Shared {
     /// Whether launches are queued that nobody runs yet.
@@ -34,16 +60,17 @@ impl Shared {
     }
 
     /// Takes the right to run launches and runs the queued ones below `end` (all of them on
-    /// the dispatcher, the ones it may on a `caller`); false when another thread holds it.
-    pub(super) fn try_run(&self, end: u64, caller: bool) -> bool {
+    /// the dispatcher, the ones it may on a caller); false when another thread holds it.
+    pub(super) fn try_run(&self, end: u64, by: Runner) -> bool {
         if self.running.compare_exchange(false, true, Acquire, Relaxed).is_err() {
             return false;
         }
-        let ran = self.run_queued(end, caller);
-        // One launch run by its caller is a blocking call; several, a batch the stream's
-        // thread should have been running meanwhile (queued calls, then synchronize).
-        if caller && ran > 0 && (ran == 1) != self.deferring.load(Relaxed) {
-            self.deferring.store(ran == 1, SeqCst);
+        let ran = self.run_queued(end, by);
+        // One launch run by its synchronize is a blocking call; several, a batch the
+        // stream's thread should have been running meanwhile (queued calls, then synchronize).
+        let defer = if ran == 1 { BLOCKING } else { NOT_DEFERRING };
+        if by == Runner::Synchronize && ran > 0 && defer != self.deferring.load(Relaxed) {
+            self.deferring.store(defer, SeqCst);
         }
         self.release();
         true
@@ -51,10 +78,15 @@ impl Shared {
 
     /// Runs launches in order from the first not completed while they are queued and below
     /// `end`; how many it ran. The caller holds `running`, so no other thread advances
-    /// `completed`.
-    fn run_queued(&self, end: u64, caller: bool) -> u64 {
+    /// `completed`. The dispatcher stops early when a caller that found the ring full
+    /// wants to run them (`FILLING`).
+    fn run_queued(&self, end: u64, by: Runner) -> u64 {
         let first = self.completed.load(Relaxed);
+        let caller = by != Runner::Dispatcher;
         loop {
+            if !caller && self.deferring.load(Relaxed) == FILLING {
+                return self.completed.load(Relaxed) - first;
+            }
             let i = self.completed.load(Relaxed);
             let submitted = self.submitted.load(Acquire);
             if i >= submitted.min(end) {
@@ -67,7 +99,7 @@ impl Shared {
             // SAFETY: launch i was submitted and is not emptied before it completes, and only
             // the holder of `running` reads it meanwhile; the pool is used only by that holder.
             let (launch, pool) = unsafe { ((*self.slot(i)).as_mut(), &mut *self.pool.get()) };
-            if caller && launch.as_ref().is_some_and(|l| !l.owner.runs_on_caller()) {
+            if caller && launch.as_ref().is_some_and(|l| !by.may_run(l.owner.on_caller())) {
                 return i - first;
             }
             let res = match launch {
@@ -108,7 +140,7 @@ impl Shared {
     /// while deferring, dozes (see the module comment). False once the stream is closed with
     /// nothing left to run.
     fn next(&self) -> bool {
-        if !self.deferring.load(SeqCst)
+        if self.deferring.load(SeqCst) == NOT_DEFERRING
             && (self.runnable() || poll(Instant::now() + POLL, || self.runnable().then_some(())).is_some())
         {
             return true;
@@ -119,7 +151,7 @@ impl Shared {
         // the next doze's length.
         let (mut seen, mut last, mut idle, mut nap) = (None, self.completed.load(SeqCst), 0, DEFER);
         let got = loop {
-            let dozing = self.deferring.load(SeqCst) && idle < DOZES;
+            let dozing = self.deferring.load(SeqCst) != NOT_DEFERRING && idle < DOZES;
             self.dispatcher.store(if dozing { DOZING } else { ASLEEP }, SeqCst);
             let now = self.completed.load(SeqCst);
             if self.runnable() {
@@ -147,8 +179,8 @@ impl Shared {
         };
         self.dispatcher.store(AWAKE, SeqCst);
         // It takes work its callers left: they no longer run their launches.
-        if got && self.deferring.load(Relaxed) {
-            self.deferring.store(false, SeqCst);
+        if got && self.deferring.load(Relaxed) != NOT_DEFERRING {
+            self.deferring.store(NOT_DEFERRING, SeqCst);
         }
         got
     }
@@ -157,7 +189,7 @@ impl Shared {
     pub(super) fn dispatch(&self) {
         affinity::mark_kernel_thread();
         while self.next() {
-            self.try_run(u64::MAX, false);
+            self.try_run(u64::MAX, Runner::Dispatcher);
         }
     }
 }

@@ -1,30 +1,49 @@
 //! What a launch holds (its buffers, its communicator) is released by the `synchronize`
 //! that waited for it, whoever ran it: the caller itself (a blocking call, or a batch) or
-//! the stream's thread; and the ring of slots wraps around either way.
+//! the stream's thread; and the ring of slots wraps around either way. A caller that
+//! fills the ring runs the queued launches itself only where it shares the rank's one CPU,
+//! and what it leaves queued still runs without a synchronize.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use jitccl_codegen::Protocol;
 
-use super::{KernelCall, Launch, Owner, DEPTH};
+use super::{KernelCall, Launch, OnCaller, Owner, DEPTH};
 use crate::device::{CtaPool, Device, KernelRef};
 use crate::error::Result;
 
-/// An owner that counts its launches, which run on the caller or only on the stream's
-/// thread.
+/// An owner that counts its launches, and those that ran on the thread that made it;
+/// each launch the stream's thread runs takes `slow`.
 struct Counting {
-    on_caller: bool,
+    on_caller: OnCaller,
     runs: AtomicUsize,
+    caller: ThreadId,
+    caller_runs: AtomicUsize,
+    slow: Duration,
+}
+
+impl Counting {
+    fn new(on_caller: OnCaller, slow: Duration) -> Arc<Counting> {
+        let (runs, caller_runs) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        Arc::new(Counting { on_caller, runs, caller: std::thread::current().id(), caller_runs, slow })
+    }
 }
 
 impl Owner for Counting {
     fn run(&self, _: &mut KernelCall, _: &mut CtaPool) -> Result<()> {
+        if std::thread::current().id() == self.caller {
+            self.caller_runs.fetch_add(1, SeqCst);
+        } else if !self.slow.is_zero() {
+            std::thread::sleep(self.slow);
+        }
         self.runs.fetch_add(1, SeqCst);
         Ok(())
     }
 
-    fn runs_on_caller(&self) -> bool {
+    fn on_caller(&self) -> OnCaller {
         self.on_caller
     }
 }
@@ -48,9 +67,9 @@ fn launch(owner: &Arc<Counting>, keep: &Arc<()>) -> Launch {
 
 #[test]
 fn synchronize_releases_what_its_launches_held_whoever_ran_them() {
-    for on_caller in [true, false] {
+    for on_caller in [OnCaller::Allowed, OnCaller::Never] {
         let stream = Device::host(0).stream().unwrap();
-        let owner = Arc::new(Counting { on_caller, runs: AtomicUsize::new(0) });
+        let owner = Counting::new(on_caller, Duration::ZERO);
         let keep = Arc::new(());
         let total = 3 * DEPTH as usize;
         for i in 1..=total {
@@ -58,11 +77,40 @@ fn synchronize_releases_what_its_launches_held_whoever_ran_them() {
             // Blocking calls for the first lap of the ring, then batches of 7.
             if i <= DEPTH as usize || i % 7 == 0 || i == total {
                 stream.synchronize().unwrap();
-                assert_eq!(owner.runs.load(SeqCst), i, "on the caller: {on_caller}");
+                assert_eq!(owner.runs.load(SeqCst), i, "on the caller: {on_caller:?}");
                 let held = Arc::strong_count(&keep) - 1;
-                assert_eq!(held, 0, "on the caller: {on_caller}: launches up to {i} still hold their buffers");
-                assert_eq!(Arc::strong_count(&owner), 1, "on the caller: {on_caller}: and their owner");
+                assert_eq!(held, 0, "on the caller: {on_caller:?}: launches up to {i} still hold their buffers");
+                assert_eq!(Arc::strong_count(&owner), 1, "on the caller: {on_caller:?}: and their owner");
             }
         }
+    }
+}
+
+#[test]
+fn a_caller_that_fills_the_ring_runs_its_launches_only_on_the_ranks_one_cpu() {
+    // The stream's thread runs launches slower than the caller queues them, so the ring fills.
+    for on_caller in [OnCaller::SameCpu, OnCaller::Allowed, OnCaller::Never] {
+        let stream = Device::host(0).stream().unwrap();
+        let owner = Counting::new(on_caller, Duration::from_micros(50));
+        let keep = Arc::new(());
+        let total = 2 * DEPTH as usize + 10;
+        for _ in 0..total {
+            stream.enqueue(launch(&owner, &keep));
+        }
+        let by_caller = owner.caller_runs.load(SeqCst);
+        match on_caller {
+            OnCaller::SameCpu => assert!(by_caller >= DEPTH as usize / 2, "the caller ran {by_caller} launches"),
+            _ => assert_eq!(by_caller, 0, "{on_caller:?}: the caller waited for the stream's thread"),
+        }
+        // What the caller left queued runs without a synchronize (the dozing stream thread
+        // takes it: within DEFER_MAX + DEFER once it stays unstarted).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !stream.is_idle() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(owner.runs.load(SeqCst), total, "{on_caller:?}: queued launches left unrun");
+        assert_eq!(owner.caller_runs.load(SeqCst), by_caller, "{on_caller:?}: run by the caller after it stopped");
+        stream.synchronize().unwrap();
+        assert_eq!(Arc::strong_count(&keep), 1, "{on_caller:?}: launches still hold their buffers");
     }
 }
