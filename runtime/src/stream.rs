@@ -255,23 +255,6 @@ impl Shared {
         }
     }
 
-    /// The ring is full at launch `i`: the caller, which would wait for the queued launches
-    /// to finish, runs them itself instead (host CTAs), as `synchronize` does, where its
-    /// thread and the dispatcher's share the rank's one CPU (`OnCaller::SameCpu`): waiting
-    /// would only hand the core back and forth (2 ranks, 8 B, queued: 0.60 → 0.44 µs per
-    /// call). Calls queued this fast are then left to the caller, the dispatcher dozing
-    /// (see `run`). True if that made room.
-    fn run_when_full(&self, i: u64, p: &mut Producer) -> bool {
-        if !self.inline {
-            return false;
-        }
-        // The dispatcher gives the right to run up after its current launch.
-        self.deferring.store(FILLING, SeqCst);
-        poll(Instant::now() + POLL, || self.try_run(i, Runner::FullRing).then_some(()));
-        self.reclaim(p);
-        i < self.emptied.load(Relaxed) + DEPTH
-    }
-
     /// Wakes the dispatcher from its sleep or doze (under `sleep`, so that it cannot miss it
     /// between checking for work and waiting).
     fn notify_dispatcher(&self) {
