@@ -79,8 +79,8 @@ pub(crate) struct Registry {
     /// Changes (under the write lock) whenever `regions` does, so that what a thread
     /// remembers of them (`Seen`) is known to be current.
     generation: AtomicU64,
-    /// Unique in the process for good: what a thread remembers is only ever this
-    /// registry's.
+    /// Its rank's id, unique in the process for good: what a thread remembers is only
+    /// ever this registry's.
     uid: u64,
     next_id: AtomicU64,
 }
@@ -100,16 +100,16 @@ thread_local! {
     static SEEN: Cell<Option<Seen>> = const { Cell::new(None) };
 }
 
-impl Default for Registry {
-    fn default() -> Registry {
-        static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+impl Registry {
+    /// The registry of the rank whose process-unique id is `uid` (`enqueue::Rank`).
+    pub(crate) fn new(uid: u64) -> Registry {
         Registry {
             flags: OnceLock::new(),
             regions: RwLock::default(),
             arena: OnceLock::new(),
             registered: AtomicBool::new(false),
             generation: AtomicU64::new(0),
-            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+            uid,
             next_id: AtomicU64::new(0),
         }
     }
@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn lookups_find_the_region_holding_the_whole_range() {
-        let reg = Registry::default();
+        let reg = Registry::new(1);
         reg.insert(Region::new(reg.next_id(), 0..8, vec![std::ptr::null_mut()], vec![]));
         assert_eq!(ids(&reg, 0..8, 0..8), None, "no flags area: no direct algorithm");
         reg.remove(0, 1);
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn what_a_thread_remembers_of_a_lookup_ends_with_any_change_and_is_its_registrys_alone() {
-        let (reg, other) = (Registry::default(), Registry::default());
+        let (reg, other) = (Registry::new(1), Registry::new(2));
         for r in [&reg, &other] {
             r.set_flags(Flags::new(vec![std::ptr::null_mut()], vec![]));
         }

@@ -153,6 +153,7 @@ impl Rank {
         group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
+        let uid = plan::next_uid();
         Rank {
             group,
             device,
@@ -161,9 +162,9 @@ impl Rank {
             board,
             cpus,
             tuner,
-            sym: Arc::default(),
+            sym: Arc::new(Registry::new(uid)),
             kernels: Mutex::default(),
-            uid: plan::next_uid(),
+            uid,
             _live: affinity::Live::new(),
         }
     }
