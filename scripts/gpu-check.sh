@@ -87,7 +87,9 @@ stage_query() {
 topo() {
   local t
   t=$(JITCCL_DEBUG=INFO timeout 60 "$out/jitccl" topo ${OUT:+--dump-xml "$OUT/topo.xml"} 2>&1) || { echo "$t"; return 1; }
-  echo "$t" | head -n 40
+  # The system and the first channels, then what detection logged (whether NVML loaded).
+  echo "$t" | grep -v 'topology:' | head -n 16
+  echo "$t" | grep 'topology:' || true
   echo "$t" | grep -q '^  gpu 0: .* sm [0-9]' || { echo "no GPU 0 with its sm in the detected topology"; return 1; }
 }
 

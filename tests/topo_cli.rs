@@ -126,3 +126,19 @@ fn host_picks_include_the_direct_algorithms_while_plain_buffers_live_in_the_aren
     assert!(line.contains("buffers the peers do not address"), "{line}");
     assert!(rows.iter().all(|r| !r.contains("direct")), "{rows:?}");
 }
+
+#[test]
+fn the_command_logs_what_detection_found_as_jitccl_debug_asks() {
+    // No communicator is made here, so the command itself must start the logging.
+    let out = jitccl_topo(&[], &[("JITCCL_DEBUG", "DEBUG")]);
+    let _ = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("topology: detected:") && err.contains("NUMA domain(s)"), "{err}");
+    let quiet = jitccl_topo(&[], &[("JITCCL_DEBUG", "WARN")]);
+    let _ = stdout(&quiet);
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("topology:"));
+    let bad = jitccl_topo(&[], &[("JITCCL_DEBUG", "LOUD")]);
+    let _ = stdout(&bad);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("JITCCL_DEBUG='loud' is not one of WARN, INFO, DEBUG, TRACE"), "{err}");
+}

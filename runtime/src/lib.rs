@@ -51,6 +51,7 @@ pub use device::{cuda_compute_capability, cuda_device_count, host_arena_availabl
 pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
+pub use logging::init as init_logging;
 pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
 pub use stream::Stream;

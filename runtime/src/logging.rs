@@ -3,7 +3,9 @@
 
 use std::sync::Once;
 
-pub(crate) fn init() {
+/// Starts this logging now; communicators, the store and topology detection start it
+/// themselves, so only a program that uses other parts first (the `jitccl` command) calls it.
+pub fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let level = std::env::var("JITCCL_DEBUG").unwrap_or_default().to_ascii_lowercase();

@@ -50,6 +50,8 @@ fn at_least<const MIN: usize>(s: &str) -> Result<usize, String> {
 
 impl Cli {
     pub fn run(self) -> ExitCode {
+        // JITCCL_DEBUG holds for every command, also those that make no communicator.
+        jitccl::init_logging();
         let res = match self.cmd {
             Command::Kernels(k) => k.run(),
             Command::Perf(p) => p.run(),

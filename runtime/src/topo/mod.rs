@@ -68,6 +68,7 @@ impl System {
     /// This host: the topology file named by `JITCCL_TOPO_FILE` (else `NCCL_TOPO_FILE`),
     /// completed by detection, or detection alone. Written to `JITCCL_TOPO_DUMP_FILE` when set.
     pub fn local() -> Result<System, TopoError> {
+        crate::logging::init();
         let sys = match env_path(&["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE"]) {
             Some(p) => {
                 let file = p.display().to_string();
@@ -76,6 +77,17 @@ impl System {
             }
             None => System::completed("detected", empty_root(), &detect::Roots::default())?,
         };
+        tracing::debug!(
+            "topology: {}: {} NUMA domain(s), {} GPU(s), {} NIC(s)",
+            if sys.source == "detected" {
+                "detected".to_owned()
+            } else {
+                format!("{} completed by detection", sys.source)
+            },
+            sys.cpus.len(),
+            sys.gpus.len(),
+            sys.nics.len()
+        );
         if let Some(p) = env_path(&["JITCCL_TOPO_DUMP_FILE"]) {
             write_file(&p, &sys.to_xml())?;
         }

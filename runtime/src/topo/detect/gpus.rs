@@ -76,7 +76,11 @@ pub(super) fn detect(roots: &Roots) -> Vec<Gpu> {
             for g in &mut gpus {
                 let busid = g.chain.last().cloned().unwrap_or_default();
                 match nvml.device(&busid) {
-                    Ok(d) => (g.sm, g.nvlinks) = (g.sm.or(Some(d.sm)), d.nvlinks),
+                    Ok(d) => {
+                        let links: u32 = d.nvlinks.iter().map(|l| l.count).sum();
+                        tracing::info!("topology: NVML: GPU {busid} sm {}, {links} active NVLink(s)", d.sm);
+                        (g.sm, g.nvlinks) = (g.sm.or(Some(d.sm)), d.nvlinks);
+                    }
                     Err(e) => tracing::info!("topology: NVML knows nothing of GPU {busid} ({e}): PCI links only"),
                 }
             }
