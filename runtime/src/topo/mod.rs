@@ -69,21 +69,17 @@ impl System {
     /// completed by detection, or detection alone. Written to `JITCCL_TOPO_DUMP_FILE` when set.
     pub fn local() -> Result<System, TopoError> {
         crate::logging::init();
-        let sys = match env_path(&["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE"]) {
+        let (sys, how) = match env_path(&["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE"]) {
             Some(p) => {
                 let file = p.display().to_string();
                 let root = xml::parse(&file, &read_file(&p)?)?;
-                System::completed(&file, root, &detect::Roots::default())?
+                (System::completed(&file, root, &detect::Roots::default())?, " completed by detection")
             }
-            None => System::completed("detected", empty_root(), &detect::Roots::default())?,
+            None => (System::completed("detected", empty_root(), &detect::Roots::default())?, ""),
         };
         tracing::debug!(
-            "topology: {}: {} NUMA domain(s), {} GPU(s), {} NIC(s)",
-            if sys.source == "detected" {
-                "detected".to_owned()
-            } else {
-                format!("{} completed by detection", sys.source)
-            },
+            "topology: {}{how}: {} NUMA domain(s), {} GPU(s), {} NIC(s)",
+            sys.source,
             sys.cpus.len(),
             sys.gpus.len(),
             sys.nics.len()
