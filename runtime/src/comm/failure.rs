@@ -48,11 +48,24 @@ impl Failure {
         }
     }
 
-    /// The error that failed this communicator, if one did.
+    /// The error that failed this communicator, if one did. Inlined: every launch asks,
+    /// twice, and the answer is nearly always a load that says no.
+    #[inline]
     pub(crate) fn error(&self) -> Option<Error> {
-        if !self.failed.load(Ordering::Acquire) {
+        if !self.failed() {
             return None;
         }
+        self.first_error()
+    }
+
+    /// Whether this communicator has failed.
+    #[inline]
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    #[cold]
+    fn first_error(&self) -> Option<Error> {
         self.first.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(Error::replay)
     }
 

@@ -33,8 +33,8 @@ impl CommInner {
         // nothing (an error, or nothing to move) is uncounted now.
         self.life.queue(name, self.enq.group.rank)?;
         match self.enq.prepare(call, stream) {
-            Ok(Some(ready)) => {
-                stream.enqueue_with(|slot| self.enq.launch_into(slot, self.clone(), call, ready));
+            Ok(Some(mut ready)) => {
+                stream.enqueue_with(|slot| self.enq.launch_into(slot, self.clone(), call, &mut ready));
                 Ok(())
             }
             res => {
@@ -50,9 +50,9 @@ impl CommInner {
         self.usable(name)?;
         let mut out = Vec::with_capacity(calls.len());
         for mut call in calls {
-            if let Some(ready) = self.enq.prepare(&call, stream)? {
+            if let Some(mut ready) = self.enq.prepare(&call, stream)? {
                 let mut launch = None;
-                self.enq.launch_into(&mut launch, self.clone(), &mut call, ready);
+                self.enq.launch_into(&mut launch, self.clone(), &mut call, &mut ready);
                 out.extend(launch);
             }
         }
