@@ -55,11 +55,10 @@ pub(crate) const DEFER: Duration = Duration::from_micros(200);
 /// The longest doze: while it finds nothing to take, a dozing dispatcher wakes ever less
 /// often, up to this, so that blocking calls of a few hundred µs (1 MiB at 2 ranks) are not
 /// each cut by its wake-up on their core (2 ranks, 1 MiB, synchronizing every call: 2
-/// context switches per call with a fixed 200 µs). Each wake-up also hands the core to
-/// whatever else wants it: beside a busy loop per core, 2 ranks' 8-byte AllReduce took
-/// 2.49 µs queued and 1.92 synchronized with 1.6 ms, 2.08 and 1.75 with 6.4 ms (medians
-/// of 7 interleaved runs; queued, 6.4 ms won all 4 such comparisons, two of them beside
-/// two busy loops per core). A launch nobody synchronizes starts within this plus `DEFER`.
+/// context switches per call with a fixed 200 µs), and so that beside other jobs each
+/// wake-up, which can hand the core to them, is rare (2 ranks, 8 B, a busy loop per core:
+/// queued 2.49 -> 2.08 µs a call against 1.6 ms). A launch nobody synchronizes starts
+/// within this plus `DEFER`.
 pub(crate) const DEFER_MAX: Duration = Duration::from_micros(6400);
 
 /// Wake-ups in a row that find its stream idle (nothing queued, nothing run by callers
