@@ -168,11 +168,14 @@ impl Shared {
     /// Waits until `target` launches have completed or `deadline` passes; true if reached.
     /// Launches left to their callers are the dispatcher's again from here: this caller
     /// waits instead of running them.
+    #[inline]
     fn wait(&self, target: u64, deadline: Option<Instant>) -> bool {
-        // Reached is the blocking call's case (its caller ran it): no clock read.
-        if self.reached(target) {
-            return true;
-        }
+        // Reached is the blocking call's case (its caller ran it): no clock read, no call.
+        self.reached(target) || self.wait_slow(target, deadline)
+    }
+
+    #[cold]
+    fn wait_slow(&self, target: u64, deadline: Option<Instant>) -> bool {
         self.wake_dispatcher();
         let poll_end = Instant::now() + POLL;
         let poll_end = deadline.map_or(poll_end, |d| d.min(poll_end));
@@ -214,14 +217,17 @@ impl Shared {
     /// Releases what the launches the dispatcher ran hold (those a caller ran were released
     /// as they ran), so that a buffer dropped after `synchronize` is freed then. Takes the
     /// callers' lock only when there are such launches: a blocking call has none.
+    #[inline]
     fn release_dispatched(&self) {
         if self.dispatched.load(Acquire) > self.emptied.load(Acquire) {
             self.reclaim(&mut self.produce.lock().unwrap_or_else(|e| e.into_inner()));
         }
     }
 
+    #[inline]
     fn slot(&self, i: u64) -> *mut Option<Launch> {
-        self.slots[(i % DEPTH) as usize].0.get()
+        // SAFETY: the ring has DEPTH slots; i % DEPTH is one of them.
+        unsafe { self.slots.get_unchecked((i % DEPTH) as usize) }.0.get()
     }
 
     /// Queues the launch `build` writes into its (empty) slot (see `Stream::enqueue_with`).
@@ -274,10 +280,13 @@ impl Shared {
 
     /// Waits until no reservation is outstanding or `deadline` passes; true if none is.
     /// Reservations end by themselves (their jobs are bounded, and an abort cancels them).
+    #[inline]
     fn wait_reserved(&self, deadline: Option<Instant>) -> bool {
-        if self.reserved.load(SeqCst) == 0 {
-            return true;
-        }
+        self.reserved.load(SeqCst) == 0 || self.wait_reserved_slow(deadline)
+    }
+
+    #[cold]
+    fn wait_reserved_slow(&self, deadline: Option<Instant>) -> bool {
         let mut g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
         while self.reserved.load(SeqCst) > 0 {
             let left = deadline.map_or(Duration::from_millis(10), |d| d.saturating_duration_since(Instant::now()));

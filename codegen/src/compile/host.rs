@@ -117,6 +117,7 @@ impl HostKernel {
     /// # Safety
     /// `args` must describe live buffers and connectors laid out as the ABI says, and no
     /// other thread may run the same channel of the same communicator concurrently.
+    #[inline]
     pub unsafe fn run(&self, args: *const Args, chan: i32) -> i32 {
         unsafe { (self.entry)(args, chan) }
     }

@@ -14,8 +14,7 @@ impl Device {
         let bytes = len
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::InvalidArgument(format!("allocation of {len} elements overflows")))?;
-        let mem = Arc::new(Memory::zeroed(self, bytes, false)?);
-        Ok(DeviceBuffer { mem, offset: 0, len, device: self.clone(), _t: PhantomData })
+        Ok(DeviceBuffer::from_memory(self, Memory::zeroed(self, bytes, false)?, len))
     }
 
     /// A buffer holding a copy of `data`.
@@ -30,7 +29,8 @@ impl<T: Element> DeviceBuffer<T> {
     /// A buffer of `len` elements over `mem` (host memory allocated elsewhere, e.g. mapped
     /// shared memory).
     pub(crate) fn from_memory(device: &Device, mem: Memory, len: usize) -> DeviceBuffer<T> {
-        DeviceBuffer { mem: Arc::new(mem), offset: 0, len, device: device.clone(), _t: PhantomData }
+        let addr = address(&mem, 0);
+        DeviceBuffer { mem: Arc::new(mem), offset: 0, addr, len, device: device.clone(), _t: PhantomData }
     }
 }
 
@@ -40,7 +40,10 @@ impl<T: Element> DeviceBuffer<T> {
 /// before reading results.
 pub struct DeviceBuffer<T: Element> {
     mem: Arc<Memory>,
+    /// In bytes.
     offset: usize,
+    /// The address kernels use (`address`), kept: every call reads it several times.
+    addr: usize,
     len: usize,
     device: Device,
     _t: PhantomData<T>,
@@ -51,6 +54,7 @@ impl<T: Element> Clone for DeviceBuffer<T> {
         DeviceBuffer {
             mem: self.mem.clone(),
             offset: self.offset,
+            addr: self.addr,
             len: self.len,
             device: self.device.clone(),
             _t: PhantomData,
@@ -61,6 +65,16 @@ impl<T: Element> Clone for DeviceBuffer<T> {
 impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "DeviceBuffer<{}>[{}] on {:?}", T::DTYPE, self.len, self.device)
+    }
+}
+
+/// The address kernels use at byte `offset` of `mem`: a dangling, aligned one for an empty
+/// allocation.
+fn address(mem: &Memory, offset: usize) -> usize {
+    match mem.ptr() {
+        p if p.is_null() => std::ptr::NonNull::<u64>::dangling().as_ptr() as usize,
+        // The address arithmetic stays within the allocation (offset is checked by `slice`).
+        p => p.wrapping_add(offset) as usize,
     }
 }
 
@@ -86,7 +100,9 @@ impl<T: Element> DeviceBuffer<T> {
         if range.start > range.end || range.end > self.len {
             return invalid(format!("slice {range:?} out of bounds of a buffer of {} elements", self.len));
         }
-        Ok(DeviceBuffer { offset: self.offset + range.start, len: range.end - range.start, ..self.clone() })
+        let offset = self.offset + range.start * size_of::<T>();
+        let addr = address(&self.mem, offset);
+        Ok(DeviceBuffer { offset, addr, len: range.end - range.start, ..self.clone() })
     }
 
     /// Copies `data` to the start of the buffer (synchronously, not ordered with streams).
@@ -94,7 +110,7 @@ impl<T: Element> DeviceBuffer<T> {
         if data.len() > self.len {
             return invalid(format!("copying {} elements into a buffer of {}", data.len(), self.len));
         }
-        self.mem.write(self.offset * size_of::<T>(), bytes_of(data))
+        self.mem.write(self.offset, bytes_of(data))
     }
 
     /// Copies the start of the buffer into `out` (synchronously; synchronize the stream
@@ -105,7 +121,7 @@ impl<T: Element> DeviceBuffer<T> {
         }
         // SAFETY: T is plain data with no invalid bit patterns; the view covers `out`.
         let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), std::mem::size_of_val(out)) };
-        self.mem.read(self.offset * size_of::<T>(), dst)
+        self.mem.read(self.offset, dst)
     }
 
     /// The buffer's contents (synchronously; synchronize the stream that writes it first).
@@ -123,11 +139,7 @@ impl<T: Element> DeviceBuffer<T> {
 
     /// The address kernels use.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
-        if self.mem.ptr().is_null() {
-            return std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8;
-        }
-        // SAFETY (of the address arithmetic): offset is within the allocation.
-        self.mem.ptr().wrapping_add(self.offset * size_of::<T>())
+        self.addr as *mut u8
     }
 
     /// Keeps the memory alive while an operation is queued.

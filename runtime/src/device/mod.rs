@@ -232,6 +232,7 @@ impl Kernel {
 ///
 /// # Safety
 /// `kernel`'s table (see `KernelRef`) lives until this returns.
+#[inline]
 pub(crate) unsafe fn launch(
     kernel: KernelRef, args: &Args, nchannels: usize, proto: Protocol, pool: &mut CtaPool, cpus: Option<&CpuSet>,
 ) -> Result<Option<usize>> {

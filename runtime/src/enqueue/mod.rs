@@ -37,8 +37,6 @@ pub(crate) struct Rank {
     pub device: Device,
     pub cfg: Resolved,
     pub tables: Tables,
-    /// This rank's failure board; kernels poll the word of the peer they wait for.
-    pub board: Board,
     /// The CPUs this rank's kernel threads are bound to, if any.
     pub cpus: Option<Arc<CpuSet>>,
     /// The same choices on every rank (built from rank 0's plan).
@@ -48,9 +46,59 @@ pub(crate) struct Rank {
     /// The kernels this rank has launched, kept while it lives: a launch looks its kernel
     /// up here, without the generator's process-wide locks, and borrows it (see `plan`).
     kernels: Mutex<FxHashMap<KernelSpec, Kernel>>,
+    /// The launch arguments that are the same for every launch of this rank.
+    base: Base,
     /// This rank's identity for the plans threads remember (see `plan`).
     uid: u64,
     _live: affinity::Live,
+}
+
+/// What every launch of a rank passes alike: its tables, failure board (kernels poll the
+/// word of the peer they wait for), abort flag, timeout and place, found once instead of per launch (each table's address is a match on where
+/// its memory lives).
+struct Base(Args);
+
+// SAFETY: the pointers lead into the rank's tables (owned by the `Rank` holding this) and
+// its failure board (in a segment its communicator keeps alive longer); only kernels
+// dereference them.
+unsafe impl Send for Base {}
+unsafe impl Sync for Base {}
+
+impl Base {
+    fn new(group: Group, cfg: &Resolved, t: &Tables, board: &Board) -> Base {
+        let null = std::ptr::null_mut();
+        Base(Args {
+            sendbuff: null,
+            recvbuff: null,
+            count: 0,
+            recv_count: 0,
+            chunk_elems: 0,
+            timeout_ns: cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            channels: t.channels.ptr(),
+            p2p_send: null.cast(),
+            p2p_recv: null.cast(),
+            peer_send: t.peer_send.ptr(),
+            peer_recv: t.peer_recv.ptr(),
+            status: t.status.ptr(),
+            abort_flag: t.abort_ptr(),
+            peer_failed: board.as_ptr(),
+            sym_send: std::ptr::null(),
+            sym_recv: std::ptr::null(),
+            sym_flags: std::ptr::null(),
+            sym_send_id: 0,
+            sym_recv_id: 0,
+            sym_send_off: 0,
+            sym_recv_off: 0,
+            scalar_f: 0.0,
+            scalar_i: 0,
+            // Set when the launch runs (`CommInner::run`), from the ranks running then.
+            spin: 0,
+            nranks: group.nranks as i32,
+            rank: group.rank as i32,
+            root: 0,
+            nchannels: 0,
+        })
+    }
 }
 
 /// A call tuned, its kernel found and its registered regions looked up (`Rank::prepare`).
@@ -155,11 +203,11 @@ impl Rank {
     ) -> Rank {
         let uid = plan::next_uid();
         Rank {
+            base: Base::new(group, &cfg, &tables, &board),
             group,
             device,
             cfg,
             tables,
-            board,
             cpus,
             tuner,
             sym: Arc::new(Registry::new(uid)),
@@ -220,7 +268,7 @@ impl Rank {
     ) {
         let (choice, kernel, direct) = (ready.choice, ready.kernel, ready.direct.take());
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
-        let Group { rank, nranks } = self.group;
+        let nranks = self.group.nranks;
         let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.bases.as_ptr(), r.id, (at - r.range.start) as u64))
         };
@@ -239,15 +287,8 @@ impl Rank {
             count: (call.count * scale) as u64,
             recv_count: (call.recv_count * scale) as u64,
             chunk_elems: choice.chunk_elems,
-            timeout_ns: self.cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            channels: t.channels.ptr(),
             p2p_send: call.send_peer.map_or(std::ptr::null_mut(), |peer| t.p2p_send[peer].ptr()),
             p2p_recv: call.recv_peer.map_or(std::ptr::null_mut(), |peer| t.p2p_recv[peer].ptr()),
-            peer_send: t.peer_send.ptr(),
-            peer_recv: t.peer_recv.ptr(),
-            status: t.status.ptr(),
-            abort_flag: t.abort_ptr(),
-            peer_failed: self.board.as_ptr(),
             sym_send,
             sym_recv,
             sym_flags: direct.as_ref().map_or(std::ptr::null(), |d| d.flags),
@@ -257,12 +298,9 @@ impl Rank {
             sym_recv_off,
             scalar_f,
             scalar_i: scalar_f as i64,
-            // Set when the launch runs (`CommInner::run`), from the ranks running then.
-            spin: 0,
-            nranks: nranks as i32,
-            rank: rank as i32,
             root: call.root as i32,
             nchannels: choice.nchannels as i32,
+            ..self.base.0
         };
         let name = call.coll.name();
         *dst = Some(Launch {

@@ -116,10 +116,16 @@ pub(crate) struct CtaPool {
 impl CtaPool {
     /// Runs `ncta` CTAs concurrently, CTA 0 on the calling thread; returns the first CTA
     /// that returned a nonzero code. One CTA runs without any allocation or handoff.
-    pub(crate) fn run(&mut self, ncta: usize, cta: &(dyn Fn(usize) -> i32 + Sync)) -> Result<Option<usize>> {
+    /// Inlined, so that a one-CTA launch (every small call) calls its kernel directly.
+    #[inline]
+    pub(crate) fn run(&mut self, ncta: usize, cta: &(impl Fn(usize) -> i32 + Sync)) -> Result<Option<usize>> {
         if ncta <= 1 {
             return Ok((ncta == 1 && cta(0) != 0).then_some(0));
         }
+        self.run_many(ncta, cta)
+    }
+
+    fn run_many(&mut self, ncta: usize, cta: &(dyn Fn(usize) -> i32 + Sync)) -> Result<Option<usize>> {
         while self.workers.len() + 1 < ncta {
             let (tx, rx) = mpsc::channel::<(CtaRef, usize, Arc<Latch>)>();
             std::thread::Builder::new()
@@ -166,6 +172,7 @@ impl CtaPool {
 
 /// Runs `kernel` with `args` as `nchannels` CTAs on `pool`, each bound to `cpus` if given;
 /// returns the first channel that failed (its status says why).
+#[inline]
 pub(crate) fn launch(
     kernel: &HostKernel, args: &Args, nchannels: usize, pool: &mut CtaPool, cpus: Option<&CpuSet>,
 ) -> Result<Option<usize>> {
