@@ -189,10 +189,15 @@ pub(crate) fn mark_kernel_thread() {
 /// Binds the calling thread to `set` unless it already is, or is not jitccl's own: a
 /// caller's thread that runs a kernel inline (`Stream::synchronize`) keeps the binding its
 /// owner chose. Failure is logged, not fatal: binding only helps speed.
+#[inline]
 pub(crate) fn bind_current(set: &CpuSet) {
-    if BOUND.get() == set.id || !OWN.get() {
-        return;
+    if BOUND.get() != set.id && OWN.get() {
+        rebind(set);
     }
+}
+
+#[cold]
+fn rebind(set: &CpuSet) {
     if let Err(e) = bind_thread(set) {
         tracing::warn!("binding a kernel thread to {set:?}: {e}");
         // Recorded all the same: one warning, not one per launch.

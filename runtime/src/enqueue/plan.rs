@@ -60,9 +60,17 @@ impl Rank {
     pub(super) fn plan(&self, shape: Shape) -> Result<(Choice, KernelRef)> {
         let slot = (self.uid % SLOTS as u64) as usize;
         let last = LAST.with(|l| l[slot].get()).filter(|r| r.rank == self.uid && r.shape == shape);
-        if let Some(r) = last {
-            return Ok((r.choice, r.kernel));
+        match last {
+            Some(r) => Ok((r.choice, r.kernel)),
+            None => self.plan_anew(shape, slot),
         }
+    }
+
+    /// A plan this thread does not remember: the tuner's choice and the kernel table's
+    /// kernel, remembered. Kept out of line, so that the remembered case stays short.
+    #[cold]
+    #[inline(never)]
+    fn plan_anew(&self, shape: Shape, slot: usize) -> Result<(Choice, KernelRef)> {
         let choice = match shape.internal {
             true => self.tuner.internal(shape.dtype.size()),
             false => {
