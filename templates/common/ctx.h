@@ -9,7 +9,15 @@ struct jc_ctx {
   jc_u64 wait_start;              /* when the current wait started, 0 if not timing */
 };
 
-static JC_DEVICE JC_INLINE int jc_mod(int v, int n) { v %= n; return v < 0 ? v + n : v; }
+/* v mod n, in [0, n). The algorithms' v lie within a rank count of [0, n): those take no
+   division (a 32-bit one is 14-30 cycles on the host's x86, on every small call's path). */
+static JC_DEVICE JC_INLINE int jc_mod(int v, int n) {
+  if (v >= 0 && v < n) return v;
+  if (v >= n && v - n < n) return v - n;
+  if (v < 0 && v + n >= 0) return v + n;
+  v %= n;
+  return v < 0 ? v + n : v;
+}
 static JC_DEVICE JC_INLINE jc_u64 jc_min(jc_u64 a, jc_u64 b) { return a < b ? a : b; }
 
 /* Ring position of user rank `rank` on channel `ch`. */
@@ -95,6 +103,11 @@ static JC_DEVICE JC_INLINE jc_u64 jc_split(jc_u64 rem, int n, jc_u64 cap) {
 
 /* Element range [*beg, *end) of `count` that channel `chan` of `nch` handles. */
 static JC_DEVICE void jc_channel_range(jc_u64 count, int chan, int nch, jc_u64* beg, jc_u64* end) {
+  if (nch == 1) { /* every small call: no 64-bit division (up to 45 cycles on the host) */
+    *beg = 0;
+    *end = count;
+    return;
+  }
   jc_u64 per = (count + nch - 1) / nch;
   per = (per + 15) & ~(jc_u64)15;  /* keep channel boundaries aligned */
   *beg = per * chan < count ? per * chan : count;
