@@ -7,6 +7,9 @@
 # mode), against the best peer of that row:
 #   - sizes up to 1 MiB:  jitccl time <= best peer's time          (ratio = jitccl / peer <= 1.00)
 #   - larger sizes:       jitccl busbw >= 1.0x the best peer's, 1.2x with registered buffers
+# Each row also shows the cross-CPU round trip measured before each repetition
+# (benches/pingpong.c, rtt_ns min..max): on a VM it can change 10x within seconds, and the
+# small sizes' times follow it, so a verdict there is only as good as the phase it ran in.
 # A missed target is a finding, not an error: the script exits non-zero only when it cannot
 # set up or run a side (missing packages, failed build, a run with no result).
 #
@@ -136,6 +139,10 @@ if [[ " $peers " == *" oneccl "* ]]; then
   bash "$oneccl" 2 8 1 1 >"$logs/oneccl-setup.log" 2>&1 ||
     { cat "$logs/oneccl-setup.log" >&2; die "oneCCL set-up failed (log: $logs/oneccl-setup.log)"; }
 fi
+# The cross-CPU round trip, measured before each repetition and shown beside each row (on a
+# VM it can change 10x from one second to the next, and the small sizes follow it).
+pingpong=$logs/pingpong
+cc -O2 -pthread -o "$pingpong" benches/pingpong.c || die "cc failed on benches/pingpong.c"
 cargo build --release --quiet || die "cargo build --release failed"
 jitccl=$target/release/jitccl
 [ -x "$jitccl" ] || die "no jitccl binary at $jitccl"
@@ -213,9 +220,10 @@ echo "# compare-mpi: ${ompi_version:+OpenMPI $ompi_version (pml ob1, btl self,$b
 echo "# $(nproc) cores; load: ${LOAD:-0} (busy loops beside the runs: ${#load_pids[@]}); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# out-of-place f32 sum; time = slowest rank's per-iteration average; busbw = algbw * 2(n-1)/n"
 echo "# each figure: median of $repeats runs (spread of the times in %, min..max against the median); every run in $logs/samples.tsv"
+echo "# rtt_ns: the cross-CPU round trip (benches/pingpong.c) before each repetition, min..max"
 echo "#"
-printf '# %2s %5s %2s %2s | %9s %8s %9s | %9s %8s %9s | %9s %8s %9s | %7s %6s %7s  %s\n' \
-  n size R z mpi_us mpi_bus spread occl_us occl_bus spread jit_us jit_bus spread metric ratio target verdict
+printf '# %2s %5s %2s %2s | %9s | %9s %8s %9s | %9s %8s %9s | %9s %8s %9s | %7s %6s %7s  %s\n' \
+  n size R z rtt_ns mpi_us mpi_bus spread occl_us occl_bus spread jit_us jit_bus spread metric ratio target verdict
 
 printf 'n\tbytes\tside\trun\ttime_us\tbusbw\twrong\n' >"$logs/samples.tsv"
 pass=0 fail=0 failures=()
@@ -223,7 +231,11 @@ for n in $nranks_list; do
   for b in "${sizes[@]}"; do
     w=$(warmup_for "$b") i=$(iters_for "$b") name=$(human "$b")
     declare -A samples=()
+    rtts=()
     for r in $(seq 1 "$repeats"); do
+      rtt=$("$pingpong" 20000) || die "benches/pingpong.c's program failed"
+      rtts+=("$rtt")
+      printf '%s\t%s\t%s\t%s\t%s\t0\t0\n' "$n" "$b" cpu-rtt "$r" "$(awk -v t="$rtt" 'BEGIN { print t / 1000 }')" >>"$logs/samples.tsv"
       for side in $peers $jitccl_sides; do
         log=$logs/$side-n$n-$name.$r.log
         sample=$(run_side "$side" "$n" "$b" "$w" "$i" "$log")
@@ -240,6 +252,7 @@ for n in $nranks_list; do
       if [ -n "${us[$1]:-}" ]; then printf '%9.2f %8.2f %9s' "${us[$1]}" "${bus[$1]}" "${spread[$1]}"
       else printf '%9s %8s %9s' - - -; fi
     }
+    rtt_range=$(printf '%s\n' "${rtts[@]}" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo ".." hi }')
     # The best peer: lowest time (equivalently highest busbw at one size).
     best=""
     for p in $peers; do
@@ -270,7 +283,7 @@ for n in $nranks_list; do
         fail=$((fail + 1))
         failures+=("n=$n $name -R $m -z $z $metric ratio $ratio")
       fi
-      printf '  %2s %5s %2s %2s | %s | %s | %s | %7s %6s %7s  %s\n' "$n" "$name" "$m" "$z" \
+      printf '  %2s %5s %2s %2s | %9s | %s | %s | %s | %7s %6s %7s  %s\n' "$n" "$name" "$m" "$z" "$rtt_range" \
         "$(cell mpi)" "$(cell oneccl)" "$(cell "$side")" "$metric" "$ratio" "$target" "$verdict"
     done
     unset samples us bus wrong spread
