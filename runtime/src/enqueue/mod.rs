@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
-use jitccl_codegen::abi::Args;
+use jitccl_codegen::abi::{Args, Channel, Conn, Status};
 use jitccl_codegen::{Collective, DataType, KernelSpec};
 
 use crate::affinity::{self, CpuSet};
@@ -53,10 +53,18 @@ pub(crate) struct Rank {
     _live: affinity::Live,
 }
 
-/// What every launch of a rank passes alike: its tables, failure board (kernels poll the
-/// word of the peer they wait for), abort flag, timeout and place, found once instead of per launch (each table's address is a match on where
-/// its memory lives).
-struct Base(Args);
+/// The launch arguments every launch of a rank passes alike: its tables, failure board
+/// (kernels poll the word of the peer they wait for), abort flag and timeout, found once
+/// instead of per launch (each table's address is a match on where its memory lives).
+struct Base {
+    timeout_ns: u64,
+    channels: *mut Channel,
+    peer_send: *const *mut Conn,
+    peer_recv: *const *mut Conn,
+    status: *mut Status,
+    abort_flag: *const i32,
+    peer_failed: *const i32,
+}
 
 // SAFETY: the pointers lead into the rank's tables (owned by the `Rank` holding this) and
 // its failure board (in a segment its communicator keeps alive longer); only kernels
@@ -65,39 +73,16 @@ unsafe impl Send for Base {}
 unsafe impl Sync for Base {}
 
 impl Base {
-    fn new(group: Group, cfg: &Resolved, t: &Tables, board: &Board) -> Base {
-        let null = std::ptr::null_mut();
-        Base(Args {
-            sendbuff: null,
-            recvbuff: null,
-            count: 0,
-            recv_count: 0,
-            chunk_elems: 0,
+    fn new(cfg: &Resolved, t: &Tables, board: &Board) -> Base {
+        Base {
             timeout_ns: cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
             channels: t.channels.ptr(),
-            p2p_send: null.cast(),
-            p2p_recv: null.cast(),
             peer_send: t.peer_send.ptr(),
             peer_recv: t.peer_recv.ptr(),
             status: t.status.ptr(),
             abort_flag: t.abort_ptr(),
             peer_failed: board.as_ptr(),
-            sym_send: std::ptr::null(),
-            sym_recv: std::ptr::null(),
-            sym_flags: std::ptr::null(),
-            sym_send_id: 0,
-            sym_recv_id: 0,
-            sym_send_off: 0,
-            sym_recv_off: 0,
-            scalar_f: 0.0,
-            scalar_i: 0,
-            // Set when the launch runs (`CommInner::run`), from the ranks running then.
-            spin: 0,
-            nranks: group.nranks as i32,
-            rank: group.rank as i32,
-            root: 0,
-            nchannels: 0,
-        })
+        }
     }
 }
 
@@ -203,7 +188,7 @@ impl Rank {
     ) -> Rank {
         let uid = plan::next_uid();
         Rank {
-            base: Base::new(group, &cfg, &tables, &board),
+            base: Base::new(&cfg, &tables, &board),
             group,
             device,
             cfg,
@@ -268,7 +253,7 @@ impl Rank {
     ) {
         let (choice, kernel, direct) = (ready.choice, ready.kernel, ready.direct.take());
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
-        let nranks = self.group.nranks;
+        let (b, Group { rank, nranks }) = (&self.base, self.group);
         let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.bases.as_ptr(), r.id, (at - r.range.start) as u64))
         };
@@ -287,8 +272,15 @@ impl Rank {
             count: (call.count * scale) as u64,
             recv_count: (call.recv_count * scale) as u64,
             chunk_elems: choice.chunk_elems,
+            timeout_ns: b.timeout_ns,
+            channels: b.channels,
             p2p_send: call.send_peer.map_or(std::ptr::null_mut(), |peer| t.p2p_send[peer].ptr()),
             p2p_recv: call.recv_peer.map_or(std::ptr::null_mut(), |peer| t.p2p_recv[peer].ptr()),
+            peer_send: b.peer_send,
+            peer_recv: b.peer_recv,
+            status: b.status,
+            abort_flag: b.abort_flag,
+            peer_failed: b.peer_failed,
             sym_send,
             sym_recv,
             sym_flags: direct.as_ref().map_or(std::ptr::null(), |d| d.flags),
@@ -298,9 +290,12 @@ impl Rank {
             sym_recv_off,
             scalar_f,
             scalar_i: scalar_f as i64,
+            // Set when the launch runs (`CommInner::run`), from the ranks running then.
+            spin: 0,
+            nranks: nranks as i32,
+            rank: rank as i32,
             root: call.root as i32,
             nchannels: choice.nchannels as i32,
-            ..self.base.0
         };
         let name = call.coll.name();
         *dst = Some(Launch {
