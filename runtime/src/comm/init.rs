@@ -144,7 +144,7 @@ impl Comm {
         let cfg = config.resolve_on(nranks, &device)?;
         cfg.agree(rank, &bs.all_gather(&cfg.encode())?)?;
 
-        let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
+        let layout = Layout::new(nranks, &cfg, &device);
         let own = ShmSegment::create(layout.segment_bytes())?;
         let own_device = DeviceSegment::new(rank, &device, &layout, &own)?;
         // What the transport table decides each pair's transport from.
@@ -369,7 +369,7 @@ impl Comm {
         }
         let staged = connect_devices(devices)?;
         let cfg = config.resolve_on(nranks, &devices[0])?;
-        let layout = Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes };
+        let layout = Layout::new(nranks, &cfg, &devices[0]);
         let segments = Arc::new(LocalSegments::new(&layout, devices, staged)?);
         let (local, boards) = (segments.bases(), segments.boards());
         let group = Endpoint::of_group();

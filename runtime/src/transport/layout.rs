@@ -5,8 +5,10 @@
 //! so a sender finds its FIFO in a peer's segment without asking. Unused FIFOs cost
 //! address space only: their pages are never touched.
 
-use jitccl_codegen::abi::{Conn, MAX_TREE_ARITY, NPROTOS, STEPS};
+use jitccl_codegen::abi::{Conn, LL128_FLAG_CUDA, LL128_FLAG_HOST, MAX_TREE_ARITY, NPROTOS, STEPS};
 
+use crate::config::Resolved;
+use crate::device::Device;
 use crate::fault::Board;
 
 /// Counters get a cache line each so sender and receiver do not false-share.
@@ -34,9 +36,18 @@ pub(crate) struct Layout {
     pub nranks: usize,
     pub nchannels: usize,
     pub slot_bytes: [usize; NPROTOS],
+    /// The word of an LL128 line that holds its flag in the ranks' kernels
+    /// (`abi::LL128_FLAG_*`): what writes lines besides them (the net proxy) stores it last.
+    pub ll128_flag: usize,
 }
 
 impl Layout {
+    /// The layout of `nranks` ranks' segments under `cfg`, for kernels on `device`'s target.
+    pub fn new(nranks: usize, cfg: &Resolved, device: &Device) -> Layout {
+        let ll128_flag = if device.is_cuda() { LL128_FLAG_CUDA } else { LL128_FLAG_HOST };
+        Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes, ll128_flag }
+    }
+
     /// Bytes of one FIFO, page-aligned.
     fn fifo_bytes(&self) -> usize {
         let b = 2 * COUNTER_BYTES + self.slot_bytes.iter().map(|s| s * STEPS).sum::<usize>();

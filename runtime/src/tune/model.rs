@@ -34,8 +34,9 @@
 //! - LL moves 1/8 of Simple's bytes (its flag per 8 bytes is a store each on the CPU) and
 //!   LL128 about half (0.85x at 2 ranks, 0.2x at 4), with 1.15x / 1.85x Simple's hop
 //!   latency once oversubscribed. Between ranks that spin, an LL or LL128 hop is one cache
-//!   line handed over (data and flag together) where Simple's is two in sequence (the
-//!   tail counter, then the data): half the hop latency. That was below the noise on the
+//!   line handed over (data and flag together; LL128's flag ends the first 64 bytes of its
+//!   line, so for steps up to 56 bytes) where Simple's is two in sequence (the tail
+//!   counter, then the data): half the hop latency. That was below the noise on the
 //!   first machine (< 0.1 us); on a later 2-core AMD EPYC VM, whose cross-core hand-off is
 //!   slower, one-shot LL128 took 0.50 us at 2 ranks 8 B against Simple's 0.63 (LL 0.54;
 //!   medians of 3 runs of 20000 iterations, `--algo oneshot --proto X -z 1`), and stayed

@@ -1,16 +1,18 @@
-/* LL128 protocol, CUDA: the host framing (prims/host/ll128.h) — 128-byte lines of 15 data
-   words and a flag word (the last, = step + 1), 120 data bytes per line — with eight
-   threads a line, each moving 16 bytes of it (the eighth: the last data word and the flag),
-   so that a warp reads and writes four whole lines at once (coalesced). JC_LL128_UNROLL
-   lines per thread are in flight. A line's eighth thread acquires its flag; a __syncwarp
-   hands that to the other seven before they read (the pattern of Simple's thread 0 and
-   barrier). Writers store all their lines' data, and after a __syncwarp each line's eighth
-   thread fences once at system scope and stores the flags, so no flag is visible before
-   its data. Thread 0 waits for space and advances the steps between barriers (see
-   prims/cuda/simple.h); a failed wait is shared through jc_line_err, read by a warp as one
-   value so that the warp leaves together, and every warp sees it at its next pass. */
+/* LL128 protocol, CUDA: the host's line (prims/host/ll128.h) — 128-byte lines of 15 data
+   words and a flag word (= step + 1), 120 data bytes per line — but with the flag last,
+   as a warp writes the line whole; eight threads a line, each moving 16 bytes of it (the
+   eighth: the last data word and the flag), so that a warp reads and writes four whole
+   lines at once (coalesced). JC_LL128_UNROLL lines per thread are in flight. A line's
+   eighth thread acquires its flag; a __syncwarp hands that to the other seven before they
+   read (the pattern of Simple's thread 0 and barrier). Writers store all their lines'
+   data, and after a __syncwarp each line's eighth thread fences once at system scope and
+   stores the flags, so no flag is visible before its data. Thread 0 waits for space and
+   advances the steps between barriers (see prims/cuda/simple.h); a failed wait is shared
+   through jc_line_err, read by a warp as one value so that the warp leaves together, and
+   every warp sees it at its next pass. */
 #define JC_PROTO 2
 #define JC_LL128_ELEMS (120 / sizeof(T))
+#define JC_LL128_FLAG 15 /* the line's last word, the eighth thread's second */
 #define JC_LL128_UNROLL 2
 #define JC_FULL_WARP 0xffffffffu
 
@@ -46,7 +48,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
       for (int u = 0; u < JC_LL128_UNROLL; u++) {
         const jc_u64 l = base + u * lpp + mine;
         if (part != 7 || l >= nlines) continue;
-        jc_u64* flag = rl + 16 * l + 15;
+        jc_u64* flag = rl + 16 * l + JC_LL128_FLAG;
         jc_u64 spins = 0;
         int failed = JC_OK;
         while (jc_load_acquire(flag) != rflag) {
@@ -92,7 +94,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
     __syncwarp(JC_FULL_WARP);
     if (part == 7) {
       __threadfence_system();
-      for (jc_u64 l = mine; l < nlines; l += lpp) jc_store_relaxed(sl + 16 * l + 15, sflag);
+      for (jc_u64 l = mine; l < nlines; l += lpp) jc_store_relaxed(sl + 16 * l + JC_LL128_FLAG, sflag);
     }
   }
   jc_barrier();

@@ -34,13 +34,14 @@ pub(super) fn slot_ptr(fifo: &Conn, k: u64, proto: usize) -> *mut u8 {
 }
 
 /// Stores an arriving LL or LL128 step into its slot as the protocol's reader expects, and
-/// its size word. Their readers poll the data's own flags, not the tail, so a step may land
-/// before the steps ahead of it are complete.
+/// its size word; `ll128_flag` is the word of an LL128 line that holds its flag. Their
+/// readers poll the data's own flags, not the tail, so a step may land before the steps
+/// ahead of it are complete.
 ///
 /// # Safety
 /// The slot must be free (the sender only sends step k once the kernel has consumed step
-/// k - STEPS) and `word` must fit `fifo`.
-pub(super) unsafe fn store_flagged(fifo: &Conn, k: u64, word: u64, data: &[u8]) {
+/// k - STEPS), `word` must fit `fifo` and `ll128_flag` must be below 16.
+pub(super) unsafe fn store_flagged(fifo: &Conn, ll128_flag: usize, k: u64, word: u64, data: &[u8]) {
     let (proto, _) = split_size_word(word);
     let dst = slot_ptr(fifo, k, proto);
     match proto {
@@ -51,13 +52,15 @@ pub(super) unsafe fn store_flagged(fifo: &Conn, k: u64, word: u64, data: &[u8]) 
                     .store(u64::from_le_bytes(w.try_into().expect("8 bytes")), Ordering::Relaxed);
             }
         }
-        // LL128: a line's data before its flag word (the last of 16).
+        // LL128: a line's data (the words around its flag) before its flag.
         LL128 => {
+            let f = 8 * ll128_flag;
             for (l, line) in data.chunks_exact(128).enumerate() {
                 let d = dst.add(128 * l);
-                std::ptr::copy_nonoverlapping(line.as_ptr(), d, 120);
-                atomic(d.add(120) as *mut u64)
-                    .store(u64::from_le_bytes(line[120..].try_into().expect("8 bytes")), Ordering::Release);
+                std::ptr::copy_nonoverlapping(line.as_ptr(), d, f);
+                std::ptr::copy_nonoverlapping(line[f + 8..].as_ptr(), d.add(f + 8), 120 - f);
+                atomic(d.add(f) as *mut u64)
+                    .store(u64::from_le_bytes(line[f..f + 8].try_into().expect("8 bytes")), Ordering::Release);
             }
         }
         _ => unreachable!("Simple steps are read into their slot directly"),
@@ -69,4 +72,33 @@ pub(super) unsafe fn store_flagged(fifo: &Conn, k: u64, word: u64, data: &[u8]) 
 pub(super) fn set_size(fifo: &Conn, k: u64, word: u64) {
     // SAFETY: sizes has STEPS entries; the kernel reads this one only after the tail passes k.
     unsafe { *fifo.sizes.add(slot(k)) = word }
+}
+
+#[cfg(test)]
+mod tests {
+    use jitccl_codegen::abi::{LL128_FLAG_CUDA, LL128_FLAG_HOST};
+
+    use super::*;
+    use crate::device::HostMemory;
+    use crate::transport::layout::{Edge, Layout};
+
+    /// LL128 steps land whole whichever word of their lines holds the flag (a host's or a
+    /// GPU's), with their size word.
+    #[test]
+    fn ll128_lines_land_whole_for_either_flag_word() {
+        for flag in [LL128_FLAG_HOST, LL128_FLAG_CUDA] {
+            let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256], ll128_flag: flag };
+            let mem = HostMemory::zeroed(layout.segment_bytes()).unwrap();
+            let fifo = layout.end(mem.ptr(), 0, Edge::Ring, 1);
+            let data: Vec<u8> = (0..256).map(|i| (i * 7 + flag) as u8 | 1).collect();
+            let word = (LL128 as u64) << 56 | data.len() as u64;
+            // SAFETY: a fresh FIFO's slot is free and the step fits it.
+            let got = unsafe {
+                store_flagged(&fifo, flag, 3, word, &data);
+                assert_eq!(*fifo.sizes.add(slot(3)), word);
+                std::slice::from_raw_parts(slot_ptr(&fifo, 3, LL128), data.len())
+            };
+            assert_eq!(got, &data[..], "flag word {flag}");
+        }
+    }
 }

@@ -158,7 +158,9 @@ impl Proxy {
         let recv_sides = recvs
             .iter()
             .zip(received)
-            .map(|(&l, s)| Ok(RecvSide::new(l, layout.end(bases[rank], l.chan, l.edge, l.peer), wires(s)?)))
+            .map(|(&l, s)| {
+                Ok(RecvSide::new(l, layout.end(bases[rank], l.chan, l.edge, l.peer), layout.ll128_flag, wires(s)?))
+            })
             .collect::<Result<Vec<_>>>()?;
         tracing::info!(
             "rank {rank}: net transport up, {} send and {} receive connector(s), {} socket(s) each",
@@ -308,9 +310,11 @@ impl Drop for Proxy {
 mod tests {
     use std::net::Ipv4Addr;
 
+    use jitccl_codegen::abi::LL128_FLAG_HOST;
+
     use super::*;
     use crate::config::Config;
-    use crate::device::HostMemory;
+    use crate::device::{Device, HostMemory};
     use crate::transport::layout::Edge;
 
     /// Rank 0 (2 sockets per connector) sets up its one receive connector, the ring from
@@ -325,7 +329,7 @@ mod tests {
         }
         .resolve(2)
         .unwrap();
-        let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: cfg.slot_bytes };
+        let layout = Layout::new(2, &cfg, &Device::host(0));
         let own = HostMemory::zeroed(layout.segment_bytes()).unwrap();
         let listener = NetListener::bind(Ipv4Addr::LOCALHOST.into()).unwrap();
         let addr = listener.addr().unwrap();
@@ -353,7 +357,8 @@ mod tests {
 
     #[test]
     fn sockets_are_matched_by_their_hello_and_mismatches_refused() {
-        let fifo = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256] }.offset(0, Edge::Ring);
+        let fifo = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256], ll128_flag: LL128_FLAG_HOST }
+            .offset(0, Edge::Ring);
         let hello = |socket, nsocks| Hello { rank: 1, fifo, socket, nsocks };
         accept(&[hello(1, 2), hello(0, 2)]).expect("sockets in any order");
         let m = refused(accept(&[hello(0, 2), hello(0, 2)]));

@@ -309,7 +309,7 @@ fn link_failed(rank: usize, dir: &str, link: Link, why: &str, busy: bool) {
 mod tests {
     use std::net::{TcpListener, TcpStream};
 
-    use jitccl_codegen::abi::{Conn, STEPS};
+    use jitccl_codegen::abi::{Conn, LL128_FLAG_HOST, STEPS};
 
     use super::super::fifo::{atomic, slot, slot_ptr};
     use super::super::wire::Wire;
@@ -326,7 +326,8 @@ mod tests {
     /// receiver's credits free the sender's slots.
     #[test]
     fn steps_cross_whole_in_order_and_credits_free_slots() {
-        let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: [64 << 10, 8 << 10, 32 << 10] };
+        let layout =
+            Layout { nranks: 2, nchannels: 1, slot_bytes: [64 << 10, 8 << 10, 32 << 10], ll128_flag: LL128_FLAG_HOST };
         let (shadow, own) =
             (HostMemory::zeroed(layout.segment_bytes()).unwrap(), HostMemory::zeroed(layout.segment_bytes()).unwrap());
         let tx: Conn = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
@@ -340,7 +341,7 @@ mod tests {
             .unzip();
         let link = Link { peer: 1, chan: 0, edge: Edge::Ring };
         let (t0, a0) = spawn(0, vec![SendSide::new(link, tx, out)], vec![], layout.board(shadow.ptr())).unwrap();
-        let rside = RecvSide::new(Link { peer: 0, ..link }, rx, inc);
+        let rside = RecvSide::new(Link { peer: 0, ..link }, rx, layout.ll128_flag, inc);
         let (t1, a1) = spawn(1, vec![], vec![rside], layout.board(own.ptr())).unwrap();
         let (k0, k1) = (a0.kernel_running(), a1.kernel_running());
 

@@ -43,6 +43,8 @@ struct Incoming {
 pub(super) struct RecvSide {
     pub link: Link,
     fifo: Conn,
+    /// The word of an LL128 line that holds its flag (`Layout::ll128_flag`).
+    ll128_flag: usize,
     pub socks: Vec<Wire>,
     incoming: Vec<Incoming>,
     /// Steps posted to the kernel (the tail).
@@ -57,7 +59,7 @@ pub(super) struct RecvSide {
 }
 
 impl RecvSide {
-    pub fn new(link: Link, fifo: Conn, socks: Vec<Wire>) -> RecvSide {
+    pub fn new(link: Link, fifo: Conn, ll128_flag: usize, socks: Vec<Wire>) -> RecvSide {
         let incoming = (0..socks.len() as u64)
             .map(|next| Incoming {
                 ahead: Box::new([0; READ_AHEAD]),
@@ -71,6 +73,7 @@ impl RecvSide {
         RecvSide {
             link,
             fifo,
+            ll128_flag,
             socks,
             incoming,
             posted: 0,
@@ -130,7 +133,7 @@ impl RecvSide {
     /// Stores the frames socket `i` has brought; true if it brought anything.
     fn receive(&mut self, i: usize) -> Result<bool, String> {
         let nsocks = self.socks.len() as u64;
-        let (w, c, fifo) = (&mut self.socks[i], &mut self.incoming[i], &self.fifo);
+        let (w, c, fifo, flag) = (&mut self.socks[i], &mut self.incoming[i], &self.fifo, self.ll128_flag);
         let mut progressed = false;
         loop {
             let Some(f) = &mut c.frame else {
@@ -193,7 +196,7 @@ impl RecvSide {
                 set_size(fifo, f.step, f.word);
             } else {
                 // SAFETY: as above; the word fits.
-                unsafe { store_flagged(fifo, f.step, f.word, &c.staging) };
+                unsafe { store_flagged(fifo, flag, f.step, f.word, &c.staging) };
             }
             c.next += nsocks;
             c.frame = None;
