@@ -18,13 +18,18 @@ pub const ERR_MISMATCH: i32 = 4;
 pub const WAIT_DATA: i32 = 1;
 pub const WAIT_SPACE: i32 = 2;
 pub const WAIT_BARRIER: i32 = 3;
-/// The word of a 16-word LL128 line that holds its flag (`JC_LL128_FLAG` of
-/// `prims/<target>/ll128.h`, asserted by every LL128 kernel); what else writes a line (the
-/// net proxy) stores it after the other 15. On the host it ends the first 64-byte cache
-/// line, so that a step of up to 56 bytes is one line handed between CPUs, not two; a GPU's
-/// warp writes the 128-byte line whole, and there the flag is the last word.
-pub const LL128_FLAG_HOST: usize = 7;
-pub const LL128_FLAG_CUDA: usize = 15;
+/// The word of a 16-word LL128 line that holds its flag, for GPU (`cuda`) or host kernels
+/// (`JC_LL128_FLAG` of `prims/<target>/ll128.h`, asserted by every LL128 kernel); what else
+/// writes a line (the net proxy) stores it after the other 15. On the host it ends the
+/// first 64-byte cache line, so that a step of up to 56 bytes is one line handed between
+/// CPUs, not two; a GPU's warp writes the 128-byte line whole, and there the flag is last.
+pub const fn ll128_flag_word(cuda: bool) -> usize {
+    if cuda {
+        15
+    } else {
+        7
+    }
+}
 /// Direct algorithms: channel lines in a rank's flags area, and u64 words per line.
 pub const SYM_CHANNELS: usize = 32;
 pub const SYM_LINE: usize = 16;

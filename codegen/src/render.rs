@@ -4,7 +4,7 @@
 
 use askama::Template;
 
-use crate::abi::AbiSizes;
+use crate::abi::{ll128_flag_word, AbiSizes};
 use crate::compile::CompileError;
 use crate::spec::{Algorithm, BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target};
 
@@ -134,13 +134,14 @@ fn algo_file(spec: &KernelSpec) -> &'static str {
 pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError> {
     spec.validate_for(target)?;
     let abi = AbiSizes::of_this_build();
+    let cuda = matches!(target, Target::Cuda { .. });
     let src = KernelSource {
         spec: spec.to_string(),
         target: target.to_string(),
         symbol: spec.symbol(),
-        cuda: matches!(target, Target::Cuda { .. }),
+        cuda,
         proto: spec.proto.name(),
-        ll128_flag: target.ll128_flag_word(),
+        ll128_flag: ll128_flag_word(cuda),
         algo_file: algo_file(spec),
         dtype: spec.dtype,
         d: dtype(spec.dtype),

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::abi::{LL128_FLAG_CUDA, LL128_FLAG_HOST};
 use crate::spec::{invalid, InvalidSpec};
 
 /// A CUDA compute capability, e.g. `sm_90` is `CudaArch(90)`.
@@ -74,14 +73,6 @@ impl Target {
     /// PTX for `arch` (the fallback when no CUBIN fits the device).
     pub fn ptx(arch: CudaArch) -> Target {
         Target::Cuda { arch, output: CudaOutput::Ptx }
-    }
-
-    /// The word of an LL128 line that holds its flag on this target (`JC_LL128_FLAG`).
-    pub fn ll128_flag_word(&self) -> usize {
-        match self {
-            Target::Host => LL128_FLAG_HOST,
-            Target::Cuda { .. } => LL128_FLAG_CUDA,
-        }
     }
 }
 

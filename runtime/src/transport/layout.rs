@@ -5,7 +5,7 @@
 //! so a sender finds its FIFO in a peer's segment without asking. Unused FIFOs cost
 //! address space only: their pages are never touched.
 
-use jitccl_codegen::abi::{Conn, LL128_FLAG_CUDA, LL128_FLAG_HOST, MAX_TREE_ARITY, NPROTOS, STEPS};
+use jitccl_codegen::abi::{ll128_flag_word, Conn, MAX_TREE_ARITY, NPROTOS, STEPS};
 
 use crate::config::Resolved;
 use crate::device::Device;
@@ -37,15 +37,19 @@ pub(crate) struct Layout {
     pub nchannels: usize,
     pub slot_bytes: [usize; NPROTOS],
     /// The word of an LL128 line that holds its flag in the ranks' kernels
-    /// (`abi::LL128_FLAG_*`): what writes lines besides them (the net proxy) stores it last.
+    /// (`abi::ll128_flag_word`): what writes lines besides them (the net proxy) stores it last.
     pub ll128_flag: usize,
 }
 
 impl Layout {
     /// The layout of `nranks` ranks' segments under `cfg`, for kernels on `device`'s target.
     pub fn new(nranks: usize, cfg: &Resolved, device: &Device) -> Layout {
-        let ll128_flag = if device.is_cuda() { LL128_FLAG_CUDA } else { LL128_FLAG_HOST };
-        Layout { nranks, nchannels: cfg.nchannels, slot_bytes: cfg.slot_bytes, ll128_flag }
+        Layout {
+            nranks,
+            nchannels: cfg.nchannels,
+            slot_bytes: cfg.slot_bytes,
+            ll128_flag: ll128_flag_word(device.is_cuda()),
+        }
     }
 
     /// Bytes of one FIFO, page-aligned.

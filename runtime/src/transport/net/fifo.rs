@@ -76,7 +76,7 @@ pub(super) fn set_size(fifo: &Conn, k: u64, word: u64) {
 
 #[cfg(test)]
 mod tests {
-    use jitccl_codegen::abi::{LL128_FLAG_CUDA, LL128_FLAG_HOST};
+    use jitccl_codegen::abi::ll128_flag_word;
 
     use super::*;
     use crate::device::HostMemory;
@@ -86,7 +86,7 @@ mod tests {
     /// GPU's), with their size word.
     #[test]
     fn ll128_lines_land_whole_for_either_flag_word() {
-        for flag in [LL128_FLAG_HOST, LL128_FLAG_CUDA] {
+        for flag in [false, true].map(ll128_flag_word) {
             let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256], ll128_flag: flag };
             let mem = HostMemory::zeroed(layout.segment_bytes()).unwrap();
             let fifo = layout.end(mem.ptr(), 0, Edge::Ring, 1);

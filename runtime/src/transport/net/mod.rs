@@ -310,7 +310,7 @@ impl Drop for Proxy {
 mod tests {
     use std::net::Ipv4Addr;
 
-    use jitccl_codegen::abi::LL128_FLAG_HOST;
+    use jitccl_codegen::abi::ll128_flag_word;
 
     use super::*;
     use crate::config::Config;
@@ -357,7 +357,7 @@ mod tests {
 
     #[test]
     fn sockets_are_matched_by_their_hello_and_mismatches_refused() {
-        let fifo = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256], ll128_flag: LL128_FLAG_HOST }
+        let fifo = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256], ll128_flag: ll128_flag_word(false) }
             .offset(0, Edge::Ring);
         let hello = |socket, nsocks| Hello { rank: 1, fifo, socket, nsocks };
         accept(&[hello(1, 2), hello(0, 2)]).expect("sockets in any order");

@@ -309,7 +309,7 @@ fn link_failed(rank: usize, dir: &str, link: Link, why: &str, busy: bool) {
 mod tests {
     use std::net::{TcpListener, TcpStream};
 
-    use jitccl_codegen::abi::{Conn, LL128_FLAG_HOST, STEPS};
+    use jitccl_codegen::abi::{ll128_flag_word, Conn, STEPS};
 
     use super::super::fifo::{atomic, slot, slot_ptr};
     use super::super::wire::Wire;
@@ -326,8 +326,12 @@ mod tests {
     /// receiver's credits free the sender's slots.
     #[test]
     fn steps_cross_whole_in_order_and_credits_free_slots() {
-        let layout =
-            Layout { nranks: 2, nchannels: 1, slot_bytes: [64 << 10, 8 << 10, 32 << 10], ll128_flag: LL128_FLAG_HOST };
+        let layout = Layout {
+            nranks: 2,
+            nchannels: 1,
+            slot_bytes: [64 << 10, 8 << 10, 32 << 10],
+            ll128_flag: ll128_flag_word(false),
+        };
         let (shadow, own) =
             (HostMemory::zeroed(layout.segment_bytes()).unwrap(), HostMemory::zeroed(layout.segment_bytes()).unwrap());
         let tx: Conn = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
