@@ -139,8 +139,7 @@ if [[ " $peers " == *" oneccl "* ]]; then
   bash "$oneccl" 2 8 1 1 >"$logs/oneccl-setup.log" 2>&1 ||
     { cat "$logs/oneccl-setup.log" >&2; die "oneCCL set-up failed (log: $logs/oneccl-setup.log)"; }
 fi
-# The cross-CPU round trip, measured before each repetition and shown beside each row (on a
-# VM it can change 10x from one second to the next, and the small sizes follow it).
+# The cross-CPU round trip beside each row (see the header).
 pingpong=$logs/pingpong
 cc -O2 -pthread -o "$pingpong" benches/pingpong.c || die "cc failed on benches/pingpong.c"
 cargo build --release --quiet || die "cargo build --release failed"
