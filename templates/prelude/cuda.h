@@ -3,6 +3,9 @@
    builtin ones, memory orders and conversions are inline PTX. Loads and stores of the step
    counters are system-scoped, because the peer at the other end may be another GPU or the
    host. */
+/* Each kernel uses a few of the primitives and conversions it is given: say nothing of the
+   rest, so that the warnings NVRTC does log (debug level) are worth reading. */
+#pragma nv_diag_suppress 177
 typedef signed char jc_i8;
 typedef unsigned char jc_u8;
 typedef unsigned short jc_u16;
