@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use jitccl::codegen::compile::nvrtc::{nvrtc, CudaOutput};
-use jitccl::codegen::{render, CudaArch, Generator, KernelSpec, Provenance, RedOp, Target};
+use jitccl::codegen::{check_cuda, CudaArch, Generator, KernelSpec, Provenance, RedOp};
 use jitccl::reference::RefElement;
 use jitccl::{Algorithm, Collective, Comm, Config, CustomOp, DataType, Element, Error, Op, Protocol, Stream};
 
@@ -558,22 +558,16 @@ fn cuda_specs() -> Vec<KernelSpec> {
 #[test]
 fn specs_compile_with_nvrtc_for_sm90() {
     let required = std::env::var("JITCCL_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
-    let nv = match nvrtc() {
-        Ok(nv) => nv,
-        Err(e) => {
-            assert!(!required, "JITCCL_REQUIRE_NVRTC=1 but {e}");
-            eprintln!("skipping the NVRTC check: {e}");
-            return;
-        }
-    };
+    if let Err(e) = nvrtc() {
+        assert!(!required, "JITCCL_REQUIRE_NVRTC=1 but {e}");
+        eprintln!("skipping the NVRTC check: {e}");
+        return;
+    }
     let specs = cuda_specs();
     let mut failed = Vec::new();
     for spec in &specs {
-        let target = Target::cubin(CudaArch(90));
         // A check (no optimizations): every C++ and inline-PTX error still fails.
-        let checked =
-            render(spec, target).and_then(|src| nv.check(&src, &spec.to_string(), CudaArch(90), CudaOutput::Cubin));
-        if let Err(e) = checked {
+        if let Err(e) = check_cuda(spec, CudaArch(90), CudaOutput::Cubin) {
             failed.push(format!("{spec}: {e}"));
         }
     }

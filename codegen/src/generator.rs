@@ -171,6 +171,14 @@ impl Generator {
     }
 }
 
+/// Checks that `spec` compiles for `arch` with NVRTC's fastest settings
+/// ([`Nvrtc::check`](crate::compile::nvrtc::Nvrtc::check)) and returns the image, which is
+/// neither cached nor meant to run.
+pub fn check_cuda(spec: &KernelSpec, arch: CudaArch, output: CudaOutput) -> Result<Vec<u8>, CompileError> {
+    let source = render(spec, Target::Cuda { arch, output })?;
+    nvrtc()?.check(&source, &spec.to_string(), arch, output)
+}
+
 /// The checked entry at `path`, else `compile`'s output, stored there. A damaged entry is
 /// compiled again, with a warning (its path and what is wrong).
 fn cached(
