@@ -8,7 +8,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use jitccl::graph::{search, Device, GlobalSystem, RankPlace, SearchParams};
 use jitccl::topo::System;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topo");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/topo");
 
 fn load(name: &str) -> System {
     System::from_xml_file(format!("{FIXTURES}/{name}")).expect("fixture")
