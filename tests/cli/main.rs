@@ -23,6 +23,30 @@ fn jitccl_with(args: &[&str], cache: &std::path::Path, vars: &[(&str, &str)]) ->
         .expect("run jitccl")
 }
 
+/// The run's kernel cache (`JITCCL_CACHE_DIR`, which scripts/test.sh makes fresh for each
+/// run), else a new one. Tests that are not about the cache use it, so they share the
+/// kernels that `every_spec_compiles_for_the_host` compiles instead of compiling their own.
+struct RunCache {
+    path: std::path::PathBuf,
+    _own: Option<tempfile::TempDir>,
+}
+
+impl RunCache {
+    fn new() -> Self {
+        match std::env::var_os("JITCCL_CACHE_DIR") {
+            Some(dir) => RunCache { path: dir.into(), _own: None },
+            None => {
+                let own = tempfile::tempdir().unwrap();
+                RunCache { path: own.path().to_path_buf(), _own: Some(own) }
+            }
+        }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -161,7 +185,7 @@ fn corrupt_cache_entries_are_recompiled_with_a_warning() {
 
 #[test]
 fn perf_prints_a_checked_table() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = RunCache::new();
     let kernels = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "sendrecv"];
     for coll in kernels.into_iter().chain(["all_to_all", "gather", "scatter"]) {
         let out = jitccl(
@@ -212,11 +236,10 @@ fn perf_rejects_bad_input() {
 
 #[test]
 fn every_spec_compiles_for_the_host() {
-    // Shares the run's cache (JITCCL_CACHE_DIR, set by scripts/test.sh) with the collective
-    // sweeps, which execute these same kernels: whichever runs first compiles them.
-    let cache = std::env::var_os("JITCCL_CACHE_DIR").map(std::path::PathBuf::from);
-    let tmp = tempfile::tempdir().unwrap();
-    let out = jitccl(&["kernels", "compile", "--target", "host", "--all"], cache.as_deref().unwrap_or(tmp.path()));
+    // Shares the run's cache with the collective sweeps, which execute these same kernels:
+    // whichever runs first compiles them.
+    let cache = RunCache::new();
+    let out = jitccl(&["kernels", "compile", "--target", "host", "--all"], cache.path());
     let (compiled, failed, cached) = summary(&out);
     assert!(out.status.success() && failed == 0, "{}", text(&out.stdout));
     assert_eq!(compiled + cached, KernelSpec::all().len());

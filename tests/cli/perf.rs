@@ -5,7 +5,7 @@
 
 use jitccl::{Algorithm, Collective, Protocol, Row, Table};
 
-use crate::{jitccl, jitccl_with, text};
+use crate::{jitccl, jitccl_with, text, RunCache};
 
 /// The table's rows, each split into columns.
 fn rows(stdout: &str) -> Vec<Vec<String>> {
@@ -14,7 +14,7 @@ fn rows(stdout: &str) -> Vec<Vec<String>> {
 
 /// Runs perf, asserts it passed its reference check, and returns its rows.
 fn checked(args: &[&str]) -> Vec<Vec<String>> {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = RunCache::new();
     let out = jitccl(args, cache.path());
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{args:?}: {stdout}\n{}", text(&out.stderr));
@@ -81,7 +81,7 @@ fn ranks_spread_over_processes_threads_and_ranks_per_thread() {
         for coll in ["all_reduce", "all_to_all"] {
             let mut args = vec!["perf", coll, "-b", "64", "-e", "4K", "-f", "8", "-w", "1", "-n", "2"];
             args.extend(layout);
-            let cache = tempfile::tempdir().unwrap();
+            let cache = RunCache::new();
             let out = jitccl(&args, cache.path());
             let stdout = text(&out.stdout);
             assert!(out.status.success(), "{args:?}: {stdout}\n{}", text(&out.stderr));
@@ -186,8 +186,8 @@ fn forcing(path: &std::path::Path, algo: Algorithm, proto: Protocol) {
 /// one of them the best, and each setup's choice came from its own table.
 #[test]
 fn compare_times_setups_side_by_side_each_with_its_table() {
-    let cache = tempfile::tempdir().unwrap();
-    let (ring, tree) = (cache.path().join("ring.csv"), cache.path().join("tree.csv"));
+    let (cache, tables) = (RunCache::new(), tempfile::tempdir().unwrap());
+    let (ring, tree) = (tables.path().join("ring.csv"), tables.path().join("tree.csv"));
     forcing(&ring, Algorithm::Ring, Protocol::Simple);
     forcing(&tree, Algorithm::Tree, Protocol::LL);
     let (a, b) = (format!("ring={}", ring.display()), format!("tree={}@2", tree.display()));
