@@ -73,6 +73,24 @@ fn every_direct_collective_as_rank_processes() {
     });
 }
 
+/// Symmetric buffers of rank processes are blocks of the host arenas where every rank maps
+/// every arena (faster at large sizes), and shared-memory segments of their own without the
+/// arenas: the direct kernels run on both, checked against the reference.
+#[test]
+fn symmetric_buffers_live_in_the_arenas_else_in_segments() {
+    for (arena, says) in [("1", "in the host arena"), ("0", "in a shared-memory segment")] {
+        let args = ["all_reduce", "-N", "3", "-b", "4", "-e", "64K", "-f", "16", "-R", "2", "--algo", "direct"];
+        let out = perf_with(&args, &[("JITCCL_DEBUG", "DEBUG"), ("JITCCL_HOST_ARENA", arena)]);
+        let stderr = text(&out.stderr);
+        assert!(checked(&out), "JITCCL_HOST_ARENA={arena}: {}\n{stderr}", text(&out.stdout));
+        for r in 0..3 {
+            let line = format!("rank {r}: symmetric buffer of 65536 B {says}");
+            assert!(stderr.contains(&line), "JITCCL_HOST_ARENA={arena}: no '{line}' in:\n{stderr}");
+        }
+        assert!(stderr.lines().any(|l| l.contains("B x 3 ranks: direct")), "{stderr}");
+    }
+}
+
 #[test]
 fn registering_plain_buffers_across_processes_needs_the_arenas() {
     // Plain buffers live in the host arenas, which every rank maps: they register.
