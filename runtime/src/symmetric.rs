@@ -35,6 +35,11 @@ impl Region {
     pub(crate) fn new(id: u64, range: Range<usize>, bases: Vec<*mut u8>, keep: Vec<Keep>) -> Region {
         Region { id, range, bases: bases.into_boxed_slice(), _keep: keep }
     }
+
+    /// Whether all of `bytes` lies in this region.
+    pub(crate) fn holds(&self, bytes: &Range<usize>) -> bool {
+        self.range.start <= bytes.start && bytes.end <= self.range.end
+    }
 }
 
 /// Every rank's flags area as mapped here (see `templates/common/direct.h`).
@@ -162,9 +167,8 @@ impl Registry {
     fn find<'a>(
         &'a self, m: Option<&'a BTreeMap<usize, Arc<Region>>>, bytes: &Range<usize>,
     ) -> Option<&'a Arc<Region>> {
-        let holds = |r: &Region| r.range.start <= bytes.start && bytes.end <= r.range.end;
-        let registered = m.and_then(|m| m.range(..=bytes.start).next_back()).map(|(_, r)| r).filter(|r| holds(r));
-        registered.or_else(|| self.arena.get().filter(|r| holds(r)))
+        let registered = m.and_then(|m| m.range(..=bytes.start).next_back()).map(|(_, r)| r).filter(|r| r.holds(bytes));
+        registered.or_else(|| self.arena.get().filter(|r| r.holds(bytes)))
     }
 
     /// `found` applied to the regions of a call's send and recv bytes, when both are

@@ -4,14 +4,15 @@
 //! Where every rank maps every rank's host arena (rank processes or threads of one host, by
 //! default), an allocation is an arena block, registered: peers address it through the
 //! arena they mapped at init. Elsewhere it is a shared-memory segment of its own, which
-//! every rank maps once when the allocation is made. Arena blocks came out faster at large
-//! sizes: AllReduce on 256 MiB took 20-30% longer in segments than in the arena with the
-//! same direct kernel (2-core VM, 4 ranks, 4-5 alternating runs; the cause is not known:
-//! the VM shows no hardware counters, and neither page faults nor fallocate differ).
-//! Rather than one growing heap per rank at equal offsets: nothing to size in advance,
-//! freeing is exact, and the enqueue lookup is the same interval map either way. Ranks tell each other their parts with an AllGather on the communicator
-//! itself (its own timeout and failure handling), then confirm that every rank mapped every
-//! part before anyone proceeds, so all ranks end with the region or all with the error.
+//! every rank maps once when the allocation is made (rather than one growing heap per rank
+//! at equal offsets: nothing to size in advance, and freeing is exact). Arena blocks came
+//! out faster at large sizes: AllReduce on 256 MiB took 20-30% longer in segments than in
+//! the arena with the same direct kernel (2-core VM, 4 ranks, 4-5 alternating runs; the
+//! cause is not known: the VM shows no hardware counters, and neither page faults nor
+//! fallocate differ). The enqueue lookup is the same interval map either way. Ranks tell
+//! each other their parts with an AllGather on the communicator itself (its own timeout
+//! and failure handling), then confirm that every rank mapped every part before anyone
+//! proceeds, so all ranks end with the region or all with the error.
 
 use std::sync::{Arc, Weak};
 
@@ -180,10 +181,7 @@ impl Comm {
         let registry = self.registry("register")?;
         let range = buf.byte_range();
         let id = registry.next_id();
-        let arena_base = registry
-            .arena()
-            .filter(|a| a.range.start <= range.start && range.end <= a.range.end)
-            .map(|a| a.range.start);
+        let arena_base = registry.arena().filter(|a| a.holds(&range)).map(|a| a.range.start);
         let part = Part { id, ptr: range.start, bytes: range.len(), segment: None, arena_base };
         let region = self.share("register", part, None)?;
         registry.insert(region);
@@ -254,12 +252,11 @@ impl Comm {
 }
 
 /// A zeroed block of `len` elements in this process's host arena (`arena`: every rank's
-/// arena as mapped here), or None to use a segment: an empty buffer, or one the arena
-/// could not hold (a full arena allocates from the heap).
+/// arena as mapped here), or None to use a segment: an empty buffer (no arena block), or
+/// one the arena refused (full).
 fn arena_block<T: Element>(comm: &Comm, arena: &Region, len: usize) -> Option<DeviceBuffer<T>> {
-    let buf = comm.device().alloc::<T>(len).ok().filter(|b| b.len() > 0)?;
-    let r = buf.byte_range();
-    (arena.range.start <= r.start && r.end <= arena.range.end).then_some(buf)
+    let buf = (len > 0).then(|| comm.device().alloc::<T>(len).ok())??;
+    arena.holds(&buf.byte_range()).then_some(buf)
 }
 
 /// Each rank's base address as this process addresses it, and what keeps it mapped
