@@ -21,7 +21,10 @@
 //!   than `DEFER_MAX` + `DEFER`);
 //! - a caller that finds its stream's ring of launches full runs the queued launches itself
 //!   likewise, where the rank is bound to one CPU that the caller and the dispatcher share:
-//!   waiting there only hands that core back and forth. The dispatcher then dozes as above.
+//!   waiting there only hands that core back and forth. It runs them up to a launch index
+//!   that is a multiple of the ring's size, so that ranks stop queuing to run at the same
+//!   launch and none waits in a kernel while its peer queues. The dispatcher then dozes as
+//!   above.
 //!
 //! Spinning wins when the thread waited for is running on another core: a hand-off then
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
