@@ -255,7 +255,10 @@ impl Comm {
 /// arena as mapped here), or None to use a segment: an empty buffer (no arena block), or
 /// one the arena refused (full).
 fn arena_block<T: Element>(comm: &Comm, arena: &Region, len: usize) -> Option<DeviceBuffer<T>> {
-    let buf = (len > 0).then(|| comm.device().alloc::<T>(len).ok())??;
+    if len == 0 {
+        return None;
+    }
+    let buf = comm.device().alloc::<T>(len).ok()?;
     arena.holds(&buf.byte_range()).then_some(buf)
 }
 

@@ -87,7 +87,7 @@ impl Shared {
     /// launch): ranks whose streams carry the same launches then all switch from queuing to
     /// running at the same launch, whoever ran the launches before. Where one rank switched
     /// at another launch than its peer, each would wait in its kernel while the other queues
-    /// (2 ranks, 8 B, queued, boundaries half a ring apart: 0.47-0.55 against 0.35-0.39 µs
+    /// (2 ranks, 8 B, queued, boundaries half a ring apart: 0.40-0.55 against 0.34-0.42 µs
     /// a call), and a boundary that only counts from the last one keeps any offset the
     /// stream's thread made by taking a few launches. True if that made room.
     pub(super) fn run_when_full(&self, i: u64, p: &mut Producer) -> bool {

@@ -126,8 +126,8 @@ fn a_caller_that_fills_the_ring_runs_its_launches_only_on_the_ranks_one_cpu() {
 fn a_caller_that_fills_the_ring_stops_running_at_a_multiple_of_its_depth() {
     // Ranks whose streams carry the same launches then switch between queuing and running
     // at the same launch, whatever the stream's thread ran before; a batch boundary that
-    // differs between two ranks makes each wait for the other's queuing (2 ranks, 8 B,
-    // queued: 0.35-0.39 against 0.47-0.55 µs a call).
+    // differs between two ranks makes each wait for the other's queuing (see
+    // `Shared::run_when_full`).
     let stream = Device::host(0).stream().unwrap();
     let owner = Counting::new(OnCaller::SameCpu, Duration::from_micros(50));
     let keep = Arc::new(());
@@ -138,10 +138,11 @@ fn a_caller_that_fills_the_ring_stops_running_at_a_multiple_of_its_depth() {
     stream.synchronize().unwrap();
     let mut ends = Vec::new();
     for _ in 0..4 * DEPTH {
-        let before = owner.caller_runs.load(SeqCst);
+        let before = owner.caller_end.load(SeqCst);
         stream.enqueue(launch(&owner, &keep));
-        if owner.caller_runs.load(SeqCst) > before {
-            ends.push(owner.caller_end.load(SeqCst));
+        let end = owner.caller_end.load(SeqCst);
+        if end != before {
+            ends.push(end);
         }
     }
     stream.synchronize().unwrap();
