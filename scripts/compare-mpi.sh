@@ -290,10 +290,12 @@ for n in $nranks_list; do
     done
     for side in $jitccl_sides; do
       m=$(mode_of "$side") z=${side##*-z}
+      medians=""
       if [ "$small" = 1 ]; then
         metric=q1 target="<=1.00"
-        ratio=$(awk -v j="${q1[$side]}" -v p="${q1[$peer_best]}" 'BEGIN { printf "%.2f", j / p }')
+        ratio=$(awk -v j="$(figure "$side")" -v p="$(figure "$peer_best")" 'BEGIN { printf "%.2f", j / p }')
         ok=$(awk -v r="$ratio" 'BEGIN { print (r <= 1.0) ? 1 : 0 }')
+        medians="; medians $(awk -v j="${us[$side]}" -v p="${us[$peer_best]}" 'BEGIN { printf "%.2f", j / p }')"
       else
         need=1.0
         [ "$m" = 0 ] || need=1.2
@@ -301,15 +303,12 @@ for n in $nranks_list; do
         ratio=$(awk -v j="${bus[$side]}" -v p="${bus[$peer_best]}" 'BEGIN { printf "%.2f", (p > 0) ? j / p : 0 }')
         ok=$(awk -v r="$ratio" -v t="$need" 'BEGIN { print (r >= t) ? 1 : 0 }')
       fi
-      verdict="PASS (vs $peer_best)"
-      [ "$ok" = 1 ] || verdict="FAIL (vs $peer_best)"
+      verdict="PASS (vs $peer_best)$medians"
+      [ "$ok" = 1 ] || verdict="FAIL (vs $peer_best)$medians"
       # Wrong elements void the comparison, whichever side they are on.
       for s in $peers "$side"; do
         [ "${wrong[$s]}" = 0 ] || verdict="FAIL ($s #wrong ${wrong[$s]})"
       done
-      if [[ $verdict == PASS* || $verdict == "FAIL (vs"* ]] && [ "$small" = 1 ]; then
-        verdict="$verdict; medians $(awk -v j="${us[$side]}" -v p="${us[$peer_best]}" 'BEGIN { printf "%.2f", j / p }')"
-      fi
       if [[ $verdict == PASS* ]]; then
         pass=$((pass + 1))
       else
