@@ -45,9 +45,12 @@ mod tune;
 mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::{group, group_end, group_start, Comm, CommState, Registration, Split};
+pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split};
 pub use config::{Config, MAX_CHANNELS};
-pub use device::{cuda_compute_capability, cuda_device_count, host_arena_available, Device, DeviceBuffer};
+pub use device::{
+    cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_synchronize_stream, host_arena_available,
+    Device, DeviceBuffer,
+};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};

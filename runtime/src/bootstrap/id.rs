@@ -78,6 +78,14 @@ impl UniqueId {
         Ok(id)
     }
 
+    /// The id of a root at `spec` (`host:port`, as `JITCCL_COMM_ID` / NCCL_COMM_ID give
+    /// it): every process computes the same id from the same address. With `start_root`
+    /// this process also starts the root there (on the rank that is rank 0 of the
+    /// communicator), configured from the environment.
+    pub fn at_address(spec: &str, start_root: bool) -> Result<Self> {
+        Self::from_comm_id(spec, start_root, &BootstrapConfig::from_env()?)
+    }
+
     /// [`from_comm_id`](Self::from_comm_id) with `JITCCL_COMM_ID`; `None` when it is not set.
     pub(crate) fn from_env(is_root: bool, config: &BootstrapConfig) -> Result<Option<Self>> {
         match std::env::var(COMM_ID_VAR) {

@@ -51,9 +51,19 @@ pub fn group_start() {
 /// nothing was: every communicator must be usable and every launch compiles first).
 /// `InvalidUsage` without an open group.
 pub fn group_end() -> Result<()> {
-    let (posted, error) = GROUP
+    let (posted, error) = close("group_end")?;
+    match error {
+        Some(e) => Err(e),
+        None => launch(posted),
+    }
+}
+
+/// Closes the innermost group: what the outermost posted, and the first error of a call in
+/// it (nothing for an inner one).
+fn close(name: &str) -> Result<(Vec<Posted>, Option<Error>)> {
+    GROUP
         .with_borrow_mut(|g| match g.depth {
-            0 => Err(Error::InvalidUsage("group_end without group_start".into())),
+            0 => Err(Error::InvalidUsage(format!("{name} without group_start"))),
             1 => {
                 g.depth = 0;
                 Ok(Some((std::mem::take(&mut g.posted), g.error.take())))
@@ -62,12 +72,17 @@ pub fn group_end() -> Result<()> {
                 g.depth -= 1;
                 Ok(None)
             }
-        })?
-        .unwrap_or_default();
-    match error {
-        Some(e) => Err(e),
-        None => launch(posted),
-    }
+        })
+        .map(Option::unwrap_or_default)
+}
+
+/// Closes the innermost group like [`group_end`], but the outermost drops what was
+/// posted instead of launching it (NCCL's ncclGroupSimulateEnd, which only estimates).
+/// Returns the first error of a call in the group; `InvalidUsage` without an open group.
+pub fn group_discard() -> Result<()> {
+    let (posted, error) = close("group_discard")?;
+    drop(posted);
+    error.map_or(Ok(()), Err)
 }
 
 /// Runs `f` inside a group: its calls launch together when it returns. An error of `f`

@@ -12,6 +12,7 @@ mod init;
 mod life;
 mod progress;
 mod rendezvous;
+mod shrink;
 mod split;
 mod state;
 mod submit;
@@ -19,7 +20,7 @@ mod symmetric;
 
 use std::sync::Arc;
 
-use jitccl_codegen::Collective;
+use jitccl_codegen::{Collective, DataType};
 
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
@@ -27,7 +28,7 @@ use crate::enqueue::{Call, Group};
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::stream::Stream;
-pub use group::{group, group_end, group_start};
+pub use group::{group, group_discard, group_end, group_start};
 use handle::Handle;
 pub use progress::CommState;
 pub use split::Split;
@@ -64,6 +65,11 @@ impl Comm {
     }
     pub fn device(&self) -> &Device {
         &self.h.device
+    }
+
+    /// Whether calls run in blocking mode (`Config::blocking`), or on the progress thread.
+    pub fn is_blocking(&self) -> bool {
+        self.h.progress.is_none()
     }
 
     /// Binds the calling thread to the CPUs of this rank's kernel threads, as `mpirun
@@ -144,6 +150,23 @@ impl Comm {
             Call::checked_p2p(&self.group(), Some((send, send_count, to)), Some((recv, recv_count, from))),
             stream,
         )
+    }
+
+    /// The cost model's estimate, in microseconds, of `coll` over `count` elements of
+    /// `dtype` on this communicator (NCCL's ncclGroupSimulateEnd sums these): the time of
+    /// the algorithm, protocol and channels it would choose. 0 for point to point.
+    pub fn estimate(&self, coll: Collective, dtype: DataType, count: usize) -> Result<f64> {
+        let inner = self.inner("estimate")?;
+        // NCCL's nBytes: a rank's buffer, the whole one for AllGather / ReduceScatter.
+        let per_rank = match coll {
+            Collective::AllGather | Collective::ReduceScatter => count.saturating_mul(self.nranks()),
+            _ => count,
+        };
+        let bytes = per_rank.saturating_mul(dtype.size());
+        if coll == Collective::SendRecv {
+            return Ok(0.0);
+        }
+        inner.enq.tuner.estimate_us(coll, bytes, dtype.size())
     }
 
     fn group(&self) -> Group {

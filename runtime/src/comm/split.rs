@@ -80,7 +80,7 @@ pub(crate) fn groups(entries: &[Entry]) -> Vec<Vec<usize>> {
 
 /// The parent's configuration, complete: every child of every rank gets the same one
 /// (resolving afresh could differ by rank, e.g. channels from the cores per rank).
-fn child_config(r: &Resolved) -> Config {
+pub(crate) fn child_config(r: &Resolved) -> Config {
     Config {
         nchannels: Some(r.nchannels),
         algos: Some(r.algos.clone()),

@@ -26,6 +26,28 @@ impl Device {
 }
 
 impl<T: Element> DeviceBuffer<T> {
+    /// A view of `len` elements at `ptr`, memory the caller allocated on `device` (host
+    /// memory for a host device, device memory of that GPU for a CUDA one), as a C caller
+    /// hands NCCL a pointer. Nothing is copied and nothing freed: the memory stays the
+    /// caller's.
+    ///
+    /// # Safety
+    /// `ptr` addresses `len` elements on `device` that stay allocated, and are not used
+    /// otherwise, while any operation queued on this view (or a clone) runs.
+    pub unsafe fn from_raw(device: &Device, ptr: *mut T, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::InvalidArgument(format!("a buffer of {len} elements overflows")))?;
+        if bytes > 0 && ptr.is_null() {
+            return invalid(format!("a NULL buffer of {len} elements"));
+        }
+        let mem = match device.gpu()? {
+            None => Memory::Host(super::HostMemory::mapped(ptr.cast(), bytes, Box::new(()))),
+            Some(g) => Memory::Cuda(super::cuda::DeviceMemory::borrowed(&g, ptr.cast(), bytes)),
+        };
+        Ok(DeviceBuffer::from_memory(device, mem, len))
+    }
+
     /// A buffer of `len` elements over `mem` (host memory allocated elsewhere, e.g. mapped
     /// shared memory).
     pub(crate) fn from_memory(device: &Device, mem: Memory, len: usize) -> DeviceBuffer<T> {
@@ -135,6 +157,11 @@ impl<T: Element> DeviceBuffer<T> {
             panic!("DeviceBuffer::to_vec on {:?}: {e}", self.device);
         }
         out
+    }
+
+    /// The address of the first element, as kernels use it (a device address on a GPU).
+    pub fn address(&self) -> usize {
+        self.addr
     }
 
     /// The address kernels use.

@@ -25,7 +25,10 @@ use crate::error::{Error, Result};
 pub use buffer::DeviceBuffer;
 pub(crate) use cuda::pci_devices as cuda_pci_devices;
 pub(crate) use cuda::Gpu;
-pub use cuda::{compute_capability as cuda_compute_capability, device_count as cuda_device_count};
+pub use cuda::{
+    compute_capability as cuda_compute_capability, current_device as cuda_current_device,
+    device_count as cuda_device_count, synchronize_stream as cuda_synchronize_stream,
+};
 pub(crate) use cuda::{IpcHandle, IpcMapping, Registered as HostRegistration};
 pub(crate) use host::Memory as HostMemory;
 pub(crate) use host::{Arena, ArenaId, PeerArena};

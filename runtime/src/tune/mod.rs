@@ -166,6 +166,14 @@ impl Tuner {
         Ok(choice)
     }
 
+    /// The cost model's time in microseconds of `coll` moving `bytes` (as
+    /// [`choose_for`](Self::choose_for) counts them) with the choice this tuner makes for it;
+    /// 0 for what the model does not cover (point to point).
+    pub(crate) fn estimate_us(&self, coll: Collective, bytes: usize, elem_size: usize) -> Result<f64> {
+        let c = self.choose_for(coll, bytes, elem_size, true, false)?;
+        Ok(self.topo.estimate(&self.consts, coll, c.algo, c.proto, c.nchannels, bytes).unwrap_or(0.0))
+    }
+
     /// The choice for the library's own exchanges: the ring with Simple on one channel,
     /// whatever the overrides say (they are the user's, for the user's calls).
     pub(crate) fn internal(&self, elem_size: usize) -> Choice {

@@ -29,13 +29,14 @@ pub(crate) struct DeviceMemory {
     gpu: Arc<Gpu>,
     ptr: sys::CUdeviceptr,
     bytes: usize,
-    pool: Pool,
+    /// How to free it; `None`: the caller's memory (a C caller's buffer), never freed here.
+    pool: Option<Pool>,
 }
 
 impl DeviceMemory {
     pub(crate) fn zeroed(gpu: &Arc<Gpu>, bytes: usize, pool: Pool) -> Result<DeviceMemory> {
         if bytes == 0 {
-            return Ok(DeviceMemory { gpu: gpu.clone(), ptr: 0, bytes, pool });
+            return Ok(DeviceMemory { gpu: gpu.clone(), ptr: 0, bytes, pool: Some(pool) });
         }
         gpu.bind()?;
         let what = || format!("allocating {bytes} B on cuda:{}", gpu.ordinal);
@@ -47,11 +48,16 @@ impl DeviceMemory {
             }
         }
         .map_err(driver(what()))?;
-        let mem = DeviceMemory { gpu: gpu.clone(), ptr, bytes, pool };
+        let mem = DeviceMemory { gpu: gpu.clone(), ptr, bytes, pool: Some(pool) };
         // SAFETY: `bytes` bytes at `ptr` were just allocated.
         unsafe { cu::memset_d8_async(ptr, 0, bytes, gpu.mem_stream) }.map_err(driver(what()))?;
         gpu.sync_mem_stream()?;
         Ok(mem)
+    }
+
+    /// `bytes` of the caller's device memory at `ptr`, which it keeps allocated.
+    pub(crate) fn borrowed(gpu: &Arc<Gpu>, ptr: *mut u8, bytes: usize) -> DeviceMemory {
+        DeviceMemory { gpu: gpu.clone(), ptr: ptr as sys::CUdeviceptr, bytes, pool: None }
     }
 
     /// The device address (0 for an empty allocation).
@@ -105,13 +111,14 @@ impl DeviceMemory {
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
+        let Some(pool) = self.pool else { return };
         if self.ptr == 0 || self.gpu.bind().is_err() {
             return;
         }
         // SAFETY: allocated in `zeroed` as `pool` says; nothing queued uses it any more (the
         // queues hold their memory until their launches finished).
         let res = unsafe {
-            match self.pool {
+            match pool {
                 Pool::Ordered => cu::free_async(self.ptr, self.gpu.mem_stream),
                 Pool::Plain => cu::free_sync(self.ptr),
             }

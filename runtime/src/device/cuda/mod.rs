@@ -59,6 +59,38 @@ pub fn device_count() -> std::result::Result<usize, String> {
     }
 }
 
+/// The device of the CUDA context current on the calling thread (as NCCL takes a rank's
+/// device from the caller's `cudaSetDevice`), device 0 where none is current; an error
+/// says why there is no usable device (no driver, no device).
+pub fn current_device() -> std::result::Result<usize, String> {
+    let count = device_count()?;
+    let ordinal = match cu::ctx::get_current().map_err(|e| format!("reading the current CUDA context: {e}"))? {
+        None => 0,
+        Some(_) => {
+            let mut dev: sys::CUdevice = 0;
+            // SAFETY: a context is current; the driver writes one device handle.
+            unsafe { sys::cuCtxGetDevice(&mut dev) }
+                .result()
+                .map_err(|e| format!("reading the current context's device: {e}"))?;
+            dev as usize
+        }
+    };
+    if ordinal >= count {
+        return Err(format!("the current CUDA device {ordinal} is not below the device count {count}"));
+    }
+    Ok(ordinal)
+}
+
+/// Waits for the work queued so far on `stream`, a stream of the caller's on device
+/// `ordinal` (a `cudaStream_t` as a C caller passes it; 0 is the legacy default stream):
+/// what jitccl runs next then reads what the caller's kernels wrote.
+pub fn synchronize_stream(ordinal: usize, stream: usize) -> Result<()> {
+    let gpu = Gpu::get(ordinal)?;
+    gpu.bind()?;
+    // SAFETY: the caller names a stream of this device's context (or the default stream).
+    unsafe { cu::stream::synchronize(stream as sys::CUstream) }.map_err(driver("waiting for the caller's stream"))
+}
+
 /// A CUDA device as the driver numbers it, for topology detection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PciDevice {

@@ -1,0 +1,356 @@
+//! The collectives and point to point on the caller's buffers (host memory on the host, the
+//! rank's device memory on a GPU), and the reduction ops made by
+//! ncclRedOpCreatePreMulSum. Each call is checked by jitccl (a bad argument changes
+//! nothing), queued on the communicator's stream, and completed as `group` says.
+
+use std::ffi::{c_int, c_void};
+
+use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op};
+
+use crate::group;
+use crate::handle::{last_error, CommHandle, Live, PreMul, Scalar};
+use crate::status::{fail, guard, Failure};
+use crate::types::*;
+
+/// Runs `$e` with `$T` the Rust type of `$dt`.
+macro_rules! typed {
+    ($dt:expr, $T:ident => $e:expr) => {
+        match $dt {
+            DataType::I8 => {
+                type $T = i8;
+                $e
+            }
+            DataType::U8 => {
+                type $T = u8;
+                $e
+            }
+            DataType::I32 => {
+                type $T = i32;
+                $e
+            }
+            DataType::U32 => {
+                type $T = u32;
+                $e
+            }
+            DataType::I64 => {
+                type $T = i64;
+                $e
+            }
+            DataType::U64 => {
+                type $T = u64;
+                $e
+            }
+            DataType::F16 => {
+                type $T = half::f16;
+                $e
+            }
+            DataType::BF16 => {
+                type $T = half::bf16;
+                $e
+            }
+            DataType::F32 => {
+                type $T = f32;
+                $e
+            }
+            DataType::F64 => {
+                type $T = f64;
+                $e
+            }
+            DataType::F8E4M3 => {
+                type $T = float8::F8E4M3;
+                $e
+            }
+            DataType::F8E5M2 => {
+                type $T = float8::F8E5M2;
+                $e
+            }
+        }
+    };
+}
+
+/// `len` elements at `ptr` on the rank's device; a NULL pointer is an empty buffer (for the
+/// sides a rank does not use: a non-root's receive buffer of Reduce, ...).
+unsafe fn buf<T: Element>(live: &Live, ptr: *const c_void, len: usize) -> Result<DeviceBuffer<T>, Error> {
+    let len = if ptr.is_null() { 0 } else { len };
+    DeviceBuffer::from_raw(live.comm.device(), ptr as *mut T, len)
+}
+
+fn dtype(v: c_int) -> Result<DataType, Failure> {
+    data_type(v).ok_or_else(|| fail(INVALID_ARGUMENT, format!("data type {v} is not an ncclDataType_t")))
+}
+
+/// The value of a scalar of `dt` in `bytes`, as f64.
+fn scalar_value(dt: DataType, b: &[u8]) -> f64 {
+    let n = dt.size();
+    let mut w = [0u8; 8];
+    w[..n].copy_from_slice(&b[..n]);
+    match dt {
+        DataType::I8 => w[0] as i8 as f64,
+        DataType::U8 => w[0] as f64,
+        DataType::I32 => i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64,
+        DataType::U32 => u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64,
+        DataType::I64 => i64::from_le_bytes(w) as f64,
+        DataType::U64 => u64::from_le_bytes(w) as f64,
+        DataType::F16 => half::f16::from_le_bytes([w[0], w[1]]).to_f64(),
+        DataType::BF16 => half::bf16::from_le_bytes([w[0], w[1]]).to_f64(),
+        DataType::F32 => f32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64,
+        DataType::F64 => f64::from_le_bytes(w),
+        DataType::F8E4M3 => float8::F8E4M3::from_bits(w[0]).to_f64(),
+        DataType::F8E5M2 => float8::F8E5M2::from_bits(w[0]).to_f64(),
+    }
+}
+
+/// The jitccl op of `op` for a call of `dt`.
+unsafe fn op_for(live: &Live, op: c_int, dt: DataType) -> Result<Op, Failure> {
+    if let Some(o) = builtin_op(op) {
+        return Ok(o);
+    }
+    let ops = live.ops.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = user_op_index(op).and_then(|i| ops.get(i)).and_then(Option::as_ref);
+    let Some(PreMul { dtype: made_for, scalar }) = entry else {
+        return Err(fail(INVALID_ARGUMENT, format!("op {op} is neither built in nor a live op of this communicator")));
+    };
+    if data_type(*made_for) != Some(dt) {
+        return Err(fail(INVALID_ARGUMENT, format!("op {op} was made for data type {made_for}, not {dt}")));
+    }
+    Ok(Op::PreMulSum(match scalar {
+        Scalar::Value(v) => *v,
+        Scalar::At(p) => {
+            let mut b = [0u8; 8];
+            buf::<u8>(live, *p as *const c_void, dt.size())?.copy_to_host(&mut b[..dt.size()])?;
+            scalar_value(dt, &b)
+        }
+    }))
+}
+
+/// One call: checks the communicator and type, orders it after the caller's GPU stream,
+/// runs `f`, then posts it to the open group or completes it.
+unsafe fn call(
+    name: &str, comm: *mut CommHandle, stream: *mut c_void, coll: Collective, dt: c_int, count: usize,
+    f: impl FnOnce(&Live, DataType) -> Result<(), Failure>,
+) -> NcclResult {
+    guard(name, last_error(comm), || {
+        let live = CommHandle::live(comm)?;
+        let dt = dtype(dt)?;
+        if let jitccl::Device::Cuda { ordinal } = live.comm.device() {
+            jitccl::cuda_synchronize_stream(*ordinal, stream as usize)?;
+        }
+        f(live, dt)?;
+        if group::is_open() {
+            group::post(comm, coll, dt, count);
+            return Ok(SUCCESS);
+        }
+        group::complete(live)
+    })
+}
+
+/// The entry of a user op in a communicator's table.
+fn user_op_index(op: c_int) -> Option<usize> {
+    op.checked_sub(NUM_BUILTIN_OPS).and_then(|i| usize::try_from(i).ok())
+}
+
+fn root(r: c_int) -> Result<usize, Failure> {
+    usize::try_from(r).map_err(|_| fail(INVALID_ARGUMENT, format!("root {r} is negative")))
+}
+
+fn peer(p: c_int) -> Result<usize, Failure> {
+    usize::try_from(p).map_err(|_| fail(INVALID_ARGUMENT, format!("peer {p} is negative")))
+}
+
+/// `count` blocks per rank, or an error if that overflows.
+fn all(live: &Live, count: usize) -> Result<usize, Failure> {
+    count.checked_mul(live.comm.nranks()).ok_or_else(|| fail(INVALID_ARGUMENT, format!("count {count} overflows")))
+}
+
+export! {
+    ncclAllReduce / pncclAllReduce(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, comm: *mut CommHandle,
+        stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclAllReduce", comm, stream, Collective::AllReduce, dt, count, |l, dt| {
+            let op = op_for(l, op, dt)?;
+            typed!(dt, T => l.comm.all_reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclBroadcast / pncclBroadcast(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
+        stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclBroadcast", comm, stream, Collective::Broadcast, dt, count, |l, dt| {
+            let rt = root(rt)?;
+            typed!(dt, T => l.comm.broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    /// In-place broadcast (NCCL's legacy form).
+    ncclBcast / pncclBcast(
+        buff: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle, stream: *mut c_void,
+    ) -> NcclResult {
+        pncclBroadcast(buff, buff, count, dt, rt, comm, stream)
+    }
+}
+
+export! {
+    ncclReduce / pncclReduce(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, rt: c_int,
+        comm: *mut CommHandle, stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclReduce", comm, stream, Collective::Reduce, dt, count, |l, dt| {
+            let (op, rt) = (op_for(l, op, dt)?, root(rt)?);
+            typed!(dt, T => l.comm.reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, rt, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclAllGather / pncclAllGather(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, comm: *mut CommHandle, stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclAllGather", comm, stream, Collective::AllGather, dt, count, |l, dt| {
+            let total = all(l, count)?;
+            typed!(dt, T => l.comm.all_gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclReduceScatter / pncclReduceScatter(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, comm: *mut CommHandle,
+        stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclReduceScatter", comm, stream, Collective::ReduceScatter, dt, count, |l, dt| {
+            let (op, total) = (op_for(l, op, dt)?, all(l, count)?);
+            typed!(dt, T => l.comm.reduce_scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, op, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclAlltoAll / pncclAlltoAll(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, comm: *mut CommHandle, stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclAlltoAll", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+            let total = all(l, count)?;
+            typed!(dt, T => l.comm.all_to_all(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, total)?, count, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclGather / pncclGather(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
+        stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclGather", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+            let (rt, total) = (root(rt)?, all(l, count)?);
+            typed!(dt, T => l.comm.gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, rt, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclScatter / pncclScatter(
+        send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
+        stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclScatter", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+            let (rt, total) = (root(rt)?, all(l, count)?);
+            typed!(dt, T => l.comm.scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, rt, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclSend / pncclSend(
+        send: *const c_void, count: usize, dt: c_int, to: c_int, comm: *mut CommHandle, stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclSend", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+            let to = peer(to)?;
+            typed!(dt, T => l.comm.send(&buf::<T>(l, send, count)?, count, to, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    ncclRecv / pncclRecv(
+        recv: *mut c_void, count: usize, dt: c_int, from: c_int, comm: *mut CommHandle, stream: *mut c_void,
+    ) -> NcclResult {
+        call("ncclRecv", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+            let from = peer(from)?;
+            typed!(dt, T => l.comm.recv(&buf::<T>(l, recv, count)?, count, from, &l.stream))?;
+            Ok(())
+        })
+    }
+}
+
+export! {
+    /// An op multiplying each rank's input by its `scalar` before summing. Host residence:
+    /// the value is read now; device residence: at each call, from the rank's memory.
+    ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(
+        op: *mut c_int, scalar: *mut c_void, dt: c_int, residence: c_int, comm: *mut CommHandle,
+    ) -> NcclResult {
+        guard("ncclRedOpCreatePreMulSum", last_error(comm), || {
+            let live = CommHandle::live(comm)?;
+            let d = dtype(dt)?;
+            if op.is_null() || scalar.is_null() {
+                return Err(fail(INVALID_ARGUMENT, "op or scalar is NULL"));
+            }
+            let scalar = match residence {
+                0 => Scalar::At(scalar as usize),
+                1 => Scalar::Value(scalar_value(d, std::slice::from_raw_parts(scalar as *const u8, d.size()))),
+                r => return Err(fail(INVALID_ARGUMENT, format!("scalar residence {r}: device (0) or host (1)"))),
+            };
+            let mut ops = live.ops.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = ops.iter().position(Option::is_none).unwrap_or(ops.len());
+            if slot == ops.len() {
+                ops.push(None);
+            }
+            ops[slot] = Some(PreMul { dtype: dt, scalar });
+            *op = NUM_BUILTIN_OPS + slot as c_int;
+            Ok(SUCCESS)
+        })
+    }
+}
+
+export! {
+    ncclRedOpDestroy / pncclRedOpDestroy(op: c_int, comm: *mut CommHandle) -> NcclResult {
+        guard("ncclRedOpDestroy", last_error(comm), || {
+            let live = CommHandle::live(comm)?;
+            let mut ops = live.ops.lock().unwrap_or_else(|e| e.into_inner());
+            match user_op_index(op).and_then(|i| ops.get_mut(i)).filter(|e| e.is_some()) {
+                Some(entry) => {
+                    *entry = None;
+                    Ok(SUCCESS)
+                }
+                None => Err(fail(INVALID_ARGUMENT, format!("op {op} is not a live op made for this communicator"))),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_read_as_their_type() {
+        assert_eq!(scalar_value(DataType::I32, &(-3i32).to_le_bytes()), -3.0);
+        assert_eq!(scalar_value(DataType::F16, &half::f16::from_f64(0.5).to_le_bytes()), 0.5);
+        assert_eq!(scalar_value(DataType::U8, &[200]), 200.0);
+        assert_eq!(scalar_value(DataType::F64, &2.25f64.to_le_bytes()), 2.25);
+    }
+}

@@ -1,0 +1,157 @@
+//! Groups (ncclGroupStart / End / SimulateEnd) and when a call is complete.
+//!
+//! On the host there is no stream for the caller to wait on: a call on a blocking
+//! communicator is complete when it returns, and a group's calls when ncclGroupEnd returns.
+//! A nonblocking communicator's call returns at once (`ncclInProgress` until it is done):
+//! poll ncclCommGetAsyncError. On a GPU the call first waits for the caller's stream, so it
+//! reads what the caller's kernels wrote, and returns when jitccl's kernel is done.
+
+use std::cell::RefCell;
+
+use jitccl::{Collective, CommState, DataType, Error};
+
+use crate::handle::{CommHandle, Live};
+use crate::status::{fail, guard, Failure, Outcome};
+use crate::types::*;
+
+/// A call posted in the open group: its communicator, and what the cost model needs.
+struct Posted {
+    comm: *mut CommHandle,
+    coll: Collective,
+    dtype: DataType,
+    count: usize,
+}
+
+thread_local! {
+    static POSTED: RefCell<(usize, Vec<Posted>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// Whether a group is open on this thread.
+pub fn is_open() -> bool {
+    POSTED.with_borrow(|p| p.0 > 0)
+}
+
+/// Notes a call made inside the open group.
+pub fn post(comm: *mut CommHandle, coll: Collective, dtype: DataType, count: usize) {
+    POSTED.with_borrow_mut(|p| p.1.push(Posted { comm, coll, dtype, count }));
+}
+
+/// Whether `live`'s queued work is done (collecting its error if it failed).
+pub fn complete_idle(live: &Live) -> Result<bool, Error> {
+    if !live.stream.is_idle() {
+        return Ok(false);
+    }
+    live.stream.synchronize()?;
+    Ok(true)
+}
+
+/// What a call returns once queued outside a group: blocking, when it is done; else
+/// `ncclInProgress` until it is.
+pub fn complete(live: &Live) -> Outcome {
+    if live.comm.is_blocking() {
+        live.stream.synchronize()?;
+        return Ok(SUCCESS);
+    }
+    let done = match live.comm.async_error()? {
+        CommState::InProgress => false,
+        CommState::Ready => complete_idle(live)?,
+    };
+    Ok(if done { SUCCESS } else { IN_PROGRESS })
+}
+
+/// Closes the innermost group; the outermost hands back what it posted.
+fn close(name: &str) -> Result<Option<Vec<Posted>>, Failure> {
+    POSTED.with_borrow_mut(|p| match p.0 {
+        0 => Err(fail(INVALID_USAGE, format!("{name} without ncclGroupStart"))),
+        1 => {
+            p.0 = 0;
+            Ok(Some(std::mem::take(&mut p.1)))
+        }
+        _ => {
+            p.0 -= 1;
+            Ok(None)
+        }
+    })
+}
+
+/// The distinct live communicators of `posted`.
+unsafe fn comms(posted: &[Posted]) -> Vec<*mut CommHandle> {
+    let mut out: Vec<*mut CommHandle> = Vec::new();
+    for p in posted {
+        if !out.contains(&p.comm) {
+            out.push(p.comm);
+        }
+    }
+    out
+}
+
+/// An error of a group: every communicator in it keeps the text too.
+unsafe fn fail_all(comms: &[*mut CommHandle], f: Failure) -> Failure {
+    for &c in comms {
+        if let Some(h) = CommHandle::get(c) {
+            h.last_error.set(&format!("ncclGroupEnd: {}", f.text));
+        }
+    }
+    f
+}
+
+export! {
+    ncclGroupStart / pncclGroupStart() -> NcclResult {
+        guard("ncclGroupStart", None, || {
+            POSTED.with_borrow_mut(|p| p.0 += 1);
+            jitccl::group_start();
+            Ok(SUCCESS)
+        })
+    }
+}
+
+export! {
+    ncclGroupEnd / pncclGroupEnd() -> NcclResult {
+        guard("ncclGroupEnd", None, || {
+            let posted = close("ncclGroupEnd")?;
+            let launched = jitccl::group_end();
+            let Some(posted) = posted else { return launched.map(|()| SUCCESS).map_err(Failure::from) };
+            let comms = comms(&posted);
+            launched.map_err(|e| fail_all(&comms, e.into()))?;
+            let mut code = SUCCESS;
+            for &c in &comms {
+                match CommHandle::live(c).and_then(complete) {
+                    Ok(IN_PROGRESS) => code = IN_PROGRESS,
+                    Ok(_) => {}
+                    Err(f) => return Err(fail_all(&comms, f)),
+                }
+            }
+            Ok(code)
+        })
+    }
+}
+
+export! {
+    /// Closes the group as ncclGroupEnd would, but runs nothing: the cost model's time of
+    /// what was posted (microseconds, summed per communicator: their calls run one after
+    /// another) goes to `info->estimatedTime`.
+    ncclGroupSimulateEnd / pncclGroupSimulateEnd(info: *mut SimInfo) -> NcclResult {
+        guard("ncclGroupSimulateEnd", None, || {
+            if !info.is_null() && (*info).magic != SIM_INFO_MAGIC {
+                let _ = close("ncclGroupSimulateEnd");
+                let _ = jitccl::group_discard();
+                return Err(fail(INVALID_ARGUMENT, "ncclSimInfo_t magic is wrong: use NCCL_SIM_INFO_INITIALIZER"));
+            }
+            let posted = close("ncclGroupSimulateEnd")?;
+            jitccl::group_discard()?;
+            let Some(posted) = posted else { return Ok(SUCCESS) };
+            let mut per_comm: Vec<(*mut CommHandle, f64)> = Vec::new();
+            for p in &posted {
+                let t = CommHandle::live(p.comm)?.comm.estimate(p.coll, p.dtype, p.count)?;
+                match per_comm.iter_mut().find(|(c, _)| *c == p.comm) {
+                    Some((_, sum)) => *sum += t,
+                    None => per_comm.push((p.comm, t)),
+                }
+            }
+            if !info.is_null() {
+                (*info).estimated_time = per_comm.iter().map(|(_, t)| *t).fold(0.0, f64::max) as f32;
+            }
+            Ok(SUCCESS)
+        })
+    }
+}
