@@ -20,10 +20,16 @@ if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >
   echo "setup: installing iproute2 (for the two-host test)"
   apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
 fi
-# Open MPI's mpirun launches the example of tests/mpirun.rs (ranks from OMPI_COMM_WORLD_*).
-if ! command -v mpirun >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "setup: installing openmpi-bin (for the mpirun test)"
-  apt-get update -qq && apt-get install -y -qq openmpi-bin >/dev/null
+# Open MPI's mpirun launches the example of tests/mpirun.rs (ranks from OMPI_COMM_WORLD_*),
+# and mpicc builds the C API's test that passes the unique id with MPI_Bcast.
+if ! { command -v mpirun && command -v mpicc; } >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing openmpi-bin and libopenmpi-dev (for the mpirun tests)"
+  apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
+fi
+# The C API's Python test loads libnccl.so.2 with ctypes and checks numpy arrays.
+if ! python3 -c "import numpy" >/dev/null 2>&1; then
+  echo "setup: installing numpy (for the C API's Python test)"
+  python3 -m pip install -q numpy
 fi
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
 bash "$root/scripts/setup-nvrtc.sh"

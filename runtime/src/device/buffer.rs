@@ -41,11 +41,11 @@ impl<T: Element> DeviceBuffer<T> {
         if bytes > 0 && ptr.is_null() {
             return invalid(format!("a NULL buffer of {len} elements"));
         }
-        let mem = match device.gpu()? {
-            None => Memory::Host(super::HostMemory::mapped(ptr.cast(), bytes, Box::new(()))),
-            Some(g) => Memory::Cuda(super::cuda::DeviceMemory::borrowed(&g, ptr.cast(), bytes)),
-        };
-        Ok(DeviceBuffer::from_memory(device, mem, len))
+        // Offsets into the caller's region are addresses (it is based at 0).
+        let mem = Memory::callers(device)?;
+        let offset = ptr as usize;
+        let addr = address(&mem, offset);
+        Ok(DeviceBuffer { mem, offset, addr, len, device: device.clone(), _t: PhantomData })
     }
 
     /// A buffer of `len` elements over `mem` (host memory allocated elsewhere, e.g. mapped
@@ -94,7 +94,8 @@ impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
 /// allocation.
 fn address(mem: &Memory, offset: usize) -> usize {
     match mem.ptr() {
-        p if p.is_null() => std::ptr::NonNull::<u64>::dangling().as_ptr() as usize,
+        // (The caller's region is based at 0: there an offset is an address.)
+        p if p.is_null() && offset == 0 => std::ptr::NonNull::<u64>::dangling().as_ptr() as usize,
         // The address arithmetic stays within the allocation (offset is checked by `slice`).
         p => p.wrapping_add(offset) as usize,
     }

@@ -14,7 +14,7 @@ mod buffer;
 mod cuda;
 mod host;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use jitccl_codegen::abi::{Args, Status};
 use jitccl_codegen::compile::host::HostKernel;
@@ -117,6 +117,24 @@ impl Memory {
         }
     }
 
+    /// The whole address space of `device` as one region based at address 0, never freed:
+    /// what every view of a caller's memory (`DeviceBuffer::from_raw`) shares, so that
+    /// making one (each C API call makes two) allocates nothing.
+    pub(crate) fn callers(device: &Device) -> Result<Arc<Memory>> {
+        static HOST: LazyLock<Arc<Memory>> = LazyLock::new(|| {
+            Arc::new(Memory::Host(HostMemory::mapped(std::ptr::null_mut(), usize::MAX, Box::new(()))))
+        });
+        static GPUS: Mutex<Vec<(usize, Arc<Memory>)>> = Mutex::new(Vec::new());
+        let Some(g) = device.gpu()? else { return Ok(HOST.clone()) };
+        let mut gpus = GPUS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, m)) = gpus.iter().find(|(o, _)| *o == g.ordinal) {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(Memory::Cuda(cuda::DeviceMemory::borrowed(&g, std::ptr::null_mut(), usize::MAX)));
+        gpus.push((g.ordinal, m.clone()));
+        Ok(m)
+    }
+
     /// The handle other processes of this machine open device memory by (CUDA IPC).
     pub(crate) fn ipc_handle(&self) -> Result<IpcHandle> {
         match self {
@@ -149,7 +167,7 @@ impl Memory {
             (Memory::Cuda(m), _) => m.write(offset, src),
             (_, Some(p)) if !src.is_empty() => {
                 // SAFETY: the caller keeps offset + len within the allocation.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(offset), src.len()) };
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.wrapping_add(offset), src.len()) };
                 Ok(())
             }
             _ => Ok(()),
@@ -162,7 +180,7 @@ impl Memory {
             (Memory::Cuda(m), _) => m.read(offset, dst),
             (_, Some(p)) if !dst.is_empty() => {
                 // SAFETY: the caller keeps offset + len within the allocation.
-                unsafe { std::ptr::copy_nonoverlapping(p.add(offset), dst.as_mut_ptr(), dst.len()) };
+                unsafe { std::ptr::copy_nonoverlapping(p.wrapping_add(offset), dst.as_mut_ptr(), dst.len()) };
                 Ok(())
             }
             _ => Ok(()),
