@@ -19,7 +19,8 @@
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
 # through the net proxy (`jitccl perf` checks every rank against the reference), the
 # timeout and abort tests, a short `jitccl perf` sweep, the cost model's points and a quick
-# `jitccl tune` to 128 MiB on the GPU; it ends with
+# `jitccl tune` to 128 MiB on the GPU, then the C API (a CUDA C program built with nvcc
+# against libnccl.so.2, and PyTorch's backend "nccl" with it preloaded); it ends with
 # `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
 # machine's NVRTC into a fresh cache.
 set -uo pipefail
@@ -31,7 +32,7 @@ build() {
   set -e
   cd "$root"
   command -v cargo >/dev/null 2>&1 || { echo "gpu-check build: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
-  cargo build --release --bin jitccl
+  cargo build --release --bin jitccl -p jitccl-capi
   # The test binary's path, from cargo's own report of what it built.
   local test_bin
   test_bin=$(cargo test --release --test cuda --no-run --message-format=json 2>/dev/null |
@@ -40,8 +41,13 @@ build() {
   rm -rf "$out" && mkdir -p "$out"
   cp target/release/jitccl "$out/jitccl"
   cp "$test_bin" "$out/cuda-tests"
+  # The C API: libnccl.so.2 (its soname) with its header and the GPU programs built there.
+  cp target/release/libnccl.so "$out/libnccl.so.2"
+  mkdir -p "$out/capi"
+  cp capi/include/nccl.h capi/tests/gpu/cuda_ranks.cu capi/tests/gpu/torch_nccl.py "$out/capi/"
   # Debug info is most of their size, and the GPU machine has no debugger use for it.
-  strip "$out/jitccl" "$out/cuda-tests" 2>/dev/null || echo "gpu-check build: strip not found; binaries kept whole"
+  strip "$out/jitccl" "$out/cuda-tests" "$out/libnccl.so.2" 2>/dev/null ||
+    echo "gpu-check build: strip not found; binaries kept whole"
   cp scripts/gpu-check.sh "$out/"
   git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
   local kib
@@ -203,8 +209,40 @@ stage_tune() {
     timeout 300 "$out/jitccl" tune --quick --target cuda -N 2 --devices 0,0 -e 128M --verify 3 -o "$table"
 }
 
+# The C API on the GPU: a CUDA C program built with nvcc against nccl.h and libnccl.so.2,
+# 2 and 4 rank processes on GPU 0, each checking its results.
+capi_ranks() {
+  local bin="${TMPDIR:-/tmp}/jitccl-cuda-ranks" n port
+  nvcc -O2 -I"$out/capi" "$out/capi/cuda_ranks.cu" -L"$out" -l:libnccl.so.2 -Xlinker -rpath="$out" -o "$bin" || return 1
+  for n in 2 4; do
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    NCCL_COMM_ID=127.0.0.1:$port timeout 120 "$out/jitccl" launch -n "$n" -- "$bin" || return 1
+  done
+}
+
+stage_capi() {
+  step "C API: a CUDA C program (nvcc, nccl.h, libnccl.so.2), 2 and 4 rank processes on GPU 0" capi_ranks
+}
+
+# PyTorch's backend "nccl" with jitccl's libnccl.so.2 preloaded: every c10d collective and
+# a DDP step beside gloo's, 2 processes on GPU 0; jitccl's log must show it served them.
+torch_ranks() {
+  local log="${OUT:-${TMPDIR:-/tmp}}/torch-nccl.log"
+  LD_PRELOAD="$out/libnccl.so.2" JITCCL_DEBUG=INFO PYTHONUNBUFFERED=1 \
+    timeout 300 "$out/jitccl" launch -n 2 -- python3 "$out/capi/torch_nccl.py" >"$log" 2>&1
+  local rc=$?
+  grep -v "INFO" "$log" | tail -n 40
+  [ $rc -eq 0 ] || return 1
+  grep -q "init_rank: rank 1 of 2" "$log" || { echo "jitccl's log shows no init_rank: was libnccl.so.2 preloaded?"; return 1; }
+  [ "$(grep -c "checks passed" "$log")" -eq 2 ]
+}
+
+stage_torch() {
+  step "PyTorch backend nccl on jitccl (LD_PRELOAD): every c10d collective, DDP beside gloo" torch_ranks
+}
+
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query topo errors sweep staged init_rank ipc net failures perf points tune)
+STAGES=(query topo errors sweep staged init_rank ipc net failures perf points tune capi torch)
 
 run() {
   local stages=("$@") st

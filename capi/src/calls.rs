@@ -69,7 +69,9 @@ macro_rules! typed {
 }
 
 /// `len` elements at `ptr` on the rank's device; a NULL pointer is an empty buffer (for the
-/// sides a rank does not use: a non-root's receive buffer of Reduce, ...).
+/// sides a rank does not use: a non-root's receive buffer of Reduce, ...). Inlined, as the
+/// op below: a view returned through memory stalls the loads that copy it on.
+#[inline(always)]
 unsafe fn buf<T: Element>(live: &Live, ptr: *const c_void, len: usize) -> Result<DeviceBuffer<T>, Error> {
     let len = if ptr.is_null() { 0 } else { len };
     DeviceBuffer::from_raw(live.comm.device(), ptr as *mut T, len)
@@ -101,10 +103,17 @@ fn scalar_value(dt: DataType, b: &[u8]) -> f64 {
 }
 
 /// The jitccl op of `op` for a call of `dt`.
+#[inline(always)]
 unsafe fn op_for(live: &Live, op: c_int, dt: DataType) -> Result<Op, Failure> {
-    if let Some(o) = builtin_op(op) {
-        return Ok(o);
+    match builtin_op(op) {
+        Some(o) => Ok(o),
+        None => user_op(live, op, dt),
     }
+}
+
+/// An op made by ncclRedOpCreatePreMulSum, for a call of `dt`.
+#[cold]
+unsafe fn user_op(live: &Live, op: c_int, dt: DataType) -> Result<Op, Failure> {
     let ops = live.ops.lock().unwrap_or_else(|e| e.into_inner());
     let entry = user_op_index(op).and_then(|i| ops.get(i)).and_then(Option::as_ref);
     let Some(PreMul { dtype: made_for, scalar }) = entry else {

@@ -7,6 +7,7 @@
 //! reads what the caller's kernels wrote, and returns when jitccl's kernel is done.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use jitccl::{Collective, CommState, DataType, Error};
 
@@ -26,9 +27,15 @@ thread_local! {
     static POSTED: RefCell<(usize, Vec<Posted>)> = const { RefCell::new((0, Vec::new())) };
 }
 
+/// Threads with a group open: while none has, a call needs no thread-local look (a
+/// function call in a shared library).
+static OPEN_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
+
 /// Whether a group is open on this thread.
+#[inline]
 pub fn is_open() -> bool {
-    POSTED.with_borrow(|p| p.0 > 0)
+    // This thread's own count is seen in program order: zero means not this thread either.
+    OPEN_ANYWHERE.load(Ordering::Relaxed) > 0 && POSTED.with_borrow(|p| p.0 > 0)
 }
 
 /// Notes a call made inside the open group.
@@ -65,6 +72,7 @@ fn close(name: &str) -> Result<Option<Vec<Posted>>, Failure> {
         0 => Err(fail(INVALID_USAGE, format!("{name} without ncclGroupStart"))),
         1 => {
             p.0 = 0;
+            OPEN_ANYWHERE.fetch_sub(1, Ordering::Relaxed);
             Ok(Some(std::mem::take(&mut p.1)))
         }
         _ => {
@@ -98,7 +106,12 @@ unsafe fn fail_all(comms: &[*mut CommHandle], f: Failure) -> Failure {
 export! {
     ncclGroupStart / pncclGroupStart() -> NcclResult {
         guard("ncclGroupStart", None, || {
-            POSTED.with_borrow_mut(|p| p.0 += 1);
+            POSTED.with_borrow_mut(|p| {
+                if p.0 == 0 {
+                    OPEN_ANYWHERE.fetch_add(1, Ordering::Relaxed);
+                }
+                p.0 += 1
+            });
             jitccl::group_start();
             Ok(SUCCESS)
         })

@@ -12,6 +12,7 @@
 //! never deadlock, whatever their size against the FIFO.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use jitccl_codegen::{Collective, DataType};
@@ -39,10 +40,19 @@ thread_local! {
     static GROUP: RefCell<Open> = RefCell::default();
 }
 
+/// Threads with a group open: while none has, a call needs no look at its thread's group
+/// (a thread-local access is a function call in a shared library, as the C API is).
+static OPEN_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
+
 /// Opens a group (or a nested one) on this thread: calls are posted until the outermost
 /// [`group_end`].
 pub fn group_start() {
-    GROUP.with_borrow_mut(|g| g.depth += 1);
+    GROUP.with_borrow_mut(|g| {
+        if g.depth == 0 {
+            OPEN_ANYWHERE.fetch_add(1, Ordering::Relaxed);
+        }
+        g.depth += 1
+    });
 }
 
 /// Closes the innermost group; the outermost launches what was posted (NCCL's
@@ -66,6 +76,7 @@ fn close(name: &str) -> Result<(Vec<Posted>, Option<Error>)> {
             0 => Err(Error::InvalidUsage(format!("{name} without group_start"))),
             1 => {
                 g.depth = 0;
+                OPEN_ANYWHERE.fetch_sub(1, Ordering::Relaxed);
                 Ok(Some((std::mem::take(&mut g.posted), g.error.take())))
             }
             _ => {
@@ -96,8 +107,10 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
 }
 
 /// Whether a group is open on this thread.
+#[inline]
 pub(crate) fn is_open() -> bool {
-    GROUP.with_borrow(|g| g.depth > 0)
+    // This thread's own count is seen in program order: zero means not this thread either.
+    OPEN_ANYWHERE.load(Ordering::Relaxed) > 0 && GROUP.with_borrow(|g| g.depth > 0)
 }
 
 /// Passes `r` through; an error also fails the open group, if any.

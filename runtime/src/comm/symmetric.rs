@@ -124,7 +124,7 @@ struct SymmetricMemory {
 /// buffer's memory alive, since peers address it.
 pub struct Registration {
     _unregister: Unregister,
-    _memory: Keep,
+    _memory: Option<Keep>,
 }
 
 impl std::fmt::Debug for Registration {

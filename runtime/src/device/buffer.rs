@@ -34,6 +34,7 @@ impl<T: Element> DeviceBuffer<T> {
     /// # Safety
     /// `ptr` addresses `len` elements on `device` that stay allocated, and are not used
     /// otherwise, while any operation queued on this view (or a clone) runs.
+    #[inline]
     pub unsafe fn from_raw(device: &Device, ptr: *mut T, len: usize) -> Result<DeviceBuffer<T>> {
         let bytes = len
             .checked_mul(size_of::<T>())
@@ -42,9 +43,9 @@ impl<T: Element> DeviceBuffer<T> {
             return invalid(format!("a NULL buffer of {len} elements"));
         }
         // Offsets into the caller's region are addresses (it is based at 0).
-        let mem = Memory::callers(device)?;
+        let mem = Backing::Callers(Memory::callers(device)?);
         let offset = ptr as usize;
-        let addr = address(&mem, offset);
+        let addr = address(mem.get(), offset);
         Ok(DeviceBuffer { mem, offset, addr, len, device: device.clone(), _t: PhantomData })
     }
 
@@ -52,7 +53,24 @@ impl<T: Element> DeviceBuffer<T> {
     /// shared memory).
     pub(crate) fn from_memory(device: &Device, mem: Memory, len: usize) -> DeviceBuffer<T> {
         let addr = address(&mem, 0);
-        DeviceBuffer { mem: Arc::new(mem), offset: 0, addr, len, device: device.clone(), _t: PhantomData }
+        DeviceBuffer { mem: Backing::Owned(Arc::new(mem)), offset: 0, addr, len, device: device.clone(), _t: PhantomData }
+    }
+}
+
+/// What a view's memory is: an allocation the views share (freed with the last), or the
+/// caller's memory, which jitccl neither frees nor counts (views of it copy no counter).
+#[derive(Clone)]
+enum Backing {
+    Owned(Arc<Memory>),
+    Callers(&'static Memory),
+}
+
+impl Backing {
+    fn get(&self) -> &Memory {
+        match self {
+            Backing::Owned(m) => m,
+            Backing::Callers(m) => m,
+        }
     }
 }
 
@@ -61,7 +79,7 @@ impl<T: Element> DeviceBuffer<T> {
 /// uses it. As with GPU memory, kernels write it asynchronously: synchronize the stream
 /// before reading results.
 pub struct DeviceBuffer<T: Element> {
-    mem: Arc<Memory>,
+    mem: Backing,
     /// In bytes.
     offset: usize,
     /// The address kernels use (`address`), kept: every call reads it several times.
@@ -124,7 +142,7 @@ impl<T: Element> DeviceBuffer<T> {
             return invalid(format!("slice {range:?} out of bounds of a buffer of {} elements", self.len));
         }
         let offset = self.offset + range.start * size_of::<T>();
-        let addr = address(&self.mem, offset);
+        let addr = address(self.mem.get(), offset);
         Ok(DeviceBuffer { offset, addr, len: range.end - range.start, ..self.clone() })
     }
 
@@ -133,7 +151,7 @@ impl<T: Element> DeviceBuffer<T> {
         if data.len() > self.len {
             return invalid(format!("copying {} elements into a buffer of {}", data.len(), self.len));
         }
-        self.mem.write(self.offset, bytes_of(data))
+        self.mem.get().write(self.offset, bytes_of(data))
     }
 
     /// Copies the start of the buffer into `out` (synchronously; synchronize the stream
@@ -144,7 +162,7 @@ impl<T: Element> DeviceBuffer<T> {
         }
         // SAFETY: T is plain data with no invalid bit patterns; the view covers `out`.
         let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), std::mem::size_of_val(out)) };
-        self.mem.read(self.offset, dst)
+        self.mem.get().read(self.offset, dst)
     }
 
     /// The buffer's contents (synchronously; synchronize the stream that writes it first).
@@ -170,17 +188,21 @@ impl<T: Element> DeviceBuffer<T> {
         self.addr as *mut u8
     }
 
-    /// Keeps the memory alive while an operation is queued.
-    pub(crate) fn keep_alive(&self) -> Arc<dyn Send + Sync> {
-        self.mem.clone()
+    /// Keeps the memory alive while an operation is queued (`None`: the caller's memory,
+    /// which the caller keeps).
+    pub(crate) fn keep_alive(&self) -> Option<Arc<dyn Send + Sync>> {
+        match &self.mem {
+            Backing::Owned(m) => Some(m.clone()),
+            Backing::Callers(_) => None,
+        }
     }
 
     /// Keeps the memory of `self` and of `other` alive while an operation is queued: one
     /// reference when they share it (an in-place call), since each costs an atomic
     /// read-modify-write to take and one to drop.
     pub(crate) fn keep_alive_with<U: Element>(&self, other: &DeviceBuffer<U>) -> [Option<Arc<dyn Send + Sync>>; 2] {
-        let shared = Arc::ptr_eq(&self.mem, &other.mem);
-        [Some(self.keep_alive()), (!shared).then(|| other.keep_alive())]
+        let shared = matches!((&self.mem, &other.mem), (Backing::Owned(a), Backing::Owned(b)) if Arc::ptr_eq(a, b));
+        [self.keep_alive(), if shared { None } else { other.keep_alive() }]
     }
 
     /// Byte range this view covers, for overlap checks.

@@ -120,18 +120,28 @@ impl Memory {
     /// The whole address space of `device` as one region based at address 0, never freed:
     /// what every view of a caller's memory (`DeviceBuffer::from_raw`) shares, so that
     /// making one (each C API call makes two) allocates nothing.
-    pub(crate) fn callers(device: &Device) -> Result<Arc<Memory>> {
-        static HOST: LazyLock<Arc<Memory>> = LazyLock::new(|| {
-            Arc::new(Memory::Host(HostMemory::mapped(std::ptr::null_mut(), usize::MAX, Box::new(()))))
-        });
-        static GPUS: Mutex<Vec<(usize, Arc<Memory>)>> = Mutex::new(Vec::new());
-        let Some(g) = device.gpu()? else { return Ok(HOST.clone()) };
+    #[inline]
+    pub(crate) fn callers(device: &Device) -> Result<&'static Memory> {
+        static HOST: LazyLock<Memory> =
+            LazyLock::new(|| Memory::Host(HostMemory::mapped(std::ptr::null_mut(), usize::MAX, Box::new(()))));
+        match device {
+            Device::Host { .. } => Ok(&HOST),
+            Device::Cuda { .. } => Self::callers_on_gpu(device),
+        }
+    }
+
+    #[cold]
+    fn callers_on_gpu(device: &Device) -> Result<&'static Memory> {
+        static GPUS: Mutex<Vec<(usize, &'static Memory)>> = Mutex::new(Vec::new());
+        let g = device.gpu()?.ok_or_else(|| Error::Internal("a CUDA device without a GPU".into()))?;
         let mut gpus = GPUS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, m)) = gpus.iter().find(|(o, _)| *o == g.ordinal) {
-            return Ok(m.clone());
+            return Ok(m);
         }
-        let m = Arc::new(Memory::Cuda(cuda::DeviceMemory::borrowed(&g, std::ptr::null_mut(), usize::MAX)));
-        gpus.push((g.ordinal, m.clone()));
+        // One per GPU for the life of the process.
+        let m: &'static Memory =
+            Box::leak(Box::new(Memory::Cuda(cuda::DeviceMemory::borrowed(&g, std::ptr::null_mut(), usize::MAX))));
+        gpus.push((g.ordinal, m));
         Ok(m)
     }
 

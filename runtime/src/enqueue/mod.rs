@@ -151,7 +151,7 @@ impl Call {
         let view = |x: Option<(&DeviceBuffer<T>, usize, usize)>| x.map(|(b, n, p)| (buf(b), n, p));
         group.sendrecv(view(send), view(recv), size_of::<T>())?;
         let side = |s: Option<(&DeviceBuffer<T>, usize, usize)>| match s {
-            Some((b, n, p)) => (b.as_ptr(), n, Some(p), Some(b.keep_alive())),
+            Some((b, n, p)) => (b.as_ptr(), n, Some(p), b.keep_alive()),
             None => (std::ptr::null_mut(), 0, None, None),
         };
         let devices = [send.map(|s| s.0.device().clone()), recv.map(|r| r.0.device().clone())];
