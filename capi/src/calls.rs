@@ -144,12 +144,12 @@ unsafe fn call(
         if let jitccl::Device::Cuda { ordinal } = live.comm.device() {
             jitccl::cuda_synchronize_stream(*ordinal, stream as usize)?;
         }
-        f(live, dt)?;
+        f(&live, dt)?;
         if group::is_open() {
             group::post(comm, coll, dt, count);
             return Ok(SUCCESS);
         }
-        group::complete(live)
+        group::complete(&live)
     })
 }
 

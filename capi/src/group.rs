@@ -128,7 +128,7 @@ export! {
             launched.map_err(|e| fail_all(&comms, e.into()))?;
             let mut code = SUCCESS;
             for &c in &comms {
-                match CommHandle::live(c).and_then(complete) {
+                match CommHandle::live(c).and_then(|l| complete(&l)) {
                     Ok(IN_PROGRESS) => code = IN_PROGRESS,
                     Ok(_) => {}
                     Err(f) => return Err(fail_all(&comms, f)),

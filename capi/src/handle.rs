@@ -3,14 +3,14 @@
 //! rank's device comes from: the calling thread's current CUDA device, as in NCCL, or the
 //! host where there is no GPU (or `JITCCL_DEVICE=host`).
 //!
-//! A handle's memory is never freed: destroy empties it and marks it dead, so a call on a
-//! destroyed communicator is refused with `ncclInvalidArgument` instead of reading freed
-//! memory, at the cost of a few dozen bytes per communicator ever made. The check is one
-//! load, so it costs small calls nothing measurable.
+//! A handle's memory is never freed: destroy and abort empty it and mark it dead, so a call
+//! on an ended communicator is refused with `ncclInvalidArgument` instead of reading freed
+//! memory, at the cost of a few dozen bytes per communicator ever made. The communicator
+//! itself is freed once no call uses it, so an abort from another thread is safe.
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use jitccl::{Comm, Device, Registration, Stream};
@@ -57,13 +57,37 @@ pub struct Registered {
 
 pub struct CommHandle {
     magic: AtomicU64,
+    /// Calls inside the handle now. Its end (destroy, abort) frees the communicator when
+    /// none is, else the last of them does: an abort from another thread may come while a
+    /// call waits in it.
+    users: AtomicUsize,
+    freed: AtomicBool,
     live: UnsafeCell<Option<Live>>,
     pub last_error: LastError,
 }
 
-// SAFETY: `live` is written only by destroy/abort, which NCCL's contract orders after every
-// other use of the handle (no call may race a destroy of its communicator).
+// SAFETY: `live` is written once, by `free`, when no call uses it (`users`) and none can
+// start (`magic` is DEAD); `freed` lets one thread do it.
 unsafe impl Sync for CommHandle {}
+
+/// A call's use of a live communicator: it stays while the use does.
+pub struct Use<'a> {
+    h: &'a CommHandle,
+    live: &'a Live,
+}
+
+impl std::ops::Deref for Use<'_> {
+    type Target = Live;
+    fn deref(&self) -> &Live {
+        self.live
+    }
+}
+
+impl Drop for Use<'_> {
+    fn drop(&mut self) {
+        self.h.leave();
+    }
+}
 
 impl CommHandle {
     /// A new handle for C (never freed: see the module comment).
@@ -72,39 +96,66 @@ impl CommHandle {
         let live = Live { comm, stream, ops: Mutex::default(), registrations: Mutex::default() };
         let h = Box::new(CommHandle {
             magic: AtomicU64::new(LIVE),
+            users: AtomicUsize::new(0),
+            freed: AtomicBool::new(false),
             live: UnsafeCell::new(Some(live)),
             last_error: LastError::default(),
         });
         Ok(Box::into_raw(h))
     }
 
-    /// The handle behind `comm`, live or destroyed; `None` for NULL or a pointer this
-    /// library did not make.
+    /// The handle behind `comm`, live or ended; `None` for NULL or a pointer this library
+    /// did not make.
     pub unsafe fn get<'a>(comm: *mut CommHandle) -> Option<&'a CommHandle> {
         let h = comm.as_ref()?;
         matches!(h.magic.load(Ordering::Acquire), LIVE | DEAD).then_some(h)
     }
 
-    /// The live communicator behind `comm`, or why there is none.
-    pub unsafe fn live<'a>(comm: *mut CommHandle) -> Result<&'a Live, Failure> {
+    /// The live communicator behind `comm` for one call, or why there is none.
+    pub unsafe fn live<'a>(comm: *mut CommHandle) -> Result<Use<'a>, Failure> {
         if comm.is_null() {
             return Err(fail(INVALID_ARGUMENT, "the communicator is NULL"));
         }
-        match Self::get(comm) {
-            Some(h) if h.magic.load(Ordering::Acquire) == LIVE => {
-                (*h.live.get()).as_ref().ok_or_else(|| fail(INVALID_ARGUMENT, "the communicator was destroyed"))
+        let Some(h) = Self::get(comm) else {
+            return Err(fail(INVALID_ARGUMENT, "not a communicator of this library"));
+        };
+        // SeqCst on both sides (count, then magic; magic, then count): an end either sees
+        // this use, or this use sees the end.
+        h.users.fetch_add(1, Ordering::SeqCst);
+        if h.magic.load(Ordering::SeqCst) != LIVE {
+            h.leave();
+            return Err(fail(INVALID_ARGUMENT, "the communicator was destroyed or aborted"));
+        }
+        match (*h.live.get()).as_ref() {
+            Some(live) => Ok(Use { h, live }),
+            None => {
+                h.leave();
+                Err(fail(INVALID_ARGUMENT, "the communicator was destroyed"))
             }
-            Some(_) => Err(fail(INVALID_ARGUMENT, "the communicator was destroyed or aborted")),
-            None => Err(fail(INVALID_ARGUMENT, "not a communicator of this library")),
         }
     }
 
-    /// Ends the handle's life: later calls on it are refused.
-    pub unsafe fn take(comm: *mut CommHandle) -> Result<Live, Failure> {
-        Self::live(comm)?;
-        let h = &*comm;
-        h.magic.store(DEAD, Ordering::Release);
-        (*h.live.get()).take().ok_or_else(|| fail(INVALID_ARGUMENT, "the communicator was destroyed"))
+    /// Ends the handle's life: later calls on it are refused, and the communicator is
+    /// freed when the last use (this one included) is done.
+    pub unsafe fn end<'a>(comm: *mut CommHandle) -> Result<Use<'a>, Failure> {
+        let u = Self::live(comm)?;
+        if u.h.magic.compare_exchange(LIVE, DEAD, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return Err(fail(INVALID_ARGUMENT, "the communicator was destroyed or aborted"));
+        }
+        Ok(u)
+    }
+
+    fn leave(&self) {
+        if self.users.fetch_sub(1, Ordering::SeqCst) == 1 && self.magic.load(Ordering::SeqCst) == DEAD {
+            self.free();
+        }
+    }
+
+    fn free(&self) {
+        if !self.freed.swap(true, Ordering::SeqCst) {
+            // SAFETY: no use is left and none can start (see `users`); one thread gets here.
+            drop(unsafe { (*self.live.get()).take() });
+        }
     }
 }
 

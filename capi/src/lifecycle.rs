@@ -86,13 +86,12 @@ export! {
 export! {
     ncclCommDestroy / pncclCommDestroy(comm: *mut CommHandle) -> NcclResult {
         guard("ncclCommDestroy", last_error(comm), || {
-            let live = CommHandle::take(comm)?;
+            let live = CommHandle::end(comm)?;
             // What was queued ends first (every wait is bounded); its error was the caller's
-            // to collect before.
+            // to collect before. The communicator goes with the last use.
             if !live.comm.is_aborted() {
                 let _ = live.stream.synchronize();
             }
-            drop(live);
             Ok(SUCCESS)
         })
     }
@@ -101,9 +100,9 @@ export! {
 export! {
     ncclCommAbort / pncclCommAbort(comm: *mut CommHandle) -> NcclResult {
         guard("ncclCommAbort", last_error(comm), || {
-            let live = CommHandle::take(comm)?;
-            live.comm.abort();
-            drop(live);
+            // A call waiting in it from another thread ends with an error, and the
+            // communicator goes with the last use.
+            CommHandle::end(comm)?.comm.abort();
             Ok(SUCCESS)
         })
     }
@@ -132,7 +131,9 @@ export! {
             // The communicator's failure is the answer, not this call's.
             let state = live.comm.async_error().and_then(|s| match s {
                 CommState::InProgress => Ok(false),
-                CommState::Ready => complete_idle(live),
+                // A blocking communicator's calls were complete when they returned.
+                CommState::Ready if live.comm.is_blocking() => Ok(true),
+                CommState::Ready => complete_idle(&live),
             });
             *out = match state {
                 Ok(true) => SUCCESS,

@@ -78,14 +78,14 @@ export! {
             if handle.is_null() || (buff.is_null() && size > 0) {
                 return Err(fail(INVALID_ARGUMENT, "buffer or handle pointer is NULL"));
             }
-            remember(live, Registered { ptr: buff as usize, registration: None }, handle)
+            remember(&live, Registered { ptr: buff as usize, registration: None }, handle)
         })
     }
 }
 
 export! {
     ncclCommDeregister / pncclCommDeregister(comm: *mut CommHandle, handle: *mut c_void) -> NcclResult {
-        guard("ncclCommDeregister", last_error(comm), || forget(CommHandle::live(comm)?, handle))
+        guard("ncclCommDeregister", last_error(comm), || forget(&*CommHandle::live(comm)?, handle))
     }
 }
 
@@ -106,14 +106,14 @@ export! {
             }
             let b = DeviceBuffer::<u8>::from_raw(live.comm.device(), buff.cast(), size)?;
             let reg = live.comm.register(&b)?;
-            remember(live, Registered { ptr: buff as usize, registration: Some(reg) }, win)
+            remember(&live, Registered { ptr: buff as usize, registration: Some(reg) }, win)
         })
     }
 }
 
 export! {
     ncclCommWindowDeregister / pncclCommWindowDeregister(comm: *mut CommHandle, win: *mut c_void) -> NcclResult {
-        guard("ncclCommWindowDeregister", last_error(comm), || forget(CommHandle::live(comm)?, win))
+        guard("ncclCommWindowDeregister", last_error(comm), || forget(&*CommHandle::live(comm)?, win))
     }
 }
 
@@ -124,12 +124,19 @@ export! {
             if out.is_null() {
                 return Err(fail(INVALID_ARGUMENT, "the output pointer is NULL"));
             }
-            match live.registrations.lock().unwrap_or_else(|e| e.into_inner()).get(&(win as usize)) {
-                Some(r) if r.registration.is_some() => {
-                    *out = r.ptr as *mut c_void;
+            let ptr = live
+                .registrations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&(win as usize))
+                .filter(|r| r.registration.is_some())
+                .map(|r| r.ptr);
+            match ptr {
+                Some(p) => {
+                    *out = p as *mut c_void;
                     Ok(SUCCESS)
                 }
-                _ => Err(fail(INVALID_ARGUMENT, format!("{win:?} is not a window of this communicator"))),
+                None => Err(fail(INVALID_ARGUMENT, format!("{win:?} is not a window of this communicator"))),
             }
         })
     }
