@@ -139,17 +139,23 @@ unsafe fn call(
     f: impl FnOnce(&Live, DataType) -> Result<(), Failure>,
 ) -> NcclResult {
     guard(name, last_error(comm), || {
-        let live = CommHandle::live(comm)?;
-        let dt = dtype(dt)?;
-        if let jitccl::Device::Cuda { ordinal } = live.comm.device() {
-            jitccl::cuda_synchronize_stream(*ordinal, stream as usize)?;
+        let out = (|| {
+            let live = CommHandle::live(comm)?;
+            let dt = dtype(dt)?;
+            if let jitccl::Device::Cuda { ordinal } = live.comm.device() {
+                jitccl::cuda_synchronize_stream(*ordinal, stream as usize)?;
+            }
+            f(&live, dt)?;
+            if group::is_open() {
+                group::post(comm, coll, dt, count);
+                return Ok(SUCCESS);
+            }
+            group::complete(&live)
+        })();
+        if let Err(f) = &out {
+            group::note(f);
         }
-        f(&live, dt)?;
-        if group::is_open() {
-            group::post(comm, coll, dt, count);
-            return Ok(SUCCESS);
-        }
-        group::complete(&live)
+        out
     })
 }
 
@@ -184,16 +190,25 @@ export! {
     }
 }
 
+/// Broadcast as `name` (ncclBroadcast, or ncclBcast in place).
+#[allow(clippy::too_many_arguments)]
+unsafe fn broadcast(
+    name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
+    stream: *mut c_void,
+) -> NcclResult {
+    call(name, comm, stream, Collective::Broadcast, dt, count, |l, dt| {
+        let rt = root(rt)?;
+        typed!(dt, T => l.comm.broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, &l.stream))?;
+        Ok(())
+    })
+}
+
 export! {
     ncclBroadcast / pncclBroadcast(
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclBroadcast", comm, stream, Collective::Broadcast, dt, count, |l, dt| {
-            let rt = root(rt)?;
-            typed!(dt, T => l.comm.broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, &l.stream))?;
-            Ok(())
-        })
+        broadcast("ncclBroadcast", send, recv, count, dt, rt, comm, stream)
     }
 }
 
@@ -202,7 +217,7 @@ export! {
     ncclBcast / pncclBcast(
         buff: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        pncclBroadcast(buff, buff, count, dt, rt, comm, stream)
+        broadcast("ncclBcast", buff, buff, count, dt, rt, comm, stream)
     }
 }
 

@@ -23,8 +23,16 @@ struct Posted {
     count: usize,
 }
 
+/// This thread's open group: its depth, what it posted, and the first call that failed in
+/// it (as NCCL, the group's end then returns that error and runs nothing).
+struct Open {
+    depth: usize,
+    posted: Vec<Posted>,
+    failed: Option<(NcclResult, String)>,
+}
+
 thread_local! {
-    static POSTED: RefCell<(usize, Vec<Posted>)> = const { RefCell::new((0, Vec::new())) };
+    static OPEN: RefCell<Open> = const { RefCell::new(Open { depth: 0, posted: Vec::new(), failed: None }) };
 }
 
 /// Threads with a group open: while none has, a call needs no thread-local look (a
@@ -35,12 +43,21 @@ static OPEN_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
 #[inline]
 pub fn is_open() -> bool {
     // This thread's own count is seen in program order: zero means not this thread either.
-    OPEN_ANYWHERE.load(Ordering::Relaxed) > 0 && POSTED.with_borrow(|p| p.0 > 0)
+    OPEN_ANYWHERE.load(Ordering::Relaxed) > 0 && OPEN.with_borrow(|g| g.depth > 0)
 }
 
 /// Notes a call made inside the open group.
 pub fn post(comm: *mut CommHandle, coll: Collective, dtype: DataType, count: usize) {
-    POSTED.with_borrow_mut(|p| p.1.push(Posted { comm, coll, dtype, count }));
+    OPEN.with_borrow_mut(|g| g.posted.push(Posted { comm, coll, dtype, count }));
+}
+
+/// Notes a call that failed: inside a group, the group fails with it.
+pub fn note(f: &Failure) {
+    if is_open() {
+        OPEN.with_borrow_mut(|g| {
+            g.failed.get_or_insert_with(|| (f.code, f.text.clone()));
+        });
+    }
 }
 
 /// Whether `live`'s queued work is done (collecting its error if it failed).
@@ -66,17 +83,22 @@ pub fn complete(live: &Live) -> Outcome {
     Ok(if done { SUCCESS } else { IN_PROGRESS })
 }
 
-/// Closes the innermost group; the outermost hands back what it posted.
-fn close(name: &str) -> Result<Option<Vec<Posted>>, Failure> {
-    POSTED.with_borrow_mut(|p| match p.0 {
+/// Closes the innermost group; the outermost hands back what it posted, or the failure
+/// of a call in it.
+fn close(name: &str) -> Result<Option<Result<Vec<Posted>, Failure>>, Failure> {
+    OPEN.with_borrow_mut(|g| match g.depth {
         0 => Err(fail(INVALID_USAGE, format!("{name} without ncclGroupStart"))),
         1 => {
-            p.0 = 0;
+            g.depth = 0;
             OPEN_ANYWHERE.fetch_sub(1, Ordering::Relaxed);
-            Ok(Some(std::mem::take(&mut p.1)))
+            let posted = std::mem::take(&mut g.posted);
+            Ok(Some(match g.failed.take() {
+                Some((code, text)) => Err(fail(code, format!("a call in the group failed: {text}"))),
+                None => Ok(posted),
+            }))
         }
         _ => {
-            p.0 -= 1;
+            g.depth -= 1;
             Ok(None)
         }
     })
@@ -106,11 +128,11 @@ unsafe fn fail_all(comms: &[*mut CommHandle], f: Failure) -> Failure {
 export! {
     ncclGroupStart / pncclGroupStart() -> NcclResult {
         guard("ncclGroupStart", None, || {
-            POSTED.with_borrow_mut(|p| {
-                if p.0 == 0 {
+            OPEN.with_borrow_mut(|g| {
+                if g.depth == 0 {
                     OPEN_ANYWHERE.fetch_add(1, Ordering::Relaxed);
                 }
-                p.0 += 1
+                g.depth += 1
             });
             jitccl::group_start();
             Ok(SUCCESS)
@@ -121,9 +143,16 @@ export! {
 export! {
     ncclGroupEnd / pncclGroupEnd() -> NcclResult {
         guard("ncclGroupEnd", None, || {
-            let posted = close("ncclGroupEnd")?;
+            let posted = match close("ncclGroupEnd")? {
+                None => return jitccl::group_end().map(|()| SUCCESS).map_err(Failure::from),
+                Some(Err(f)) => {
+                    // Nothing of the group runs (the runtime's part is dropped too).
+                    let _ = jitccl::group_discard();
+                    return Err(f);
+                }
+                Some(Ok(posted)) => posted,
+            };
             let launched = jitccl::group_end();
-            let Some(posted) = posted else { return launched.map(|()| SUCCESS).map_err(Failure::from) };
             let comms = comms(&posted);
             launched.map_err(|e| fail_all(&comms, e.into()))?;
             let mut code = SUCCESS;
@@ -150,9 +179,10 @@ export! {
                 let _ = jitccl::group_discard();
                 return Err(fail(INVALID_ARGUMENT, "ncclSimInfo_t magic is wrong: use NCCL_SIM_INFO_INITIALIZER"));
             }
-            let posted = close("ncclGroupSimulateEnd")?;
+            let closed = close("ncclGroupSimulateEnd")?;
             jitccl::group_discard()?;
-            let Some(posted) = posted else { return Ok(SUCCESS) };
+            let Some(posted) = closed else { return Ok(SUCCESS) };
+            let posted = posted?;
             let mut per_comm: Vec<(*mut CommHandle, f64)> = Vec::new();
             for p in &posted {
                 let t = CommHandle::live(p.comm)?.comm.estimate(p.coll, p.dtype, p.count)?;

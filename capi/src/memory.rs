@@ -105,7 +105,14 @@ export! {
                 return Err(fail(INVALID_ARGUMENT, format!("window flags {flags:#x}: NCCL_WIN_* only")));
             }
             let b = DeviceBuffer::<u8>::from_raw(live.comm.device(), buff.cast(), size)?;
-            let reg = live.comm.register(&b)?;
+            let reg = live.comm.register(&b).map_err(|e| match e {
+                // The runtime's advice names its Rust call; C callers have ncclMemAlloc.
+                jitccl::Error::Unsupported(_) => fail(
+                    INVALID_USAGE,
+                    format!("rank {}: ranks in other processes share windows only of buffers from ncclMemAlloc ({e})", live.comm.rank()),
+                ),
+                e => e.into(),
+            })?;
             remember(&live, Registered { ptr: buff as usize, registration: Some(reg) }, win)
         })
     }

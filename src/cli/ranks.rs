@@ -50,12 +50,25 @@ fn free_port() -> Result<u16, String> {
 /// Copies a child's stream to ours line by line, each line prefixed with the rank.
 fn forward(rank: usize, stream: impl Read + Send + 'static, to_stderr: bool) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
+        // Lines as bytes: a rank's output need not be UTF-8, and a line it could not pass
+        // would close its pipe (the rank then dies of SIGPIPE).
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        loop {
+            // One write a line, prefix included: stdout and stderr may share a pipe.
+            line.clear();
+            line.extend_from_slice(format!("[{rank}] ").as_bytes());
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if line.last() != Some(&b'\n') {
+                line.push(b'\n');
+            }
             let res = if to_stderr {
-                writeln!(std::io::stderr().lock(), "[{rank}] {line}")
+                std::io::stderr().lock().write_all(&line)
             } else {
-                writeln!(std::io::stdout().lock(), "[{rank}] {line}")
+                std::io::stdout().lock().write_all(&line)
             };
             if res.is_err() {
                 break;

@@ -88,6 +88,16 @@ fn launch_stops_starting_ranks_at_the_first_failure() {
     assert!(started < n / 2, "{started} of {n} ranks started after rank 0 had failed");
 }
 
+#[test]
+fn launch_forwards_output_that_is_not_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"printf 'bad \377 byte\n'; sleep 0.2; echo after"#;
+    let out = run_within(&["launch", "-n", "1", "--", "sh", "-c", script], dir.path(), Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stdout.windows(11).any(|w| w == b"[0] bad \xff b"), "{:?}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("[0] after"), "{}", text(&out.stdout));
+}
+
 /// Starts `launch -n 2 -- sleep 1000`, sends `sig` to the launcher, and checks that both
 /// ranks are gone within a few seconds.
 fn ranks_end_with_the_launcher(sig: i32) {

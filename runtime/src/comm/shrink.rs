@@ -60,7 +60,7 @@ impl Comm {
                 "shrink on rank {rank}: communicators made by init_all cannot shrink (split them instead)"
             )));
         };
-        let seq = inner.life.next_split();
+        let seq = inner.life.next_shrink();
         let cfg = config.clone().or(Config { device: Some(self.device().clone()), ..child_config(&inner.enq.cfg) });
         let new_rank = members.iter().position(|&q| q == rank).unwrap_or(0);
         let id = if new_rank == 0 {

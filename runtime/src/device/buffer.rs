@@ -53,7 +53,14 @@ impl<T: Element> DeviceBuffer<T> {
     /// shared memory).
     pub(crate) fn from_memory(device: &Device, mem: Memory, len: usize) -> DeviceBuffer<T> {
         let addr = address(&mem, 0);
-        DeviceBuffer { mem: Backing::Owned(Arc::new(mem)), offset: 0, addr, len, device: device.clone(), _t: PhantomData }
+        DeviceBuffer {
+            mem: Backing::Owned(Arc::new(mem)),
+            offset: 0,
+            addr,
+            len,
+            device: device.clone(),
+            _t: PhantomData,
+        }
     }
 }
 

@@ -1,0 +1,554 @@
+//! The C API as C programs use it: the programs of `tests/c/` are compiled with the system C
+//! compiler (`CC`, else `cc`; `mpicc` for the MPI one) against `include/nccl.h` and the
+//! built `libnccl.so`, and run as ranks on the host (`JITCCL_DEVICE=host`):
+//!
+//! - `collectives.c`: every collective against a local reference, under `jitccl launch` at
+//!   1 to 4 ranks, each with its own part of the type x op matrix (a cold kernel cache
+//!   compiles every kernel a run needs, so the matrix is spread over the rank counts);
+//!   `collectives_mpi.c`: the same checks under `mpirun`, the unique id passed with
+//!   `MPI_Bcast` as NCCL's examples do;
+//! - `lifecycle.c`: nonblocking init, split, groups, simulate, bad arguments, memory and
+//!   windows, refused functions, InitAll, finalize/destroy and abort from another thread;
+//! - `shrink.c`: 4 processes started here (`jitccl launch` would end them all when one
+//!   dies); rank 2 kills itself, the others shrink the communicator and go on. With
+//!   `--healthy` (3 ranks, none dies): a shrink that leaves the parent usable by all;
+//! - `abi_layout.c`: the header's layouts and values, against `abi_layout.expected`;
+//! - the library's exports (`nm -D`) against `nccl-2.30-symbols.txt`, and its soname.
+//!
+//! Every process has a hard time limit, so a hang fails the test instead of the suite. A C
+//! compiler, binutils (`nm`, `readelf`) and Open MPI (`mpirun`, `mpicc`) are test
+//! requirements (scripts/setup.sh installs them): their absence fails, not skips.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The most any one process (a launcher with its ranks) may run before it is killed.
+const LIMIT: Duration = Duration::from_secs(120);
+
+extern "C" {
+    /// kill(2), from the C library every Rust program on Linux links.
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+const SIGTERM: i32 = 15;
+const SIGKILL: i32 = 9;
+
+/// This package's folder (capi/).
+fn capi_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The folder of the C programs (and the headers they share).
+fn c_dir() -> PathBuf {
+    capi_dir().join("tests/c")
+}
+
+/// What the tests run: the profile folder with libnccl.so and the jitccl binary.
+struct Built {
+    dir: PathBuf,
+    jitccl: PathBuf,
+}
+
+/// The newest modification time of the files under `dirs` (recursively).
+fn newest(dirs: &[PathBuf]) -> Option<std::time::SystemTime> {
+    let mut stack: Vec<PathBuf> = dirs.to_vec();
+    let mut best = None;
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
+        } else if let Ok(t) = meta.modified() {
+            best = best.max(Some(t));
+        }
+    }
+    best
+}
+
+/// The profile folder cargo built this test into (…/target/<profile>), with libnccl.so and
+/// the `jitccl` binary there. A narrow `cargo test -p jitccl-capi` builds neither (a cdylib
+/// is not linked into tests; the binary is another package's), so they are built here when
+/// missing, or when the library is older than its sources (else the tests would check an
+/// old library); CI's `cargo test --workspace --all-targets` builds both first.
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
+        let (lib, jitccl) = (dir.join("libnccl.so"), dir.join("jitccl"));
+        let root = capi_dir().parent().expect("the workspace");
+        let sources: Vec<PathBuf> = ["capi/src", "capi/build.rs", "runtime/src", "codegen/src", "templates"]
+            .iter()
+            .map(|d| root.join(d))
+            .collect();
+        let lib_time = std::fs::metadata(&lib).and_then(|m| m.modified()).ok();
+        let stale = match (lib_time, newest(&sources)) {
+            (Some(built), Some(src)) => built < src,
+            (built, _) => built.is_none(),
+        };
+        if stale || !jitccl.exists() {
+            let profile = match dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") => "dev".to_string(),
+                Some(p) => p.to_string(),
+                None => panic!("{} has no profile name", dir.display()),
+            };
+            eprintln!("c_api: building libnccl.so and jitccl ({profile}): missing or older than their sources");
+            let out = Command::new(env!("CARGO"))
+                .args(["build", "--profile", &profile, "-p", "jitccl-capi", "-p", "jitccl"])
+                .env("CARGO_TARGET_DIR", dir.parent().expect("target/<profile>"))
+                .current_dir(capi_dir())
+                .stdin(Stdio::null())
+                .output()
+                .expect("run cargo to build libnccl.so and jitccl");
+            assert!(
+                out.status.success(),
+                "building libnccl.so and jitccl failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for f in [&lib, &dir.join("libnccl.so.2"), &jitccl] {
+            assert!(f.exists(), "{} is missing (cargo build -p jitccl-capi -p jitccl makes it)", f.display());
+        }
+        Built { dir, jitccl }
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind a free port").port()
+}
+
+/// Compiles `tests/c/<name>.c` into `out` (C99, every warning an error): with `mpicc` for
+/// `mpi`, else `CC` or `cc`; linked with libnccl.so (`link`) and found through an rpath.
+fn compile(name: &str, out: &Path, link: bool, mpi: bool) -> PathBuf {
+    let cc = if mpi { "mpicc".to_string() } else { std::env::var("CC").unwrap_or_else(|_| "cc".into()) };
+    let exe = out.join(name);
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-DJITCCL_NO_CUDA_HEADERS"])
+        .arg("-I")
+        .arg(capi_dir().join("include"))
+        .arg(c_dir().join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&exe);
+    if link {
+        let dir = &built().dir;
+        cmd.arg("-L").arg(dir).arg("-lnccl").arg(format!("-Wl,-rpath,{}", dir.display()));
+    }
+    cmd.args(["-lm", "-pthread"]);
+    let res = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| {
+        panic!("cannot run the C compiler '{cc}' ({e}): install gcc (or set CC), and Open MPI's mpicc")
+    });
+    assert!(
+        res.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        res.status,
+        String::from_utf8_lossy(&res.stdout),
+        String::from_utf8_lossy(&res.stderr)
+    );
+    exe
+}
+
+/// A finished (or killed) process: its status (`None`: killed at the limit), output, time.
+struct Outcome {
+    what: String,
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Outcome {
+    /// The outcome for a failure message: the command, status and the output's ends.
+    fn report(&self) -> String {
+        let tail = |s: &str, n: usize| {
+            let lines: Vec<&str> = s.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        };
+        format!(
+            "{}: {} after {:.1} s\n--- stdout (end) ---\n{}\n--- stderr (end) ---\n{}",
+            self.what,
+            match self.status {
+                Some(s) => s.to_string(),
+                None => format!("killed at the {} s limit", LIMIT.as_secs()),
+            },
+            self.took.as_secs_f64(),
+            tail(&self.stdout, 60),
+            tail(&self.stderr, 60)
+        )
+    }
+
+    /// The number in this process's line `rank <r>: <N> checks passed`, if there is one.
+    fn checks_passed(&self, rank: usize) -> Vec<u64> {
+        let head = format!("rank {rank}: ");
+        self.stdout
+            .lines()
+            .filter_map(|l| {
+                let rest = &l[l.find(&head)? + head.len()..];
+                rest.strip_suffix(" checks passed")?.trim().parse().ok()
+            })
+            .collect()
+    }
+
+    /// Whether it exited cleanly with each of `nranks` ranks passing at least `min` checks
+    /// (`Err`: why not, with the output).
+    fn check_passed(&self, nranks: usize, min: u64) -> Result<(), String> {
+        if !self.status.is_some_and(|s| s.success()) {
+            return Err(self.report());
+        }
+        let mut counts = Vec::new();
+        for r in 0..nranks {
+            match self.checks_passed(r)[..] {
+                [n] if n >= min => counts.push(n),
+                ref got => {
+                    return Err(format!(
+                        "rank {r}: expected one line 'rank {r}: N checks passed' with N >= {min}, got {got:?}\n{}",
+                        self.report()
+                    ))
+                }
+            }
+        }
+        eprintln!("{}: passed in {:.1} s (checks per rank: {counts:?})", self.what, self.took.as_secs_f64());
+        Ok(())
+    }
+
+    fn assert_passed(&self, nranks: usize, min: u64) {
+        if let Err(why) = self.check_passed(nranks, min) {
+            panic!("{why}");
+        }
+    }
+}
+
+/// Waits for `children` (all of one run) until `limit`; past it, each gets SIGTERM (a
+/// launcher passes it on to its ranks), then SIGKILL 5 s later. Their output went to files
+/// (not pipes: a rank left behind cannot block on them).
+fn wait_all(children: &mut [Child], limit: Duration) -> (Vec<Option<ExitStatus>>, Duration) {
+    let start = Instant::now();
+    let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
+    loop {
+        for (c, d) in children.iter_mut().zip(done.iter_mut()) {
+            if d.is_none() {
+                *d = c.try_wait().expect("wait for a child");
+            }
+        }
+        if done.iter().all(Option::is_some) {
+            return (done, start.elapsed());
+        }
+        if start.elapsed() > limit {
+            // Past the limit: each is reported killed (`None`), whenever it ends now.
+            let mut reaped: Vec<bool> = done.iter().map(Option::is_some).collect();
+            for (c, r) in children.iter().zip(&reaped) {
+                if !r {
+                    // SAFETY: kill(2) on our own child, not yet reaped (its pid is still ours).
+                    unsafe { kill(c.id() as i32, SIGTERM) };
+                }
+            }
+            let grace = Instant::now();
+            while grace.elapsed() < Duration::from_secs(5) && reaped.iter().any(|r| !r) {
+                for (c, r) in children.iter_mut().zip(reaped.iter_mut()) {
+                    *r = *r || !matches!(c.try_wait(), Ok(None));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            for (c, r) in children.iter_mut().zip(&reaped) {
+                if !r {
+                    // SAFETY: as above; and its process group, for a child that leads one.
+                    unsafe {
+                        kill(-(c.id() as i32), SIGKILL);
+                        kill(c.id() as i32, SIGKILL);
+                    }
+                    let _ = c.wait();
+                }
+            }
+            return (done, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The environment every rank gets: the host target, waits bounded well inside [`LIMIT`].
+fn rank_env(cmd: &mut Command) -> &mut Command {
+    for v in ["NCCL_COMM_ID", "JITCCL_COMM_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"] {
+        cmd.env_remove(v);
+    }
+    cmd.env("JITCCL_DEVICE", "host").env("JITCCL_TIMEOUT", "60").env("JITCCL_BOOTSTRAP_TIMEOUT", "60")
+}
+
+/// Runs `cmd` with its output in files under `dir` (named after `tag`), within [`LIMIT`].
+fn run(mut cmd: Command, dir: &Path, tag: &str) -> Outcome {
+    let (out, err) = (dir.join(format!("{tag}.stdout")), dir.join(format!("{tag}.stderr")));
+    // The command line without the environment.
+    let what = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(File::create(&out).expect("stdout file"))
+        .stderr(File::create(&err).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let (status, took) = wait_all(&mut [child], LIMIT);
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    Outcome { what, status: status[0], stdout: read(&out), stderr: read(&err), took }
+}
+
+/// `exe args` as `nranks` ranks of `jitccl launch`, meeting at NCCL_COMM_ID.
+fn launch(exe: &Path, nranks: usize, args: &[&str], dir: &Path, tag: &str) -> Outcome {
+    let mut cmd = Command::new(&built().jitccl);
+    rank_env(&mut cmd)
+        .args(["launch", "-n", &nranks.to_string(), "--timeout", &(LIMIT.as_secs() - 10).to_string(), "--"])
+        .arg(exe)
+        .args(args)
+        .env("NCCL_COMM_ID", format!("127.0.0.1:{}", free_port()));
+    run(cmd, dir, tag)
+}
+
+// ---- Collectives ------------------------------------------------------------------------
+
+const ALL_TYPES: &str = "int8,uint8,int32,uint32,int64,uint64,half,float,double,bfloat16,fp8e4m3,fp8e5m2";
+const ALL_OPS: &str = "sum,prod,max,min,avg,premulsum";
+
+/// The runs of collectives.c: ranks, options, and the fewest checks each rank must pass.
+/// Each compiles the kernels its types, ops and sizes need, so the type x op matrix is
+/// spread over the rank counts: every type with Sum (every collective) at 2 ranks, every op
+/// on float and int32 at 3, Avg and PreMulSum of the narrow floats at 2, of integers at 1,
+/// and a count above a FIFO slot at 4.
+const RUNS: &[(usize, &[&str], u64)] = &[
+    (1, &["--types", "int8,uint32,float", "--ops", "sum,avg,premulsum"], 500),
+    (2, &["--types", ALL_TYPES, "--ops", "sum"], 1300),
+    (2, &["--types", "half,bfloat16,fp8e4m3,fp8e5m2", "--ops", "avg,premulsum", "--colls", "allreduce"], 100),
+    (3, &["--types", "float,int32", "--ops", ALL_OPS, "--colls", "allreduce,reduce,reducescatter"], 450),
+    (4, &["--types", "float,half,uint8", "--ops", "sum,avg", "--big", "300000", "--big-types", "float"], 450),
+];
+
+/// One after another (they are CPU-bound and share kernels: side by side they would compile
+/// each one twice); every run is made, and the failures reported together.
+#[test]
+fn collectives_at_1_to_4_ranks() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("collectives", tmp.path(), true, false);
+    let failed: Vec<String> = RUNS
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (n, args, min))| {
+            launch(&exe, *n, args, tmp.path(), &format!("collectives-{i}")).check_passed(*n, *min).err()
+        })
+        .collect();
+    assert!(failed.is_empty(), "{} of {} runs failed:\n\n{}", failed.len(), RUNS.len(), failed.join("\n\n"));
+}
+
+#[test]
+fn collectives_under_mpirun_with_the_id_from_mpi_bcast() {
+    let version = match Command::new("mpirun").arg("--version").output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string(),
+        Err(e) => panic!("mpirun cannot be run ({e}): install Open MPI (scripts/setup.sh installs openmpi-bin)"),
+    };
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("collectives_mpi", tmp.path(), true, true);
+    let mut cmd = Command::new("mpirun");
+    rank_env(&mut cmd).env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        "3",
+    ]);
+    for v in ["JITCCL_DEVICE", "JITCCL_TIMEOUT", "JITCCL_BOOTSTRAP_TIMEOUT"] {
+        cmd.args(["-x", v]);
+    }
+    cmd.arg(&exe).args(["--types", "float,int8", "--ops", "sum,min"]);
+    let out = run(cmd, tmp.path(), "mpirun");
+    assert!(out.status.is_some(), "{version}\n{}", out.report());
+    out.assert_passed(3, 300);
+}
+
+// ---- Lifecycle and shrink ---------------------------------------------------------------
+
+fn lifecycle(nranks: usize) {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("lifecycle", tmp.path(), true, false);
+    let out = launch(&exe, nranks, &[], tmp.path(), "lifecycle");
+    out.assert_passed(nranks, 180);
+    if nranks >= 2 {
+        // The abort from another thread ended the AllReduce rank 1 skipped, promptly.
+        assert!(out.stdout.contains("the AllReduce rank 1 skipped returned"), "{}", out.report());
+    }
+}
+
+#[test]
+fn lifecycle_1_rank() {
+    lifecycle(1);
+}
+
+#[test]
+fn lifecycle_2_ranks() {
+    lifecycle(2);
+}
+
+#[test]
+fn lifecycle_3_ranks() {
+    lifecycle(3);
+}
+
+/// jitccl's shared memory names: `jitccl-<pid>-…` (runtime/src/transport/shm.rs).
+fn shm_of(pids: &[u32]) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
+        .filter(|n| pids.iter().any(|p| n.starts_with(&format!("jitccl-{p}-"))))
+        .collect()
+}
+
+#[test]
+fn shrink_survives_a_killed_rank() {
+    const N: usize = 4;
+    const DEAD: usize = 2;
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("shrink", tmp.path(), true, false);
+    let comm_id = format!("127.0.0.1:{}", free_port());
+    let mut children = Vec::new();
+    for r in 0..N {
+        let mut cmd = Command::new(&exe);
+        rank_env(&mut cmd)
+            // A dead peer is found by its closed connections; the timeout only bounds it.
+            .env("JITCCL_TIMEOUT", "20")
+            .env("NCCL_COMM_ID", &comm_id)
+            .env("RANK", r.to_string())
+            .env("WORLD_SIZE", N.to_string())
+            .args(["--dead", &DEAD.to_string()])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(File::create(tmp.path().join(format!("{r}.stdout"))).expect("stdout file"))
+            .stderr(File::create(tmp.path().join(format!("{r}.stderr"))).expect("stderr file"));
+        children.push(cmd.spawn().expect("start a rank of shrink"));
+    }
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    let (status, took) = wait_all(&mut children, LIMIT);
+    let outcome = |r: usize| {
+        let read = |s: &str| std::fs::read_to_string(tmp.path().join(format!("{r}.{s}"))).unwrap_or_default();
+        Outcome {
+            what: format!("shrink rank {r} of {N}"),
+            status: status[r],
+            stdout: read("stdout"),
+            stderr: read("stderr"),
+            took,
+        }
+    };
+    for r in 0..N {
+        let o = outcome(r);
+        if r == DEAD {
+            assert_eq!(
+                o.status.and_then(|s| s.signal()),
+                Some(SIGKILL),
+                "rank {DEAD} should die of SIGKILL\n{}",
+                o.report()
+            );
+            assert!(o.stdout.contains("dying"), "{}", o.report());
+        } else {
+            assert!(o.status.is_some_and(|s| s.success()), "{}", o.report());
+            let passed = o.checks_passed(r);
+            assert!(passed.len() == 1 && passed[0] >= 9, "rank {r}: checks passed {passed:?}\n{}", o.report());
+        }
+    }
+    let left = shm_of(&pids);
+    assert!(left.is_empty(), "shared memory left in /dev/shm by the ranks (pids {pids:?}): {left:?}");
+    eprintln!("shrink: 4 ranks, one killed, passed in {:.1} s", took.as_secs_f64());
+}
+
+#[test]
+fn shrink_of_a_healthy_comm_leaves_the_parent_usable() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("shrink", tmp.path(), true, false);
+    let mut cmd = Command::new(&built().jitccl);
+    rank_env(&mut cmd)
+        // A mismatched rendezvous fails after this, not after a minute.
+        .env("JITCCL_BOOTSTRAP_TIMEOUT", "15")
+        .args(["launch", "-n", "3", "--timeout", &(LIMIT.as_secs() - 10).to_string(), "--"])
+        .arg(&exe)
+        .arg("--healthy")
+        .env("NCCL_COMM_ID", format!("127.0.0.1:{}", free_port()));
+    run(cmd, tmp.path(), "shrink-healthy").assert_passed(3, 3);
+}
+
+// ---- The library's interface ------------------------------------------------------------
+
+#[test]
+fn abi_layout_matches_nccl_2_30() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("abi_layout", tmp.path(), false, false);
+    let out = run(Command::new(&exe), tmp.path(), "abi_layout");
+    assert!(out.status.is_some_and(|s| s.success()), "{}", out.report());
+    let expected = std::fs::read_to_string(capi_dir().join("tests/abi_layout.expected")).expect("abi_layout.expected");
+    let (got, want): (Vec<&str>, Vec<&str>) = (out.stdout.lines().collect(), expected.lines().collect());
+    let diff: Vec<String> = (0..got.len().max(want.len()))
+        .filter(|&i| got.get(i) != want.get(i))
+        .map(|i| format!("line {}: expected {:?}, got {:?}", i + 1, want.get(i), got.get(i)))
+        .collect();
+    assert!(diff.is_empty(), "abi_layout.c's output differs from abi_layout.expected:\n{}", diff.join("\n"));
+    assert!(want.len() > 100, "abi_layout.expected has only {} lines", want.len());
+}
+
+fn tool(name: &str, args: &[&str], file: &Path) -> String {
+    let out = Command::new(name)
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {name} ({e}): install binutils"));
+    assert!(out.status.success(), "{name} {args:?} {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+#[test]
+fn exports_are_nccl_2_30s_and_the_soname_is_libnccl_so_2() {
+    let lib = built().dir.join("libnccl.so");
+    let want: BTreeSet<String> = std::fs::read_to_string(capi_dir().join("tests/nccl-2.30-symbols.txt"))
+        .expect("nccl-2.30-symbols.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    assert!(want.len() == 128, "nccl-2.30-symbols.txt lists {} symbols, expected 128 (64 pairs)", want.len());
+    // "<address> <type> <name>" for each defined dynamic symbol.
+    let mut got = BTreeSet::new();
+    let mut not_code = Vec::new();
+    for line in tool("nm", &["-D", "--defined-only"], &lib).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (kind, name) = match f.as_slice() {
+            [_, kind, name] => (*kind, *name),
+            [kind, name] => (*kind, *name),
+            _ => continue,
+        };
+        let name = name.split('@').next().unwrap_or(name).to_string();
+        if kind != "T" {
+            not_code.push(format!("{name} ({kind})"));
+        }
+        got.insert(name);
+    }
+    let missing: Vec<&String> = want.difference(&got).collect();
+    let extra: Vec<&String> = got.difference(&want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "exports of {}: missing {missing:?}, not NCCL's {extra:?}",
+        lib.display()
+    );
+    assert!(not_code.is_empty(), "exports that are not functions in .text: {not_code:?}");
+    for name in &want {
+        let twin =
+            name.strip_prefix('p').filter(|n| n.starts_with("nccl")).map_or_else(|| format!("p{name}"), String::from);
+        assert!(want.contains(&twin), "{name} has no {twin} in nccl-2.30-symbols.txt");
+    }
+    let dynamic = tool("readelf", &["-d"], &lib);
+    let soname = dynamic.lines().find(|l| l.contains("(SONAME)")).unwrap_or_else(|| panic!("no SONAME in:\n{dynamic}"));
+    assert!(soname.contains("[libnccl.so.2]"), "soname: {soname}");
+    let link = built().dir.join("libnccl.so.2");
+    assert_eq!(
+        std::fs::canonicalize(&link).ok(),
+        std::fs::canonicalize(&lib).ok(),
+        "{} should lead to libnccl.so",
+        link.display()
+    );
+}
