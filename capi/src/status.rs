@@ -65,12 +65,22 @@ pub static LAST: LazyLock<LastError> = LazyLock::new(LastError::default);
 /// Runs an export's body: a failure is logged, its text kept (process-wide and in
 /// `comm_last`, the communicator's slot) with the function's name, and its code returned;
 /// a panic becomes `ncclInternalError`.
+#[inline(always)]
 pub fn guard(name: &str, comm_last: Option<&LastError>, body: impl FnOnce() -> Outcome) -> NcclResult {
-    let failure = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(code)) => return code,
-        Ok(Err(f)) => f,
-        Err(_) => fail(INTERNAL_ERROR, "internal error: a panic in jitccl (a bug; please report it)"),
-    };
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(f)) => report(name, comm_last, f),
+        Err(_) => {
+            report(name, comm_last, fail(INTERNAL_ERROR, "internal error: a panic in jitccl (a bug; please report it)"))
+        }
+    }
+}
+
+/// A failure's log line and last-error texts; out of line, so that the calls that succeed
+/// carry none of it.
+#[cold]
+#[inline(never)]
+fn report(name: &str, comm_last: Option<&LastError>, failure: Failure) -> NcclResult {
     let text = format!("{name}: {}", failure.text);
     tracing::warn!("{text}");
     LAST.set(&text);

@@ -157,7 +157,8 @@ pub(crate) fn on_current_cpu(set: &CpuSet) -> bool {
     // A caller's thread that `bind_thread` bound to `set` runs there, so a blocking call
     // need not ask where (a vDSO call, 30 instructions). Rebound since behind
     // jitccl's back, it would still be taken as there: that costs speed, never results.
-    if !OWN.get() && BOUND.get() == set.id {
+    let t = THREAD.get();
+    if !t.own && t.bound == set.id {
         return true;
     }
     // SAFETY: no arguments; glibc reads the CPU from rseq or the vDSO, without a system call.
@@ -173,17 +174,28 @@ pub(crate) fn has_own_cpus(cpus: Option<&CpuSet>) -> bool {
     cpus.is_some_and(|c| c.exclusive) && RUNNING.load(Ordering::Relaxed) <= process_cpus()
 }
 
-thread_local! {
+/// What a thread knows of its binding, in one thread-local (each access of one is a call in
+/// a shared library such as the C API's, and every launch asks).
+#[derive(Clone, Copy)]
+struct Binding {
     /// The set this thread was last bound to, so that a thread running one rank's
     /// kernels back to back binds once, not per launch.
-    static BOUND: Cell<u64> = const { Cell::new(0) };
+    bound: u64,
     /// The thread is one of jitccl's own (a stream's dispatcher or CTA worker).
-    static OWN: Cell<bool> = const { Cell::new(false) };
+    own: bool,
+}
+
+thread_local! {
+    static THREAD: Cell<Binding> = const { Cell::new(Binding { bound: 0, own: false }) };
+}
+
+fn set_bound(id: u64) {
+    THREAD.set(Binding { bound: id, ..THREAD.get() });
 }
 
 /// Marks the calling thread as jitccl's own, which `bind_current` may bind.
 pub(crate) fn mark_kernel_thread() {
-    OWN.set(true);
+    THREAD.set(Binding { own: true, ..THREAD.get() });
 }
 
 /// Binds the calling thread to `set` unless it already is, or is not jitccl's own: a
@@ -191,7 +203,8 @@ pub(crate) fn mark_kernel_thread() {
 /// owner chose. Failure is logged, not fatal: binding only helps speed.
 #[inline]
 pub(crate) fn bind_current(set: &CpuSet) {
-    if BOUND.get() != set.id && OWN.get() {
+    let t = THREAD.get();
+    if t.bound != set.id && t.own {
         rebind(set);
     }
 }
@@ -201,7 +214,7 @@ fn rebind(set: &CpuSet) {
     if let Err(e) = bind_thread(set) {
         tracing::warn!("binding a kernel thread to {set:?}: {e}");
         // Recorded all the same: one warning, not one per launch.
-        BOUND.set(set.id);
+        set_bound(set.id);
     }
 }
 
@@ -211,7 +224,7 @@ pub(crate) fn bind_thread(set: &CpuSet) -> std::io::Result<()> {
     if unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set.mask) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    BOUND.set(set.id);
+    set_bound(set.id);
     Ok(())
 }
 
