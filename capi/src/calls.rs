@@ -119,7 +119,7 @@ unsafe fn user_op(live: &Live, op: c_int, dt: DataType) -> Result<Op, Failure> {
     let Some(PreMul { dtype: made_for, scalar }) = entry else {
         return Err(fail(INVALID_ARGUMENT, format!("op {op} is neither built in nor a live op of this communicator")));
     };
-    if data_type(*made_for) != Some(dt) {
+    if *made_for != dt {
         return Err(fail(INVALID_ARGUMENT, format!("op {op} was made for data type {made_for}, not {dt}")));
     }
     Ok(Op::PreMulSum(match scalar {
@@ -343,7 +343,7 @@ export! {
             if slot == ops.len() {
                 ops.push(None);
             }
-            ops[slot] = Some(PreMul { dtype: dt, scalar });
+            ops[slot] = Some(PreMul { dtype: d, scalar });
             *op = NUM_BUILTIN_OPS + slot as c_int;
             Ok(SUCCESS)
         })

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use jitccl::{Comm, Device, Registration, Stream};
+use jitccl::{Comm, DataType, Device, Registration, Stream};
 
 use crate::status::{fail, Failure, LastError};
 use crate::types::*;
@@ -24,12 +24,9 @@ const DEAD: u64 = 0x6a69_7463_636c_4444;
 /// An op made by ncclRedOpCreatePreMulSum: the scalar's bytes (host residence) or where
 /// to read them at each call (device residence), for calls of `dtype`.
 pub struct PreMul {
-    pub dtype: c_dtype,
+    pub dtype: DataType,
     pub scalar: Scalar,
 }
-
-#[allow(non_camel_case_types)]
-pub type c_dtype = std::ffi::c_int;
 
 pub enum Scalar {
     Value(f64),

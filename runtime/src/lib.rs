@@ -6,7 +6,7 @@
 //!   rank of a group of processes through `bootstrap` and `store`); a handle (`handle`:
 //!   identity, abort, `async_error`) that exists before init ends in nonblocking mode,
 //!   whose work then runs on a progress thread (`progress`); how calls leave it
-//!   (`submit`) and groups (`group`);
+//!   (`submit`) and groups (`group`); `split` and `shrink` make communicators from it;
 //! - `enqueue/`: the one path from a call to a queued launch: table-driven argument checks,
 //!   the tuning choice (`tune`), the kernel lookup (`jitccl-codegen`), launch arguments,
 //!   and the kernel-visible tables;

@@ -1,7 +1,8 @@
 //! Communicators: a rank's view of a group, and the collectives it runs. Each public call
 //! here is thin: `enqueue` checks it (an error changes nothing), then tunes, compiles
 //! (once) and queues it on the caller's stream. The
-//! rank's state lives in `state`, its failure state in `failure`, its creation in `init`.
+//! rank's state lives in `state`, its failure state in `failure`, its creation in `init`;
+//! new communicators from it come from `split` and `shrink`.
 
 mod alltoall;
 mod arena;

@@ -1,13 +1,12 @@
 //! Shrinking a communicator (NCCL's ncclCommShrink) and revoking one (ncclCommRevoke):
 //! the ranks that remain make a child without the excluded ones, which need not answer
 //! (they may be dead). Only the survivors take part, so the exchange is point to point over
-//! the parent's bootstrap: the first survivor creates the child's unique id and sends it to
-//! the others, and nothing waits on an excluded rank.
+//! the parent's bootstrap, as a split's (`split::child_id`): nothing waits on an excluded
+//! rank.
 
 use std::sync::atomic::Ordering;
 
-use crate::bootstrap::UniqueId;
-use crate::comm::split::child_config;
+use crate::comm::split::{child_config, child_id};
 use crate::comm::Comm;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -62,16 +61,7 @@ impl Comm {
         };
         let seq = inner.life.next_shrink();
         let cfg = config.clone().or(Config { device: Some(self.device().clone()), ..child_config(&inner.enq.cfg) });
-        let new_rank = members.iter().position(|&q| q == rank).unwrap_or(0);
-        let id = if new_rank == 0 {
-            let id = UniqueId::new()?;
-            for &q in &members[1..] {
-                bs.send(q, id_tag(seq), &id.to_bytes())?;
-            }
-            id
-        } else {
-            UniqueId::from_bytes(&bs.recv(members[0], id_tag(seq))?)?
-        };
+        let (id, new_rank) = child_id(bs, &members, id_tag(seq))?;
         tracing::info!("{self:?}: shrink {seq} without ranks {exclude:?} -> rank {new_rank} of {}", members.len());
         Comm::init_rank(&id, members.len(), new_rank, &cfg)
     }

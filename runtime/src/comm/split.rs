@@ -241,15 +241,24 @@ fn split_processes(bs: &Bootstrap, seq: u64, me: Entry, cfg: &Config) -> Result<
     let Some(members) = groups(&entries).into_iter().find(|m| m.contains(&rank)) else {
         return Ok(None);
     };
-    let new_rank = members.iter().position(|&q| q == rank).unwrap_or(0);
+    let (id, new_rank) = child_id(bs, &members, id_tag(seq))?;
+    Comm::init_rank(&id, members.len(), new_rank, cfg).map(Some)
+}
+
+/// The unique id of a child whose members are `members` (parent ranks, in child-rank
+/// order), and this rank's rank in it: the first member creates the id (its process runs
+/// the child's root) and sends it to the others with `tag`, point to point, so that no
+/// other parent rank takes part.
+pub(crate) fn child_id(bs: &Bootstrap, members: &[usize], tag: u64) -> Result<(UniqueId, usize)> {
+    let new_rank = members.iter().position(|&q| q == bs.rank()).unwrap_or(0);
     let id = if new_rank == 0 {
         let id = UniqueId::new()?;
         for &q in &members[1..] {
-            bs.send(q, id_tag(seq), &id.to_bytes())?;
+            bs.send(q, tag, &id.to_bytes())?;
         }
         id
     } else {
-        UniqueId::from_bytes(&bs.recv(members[0], id_tag(seq))?)?
+        UniqueId::from_bytes(&bs.recv(members[0], tag)?)?
     };
-    Comm::init_rank(&id, members.len(), new_rank, cfg).map(Some)
+    Ok((id, new_rank))
 }
