@@ -11,6 +11,8 @@
  *  - a nonblocking communicator (config.blocking = 0): init, calls, a group, a
  *    split and finalize polled with ncclCommGetAsyncError;
  *  - ncclCommSplit by parity with reversed keys, and with NCCL_SPLIT_NOCOLOR;
+ *  - ncclCommInitRankScalable with two roots; ncclCommRevoke, then a shrink of the
+ *    revoked communicator;
  *  - ncclCommInitAll of 4 ranks in one process, driven by one thread in a group;
  *  - ncclCommFinalize + ncclCommDestroy, and calls on a destroyed communicator;
  *  - ncclCommAbort from another thread while the main thread waits in an
@@ -229,6 +231,47 @@ static ncclComm_t split_checks(ncclComm_t world, int* members, int* nmembers) {
   return half;
 }
 
+/* ---- Scalable init, revoke ------------------------------------------------------------ */
+
+/* ncclCommInitRankScalable with two roots (rank 0's and rank n/2's ids, each sent to all
+ * over `world`): each root serves a contiguous block of ranks. */
+static void scalable_checks(ncclComm_t world) {
+  int nids = nranks_ >= 2 ? 2 : 1;
+  ncclUniqueId ids[2];
+  for (int k = 0; k < nids; k++) {
+    int creator = k * (nranks_ / 2);
+    memset(&ids[k], 0, sizeof ids[k]);
+    if (rank_ == creator) {
+      unsetenv("NCCL_COMM_ID");
+      unsetenv("JITCCL_COMM_ID");
+      NCCLCHECK(ncclGetUniqueId(&ids[k]));
+    }
+    NCCLCHECK(ncclBroadcast(&ids[k], &ids[k], sizeof ids[k], ncclUint8, creator, world, NULL));
+  }
+  ncclComm_t c = NULL, none = NULL;
+  NCCLCHECK(ncclCommInitRankScalable(&c, nranks_, rank_, nids, ids, NULL));
+  allreduce_check(c, all_ranks, nranks_, 1023, "AllReduce on a communicator of two roots");
+  REFUSED_ARG(NULL, "ncclCommInitRankScalable", ncclCommInitRankScalable(&none, nranks_, rank_, 0, ids, NULL));
+  NCCLCHECK(ncclCommDestroy(c));
+}
+
+/* ncclCommRevoke: calls on the revoked communicator are refused; a shrink of it (no rank
+ * excluded) gives a working one. */
+static void revoke_checks(ncclComm_t world) {
+  ncclComm_t dup = NULL, fresh = NULL;
+  NCCLCHECK(ncclCommSplit(world, 0, rank_, &dup, NULL));
+  allreduce_check(dup, all_ranks, nranks_, 1023, "AllReduce before the revoke");
+  REFUSED_ARG(dup, "ncclCommRevoke", ncclCommRevoke(dup, 5));
+  NCCLCHECK(ncclCommRevoke(dup, NCCL_REVOKE_DEFAULT));
+  float s[4] = {1, 2, 3, 4}, r[4];
+  ncclResult_t after = ncclAllReduce(s, r, 4, ncclFloat, ncclSum, dup, NULL);
+  EXPECT(after != ncclSuccess, "an AllReduce on a revoked communicator: expected an error, got success");
+  NCCLCHECK(ncclCommShrink(dup, NULL, 0, &fresh, NULL, NCCL_SHRINK_DEFAULT));
+  allreduce_check(fresh, all_ranks, nranks_, 1023, "AllReduce on the shrink of a revoked communicator");
+  NCCLCHECK(ncclCommDestroy(fresh));
+  NCCLCHECK(ncclCommDestroy(dup));
+}
+
 /* ---- InitAll ------------------------------------------------------------------------ */
 
 static void init_all_checks(void) {
@@ -346,6 +389,8 @@ int main(void) {
   nonblocking_checks(world);
   int members[MAXR], nmembers = 0;
   ncclComm_t half = split_checks(world, members, &nmembers);
+  scalable_checks(world);
+  revoke_checks(world);
   if (rank_ == 0) init_all_checks();
   destroyed_checks(half);
   abort_checks(world);

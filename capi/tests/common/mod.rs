@@ -16,8 +16,8 @@ extern "C" {
     /// kill(2), from the C library every Rust program on Linux links.
     fn kill(pid: i32, sig: i32) -> i32;
 }
-const SIGTERM: i32 = 15;
-const SIGKILL: i32 = 9;
+pub const SIGTERM: i32 = 15;
+pub const SIGKILL: i32 = 9;
 
 /// This package's folder (capi/).
 pub fn capi_dir() -> &'static Path {

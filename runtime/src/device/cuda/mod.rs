@@ -87,8 +87,20 @@ pub fn current_device() -> std::result::Result<usize, String> {
 pub fn synchronize_stream(ordinal: usize, stream: usize) -> Result<()> {
     let gpu = Gpu::get(ordinal)?;
     gpu.bind()?;
+    let stream = stream as sys::CUstream;
+    // A stream being captured into a CUDA graph cannot be waited for, and jitccl's launch
+    // would not be captured: refused, saying so, before anything is queued.
+    // SAFETY: as below.
+    let capture = unsafe { cu::stream::is_capturing(stream) }
+        .map_err(driver("asking whether the caller's stream is capturing"))?;
+    if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Err(Error::Unsupported(format!(
+            "cuda:{ordinal}: the caller's stream is being captured into a CUDA graph ({capture:?}); jitccl's \
+             collectives cannot be captured yet: run them outside the capture"
+        )));
+    }
     // SAFETY: the caller names a stream of this device's context (or the default stream).
-    unsafe { cu::stream::synchronize(stream as sys::CUstream) }.map_err(driver("waiting for the caller's stream"))
+    unsafe { cu::stream::synchronize(stream) }.map_err(driver("waiting for the caller's stream"))
 }
 
 /// A CUDA device as the driver numbers it, for topology detection.
