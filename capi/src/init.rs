@@ -41,7 +41,7 @@ fn check_rank(nranks: c_int, rank: c_int) -> Result<(usize, usize), Failure> {
 
 /// The configuration for a rank made on this thread now, with its device.
 unsafe fn config_for(config: *const NcclConfig, rank: usize) -> Result<Config, Failure> {
-    let mut cfg = NcclConfig::read(config)?.to_config()?;
+    let mut cfg = NcclConfig::read(config)?.config()?;
     cfg.device = Some(current_device(rank)?);
     Ok(cfg)
 }

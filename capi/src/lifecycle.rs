@@ -14,7 +14,7 @@ use crate::types::*;
 
 /// The child's configuration: NULL inherits everything (jitccl's split does).
 unsafe fn child_config(config: *const NcclConfig) -> Result<jitccl::Config, crate::status::Failure> {
-    NcclConfig::read(config)?.to_config()
+    NcclConfig::read(config)?.config()
 }
 
 unsafe fn out_ptr(newcomm: *mut *mut CommHandle) -> Result<(), crate::status::Failure> {

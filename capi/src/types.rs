@@ -178,7 +178,7 @@ impl NcclConfig {
 
     /// The jitccl configuration it asks for (undefined fields: jitccl's defaults and
     /// `JITCCL_*` settings). Values jitccl has no use for are accepted and named in the log.
-    pub unsafe fn to_config(&self) -> Result<Config, Failure> {
+    pub unsafe fn config(&self) -> Result<Config, Failure> {
         let flag = |v: c_int, name: &str| -> Result<Option<bool>, Failure> {
             match v {
                 UNDEF_INT => Ok(None),
@@ -252,7 +252,7 @@ mod tests {
         c.max_p2p_peers = 4;
         c.version = 21700;
         // SAFETY: a whole struct.
-        let read = unsafe { NcclConfig::read(&c) }.ok().expect("accepted");
+        let read = unsafe { NcclConfig::read(&c) }.expect("accepted");
         assert_eq!((read.blocking, read.max_ctas, read.max_p2p_peers), (0, 2, UNDEF_INT));
         c.magic = 1;
         // SAFETY: a whole struct.
@@ -266,7 +266,7 @@ mod tests {
         c.blocking = 0;
         c.max_ctas = 3;
         // SAFETY: the first 24 bytes are read.
-        let read = unsafe { NcclConfig::read(&c) }.ok().expect("accepted");
+        let read = unsafe { NcclConfig::read(&c) }.expect("accepted");
         assert_eq!((read.blocking, read.max_ctas), (0, UNDEF_INT));
     }
 }
