@@ -1,0 +1,67 @@
+"""The C library, loaded with ctypes: jitccl's libnccl.so.2 shipped in the package (or the
+one JITCCL_NCCL_SO names), with the prototypes of the functions this package calls."""
+
+import ctypes
+import os
+from pathlib import Path
+
+c_int, c_size_t, c_void_p, c_char_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p
+
+
+class UniqueIdStruct(ctypes.Structure):
+    """ncclUniqueId: 128 opaque bytes."""
+
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def _path() -> str:
+    given = os.environ.get("JITCCL_NCCL_SO")
+    if given:
+        return given
+    shipped = Path(__file__).resolve().parent / "lib" / "libnccl.so.2"
+    if not shipped.exists():
+        raise ImportError(f"jitccl: {shipped} is missing: install the package with pip (it builds the "
+                          f"library), or set JITCCL_NCCL_SO to a built libnccl.so.2")
+    return str(shipped)
+
+
+lib = ctypes.CDLL(_path())
+PATH = lib._name
+
+_PROTOTYPES = {
+    "ncclGetVersion": [ctypes.POINTER(c_int)],
+    "ncclGetUniqueId": [ctypes.POINTER(UniqueIdStruct)],
+    "ncclCommInitRankConfig": [ctypes.POINTER(c_void_p), c_int, UniqueIdStruct, c_int, c_void_p],
+    "ncclCommInitAll": [ctypes.POINTER(c_void_p), c_int, c_void_p],
+    "ncclCommSplit": [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p), c_void_p],
+    "ncclCommShrink": [c_void_p, ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_void_p), c_void_p, c_int],
+    "ncclCommFinalize": [c_void_p],
+    "ncclCommDestroy": [c_void_p],
+    "ncclCommAbort": [c_void_p],
+    "ncclCommGetAsyncError": [c_void_p, ctypes.POINTER(c_int)],
+    "ncclCommCount": [c_void_p, ctypes.POINTER(c_int)],
+    "ncclCommUserRank": [c_void_p, ctypes.POINTER(c_int)],
+    "ncclCommCuDevice": [c_void_p, ctypes.POINTER(c_int)],
+    "ncclRedOpCreatePreMulSum": [ctypes.POINTER(c_int), c_void_p, c_int, c_int, c_void_p],
+    "ncclRedOpDestroy": [c_int, c_void_p],
+    "ncclAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclBroadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p, c_void_p],
+    "ncclAllGather": [c_void_p, c_void_p, c_size_t, c_int, c_void_p, c_void_p],
+    "ncclReduceScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclAlltoAll": [c_void_p, c_void_p, c_size_t, c_int, c_void_p, c_void_p],
+    "ncclGather": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclSend": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclRecv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclGroupStart": [],
+    "ncclGroupEnd": [],
+}
+for _name, _args in _PROTOTYPES.items():
+    _f = getattr(lib, _name)
+    _f.argtypes = _args
+    _f.restype = c_int
+lib.ncclGetLastError.argtypes = [c_void_p]
+lib.ncclGetLastError.restype = c_char_p
+lib.ncclGetErrorString.argtypes = [c_int]
+lib.ncclGetErrorString.restype = c_char_p
