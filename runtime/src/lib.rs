@@ -1,5 +1,7 @@
 //! jitccl-runtime: communicators and their collectives, and everything below them. Kernels
-//! come from `jitccl-codegen`. The layers, each importing only those below it:
+//! come from `jitccl-codegen`. `docs/architecture.md` maps the whole workspace (the data
+//! flow of init and of one call, where to add things). The layers, each importing only
+//! those below it (the exceptions are listed there):
 //!
 //! - `comm/`: the communicator (`Comm`): thin public calls, its state (`state`), its
 //!   failure state (`failure`) and its creation (`init`: all ranks in one process, or one
