@@ -13,7 +13,9 @@
 //!   the tuning choice (`tune`), the kernel lookup (`jitccl-codegen`), launch arguments,
 //!   and the kernel-visible tables;
 //! - `graph`: the rings and trees of each channel, computed once and handed to channel
-//!   setup; `tune`: the algorithm, protocol and channels of each call;
+//!   setup, over `topo` (the machine model: NCCL's XML, detection); `tune`: the
+//!   algorithm, protocol and channels of each call; `config`: what a communicator is
+//!   created with (`JITCCL_*`), agreed on at init; `symmetric`: registered regions;
 //! - `stream`: ordered queues of launches, run by their owner (it knows no communicator);
 //! - `transport/`: the transport table (p2p, shm, net: which one connects each pair and
 //!   how a peer's receive segment is reached), FIFO layout and connectors; `fault`: the
@@ -22,7 +24,11 @@
 //! - `wait`: the spin/yield/park policy of every host-side wait (kernels, dispatchers,
 //!   callers); `affinity`: which CPUs a rank's threads run on;
 //! - `process_group/`: above `comm`, an asynchronous process group (c10d style): `Work`
-//!   handles, a worker thread per group, a watchdog.
+//!   handles, a worker thread per group, a watchdog;
+//! - `bootstrap/` (unique ids, the root, the ring) and `store/` (PyTorch's TCPStore wire
+//!   protocol): how ranks find each other, used by init alone;
+//! - leaves: `element` (Rust element types), `op` (reduction ops), `error`, `logging`
+//!   (`JITCCL_DEBUG`).
 
 mod affinity;
 mod bootstrap;
