@@ -9,16 +9,14 @@
 #                         of each side's lower-quartile run; see below)
 #   - larger sizes:       jitccl busbw >= 1.0x the best peer's, 1.2x with registered buffers
 # Each row also shows the cross-CPU round trip measured before and after every run
-# (benches/pingpong.c, rtt_ns min..max): on a VM it can change 4x within a second and stay
-# there for seconds, and the small sizes' times follow it, every side's alike (2 ranks
-# 8 B, OpenMPI and jitccl: 0.35-0.45 us in the usual fast phase, 0.6-0.75 in the slow one
-# that takes a third to half of the runs, 0.27-0.28 in a rare faster one). A median of a
-# few runs then counts which side drew more slow phases, its fastest run which drew the
-# rare one, and a round trip beside a run does not tell them apart (the phase changes
-# within a run's start-up). So up to 1 MiB each side runs 9 times and a row compares each
-# side's lower-quartile run (the 3rd fastest of 9), which lies in the usual fast phase
-# unless 7 of its 9 runs drew the slow one or 3 the rare one; the verdict also gives the
-# medians' ratio.
+# (benches/pingpong.c, rtt_ns min..max). On a VM it moves between phases that last seconds,
+# and the small sizes' times follow it, every side's alike; a round trip beside a run cannot
+# tell which phase the run had (the phase changes within a run's start-up). A median of a
+# few runs would count which side drew more slow phases, a fastest run which side drew a rare
+# faster one. So up to 1 MiB each side runs 9 times and a row compares each side's
+# lower-quartile run (the 3rd fastest of 9), which lies in the usual phase unless 7 of its 9
+# runs drew a slow one or 3 a rare faster one; the verdict also gives the medians' ratio. The
+# measured phases and every result are in docs/performance.md.
 # A missed target is a finding, not an error: the script exits non-zero only when it cannot
 # set up or run a side (missing packages, failed build, a run with no result).
 #

@@ -11,58 +11,30 @@
 //!   a link (ring allreduce 2(n-1)/n, tree 2, one-shot n-1 times the contention).
 //! - each channel past the first costs `chan_lat` (a worker per channel to wake and join).
 //!
-//! # Host constants, and how they were measured
-//! `jitccl perf all_reduce -b 8 -e 32M -f 4 -c 0 --algo {ring,tree,oneshot} --proto
-//! {simple,ll,ll128}` at 2, 3, 4 and 8 rank processes on the 2-core development machine
-//! (AMD EPYC, 32 MiB L3), plus `--channels 2` for the ring, each sweep run twice and the
-//! faster of out-of-place / in-place and of the runs kept (the machine is shared). The
-//! Simple figures of 3-8 ranks at 8 B-2 MiB were fitted by least squares on log time (a
-//! random-restart search; the fit is within +-40% at every point but one-shot past 512 KiB
-//! at 8 ranks); 2 ranks (a core each: waits spin, no switch) were fitted by hand, with
-//! 200 iterations per size:
-//! - hop latency: 0.1 us while every rank has a core, 2.06 us once ranks outnumber cores
-//!   (each hop waits for the OS to run the peer); tree hops cost 1.64x, one-shot's 0.87x;
-//! - bus bandwidth 8.6 GB/s per channel in cache (it falls 2-20x past 8 MiB for every
-//!   algorithm alike, so that does not change the ranking); tree reaches 0.68 and one-shot
-//!   0.47 of it; a second channel adds half (12.9 GB/s cap) for ~20 us;
-//! - base latency 0.1 us for the ring, the tree and one-shot. One-shot once measured 0.3 us
-//!   (0.38 us against the ring's 0.30 at 2 ranks), when every launch was handed to the
-//!   stream's dispatcher thread; since `synchronize` runs launches on the caller, `jitccl
-//!   tune -N 2` (1000 iterations per size) measures one-shot ahead at 8-512 B (0.30-0.44 us
-//!   against the ring's 0.58-0.73) and the ring ahead from 2 KiB, the crossover the model
-//!   now gives (~1 KiB);
-//! - LL moves 1/8 of Simple's bytes (its flag per 8 bytes is a store each on the CPU) and
-//!   LL128 about half (0.85x at 2 ranks, 0.2x at 4), with 1.15x / 1.85x Simple's hop
-//!   latency once oversubscribed. Between ranks that spin, an LL or LL128 hop is one cache
-//!   line handed over (data and flag together; LL128's flag ends the first 64 bytes of its
-//!   line, so for steps up to 56 bytes) where Simple's is two in sequence (the tail
-//!   counter, then the data): half the hop latency. That was below the noise on the
-//!   first machine (< 0.1 us); on a later 2-core AMD EPYC VM, whose cross-core hand-off is
-//!   slower, one-shot LL128 took 0.50 us at 2 ranks 8 B against Simple's 0.63 (LL 0.54;
-//!   medians of 3 runs of 20000 iterations, `--algo oneshot --proto X -z 1`), and stayed
-//!   ahead to 32 KiB, while the ring's Simple led from 2 KiB. With half the hop, the model
-//!   picks LL128 at 2 ranks up to ~170 B and Simple above, as before. Collectives that
-//!   only move data keep Simple's hop factors: ring Broadcast and AllGather measured no
-//!   gain from LL128 at 2 ranks (8-512 B: level at 8 B, up to 50% slower at 512 B).
+//! # Host constants
+//! [`Constants::HOST`] and the `HOST_*` values are fitted to `jitccl perf` sweeps of every
+//! algorithm and protocol at 2 to 8 rank processes on a 2-core machine; how they were
+//! measured, the fit and the checks against `jitccl tune` are in the repository's
+//! docs/performance.md ("Host cost model and tuning tables"). What shapes them:
+//! - a hop costs far more once ranks outnumber cores, when it waits for the OS to run the
+//!   peer, than while every rank has a core and its waits spin;
+//! - between ranks that spin, an LL or LL128 hop is one cache line handed over (data and
+//!   flag together; LL128's flag ends the first 64 bytes of its line, so for steps up to 56
+//!   bytes) where Simple's is two in sequence (the tail counter, then the data): half the
+//!   hop latency. Collectives that only move data keep Simple's hop factors, since LL128
+//!   brings them no gain;
+//! - the direct algorithms (registered buffers, one host) pay two barriers. A barrier hands
+//!   over one flag line while every rank has a core (half a Simple hop, as LL's) and costs
+//!   more than a hop once ranks outnumber cores (the last rank to arrive waits for the
+//!   others' turns). A byte crossing to a peer is one load or store instead of a FIFO's
+//!   store and load, so they reach twice the FIFO's bus bandwidth (one-shot: its n-fold
+//!   reads, like the FIFO one-shot's); one-shot's base latency is the FIFO one-shot's,
+//!   two-shot's adds the stores into the peers' lines;
+//! - bandwidth falls past the cache for every algorithm alike, which does not change the
+//!   ranking, so the in-cache figure serves.
 //!
-//! - direct algorithms (registered buffers, one host): two barriers, a hop each while every
-//!   rank has a core and 1.5 once ranks outnumber cores (the last rank to arrive waits for
-//!   the others' turns: at 4 ranks on 2 cores, 8 B-4 KiB, two-shot takes a flat 5.8-6.4 us
-//!   and direct one-shot 6.4-7.3 at 8 B, where the FIFO one-shot, whose waits overlap,
-//!   takes 4.2-5); a byte crossing to a peer is one load or store instead of a FIFO's store and
-//!   load, so they reach twice the FIFO's bus bandwidth (one-shot: its n-fold reads, like
-//!   the FIFO one-shot's); one-shot's base latency is the FIFO one-shot's, two-shot's adds
-//!   the stores into the peers' lines. While every rank has a core, a barrier hands over
-//!   one flag line, half a Simple hop (as LL's). Checked against `jitccl tune -N 2 -b 8
-//!   -e 16M -f 8 --verify 5` on plain buffers in the host arena (2-core AMD EPYC VM, medians
-//!   of 5 side-by-side rounds): the FIFO one-shot leads to 64 B (0.54-0.66 us), direct
-//!   one-shot at 512 B (0.81-0.87 against the FIFO one-shot's 1.32), two-shot from 4 KiB
-//!   (1.14 against the ring's 2.61); with the bases of the first estimate (0.4, 0.3) and a
-//!   full hop per barrier the model kept the FIFO algorithms to 4 KiB, 123% behind there.
-//!
-//! The model reproduces the measured picks: one-shot up to ~8 KiB per rank at 3 ranks,
-//! ~5 KiB at 4 and ~1 KiB at 8; the tree between ~1 and ~60 KiB at 8 ranks (never at 3-4);
-//! the ring above; at 2 ranks one-shot up to ~1 KiB and the ring above.
+//! The constants do not carry to every CPU: a table from `jitccl tune` overrides the picks
+//! where another machine measures differently.
 
 use std::fmt;
 
