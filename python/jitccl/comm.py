@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Optional, Sequence, Union
 
 from . import errors
-from ._buffers import Buf, as_buf, encode
+from ._buffers import Buf, as_buf as _as_buf, encode
 from ._lib import UniqueIdStruct, lib
 
 c_int, c_void_p = ctypes.c_int, ctypes.c_void_p
@@ -81,6 +81,13 @@ def _config(blocking=None, name=None, min_ctas=None, max_ctas=None, net_name=Non
 
 
 Op = Union[str, tuple]
+
+
+def as_buf(obj, what: str, writable: bool) -> Buf:
+    """`obj` as a buffer of a call; a `Buf` (address, element count, ncclDataType_t) is taken
+    as it is: memory its holder vouches for, such as a torch tensor's (jitccl.torch)."""
+    return obj if isinstance(obj, Buf) else _as_buf(obj, what, writable)
+
 
 # The buffers of the calls posted in this thread's open group: a call runs at the group's
 # end, so a temporary array passed to it must live until then.

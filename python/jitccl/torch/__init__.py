@@ -1,0 +1,60 @@
+"""PyTorch's "jitccl" process-group backend, for CPU tensors: importing this module
+registers it.
+
+    import torch.distributed as dist
+    import jitccl.torch                                  # registers "jitccl" (devices: cpu)
+    dist.init_process_group("jitccl")                    # env://: RANK, WORLD_SIZE, MASTER_*
+    dist.all_reduce(torch.ones(4))                       # every collective; DDP on top
+    pairs = dist.new_group([0, 1], backend="jitccl")     # groups, each its own communicator
+
+Each process group is one jitccl communicator, made from the store PyTorch hands the
+backend: the group's rank 0 makes the unique id and sets its bytes in the store under a
+key named after the group, the others read them. The group's timeout is the
+communicator's (JITCCL_TIMEOUT is set to it while the communicator is made, and
+JITCCL_BOOTSTRAP_TIMEOUT too unless it is set), so a wait on a peer that never comes ends
+in an error after it.
+
+A collective is complete when its call returns (the communicator is a blocking one on the
+host); its Work is a completed one (`wait()`, `is_completed()`, `get_future()` as Gloo's).
+Sends and receives (isend, irecv, batch_isend_irecv, send, recv) are held until the next
+`wait()` on one of them (or `is_completed()`, `get_future()`), the next collective on any
+jitccl group, or the end of a coalescing block, then run together as one NCCL group: a
+rank may post its sends before its receives, as with Gloo.
+
+The ranks check that they agree on each call before any data moves (jitccl, as NCCL, does
+not: ranks passing different sizes would get wrong results without an error): they
+all-gather a descriptor of the collective (operation, type, counts, root, op), and a send
+first tells its receiver its count and type. Calls that differ raise DistBackendError on
+every rank and write nothing; the group stays usable. The price is one small all-gather
+per collective (and a header per send).
+
+Data types: every one torch and jitccl share (int8, uint8, int32, int64, float16,
+bfloat16, float32, float64, and uint32, uint64, float8_e4m3fn, float8_e5m2 where torch
+has them), complex as their real pairs (SUM, AVG, PREMUL_SUM), bool as bytes (data
+movement; MIN, MAX and the bitwise ops). Ops: SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM
+(`dist._make_nccl_premul_sum(factor)`) in jitccl; BAND, BOR, BXOR (integer and bool
+tensors) by an all-gather and a local fold, since jitccl has no bitwise reductions.
+Non-contiguous tensors are copied to contiguous ones and the results copied back.
+
+A failed call raises torch.distributed.DistBackendError naming the operation, the rank
+and the group, chained from the jitccl.Error; a bad argument raises ValueError or
+TypeError before anything is sent. A failed communicator stays failed: later operations
+on its group raise too.
+"""
+
+import torch.distributed as dist
+
+from ._group import BACKEND, ProcessGroupJitccl
+
+__all__ = ["BACKEND", "ProcessGroupJitccl", "create_backend"]
+
+
+def create_backend(dist_opts, backend_options=None) -> ProcessGroupJitccl:
+    """The creator registered for "jitccl" (PyTorch's extended API: the options carry the
+    store, the group's rank, size, timeout and name)."""
+    return ProcessGroupJitccl(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
+                              dist_opts.group_id)
+
+
+if BACKEND.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu"])

@@ -1,0 +1,156 @@
+"""Held operations: sends and receives run together as one NCCL group, and their Work."""
+
+import threading
+from datetime import timedelta
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from .. import errors
+from ..comm import group as nccl_group
+from ._agree import _DTYPE_ID, _DTYPE_NAMES, _Mismatch
+from ._tensors import _DTYPES, _buf, _flat
+
+# ---- Held operations: sends and receives ------------------------------------------------------
+
+
+class _Held:
+    """A send or receive posted but not run yet."""
+
+    __slots__ = ("pg", "kind", "peer", "staged", "work")
+
+    def __init__(self, pg, kind: str, peer: int, staged, work):
+        self.pg, self.kind, self.peer, self.staged, self.work = pg, kind, peer, staged, work
+
+    def header(self) -> torch.Tensor:
+        f = _flat(self.staged.c)
+        t = self.staged.c
+        return torch.tensor([f.numel(), _DTYPES[f.dtype], _DTYPE_ID[t.dtype], t.numel()], dtype=torch.int64)
+
+
+# Sends and receives of every jitccl group of this process, in the order posted.
+_HELD: list = []
+_HELD_LOCK = threading.Lock()
+_TORCH_OF_CODE = {code: dt for dt, code in _DTYPES.items()}
+
+
+def _flush() -> None:
+    """Runs the held sends and receives: first each send's header (its count and type) to
+    its receiver, then the data, each phase one NCCL group. A receive whose sender sends
+    something else takes the data into a scratch buffer (so nothing stays behind in the
+    communicator) and fails; so does every Work of a phase that fails."""
+    with _HELD_LOCK:
+        ops = list(_HELD)
+        _HELD.clear()
+    if ops:
+        with torch.no_grad():
+            _run_held(ops)
+
+
+def _run_held(ops: list) -> None:
+    heads = [op.header() if op.kind == "send" else torch.empty(4, dtype=torch.int64) for op in ops]
+    try:
+        with nccl_group():
+            for op, h in zip(ops, heads):
+                getattr(op.pg._comm, op.kind)(_buf(h), op.peer)
+    except Exception as e:  # noqa: BLE001 - handed to the Works
+        _fail_all(ops, e)
+        return
+    failures, keep = [None] * len(ops), []
+    try:
+        with nccl_group():
+            for i, (op, h) in enumerate(zip(ops, heads)):
+                count, code, did, numel = h.tolist()
+                if op.kind == "send":
+                    if count:
+                        op.pg._comm.send(_buf(op.staged.c), op.peer)
+                    continue
+                want = op.header().tolist()
+                if [count, did] != [want[0], want[2]]:
+                    name = _DTYPE_NAMES[did - 1] if 1 <= did <= len(_DTYPE_NAMES) else "?"
+                    failures[i] = op.pg._error("recv", _Mismatch(
+                        f"rank {op.peer} sent {numel} {name} elements, this rank receives {want[3]} "
+                        f"{str(op.staged.c.dtype).replace('torch.', '')}: nothing was written"))
+                    if count:
+                        scratch = torch.empty(count, dtype=_TORCH_OF_CODE[code])
+                        keep.append(scratch)
+                        op.pg._comm.recv(_buf(scratch), op.peer)
+                elif count:
+                    op.pg._comm.recv(_buf(op.staged.c), op.peer)
+    except Exception as e:  # noqa: BLE001
+        _fail_all(ops, e)
+        return
+    for op, failure in zip(ops, failures):
+        if failure is not None:
+            op.work._fail(failure)
+            continue
+        if op.kind == "recv":
+            op.staged.back()
+        op.work._complete()
+
+
+def _fail_all(ops: list, e: BaseException) -> None:
+    if isinstance(e, errors.Error):
+        cause = e
+        e = ops[0].pg._error("send/recv" if len(ops) == 1 else f"send/recv (one of {len(ops)} held)", e)
+        e.__cause__ = cause
+    for op in ops:
+        op.work._fail(e)
+
+
+class _HeldWork(dist.Work):
+    """The Work of a held send or receive: waiting on it (or asking whether it is done, or
+    for its future) runs the held operations."""
+
+    def __init__(self, result: list):
+        super().__init__()
+        self._result = result
+        self._done = False
+        self._failure: Optional[BaseException] = None
+        self._fut = torch.futures.Future()
+
+    def _complete(self) -> None:
+        self._done = True
+        self._fut.set_result(self._result)
+
+    def _fail(self, e: BaseException) -> None:
+        self._done, self._failure = True, e
+        self._fut.set_exception(e)
+
+    def _run(self) -> None:
+        if not self._done:
+            _flush()
+
+    def wait(self, timeout: Optional[timedelta] = None) -> bool:
+        self._run()
+        if self._failure is not None:
+            raise self._failure
+        return True
+
+    def is_completed(self) -> bool:
+        self._run()
+        return True
+
+    def is_success(self) -> bool:
+        self._run()
+        return self._failure is None
+
+    def exception(self):
+        self._run()
+        return self._failure
+
+    def get_future(self):
+        self._run()
+        return self._fut
+
+    def result(self) -> list:
+        self.wait()
+        return self._result
+
+
+def _done_work(result: list):
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
