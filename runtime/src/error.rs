@@ -90,10 +90,12 @@ impl Error {
 }
 
 impl Error {
-    /// A copy of an error for one more caller (the kinds a caller branches on are kept;
+    /// A copy of an error for one more caller (the kinds a caller branches on are kept,
+    /// a bootstrap's error whole: a nonblocking init's failure is the one init had; other
     /// wrapped errors become `Internal` with their message, as in [`Error::replay`]).
     pub(crate) fn duplicate(&self) -> Error {
         match self {
+            Error::Bootstrap(e) => Error::Bootstrap(e.duplicate()),
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
             Error::InvalidUsage(m) => Error::InvalidUsage(m.clone()),
             Error::InProgress(m) => Error::InProgress(m.clone()),

@@ -1,6 +1,9 @@
-//! [`BootstrapError`]: every way a bootstrap can fail, each variant naming what happened.
+//! [`BootstrapError`]: every way a bootstrap can fail, each variant naming what happened;
+//! [`Secs`], how every message of the bootstrap and the store writes a duration.
 
+use std::fmt;
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Errors of the bootstrap. Errors the root detects for the whole communicator
@@ -10,11 +13,12 @@ use std::time::Duration;
 pub enum BootstrapError {
     /// A wait made no progress before the deadline. `peer` is the rank waited for, if the
     /// wait was for one rank (`None`: the root, or no particular rank).
-    #[error("bootstrap {op}: timed out after {:.1} s{}", .after.as_secs_f64(), waiting_for(.peer))]
+    #[error("bootstrap {op}: timed out after {}{}", Secs(*.after), waiting_for(.peer))]
     Timeout { op: &'static str, peer: Option<usize>, after: Duration },
     /// The root's deadline passed before every rank had connected: `missing` never did.
-    #[error("bootstrap timed out after {:.1} s: rank(s) {} of {nranks} never connected to the root", .after.as_secs_f64(), list(.missing))]
-    MissingRanks { missing: Vec<usize>, nranks: usize, after: Duration },
+    /// `rank`: the rank told so (`None` in the root's own report).
+    #[error("bootstrap{} timed out after {}: rank(s) {} of {nranks} never connected to the root", on_rank(.rank), Secs(*.after), list(.missing))]
+    MissingRanks { rank: Option<usize>, missing: Vec<usize>, nranks: usize, after: Duration },
     /// Bytes that should start with the bootstrap magic did not (a stray connection, another
     /// program on the port, or a corrupted / foreign unique id).
     #[error("bootstrap: wrong magic {got:#018x} from {from} (not a jitccl bootstrap peer or unique id)")]
@@ -41,6 +45,19 @@ pub enum BootstrapError {
     /// A peer closed its connection in the middle of `op`.
     #[error("bootstrap {op}: {} closed the connection", peer_name(.peer))]
     ConnectionClosed { op: &'static str, peer: Option<usize> },
+    /// Rank `culprit` died or failed before every rank had finished init (its root saw it,
+    /// or it ran the root and the root is gone), so `rank`'s `op` cannot complete. `rank` is
+    /// `None` in the root's own report.
+    #[error("bootstrap {op}{}: rank {culprit} {how}", on_rank(.rank))]
+    PeerGone { op: &'static str, rank: Option<usize>, culprit: usize, how: String },
+    /// The root at `root` (run by no rank this rank knows of) ended before `rank`'s init
+    /// did: its process died, or it had already served or failed its communicator.
+    #[error("bootstrap {op} on rank {rank}: the bootstrap root at {root} {how}")]
+    RootGone { op: &'static str, rank: usize, root: SocketAddr, how: String },
+    /// The launcher's store, which rank `server` serves at `addr`, failed `rank`'s `op`
+    /// (`detail`: the store's error, and whether rank `server` is gone).
+    #[error("bootstrap {op} on rank {rank}: the store that rank {server} serves at {addr}: {detail}")]
+    Store { op: &'static str, rank: usize, server: usize, addr: String, detail: String },
     /// A peer with the right magic sent something the protocol does not allow.
     #[error("bootstrap: protocol error from {from}: {detail}")]
     Protocol { from: String, detail: String },
@@ -72,6 +89,38 @@ impl BootstrapError {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         Self::Io { context: context.into(), source }
     }
+
+    /// A copy for one more caller (a nonblocking init's error, asked for again and again);
+    /// an OS error keeps its kind and message.
+    pub(crate) fn duplicate(&self) -> Self {
+        use BootstrapError::*;
+        match self {
+            Timeout { op, peer, after } => Timeout { op, peer: *peer, after: *after },
+            MissingRanks { rank, missing, nranks, after } => {
+                MissingRanks { rank: *rank, missing: missing.clone(), nranks: *nranks, after: *after }
+            }
+            WrongMagic { from, got } => WrongMagic { from: from.clone(), got: *got },
+            DuplicateRank { rank } => DuplicateRank { rank: *rank },
+            NranksMismatch { expected, got, rank } => NranksMismatch { expected: *expected, got: *got, rank: *rank },
+            IdsMismatch { rank, iroot } => IdsMismatch { rank: *rank, iroot: *iroot },
+            InvalidRank { rank, nranks } => InvalidRank { rank: *rank, nranks: *nranks },
+            Aborted { op } => Aborted { op },
+            ConnectionClosed { op, peer } => ConnectionClosed { op, peer: *peer },
+            PeerGone { op, rank, culprit, how } => PeerGone { op, rank: *rank, culprit: *culprit, how: how.clone() },
+            RootGone { op, rank, root, how } => RootGone { op, rank: *rank, root: *root, how: how.clone() },
+            Store { op, rank, server, addr, detail } => {
+                Store { op, rank: *rank, server: *server, addr: addr.clone(), detail: detail.clone() }
+            }
+            Protocol { from, detail } => Protocol { from: from.clone(), detail: detail.clone() },
+            InvalidArgument(m) => InvalidArgument(m.clone()),
+            EnvVar { var, problem } => EnvVar { var, problem: problem.clone() },
+            Launch(m) => Launch(m.clone()),
+            NoInterface { filter, available } => NoInterface { filter: filter.clone(), available: available.clone() },
+            Io { context, source } => {
+                Io { context: context.clone(), source: io::Error::new(source.kind(), source.to_string()) }
+            }
+        }
+    }
 }
 
 pub type Result<T, E = BootstrapError> = std::result::Result<T, E>;
@@ -83,6 +132,10 @@ fn peer_name(peer: &Option<usize>) -> String {
     }
 }
 
+fn on_rank(rank: &Option<usize>) -> String {
+    rank.map(|r| format!(" on rank {r}")).unwrap_or_default()
+}
+
 fn waiting_for(peer: &Option<usize>) -> String {
     match peer {
         Some(p) => format!(" waiting for rank {p}"),
@@ -92,4 +145,45 @@ fn waiting_for(peer: &Option<usize>) -> String {
 
 fn list(ranks: &[usize]) -> String {
     ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// A duration as people write it: "120 s", "2.5 s", "0.15 s", "3 ms".
+#[derive(Clone, Copy, Debug)]
+pub struct Secs(pub Duration);
+
+impl fmt::Display for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs_f64();
+        let text = match s {
+            s if s >= 10.0 => format!("{s:.0}"),
+            s if s >= 1.0 => format!("{s:.1}"),
+            s if s >= 0.01 => format!("{s:.2}"),
+            _ => return write!(f, "{} ms", self.0.as_millis()),
+        };
+        // "2.0" and "0.50" read as "2" and "0.5".
+        let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+        write!(f, "{text} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let ms = Duration::from_millis;
+        for (d, want) in [
+            (Duration::from_secs_f64(120.000122036), "120 s"),
+            (ms(130_000), "130 s"),
+            (ms(2500), "2.5 s"),
+            (ms(2000), "2 s"),
+            (ms(150), "0.15 s"),
+            (ms(500), "0.5 s"),
+            (ms(3), "3 ms"),
+            (Duration::MAX, "18446744073709551616 s"),
+        ] {
+            assert_eq!(Secs(d).to_string(), want, "{d:?}");
+        }
+    }
 }

@@ -30,9 +30,11 @@ pub struct UniqueId {
 impl UniqueId {
     /// NCCL's `ncclGetUniqueId`: starts a root thread in this process, listening on the
     /// chosen interface (`JITCCL_SOCKET_IFNAME`, as NCCL_SOCKET_IFNAME) at an ephemeral
-    /// port, and returns its id. The root serves one communicator, then exits (also on
-    /// its timeout, `JITCCL_BOOTSTRAP_TIMEOUT`). Pass the id to every rank (e.g. with
-    /// [`to_bytes`](Self::to_bytes) through a store).
+    /// port, and returns its id. The root serves one communicator, watching its ranks until
+    /// every one has finished init (it tells them all when one dies), then exits (also on
+    /// its timeout, `JITCCL_BOOTSTRAP_TIMEOUT`, if ranks are missing): this process must
+    /// live that long. Pass the id to every rank (e.g. with [`to_bytes`](Self::to_bytes)
+    /// through a store).
     pub fn new() -> Result<Self> {
         Self::with_config(&BootstrapConfig::from_env()?)
     }
@@ -95,6 +97,13 @@ impl UniqueId {
                 Err(BootstrapError::EnvVar { var: COMM_ID_VAR, problem: "is not valid UTF-8".into() })
             }
         }
+    }
+
+    /// Whether the root was listening before this id existed: a running root made it (its
+    /// nonce is random), rather than every rank computing it from an address where the
+    /// root may not be up yet. A refused connection to such a root means it is gone.
+    pub(crate) fn root_was_listening(&self) -> bool {
+        self.nonce != Self::for_address(self.root).nonce
     }
 
     /// The root's listening address.
@@ -197,6 +206,8 @@ mod tests {
         }
         let id = UniqueId::for_address("10.0.0.1:1234".parse().unwrap());
         assert_eq!(id, UniqueId::for_address("10.0.0.1:1234".parse().unwrap()));
+        assert!(!id.root_was_listening(), "a root named by an address may not be up yet");
+        assert!(UniqueId::random(id.root_addr()).root_was_listening());
         let mut b = id.to_bytes();
         b[3] ^= 0xff;
         assert!(matches!(UniqueId::from_bytes(&b), Err(BootstrapError::WrongMagic { .. })));

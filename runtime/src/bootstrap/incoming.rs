@@ -1,6 +1,6 @@
-//! Connections arriving at a rank's listening socket: the root's reply, the ring
-//! predecessor, and one connection per send/recv message. Anything that is not a
-//! well-formed message of this communicator is logged and dropped.
+//! Connections arriving at a rank's listening socket: the ring predecessor, and one
+//! connection per send/recv message (the root talks on the rank's link instead). Anything
+//! that is not a well-formed message of this communicator is logged and dropped.
 //!
 //! Connections are accepted as they come and their headers read concurrently (one `poll`
 //! over the listener and every connection whose header is incomplete), so a stranger's
@@ -19,7 +19,7 @@ use socket2::Socket;
 use super::error::{BootstrapError, Result};
 use super::lock;
 use super::net::{self, Waiter};
-use super::wire::{self, Header, Kind, RootReply, HEADER_BYTES, MAX_CONTROL_PAYLOAD, ROOT_RANK};
+use super::wire::{Header, Kind, HEADER_BYTES};
 
 /// A connection that has not sent its header (or a control message its payload) within
 /// this time is dropped.
@@ -29,8 +29,6 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_PENDING: usize = 128;
 
 pub(crate) enum Incoming {
-    RootReply(RootReply),
-    RootError(BootstrapError),
     /// The ring predecessor's connection (rank it claims).
     Ring(Socket, usize),
     P2p(Message),
@@ -207,21 +205,7 @@ fn read_header(p: &mut Pending, nonce: u64) -> Result<Option<Header>> {
 fn read_body(s: Socket, h: Header, nranks: usize, w: &Waiter) -> Result<Incoming> {
     let from = || net::describe(&s);
     let bad = |detail: String| BootstrapError::Protocol { from: from(), detail };
-    let control = |s: &Socket| -> Result<Vec<u8>> {
-        if h.len > MAX_CONTROL_PAYLOAD {
-            return Err(bad(format!("{:?} message of {} bytes", h.kind, h.len)));
-        }
-        net::read_payload(s, h.len, &w.capped("read a control message", HEADER_TIMEOUT))
-    };
     match h.kind {
-        Kind::RootReply | Kind::RootError if h.rank != ROOT_RANK => {
-            Err(bad(format!("{:?} message from rank {} instead of the root", h.kind, h.rank)))
-        }
-        Kind::RootReply => {
-            let p = control(&s)?;
-            RootReply::decode(&p).map(Incoming::RootReply).ok_or_else(|| bad("malformed root reply".into()))
-        }
-        Kind::RootError => Ok(Incoming::RootError(wire::decode_error(&control(&s)?, "the root"))),
         Kind::RingConnect | Kind::P2p if h.rank as usize >= nranks => {
             Err(bad(format!("{:?} message from rank {} of a {nranks}-rank communicator", h.kind, h.rank)))
         }

@@ -1,8 +1,8 @@
 //! Socket helpers: every blocking operation is a loop of `poll` calls no longer than
-//! [`SLICE`], checking the abort flag and the deadline between them, so no wait outlives
-//! its timeout and an abort is seen within one slice. Sockets are socket2 sockets in
-//! non-blocking mode; writes use `send` (MSG_NOSIGNAL on Linux: a closed peer is an error,
-//! not a SIGPIPE).
+//! [`SLICE`], checking the abort flag, the link to the root (during init) and the deadline
+//! between them, so no wait outlives its timeout, and an abort or a rank's death is seen
+//! within one slice. Sockets are socket2 sockets in non-blocking mode; writes use `send`
+//! (MSG_NOSIGNAL on Linux: a closed peer is an error, not a SIGPIPE).
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::error::{BootstrapError, Result};
+use super::liveness::Liveness;
 use super::wire::{Header, HEADER_BYTES};
 
 /// Longest single sleep or poll: the latency of noticing an abort.
@@ -25,30 +26,35 @@ pub(crate) fn deadline_after(start: Instant, d: Duration) -> Instant {
     start.checked_add(d).or_else(|| start.checked_add(FAR)).unwrap_or(start)
 }
 
-/// The deadline and abort flag of one operation, and what to name in its errors.
+/// The deadline and abort flag of one operation, what it knows of peers that are gone,
+/// and what to name in its errors.
+#[derive(Clone, Copy)]
 pub struct Waiter<'a> {
     pub op: &'static str,
     pub peer: Option<usize>,
     start: Instant,
     deadline: Instant,
     abort: &'a AtomicBool,
+    live: Option<&'a Liveness>,
+    /// The rank the operation waits on (`None`: every rank): whose going ends it.
+    on: Option<usize>,
 }
 
 impl<'a> Waiter<'a> {
     pub fn new(op: &'static str, peer: Option<usize>, timeout: Duration, abort: &'a AtomicBool) -> Self {
         let start = Instant::now();
-        Self { op, peer, start, deadline: deadline_after(start, timeout), abort }
+        Self { op, peer, start, deadline: deadline_after(start, timeout), abort, live: None, on: peer }
+    }
+
+    /// This waiter, also ended when `live` says that a rank it waits on is gone (the peer
+    /// it was made for, or every rank).
+    pub fn watching(self, live: &'a Liveness) -> Waiter<'a> {
+        Waiter { live: Some(live), ..self }
     }
 
     /// A waiter for a different op/peer sharing this one's start and deadline.
     pub fn sub(&self, op: &'static str, peer: Option<usize>) -> Waiter<'a> {
-        Waiter { op, peer, start: self.start, deadline: self.deadline, abort: self.abort }
-    }
-
-    /// A waiter like this one whose deadline is at most `max` from now.
-    pub fn capped(&self, op: &'static str, max: Duration) -> Waiter<'a> {
-        let d = deadline_after(Instant::now(), max);
-        Waiter { op, peer: self.peer, start: Instant::now(), deadline: d.min(self.deadline), abort: self.abort }
+        Waiter { op, peer, ..*self }
     }
 
     pub fn extend(&mut self, by: Duration) {
@@ -59,10 +65,14 @@ impl<'a> Waiter<'a> {
         self.abort.load(Ordering::Acquire)
     }
 
-    /// `Aborted` if the flag is set, `Timeout` if the deadline has passed.
+    /// `Aborted` if the flag is set, `PeerGone` (or the root's word) if a rank it waits on
+    /// died or failed, `Timeout` if the deadline has passed.
     pub fn check(&self) -> Result<()> {
         if self.aborted() {
             return Err(BootstrapError::Aborted { op: self.op });
+        }
+        if let Some(live) = self.live {
+            live.check(self.op, self.on)?;
         }
         if Instant::now() >= self.deadline {
             return Err(self.timeout_error());
@@ -72,6 +82,16 @@ impl<'a> Waiter<'a> {
 
     pub fn timeout_error(&self) -> BootstrapError {
         BootstrapError::Timeout { op: self.op, peer: self.peer, after: self.start.elapsed() }
+    }
+
+    /// A peer's connection closed or was refused (`e`): word of the rank that is gone if it
+    /// comes soon (see [`Liveness::why_lost`]), else `e`.
+    pub fn lost(&self, e: BootstrapError) -> BootstrapError {
+        self.live.and_then(|l| l.why_lost(self.op, self.on)).unwrap_or(e)
+    }
+
+    fn closed(&self) -> BootstrapError {
+        self.lost(BootstrapError::ConnectionClosed { op: self.op, peer: self.peer })
     }
 
     pub fn remaining(&self) -> Duration {
@@ -139,14 +159,14 @@ pub fn read_exact(s: &Socket, buf: &mut [u8], w: &Waiter) -> Result<()> {
     let mut off = 0;
     while off < buf.len() {
         match (&*s).read(&mut buf[off..]) {
-            Ok(0) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Ok(0) => return Err(w.closed()),
             Ok(n) => off += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 w.check()?;
                 wait_fd(s.as_raw_fd(), libc::POLLIN, w)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_closed(&e) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Err(e) if is_closed(&e) => return Err(w.closed()),
             Err(e) => return Err(BootstrapError::io(format!("{}: read", w.op), e)),
         }
     }
@@ -183,14 +203,14 @@ pub fn write_all(s: &Socket, buf: &[u8], w: &Waiter) -> Result<()> {
     let mut off = 0;
     while off < buf.len() {
         match (&*s).write(&buf[off..]) {
-            Ok(0) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Ok(0) => return Err(w.closed()),
             Ok(n) => off += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 w.check()?;
                 wait_fd(s.as_raw_fd(), libc::POLLOUT, w)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_closed(&e) => return Err(BootstrapError::ConnectionClosed { op: w.op, peer: w.peer }),
+            Err(e) if is_closed(&e) => return Err(w.closed()),
             Err(e) => return Err(BootstrapError::io(format!("{}: write", w.op), e)),
         }
     }
@@ -303,7 +323,7 @@ fn connect_with(addr: SocketAddr, w: &Waiter, retry_refused: bool) -> Result<Soc
             }
             Some(e) => {
                 let who = w.peer.map(|p| format!("rank {p} at ")).unwrap_or_default();
-                return Err(BootstrapError::io(format!("{}: connect to {who}{addr}", w.op), e));
+                return Err(w.lost(BootstrapError::io(format!("{}: connect to {who}{addr}", w.op), e)));
             }
         }
     }

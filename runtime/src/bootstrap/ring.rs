@@ -70,7 +70,7 @@ fn exchange(
     let mut header: Option<Header> = None;
     let mut payload: Vec<u8> = Vec::new();
     let mut got = 0;
-    let closed = |peer| BootstrapError::ConnectionClosed { op: w.op, peer: Some(peer) };
+    let closed = |peer| w.lost(BootstrapError::ConnectionClosed { op: w.op, peer: Some(peer) });
     let io_err = |what: &str, e| BootstrapError::io(format!("{}: {what}", w.op), e);
     loop {
         while sent < msg.len() {

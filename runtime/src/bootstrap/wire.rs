@@ -11,16 +11,26 @@
 //! | 32     | 8    | len: payload bytes that follow                               |
 //!
 //! A message whose magic or nonce is wrong is dropped (and logged), never trusted.
-//! Payloads per kind:
+//!
+//! A rank's connection to its root (its *link*) stays open until every rank of the root
+//! has finished init; it carries, with the id's nonce:
 //! - `Hello` (rank → root, 52 B): nranks u32, iroot u32 (the index of the root's id in the
-//!   rank's list), timeout_ms u64, listen address (20 B), nroots u32, 0 u32, comm nonce u64
-//!   (the session of the communicator's ring: the one id's nonce, or a digest of all ids;
-//!   the root sends its replies and errors with it).
-//! - `HelloAck` (root → rank, on the hello's connection, empty): the rank checks it, so a
-//!   `JITCCL_COMM_ID` that points at some other service fails with `WrongMagic` at once.
+//!   rank's list), timeout_ms u64, listen address (20 B), nroots u32, flags u32 (bit 0: the
+//!   root runs in this rank's process), comm nonce u64 (the session of the communicator's
+//!   ring: the one id's nonce, or a digest of all ids).
+//! - `HelloAck` (root → rank, 4 B): the rank running the root plus one (0: not known yet).
+//!   The first one answers the hello, so a `JITCCL_COMM_ID` that points at some other
+//!   service fails with `WrongMagic` at once; another follows when the root learns it.
 //! - `RootReply` (root → rank, 28 B): nranks u32, 0 u32, the ring successor's address (20 B).
 //! - `RootError` (root → rank): code u32, nmissing u32, a u64, b u64, c u64, after_ms u64,
-//!   then nmissing × u32 (see [`encode_error`]).
+//!   nmissing × u32, then the rest of a rank's failure in UTF-8 (see [`encode_error`]):
+//!   the communicator cannot form, or a rank died or failed before init ended everywhere.
+//! - `Done` (rank → root, empty): this rank's init is complete.
+//! - `Failed` (rank → root): this rank's init failed: the rank that failed first u32
+//!   (`u32::MAX`: this one), then how, in UTF-8 (see [`encode_failure`]).
+//! - `AllDone` (root → rank, empty): every rank is done; the root stops watching.
+//!
+//! Between ranks:
 //! - `RingConnect` (rank → its ring successor): empty.
 //! - `RingData`: one all-gather contribution (any length).
 //! - `P2p`: one send/recv message (any length).
@@ -41,8 +51,10 @@ pub const HEADER_BYTES: usize = 40;
 pub const ADDR_BYTES: usize = 20;
 /// `rank` field of messages sent by the root.
 pub const ROOT_RANK: u32 = u32::MAX;
-/// Largest payload the root accepts in a `Hello` or a rank accepts in a `RootReply`.
+/// Largest payload of a message on a link (a rank's failure is cut to fit).
 pub const MAX_CONTROL_PAYLOAD: u64 = 4096;
+/// `Hello` flag: the root runs in the sending rank's process.
+pub const HOSTS_ROOT: u32 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -55,11 +67,24 @@ pub enum Kind {
     RingData,
     P2p,
     HelloAck,
+    Done,
+    Failed,
+    AllDone,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] =
-        [Kind::Hello, Kind::RootReply, Kind::RootError, Kind::RingConnect, Kind::RingData, Kind::P2p, Kind::HelloAck];
+    const ALL: [Kind; 10] = [
+        Kind::Hello,
+        Kind::RootReply,
+        Kind::RootError,
+        Kind::RingConnect,
+        Kind::RingData,
+        Kind::P2p,
+        Kind::HelloAck,
+        Kind::Done,
+        Kind::Failed,
+        Kind::AllDone,
+    ];
 
     fn from_u32(v: u32) -> Option<Self> {
         Kind::ALL.into_iter().find(|k| *k as u32 == v)
@@ -167,6 +192,8 @@ pub struct Hello {
     pub timeout_ms: u64,
     pub listen: SocketAddr,
     pub nroots: u32,
+    /// [`HOSTS_ROOT`] or 0.
+    pub flags: u32,
     pub comm_nonce: u64,
 }
 
@@ -178,7 +205,7 @@ impl Hello {
         v.extend_from_slice(&self.timeout_ms.to_le_bytes());
         encode_addr(&self.listen, &mut v);
         v.extend_from_slice(&self.nroots.to_le_bytes());
-        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&self.flags.to_le_bytes());
         v.extend_from_slice(&self.comm_nonce.to_le_bytes());
         v
     }
@@ -194,6 +221,7 @@ impl Hello {
             timeout_ms: u64_at(b, 8),
             listen: decode_addr(&b[16..TAIL])?,
             nroots: u32_at(b, TAIL),
+            flags: u32_at(b, TAIL + 4),
             comm_nonce: u64_at(b, TAIL + 8),
         })
     }
@@ -229,10 +257,12 @@ const E_INVALID_RANK: u32 = 3;
 const E_MISSING: u32 = 4;
 const E_ABORTED: u32 = 5;
 const E_IDS: u32 = 6;
+const E_GONE: u32 = 7;
 
 /// Encodes a communicator-wide error the root sends to the ranks. Errors that are not
 /// about the communicator (I/O, ...) are not sent.
 pub fn encode_error(e: &BootstrapError) -> Option<Vec<u8>> {
+    let mut how: &[u8] = &[];
     let (code, a, b, c, after, missing): (u32, u64, u64, u64, Duration, &[usize]) = match e {
         BootstrapError::DuplicateRank { rank } => (E_DUPLICATE, *rank as u64, 0, 0, Duration::ZERO, &[]),
         BootstrapError::NranksMismatch { expected, got, rank } => {
@@ -241,12 +271,18 @@ pub fn encode_error(e: &BootstrapError) -> Option<Vec<u8>> {
         BootstrapError::InvalidRank { rank, nranks } => {
             (E_INVALID_RANK, *rank as u64, *nranks as u64, 0, Duration::ZERO, &[])
         }
-        BootstrapError::MissingRanks { missing, nranks, after } => (E_MISSING, *nranks as u64, 0, 0, *after, missing),
+        BootstrapError::MissingRanks { missing, nranks, after, .. } => {
+            (E_MISSING, *nranks as u64, 0, 0, *after, missing)
+        }
         BootstrapError::Aborted { .. } => (E_ABORTED, 0, 0, 0, Duration::ZERO, &[]),
         BootstrapError::IdsMismatch { rank, iroot } => (E_IDS, *rank as u64, *iroot as u64, 0, Duration::ZERO, &[]),
+        BootstrapError::PeerGone { culprit, how: text, .. } => {
+            how = text.as_bytes();
+            (E_GONE, *culprit as u64, 0, 0, Duration::ZERO, &[])
+        }
         _ => return None,
     };
-    let mut v = Vec::with_capacity(40 + 4 * missing.len());
+    let mut v = Vec::with_capacity(40 + 4 * missing.len() + how.len());
     v.extend_from_slice(&code.to_le_bytes());
     v.extend_from_slice(&(missing.len() as u32).to_le_bytes());
     for x in [a, b, c, u64::try_from(after.as_millis()).unwrap_or(u64::MAX)] {
@@ -255,10 +291,13 @@ pub fn encode_error(e: &BootstrapError) -> Option<Vec<u8>> {
     for &m in missing {
         v.extend_from_slice(&(m as u32).to_le_bytes());
     }
+    v.extend_from_slice(how);
     Some(v)
 }
 
-/// Decodes a `RootError` payload back into the error it describes.
+/// Decodes a `RootError` payload back into the error it describes (as the root reports it:
+/// a `PeerGone` or `MissingRanks` names no rank, a `PeerGone` has op "init"; the receiving
+/// rank names its own).
 pub fn decode_error(p: &[u8], from: &str) -> BootstrapError {
     let bad = || BootstrapError::Protocol { from: from.to_string(), detail: "malformed root error message".into() };
     if p.len() < 40 {
@@ -268,22 +307,47 @@ pub fn decode_error(p: &[u8], from: &str) -> BootstrapError {
     let nmissing = u32_at(p, 4) as usize;
     let (a, b, c) = (u64_at(p, 8) as usize, u64_at(p, 16) as usize, u64_at(p, 24) as usize);
     let after = Duration::from_millis(u64_at(p, 32));
-    if p.len() != 40 + 4 * nmissing {
-        return bad();
-    }
+    let fixed = nmissing.checked_mul(4).and_then(|m| m.checked_add(40)).filter(|&n| n <= p.len());
+    let Some(fixed) = fixed.filter(|&n| code == E_GONE || n == p.len()) else { return bad() };
     match code {
         E_DUPLICATE => BootstrapError::DuplicateRank { rank: a },
         E_NRANKS => BootstrapError::NranksMismatch { expected: a, got: b, rank: c },
         E_INVALID_RANK => BootstrapError::InvalidRank { rank: a, nranks: b },
         E_MISSING => BootstrapError::MissingRanks {
+            rank: None,
             missing: (0..nmissing).map(|i| u32_at(p, 40 + 4 * i) as usize).collect(),
             nranks: a,
             after,
         },
         E_ABORTED => BootstrapError::Aborted { op: "root (aborted)" },
         E_IDS => BootstrapError::IdsMismatch { rank: a, iroot: b },
+        E_GONE => BootstrapError::PeerGone {
+            op: "init",
+            rank: None,
+            culprit: a,
+            how: String::from_utf8_lossy(&p[fixed..]).into_owned(),
+        },
         _ => bad(),
     }
+}
+
+/// A `Failed` payload: `culprit` ([`ROOT_RANK`]: the sender itself) and how it failed,
+/// cut to fit [`MAX_CONTROL_PAYLOAD`].
+pub fn encode_failure(culprit: u32, how: &str) -> Vec<u8> {
+    let mut cut = how.len().min(MAX_CONTROL_PAYLOAD as usize - 4);
+    while !how.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut v = Vec::with_capacity(4 + cut);
+    v.extend_from_slice(&culprit.to_le_bytes());
+    v.extend_from_slice(&how.as_bytes()[..cut]);
+    v
+}
+
+/// Decodes [`encode_failure`]: the rank that failed first (`None`: the sender), and how.
+pub fn decode_failure(p: &[u8]) -> Option<(Option<usize>, String)> {
+    let culprit = (p.len() >= 4).then(|| u32_at(p, 0))?;
+    Some(((culprit != ROOT_RANK).then_some(culprit as usize), String::from_utf8_lossy(&p[4..]).into_owned()))
 }
 
 pub fn u32_at(b: &[u8], off: usize) -> u32 {
@@ -312,13 +376,19 @@ mod tests {
     #[test]
     fn payload_roundtrips() {
         let a: SocketAddr = "[::1]:4242".parse().unwrap();
-        let hello = Hello { nranks: 5, iroot: 2, timeout_ms: 1234, listen: a, nroots: 3, comm_nonce: 99 };
+        let hello =
+            Hello { nranks: 5, iroot: 2, timeout_ms: 1234, listen: a, nroots: 3, flags: HOSTS_ROOT, comm_nonce: 99 };
         assert_eq!(Hello::decode(&hello.encode()).unwrap(), hello);
         let r = RootReply { nranks: 5, next: "10.1.2.3:7".parse().unwrap() };
         assert_eq!(RootReply::decode(&r.encode()).unwrap(), r);
-        let e = BootstrapError::MissingRanks { missing: vec![1, 4], nranks: 5, after: Duration::from_millis(1500) };
+        let e = BootstrapError::MissingRanks {
+            rank: None,
+            missing: vec![1, 4],
+            nranks: 5,
+            after: Duration::from_millis(1500),
+        };
         match decode_error(&encode_error(&e).unwrap(), "root") {
-            BootstrapError::MissingRanks { missing, nranks, after } => {
+            BootstrapError::MissingRanks { missing, nranks, after, .. } => {
                 assert_eq!((missing, nranks, after), (vec![1, 4], 5, Duration::from_millis(1500)))
             }
             other => panic!("{other}"),
@@ -333,5 +403,21 @@ mod tests {
             decode_error(&encode_error(&e).unwrap(), "root"),
             BootstrapError::IdsMismatch { rank: 7, iroot: 1 }
         ));
+        let e = BootstrapError::PeerGone { op: "root", rank: None, culprit: 3, how: "is gone: ünïcode".into() };
+        match decode_error(&encode_error(&e).unwrap(), "root") {
+            BootstrapError::PeerGone { culprit: 3, how, rank: None, .. } => assert_eq!(how, "is gone: ünïcode"),
+            other => panic!("{other}"),
+        }
+        let long = "é".repeat(3000);
+        let (culprit, how) = decode_failure(&encode_failure(ROOT_RANK, &long)).unwrap();
+        assert_eq!(culprit, None);
+        assert!(long.starts_with(&how) && how.len() <= MAX_CONTROL_PAYLOAD as usize - 4, "cut at a char boundary");
+        assert_eq!(decode_failure(&encode_failure(3, "is gone")), Some((Some(3), "is gone".to_string())));
+        assert_eq!(decode_failure(&[1, 2]), None);
+        // Truncated or padded payloads of the fixed-size errors are refused.
+        let mut p = encode_error(&BootstrapError::DuplicateRank { rank: 1 }).unwrap();
+        p.push(0);
+        assert!(matches!(decode_error(&p, "root"), BootstrapError::Protocol { .. }));
+        assert!(matches!(decode_error(&p[..39], "root"), BootstrapError::Protocol { .. }));
     }
 }

@@ -1,13 +1,16 @@
-//! Creating communicators: all ranks in this process (`init_all`), or one rank of a group
-//! of processes (bootstrap from a unique id, a store, JITCCL_COMM_ID or the launcher's
-//! environment, then agreement on the configuration). Either way: every rank's receive
-//! segment, the graph, each peer's transport from the transport table, the connectors.
+//! Creating communicators: all ranks in this process (`init_all`, in `threads`), or one
+//! rank of a group of processes (bootstrap from a unique id, a store, JITCCL_COMM_ID or the
+//! launcher's environment, in `entry`; then agreement on the configuration). Either way:
+//! every rank's receive segment, the graph, each peer's transport from the transport
+//! table, the connectors. A process rank that dies or fails before every rank has finished
+//! fails the others at once, naming it (the bootstrap's roots watch; `peers` extends that
+//! to the waits outside the bootstrap).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::affinity::{self, CpuSet};
-use crate::bootstrap::{Bootstrap, BootstrapConfig, BootstrapError, LaunchEnv, UniqueId};
+use crate::bootstrap::{test_hook, Bootstrap, BootstrapConfig, UniqueId};
 use crate::comm::arena;
 use crate::comm::failure::Failure;
 use crate::comm::{Comm, CommInner};
@@ -17,16 +20,19 @@ use crate::enqueue::{self, Group, Tables};
 use crate::error::{invalid, Error, Result};
 use crate::fault::{Board, Watch};
 use crate::graph::{self, GlobalSystem, Graph, SearchParams};
-use crate::store::{Server, Store, TcpStore};
+use crate::store::Server;
 use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::cuda_ipc::{self, DeviceSegment};
 use crate::transport::layout::Layout;
 use crate::transport::net::{Activity, NetListener, Proxy};
-use crate::transport::p2p::{self, LocalSegments};
 use crate::transport::shm::ShmSegment;
 use crate::transport::{self, AttachCtx, Endpoint};
 use crate::tune::{self, Tuner};
+
+mod entry;
+mod peers;
+mod threads;
 
 /// What the connectors point into: the proxy (if any peer is over the network; declared
 /// first so it stops before the memory goes), the peers' segments as mapped here (shared
@@ -40,89 +46,14 @@ struct Segments {
     _own: ShmSegment,
 }
 
-/// Where the id of `rank`'s next store-based communicator lives. Every rank creates its
-/// communicators in the same order and counts them in the store itself, so the n-th
-/// communicator of every rank finds the n-th key, whether ranks are processes or threads.
-fn next_store_key(store: &dyn Store, rank: usize) -> Result<String> {
-    let seq = store.add(&format!("jitccl/inits/{rank}"), 1)?;
-    Ok(format!("jitccl/unique_id/{seq}"))
-}
-
-/// The unique id of `rank`'s next store-based communicator: rank 0 creates it (its process
-/// runs the bootstrap root) and publishes it; the others read it (waiting up to the
-/// store's timeout), as framework process groups do.
-fn id_from_store(store: &dyn Store, rank: usize) -> Result<UniqueId> {
-    let key = next_store_key(store, rank)?;
-    if rank == 0 {
-        let id = UniqueId::new()?;
-        store.set(&key, &id.to_bytes())?;
-        Ok(id)
-    } else {
-        Ok(UniqueId::from_bytes(&store.get(&key)?)?)
-    }
-}
-
 impl Comm {
-    /// Joins communicator `id` as `rank` of `nranks` (NCCL's ncclCommInitRank); every rank
-    /// calls it, each in its own process, with the same id and configuration.
-    pub fn init_rank(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
-        let (ids, cfg) = (vec![*id], config.clone());
-        Self::start_init(config, rank, nranks, move |abort| Self::init_rank_with(&ids, nranks, rank, &cfg, None, abort))
-    }
-
-    /// As [`init_rank`](Self::init_rank) with several unique ids, NCCL's
-    /// ncclCommInitRankScalable: `ids[k]`'s root (started where that id was created)
-    /// serves the k-th contiguous block of ranks, so no root is hit by every rank at scale.
-    /// Every rank passes the same ids in the same order; an empty list, more ids than
-    /// ranks or two ids of one root is an `InvalidArgument`, ranks given other ids fail
-    /// with a bootstrap `IdsMismatch`.
-    pub fn init_rank_scalable(ids: &[UniqueId], nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
-        let (ids, cfg) = (ids.to_vec(), config.clone());
-        Self::start_init(config, rank, nranks, move |abort| {
-            Self::init_rank_with(&ids, nranks, rank, &cfg, None, abort).map_err(|e| match e {
-                Error::Bootstrap(BootstrapError::InvalidArgument(m)) => Error::InvalidArgument(m),
-                e => e,
-            })
-        })
-    }
-
-    /// Joins a communicator through `store`: rank 0 creates the unique id (its process runs
-    /// the bootstrap root) and publishes it; the others read it (waiting up to the store's
-    /// timeout), as framework process groups do. In nonblocking mode the id is read before
-    /// it returns (the store is borrowed; rank 0 publishes it at once), the rest is queued.
-    pub fn init_from_store(store: &dyn Store, nranks: usize, rank: usize, config: &Config) -> Result<Comm> {
-        Self::init_rank(&id_from_store(store, rank)?, nranks, rank, config)
-    }
-
-    /// Joins the communicator the environment describes. Rank and size come from the
-    /// launcher: torchrun (RANK, WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK / _SIZE), PMI
-    /// (PMI_RANK, PMI_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS); several must agree. The
-    /// rendezvous is `JITCCL_COMM_ID=host:port` (rank 0 runs the root there), else
-    /// MASTER_ADDR:MASTER_PORT (rank 0 serves a store there, the others connect to it);
-    /// only torchrun sets the latter, so under mpirun or srun pass one of them.
-    pub fn init_from_env(config: &Config) -> Result<Comm> {
-        crate::logging::init();
-        let env = LaunchEnv::from_env()?;
-        let (rank, nranks) = (env.rank, env.world_size);
-        let bcfg = BootstrapConfig::from_env()?;
-        if let Some(id) = UniqueId::from_env(rank == 0, &bcfg)? {
-            return Self::init_rank(&id, nranks, rank, config);
-        }
-        let addr = env.master_socket_addr()?;
-        let server = if rank == 0 { Some(Server::bind(addr)?) } else { None };
-        let store = TcpStore::connect(addr, bcfg.timeout)?;
-        tracing::info!("rank {rank} of {nranks}: rendezvous through the store at {addr}");
-        let (ids, cfg) = (vec![id_from_store(&store, rank)?], config.clone());
-        Self::start_init(config, rank, nranks, move |abort| {
-            Self::init_rank_with(&ids, nranks, rank, &cfg, server, abort)
-        })
-    }
-
     /// `abort`: the flag that ends the bootstrap's waits (set by an abort of a nonblocking
-    /// communicator still initializing).
-    fn init_rank_with(
+    /// communicator still initializing); `root_rank`: the rank that runs the root, if known.
+    /// Until every rank has finished, a rank's death or failure fails the others at once,
+    /// naming it (see the bootstrap's links): this rank tells the roots its own failure.
+    pub(super) fn init_rank_with(
         ids: &[UniqueId], nranks: usize, rank: usize, config: &Config, store_server: Option<Server>,
-        abort: Arc<AtomicBool>,
+        abort: Arc<AtomicBool>, root_rank: Option<usize>,
     ) -> Result<Comm> {
         crate::logging::init();
         if rank >= nranks {
@@ -130,86 +61,113 @@ impl Comm {
         }
         let device = config.device.clone().unwrap_or(Device::host(rank));
         cuda_ipc::check_device(rank, &device)?;
-        let bcfg = BootstrapConfig::from_env()?.with_abort(abort.clone());
+        let bcfg = BootstrapConfig::from_env()?.with_abort(abort.clone()).with_root_rank(root_rank);
         let bs = Bootstrap::init_scalable(ids, rank, nranks, &bcfg)?;
-
-        // Ranks on one machine share its CPUs, whatever namespace each runs in.
-        let machine = transport::machine_id();
-        let machines = bs.all_gather(machine.as_bytes())?;
-        let same_machine = |q: &usize| machines[*q] == machine.as_bytes();
-        let cpus =
-            affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
-        // Every rank must have been given the same configuration, or their kernels would
-        // not agree on channels, protocols or FIFO slots.
-        let cfg = config.resolve_on(nranks, &device)?;
-        cfg.agree(rank, &bs.all_gather(&cfg.encode())?)?;
-
-        let layout = Layout::new(nranks, &cfg, &device);
-        let own = ShmSegment::create(layout.segment_bytes())?;
-        let own_device = DeviceSegment::new(rank, &device, &layout, &own)?;
-        // What the transport table decides each pair's transport from.
-        let me = Endpoint::of_process(own.name(), own_device.as_ref().map(DeviceSegment::end))?;
-        let gathered = bs.all_gather(&me.encode())?;
-        let endpoints = gathered.iter().enumerate().map(|(q, b)| Endpoint::decode(q, b)).collect::<Result<Vec<_>>>()?;
-        cuda_ipc::check_targets(rank, &endpoints)?;
-        let own_fifos = own_device.as_ref().map(DeviceSegment::ptr);
-        let Attached { bases, boards, recv, keep, net } =
-            attach(&layout, rank, &endpoints, &device, None, own.ptr(), own_fifos)?;
-        // Once everyone has mapped every segment, the names can go: nothing is left behind
-        // in /dev/shm even if a process dies later.
-        bs.barrier()?;
-        own.unlink();
-        let graph = global_graph(&bs, rank, &endpoints, cfg.nchannels)?;
-        // Rank processes keep system-scope ordering, even on one GPU (another context).
-        let conns = connect(&layout, rank, &bases, &recv, &graph, &[])?;
-        // Every rank tunes as rank 0 does (its machine's topology, its table): so they
-        // cannot disagree.
-        let plan = if rank == 0 { tune::plan(&graph, &cfg, &device)? } else { Vec::new() };
-        let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
-        let proxy = if net.iter().any(|&n| n) {
-            let ip =
-                bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
-            let listener = NetListener::bind(ip)?;
-            let addrs = bs
-                .all_gather(listener.addr()?.to_string().as_bytes())?
-                .iter()
-                .map(|a| {
-                    String::from_utf8_lossy(a).parse().map_err(|e| Error::Internal(format!("bad peer address: {e}")))
-                })
-                .collect::<Result<Vec<std::net::SocketAddr>>>()?;
-            let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
-            let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
-            Some(Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg)?)
-        } else {
-            None
+        let inner = match wire_rank(&bs, rank, nranks, config, device).and_then(|inner| {
+            bs.finish_init()?;
+            Ok(inner)
+        }) {
+            Ok(inner) => inner,
+            Err(e) => {
+                let e = peers::explain(&bs, "init", e);
+                bs.fail_init(&e);
+                return Err(e);
+            }
         };
-        let nnet = net.iter().filter(|&&n| n).count();
-        tracing::info!(
-            "init_rank: rank {rank} of {nranks} (pid {}), {} channel(s), {} peer(s) over shared memory, {nnet} over the network{}",
-            std::process::id(),
-            cfg.nchannels,
-            nranks - 1 - nnet,
-            if me.net_only { " (JITCCL_TRANSPORT=net)" } else { "" }
-        );
-        let activity = proxy.as_ref().map(Proxy::activity);
-        // Peer processes on this host: their exit is noticed through pidfds (not ranks of
-        // this process, which cannot exit without this one: 256 ranks as threads would
-        // otherwise hold 65 280 pidfds).
-        let local: Vec<(usize, u32)> = (0..nranks)
-            .filter(|&q| q != rank && !net[q] && !ShmSegment::is_created_here(&endpoints[q].segment))
-            .map(|q| (q, endpoints[q].pid))
-            .collect();
-        let watch = Watch::start(rank, &local, layout.board(bases[rank]));
-        let segments =
-            Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _device: own_device, _own: own });
-        // Failure boards this process can write: those of peers in memory.
-        let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(boards[q]))).collect();
-        let shareable = !device.is_cuda() && nnet == 0;
-        let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
-        let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
-        arena::share_processes(&bs, rank, shareable, &inner.enq.sym)?;
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
     }
+}
+
+/// Everything of a process rank's init past the bootstrap: agreement on the
+/// configuration, segments, transports, graph, tuning, connectors, registered memory.
+fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device: Device) -> Result<CommInner> {
+    // Ranks on one machine share its CPUs, whatever namespace each runs in.
+    let machine = transport::machine_id();
+    let machines = bs.all_gather(machine.as_bytes())?;
+    let same_machine = |q: &usize| machines[*q] == machine.as_bytes();
+    let cpus =
+        affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
+    // Every rank must have been given the same configuration, or their kernels would
+    // not agree on channels, protocols or FIFO slots.
+    let cfg = config.resolve_on(nranks, &device)?;
+    cfg.agree(rank, &bs.all_gather(&cfg.encode())?)?;
+
+    let layout = Layout::new(nranks, &cfg, &device);
+    let own = ShmSegment::create(layout.segment_bytes())?;
+    let own_device = DeviceSegment::new(rank, &device, &layout, &own)?;
+    // What the transport table decides each pair's transport from.
+    let me = Endpoint::of_process(own.name(), own_device.as_ref().map(DeviceSegment::end))?;
+    let gathered = bs.all_gather(&me.encode())?;
+    let endpoints = gathered.iter().enumerate().map(|(q, b)| Endpoint::decode(q, b)).collect::<Result<Vec<_>>>()?;
+    cuda_ipc::check_targets(rank, &endpoints)?;
+    let own_fifos = own_device.as_ref().map(DeviceSegment::ptr);
+    let Attached { bases, boards, recv, keep, net } =
+        attach(&layout, rank, &endpoints, &device, None, own.ptr(), own_fifos)?;
+    // Once everyone has mapped every segment, the names can go: nothing is left behind
+    // in /dev/shm even if a process dies later.
+    bs.barrier()?;
+    own.unlink();
+    let any_net = net.iter().any(|&n| n);
+    let graph = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
+    if !any_net {
+        test_hook::at("transport");
+    }
+    // Rank processes keep system-scope ordering, even on one GPU (another context).
+    let conns = connect(&layout, rank, &bases, &recv, &graph, &[])?;
+    // Every rank tunes as rank 0 does (its machine's topology, its table): so they
+    // cannot disagree.
+    let plan = if rank == 0 { tune::plan(&graph, &cfg, &device)? } else { Vec::new() };
+    let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
+    let proxy = if any_net {
+        let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
+        let listener = NetListener::bind(ip)?;
+        let addrs = bs
+            .all_gather(listener.addr()?.to_string().as_bytes())?
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).parse().map_err(|e| Error::Internal(format!("bad peer address: {e}"))))
+            .collect::<Result<Vec<std::net::SocketAddr>>>()?;
+        let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
+        let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
+        test_hook::at("transport");
+        let at = listener.addr()?;
+        Some(peers::watching(bs, rank, at, || {
+            Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg)
+        })?)
+    } else {
+        None
+    };
+    let nnet = net.iter().filter(|&&n| n).count();
+    tracing::info!(
+        "init_rank: rank {rank} of {nranks} (pid {}), {} channel(s), {} peer(s) over shared memory, {nnet} over the network{}",
+        std::process::id(),
+        cfg.nchannels,
+        nranks - 1 - nnet,
+        if me.net_only { " (JITCCL_TRANSPORT=net)" } else { "" }
+    );
+    let activity = proxy.as_ref().map(Proxy::activity);
+    // Peer processes on this host: their exit is noticed through pidfds (not ranks of
+    // this process, which cannot exit without this one: 256 ranks as threads would
+    // otherwise hold 65 280 pidfds).
+    let local: Vec<(usize, u32)> = (0..nranks)
+        .filter(|&q| q != rank && !net[q] && !ShmSegment::is_created_here(&endpoints[q].segment))
+        .map(|q| (q, endpoints[q].pid))
+        .collect();
+    let watch = Watch::start(rank, &local, layout.board(bases[rank]));
+    let segments = Arc::new(Segments { _watch: watch, _proxy: proxy, _attached: keep, _device: own_device, _own: own });
+    // Later exchanges over the bootstrap (split, shrink) end, naming the rank, once this
+    // rank's board says a peer is gone (the board lives in `segments`, kept for it).
+    let (board, held) = (layout.board(bases[rank]), segments.clone());
+    bs.watch_peers(move |q| {
+        let _held = &held;
+        board.get(q).is_some_and(|n| n.closed)
+    });
+    // Failure boards this process can write: those of peers in memory.
+    let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(boards[q]))).collect();
+    let shareable = !device.is_cuda() && nnet == 0;
+    let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
+    let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
+    arena::share_processes(bs, rank, shareable, &inner.enq.sym)?;
+    Ok(inner)
 }
 
 /// The rings and trees of a communicator of processes: every rank shares its machine's
@@ -347,95 +305,4 @@ fn rank_state(
     let tables = Tables::new(w.conns, cfg.nchannels, &w.device)?;
     let enq = enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, tables, w.board, cpus, tuner);
     Ok(CommInner::new(enq, failure, activity, segments))
-}
-
-impl Comm {
-    /// Creates `nranks` communicators in this process (one per rank, each with its own
-    /// host device), connected through shared memory.
-    pub fn init_all(nranks: usize, config: &Config) -> Result<Vec<Comm>> {
-        Self::init_all_on(&(0..nranks).map(Device::host).collect::<Vec<_>>(), config)
-    }
-
-    /// Creates one communicator per device of `devices` in this process, rank r on
-    /// `devices[r]`, connected by direct pointers. All devices are of one target: host
-    /// devices, or CUDA devices (several ranks may share a GPU, with a warning: their
-    /// kernels must all be resident at once; GPUs of different ranks must reach each other's
-    /// memory, and peer access is enabled between them).
-    pub fn init_all_on(devices: &[Device], config: &Config) -> Result<Vec<Comm>> {
-        crate::logging::init();
-        let nranks = devices.len();
-        if nranks == 0 {
-            return invalid("a communicator needs at least one rank");
-        }
-        let staged = connect_devices(devices)?;
-        let cfg = config.resolve_on(nranks, &devices[0])?;
-        let layout = Layout::new(nranks, &cfg, &devices[0]);
-        let segments = Arc::new(LocalSegments::new(&layout, devices, staged)?);
-        let (local, boards) = (segments.bases(), segments.boards());
-        let group = Endpoint::of_group();
-        let endpoints = vec![group; nranks];
-        let graph = Graph::uniform(nranks, cfg.nchannels);
-        let tuner = Arc::new(tune::from_plan(&tune::plan(&graph, &cfg, &devices[0])?, &graph, &cfg)?);
-        tracing::info!(
-            "init_all: {nranks} ranks in one process on {:?}, {} channel(s), slots {:?} B, timeout {:?}",
-            devices[0],
-            cfg.nchannels,
-            cfg.slot_bytes,
-            cfg.timeout
-        );
-        let inners = (0..nranks)
-            .map(|rank| {
-                let device = &devices[rank];
-                let Attached { bases, recv, .. } =
-                    attach(&layout, rank, &endpoints, device, Some(&local), local[rank], None)?;
-                // Staged FIFOs live in host memory: every peer needs system scope then.
-                let same_gpu: Vec<bool> = devices.iter().map(|d| !staged && d.is_cuda() && d == device).collect();
-                let conns = connect(&layout, rank, &bases, &recv, &graph, &same_gpu)?;
-                let cpus = affinity::for_local_rank(rank, nranks);
-                let wiring = Wiring {
-                    conns,
-                    board: boards[rank],
-                    boards: boards.iter().copied().map(Some).collect(),
-                    device: devices[rank].clone(),
-                };
-                rank_state(rank, cfg.clone(), wiring, cpus, tuner.clone(), None, segments.clone())
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if !devices[0].is_cuda() {
-            arena::share_threads(&inners.iter().map(|i| &*i.enq.sym).collect::<Vec<_>>())?;
-        }
-        Ok(Comm::share_rendezvous(inners.into_iter().map(Comm::from_inner).collect()))
-    }
-}
-
-/// Checks that `devices` are of one target and, for GPUs, enables peer access between
-/// every pair of distinct GPUs, or returns true where the FIFOs must be staged in host
-/// memory instead (`p2p::staging`, logged with the reason). Several ranks on one GPU are
-/// allowed with a warning (NCCL refuses them): every kernel can be tested on one GPU, but
-/// the ranks' kernels must all fit on it at once.
-fn connect_devices(devices: &[Device]) -> Result<bool> {
-    if devices.iter().any(|d| d.is_cuda() != devices[0].is_cuda()) {
-        return invalid(format!(
-            "the ranks of one communicator must all be on host or all on CUDA devices: {devices:?}"
-        ));
-    }
-    let gpus = devices.iter().map(Device::gpu).collect::<Result<Vec<_>>>()?.into_iter().flatten().collect::<Vec<_>>();
-    for (i, a) in gpus.iter().enumerate() {
-        let sharing = gpus.iter().filter(|b| b.ordinal == a.ordinal).count();
-        if sharing > 1 && gpus[..i].iter().all(|b| b.ordinal != a.ordinal) {
-            tracing::warn!(
-                "{a:?} holds {sharing} ranks of one communicator: their kernels must all be resident at once"
-            );
-        }
-    }
-    let ordinals: Vec<usize> = gpus.iter().map(|g| g.ordinal).collect();
-    let can = |i: usize, j: usize| gpus[i].can_access_peer(&gpus[j]);
-    if let Some(why) = p2p::staging(&ordinals, p2p::staging_forced(), can)? {
-        tracing::warn!("ranks on GPUs {ordinals:?}: FIFOs staged in host memory mapped into the GPUs ({why})");
-        return Ok(true);
-    }
-    for (a, b) in gpus.iter().flat_map(|a| gpus.iter().map(move |b| (a, b))) {
-        a.enable_peer_access(b)?;
-    }
-    Ok(false)
 }

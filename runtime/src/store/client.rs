@@ -2,11 +2,14 @@
 //! bounded by a deadline. A call that fails mid-request drops the connection (its reply
 //! could still arrive and be taken for the next call's) and the next call reconnects; a
 //! WAIT that times out is cancelled with CANCEL_WAIT instead, keeping the connection.
+//! Connecting retries refusals until the deadline (the server may not be up yet), but once
+//! the client has reached the server, a refused reconnection means the server is gone.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -31,6 +34,8 @@ pub struct TcpStore {
     timeout: Duration,
     /// `None` after a failed call, until the next call reconnects.
     link: Mutex<Option<TcpStream>>,
+    /// A connection was made once: the server was up.
+    reached: AtomicBool,
 }
 
 impl TcpStore {
@@ -44,8 +49,8 @@ impl TcpStore {
         if addrs.is_empty() {
             return Err(StoreError::InvalidArgument { op: "connect", msg: "the address resolves to nothing".into() });
         }
-        let store = TcpStore { addrs, timeout, link: Mutex::new(None) };
-        let stream = store.open(deadline_after(Instant::now(), timeout))?;
+        let store = TcpStore { addrs, timeout, link: Mutex::new(None), reached: AtomicBool::new(false) };
+        let stream = store.open("connect", deadline_after(Instant::now(), timeout))?;
         *store.session() = Some(stream);
         Ok(store)
     }
@@ -77,21 +82,27 @@ impl TcpStore {
         })
     }
 
-    /// Opens and validates a connection, retrying until `deadline`.
-    fn open(&self, deadline: Instant) -> Result<TcpStream> {
+    /// Opens and validates a connection for `op`, retrying until `deadline`.
+    fn open(&self, op: &'static str, deadline: Instant) -> Result<TcpStream> {
         let started = Instant::now();
         let mut backoff = FIRST_BACKOFF;
+        let addr = || self.addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", ");
         loop {
             let err = match self.try_open(deadline) {
-                Ok(stream) => return Ok(stream),
+                Ok(stream) => {
+                    self.reached.store(true, Ordering::Relaxed);
+                    return Ok(stream);
+                }
                 Err(e) => e,
             };
+            if err.kind() == io::ErrorKind::ConnectionRefused && self.reached.load(Ordering::Relaxed) {
+                return Err(StoreError::Gone { op, addr: addr(), source: err });
+            }
             let now = Instant::now();
             // Closed by a server that accepted the connection: retrying would only be
             // refused again until the deadline.
             if now >= deadline || err.kind() == io::ErrorKind::ConnectionAborted {
-                let addr = self.addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", ");
-                return Err(StoreError::Connect { addr, after: now - started, source: err });
+                return Err(StoreError::Connect { addr: addr(), after: now - started, source: err });
             }
             // Jitter spreads out the retries of many ranks started together.
             let delay = (backoff / 2 + jitter(backoff / 2)).min(deadline - now);
@@ -140,7 +151,7 @@ impl TcpStore {
         let deadline = deadline_after(Instant::now(), self.timeout);
         let stream = match link {
             Some(stream) => stream,
-            None => link.insert(self.open(deadline)?),
+            None => link.insert(self.open(op, deadline)?),
         };
         exchange(&mut Wire { stream, deadline }).map_err(|e| {
             *link = None;

@@ -27,6 +27,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bootstrap::Secs;
+
 pub use client::TcpStore;
 pub use prefix::PrefixStore;
 pub use server::Server;
@@ -36,11 +38,15 @@ pub use server::Server;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The call did not finish in time; `keys` are the keys it concerned.
-    #[error("store {op} timed out after {after:?} (keys: [{}])", .keys.join(", "))]
+    #[error("store {op} timed out after {} (keys: [{}])", Secs(*.after), .keys.join(", "))]
     Timeout { op: &'static str, keys: Vec<String>, after: Duration },
     /// No store server answered at `addr` within `after`; `source` is the last failure.
-    #[error("cannot reach a store server at {addr} within {after:?}: {source}")]
+    #[error("cannot reach a store server at {addr} within {}: {source}", Secs(*.after))]
     Connect { addr: String, after: Duration, source: io::Error },
+    /// The server at `addr`, which this client had reached, refuses it now (`source`): it
+    /// is gone (stopped, or its process died), and waiting would not bring it back.
+    #[error("store {op}: the server at {addr} is gone: it served this client before, and now {source}")]
+    Gone { op: &'static str, addr: String, source: io::Error },
     /// The server closed the connection — it stopped, or it refused the request (the
     /// protocol has no error replies; the server logs why).
     #[error("store {op}: the server closed the connection")]

@@ -1,24 +1,26 @@
 //! The root: a thread that collects every rank's `Hello` (rank, nranks, listen address),
-//! checks them, and then connects back to each rank to tell it its ring successor's
-//! address. It serves one communicator (or, as one of several roots, one block of its
-//! ranks: see [`super::scalable`]) and exits.
+//! checks them, and then tells each rank its ring successor's address, on the rank's link
+//! (the connection its hello came on). It then watches the links until every rank has
+//! finished init ([`watch`]). It serves one communicator (or, as one of several roots, one
+//! block of its ranks: see [`super::scalable`]) and exits.
 //!
-//! The root is event-driven (one `poll` over the listener and the connections that have
-//! not finished their `Hello` yet), so a stray connection that sends nothing or garbage
-//! never delays the real ranks: a wrong magic, another communicator's nonce, another
-//! message kind or a malformed `Hello` is logged and dropped; a connection silent for
-//! [`STRAY_TIMEOUT`] is dropped.
+//! The root is event-driven (one `poll` over the listener, the connections that have not
+//! finished their `Hello` yet and the links), so a stray connection that sends nothing or
+//! garbage never delays the real ranks: a wrong magic, another communicator's nonce,
+//! another message kind or a malformed `Hello` is logged and dropped; a connection silent
+//! for [`STRAY_TIMEOUT`] is dropped.
 //!
 //! Communicator-wide errors (a duplicate rank, an nranks mismatch, a rank out of range,
-//! ranks missing at the deadline, the root's abort flag) are sent to every rank that
-//! reached the root, and to every rank that reaches it afterwards until the deadline.
-//! The deadline is the root's timeout from its start until the first `Hello`, then the
-//! smaller of the root's and that rank's timeout from the first `Hello` on.
+//! ranks missing at the deadline, a rank whose link closed or that failed, the root's
+//! abort flag) are sent to every rank that reached the root, and to every rank that
+//! reaches it afterwards until the deadline. The deadline is the root's timeout from its
+//! start until the first `Hello`, then the smaller of the root's and that rank's timeout
+//! from the first `Hello` on.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -29,16 +31,31 @@ use super::id::UniqueId;
 use super::iface::choose_interface;
 use super::net;
 use super::scalable::{neighbour_of, Block};
-use super::wire::{self, Header, Hello, Kind, HEADER_BYTES, MAX_CONTROL_PAYLOAD, ROOT_RANK};
+use super::wire::{self, Header, Hello, Kind, HEADER_BYTES, HOSTS_ROOT, MAX_CONTROL_PAYLOAD};
 use super::BootstrapConfig;
 use reply::clone_err;
+use watch::{Leave, Member};
 
 mod reply;
+mod watch;
 
 /// A connection that has not sent a whole `Hello` within this time is dropped.
 pub const STRAY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest time the root spends connecting back to one rank.
+/// Longest time the root spends writing one message on a rank's link.
 const TELL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The nonces of the roots running in this process: a rank whose root runs here says so
+/// in its hello, so the others can name it if the process dies.
+static RUNNING: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<u64>> {
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the root of the id with `nonce` runs in this process.
+pub fn runs_here(nonce: u64) -> bool {
+    running().contains(&nonce)
+}
 
 /// What a root that served its communicator saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,17 +99,22 @@ impl Root {
         let timeout = config.timeout;
         let abort = config.abort.clone();
         tracing::debug!(root = %id.root_addr(), "jitccl bootstrap: root started");
+        running().push(id.nonce());
         let thread = std::thread::Builder::new()
             .name("jitccl-bootstrap-root".into())
             .spawn(move || {
                 let r = RootState::new(listener, id, timeout, abort).serve();
+                running().retain(|&n| n != id.nonce());
                 match &r {
                     Ok(rep) => tracing::debug!(nranks = rep.nranks, "jitccl bootstrap: root done"),
                     Err(e) => tracing::error!(root = %id.root_addr(), error = %e, "jitccl bootstrap: root failed"),
                 }
                 r
             })
-            .map_err(|e| BootstrapError::io("spawn the bootstrap root thread", e))?;
+            .map_err(|e| {
+                running().retain(|&n| n != id.nonce());
+                BootstrapError::io("spawn the bootstrap root thread", e)
+            })?;
         Ok(Root { id, thread })
     }
 
@@ -140,7 +162,8 @@ enum Step {
 }
 
 struct RootState {
-    listener: Socket,
+    /// Closed once every rank is here.
+    listener: Option<Socket>,
     id: UniqueId,
     timeout: Duration,
     abort: Arc<AtomicBool>,
@@ -154,10 +177,12 @@ struct RootState {
     neighbour: Option<usize>,
     by_rank: Vec<Option<SocketAddr>>,
     neighbour_addr: Option<SocketAddr>,
-    /// Every accepted hello's listen address and communicator session (duplicates
-    /// included): who to tell an error, with which nonce.
-    arrivals: Vec<(SocketAddr, u64)>,
+    /// The link of every accepted hello (duplicates included): who to tell what.
+    members: Vec<Member>,
+    /// The rank whose process runs this root, once it has said hello.
+    host: Option<usize>,
     failed: Option<BootstrapError>,
+    /// Ranks told the communicator's error, or gone.
     told: usize,
     rejected: usize,
 }
@@ -166,7 +191,7 @@ impl RootState {
     fn new(listener: Socket, id: UniqueId, timeout: Duration, abort: Arc<AtomicBool>) -> Self {
         let start = Instant::now();
         Self {
-            listener,
+            listener: Some(listener),
             id,
             timeout,
             abort,
@@ -178,7 +203,8 @@ impl RootState {
             neighbour: None,
             by_rank: Vec::new(),
             neighbour_addr: None,
-            arrivals: Vec::new(),
+            members: Vec::new(),
+            host: None,
             failed: None,
             told: 0,
             rejected: 0,
@@ -186,6 +212,13 @@ impl RootState {
     }
 
     fn serve(mut self) -> Result<RootReport> {
+        let report = self.collect()?;
+        self.watch(report)
+    }
+
+    /// Collects the hellos until every rank of the block is here (and told its successor)
+    /// or the communicator has failed.
+    fn collect(&mut self) -> Result<RootReport> {
         let mut pending: Vec<Pending> = Vec::new();
         loop {
             if self.abort.load(Ordering::Acquire) {
@@ -205,12 +238,26 @@ impl RootState {
                 }
                 keep
             });
-            let mut fds = Vec::with_capacity(1 + pending.len());
-            fds.push(net::pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+            // `fds`: the listener, then `pending`, then the links.
+            let mut fds = Vec::with_capacity(1 + pending.len() + self.members.len());
+            fds.push(net::pollfd(self.listener.as_ref().map_or(-1, |l| l.as_raw_fd()), libc::POLLIN));
             fds.extend(pending.iter().map(|p| net::pollfd(p.s.as_raw_fd(), libc::POLLIN)));
+            fds.extend(self.members.iter().map(|m| net::pollfd(m.s.as_raw_fd(), libc::POLLIN)));
             let wait = self.deadline.saturating_duration_since(now).min(net::SLICE).max(Duration::from_millis(1));
             net::poll(&mut fds, wait).map_err(|e| BootstrapError::io("bootstrap root: poll", e))?;
 
+            // A rank that leaves before the communicator formed fails it (links first: the
+            // hellos below add links). One a round: failing lets every link go, and the
+            // next round (at once) sees any other.
+            let first_link = 1 + pending.len();
+            let left = (0..self.members.len())
+                .filter(|&i| fds[first_link + i].revents != 0)
+                .find_map(|i| self.members[i].read().map(|leave| (i, leave)));
+            if let Some((i, leave)) = left {
+                if let Some(done) = self.on_leave(i, leave) {
+                    return done;
+                }
+            }
             // Read what arrived on pending connections, last first: swap_remove(i) then
             // moves an already handled connection into slot i. `fds[i + 1]` is pending[i].
             for i in (0..pending.len()).rev() {
@@ -224,8 +271,7 @@ impl RootState {
                     }
                     Step::Hello(rank, hello) => {
                         let p = pending.swap_remove(i);
-                        self.ack(&p);
-                        if let Some(done) = self.on_hello(rank, hello) {
+                        if let Some(done) = self.on_hello(p, rank, hello) {
                             return done;
                         }
                     }
@@ -238,7 +284,8 @@ impl RootState {
     }
 
     fn accept_all(&mut self, pending: &mut Vec<Pending>) -> Result<()> {
-        while let Some(s) = net::try_accept(&self.listener, "bootstrap root")? {
+        let Some(listener) = &self.listener else { return Ok(()) };
+        while let Some(s) = net::try_accept(listener, "bootstrap root")? {
             let from = net::describe(&s);
             pending.push(Pending { s, buf: Vec::with_capacity(HEADER_BYTES + 64), since: Instant::now(), from });
         }
@@ -302,28 +349,27 @@ impl RootState {
         }
     }
 
-    /// Acknowledges a well-formed hello on its own connection (best effort: 40 bytes on a
-    /// fresh socket do not block; a rank that misses it times out).
-    fn ack(&self, p: &Pending) {
-        use std::io::Write;
-        let h = Header::new(self.id.nonce(), Kind::HelloAck, ROOT_RANK, 0, 0).encode();
-        if let Err(e) = (&p.s).write_all(&h) {
-            tracing::warn!(from = %p.from, error = %e, "jitccl bootstrap root: cannot acknowledge a hello");
-        }
-    }
-
     /// Hellos this root waits for: its block, and the next block's first rank.
     fn expected(&self) -> usize {
         self.block.len + usize::from(self.neighbour.is_some())
     }
 
-    /// Handles one hello; `Some` when the root is done (served, or failed for good).
-    fn on_hello(&mut self, rank: usize, hello: Hello) -> Option<Result<RootReport>> {
+    /// Handles one hello, which came on `p` (kept as the rank's link); `Some` when the root
+    /// is done (served, or failed for good).
+    fn on_hello(&mut self, p: Pending, rank: usize, hello: Hello) -> Option<Result<RootReport>> {
         let got = hello.nranks as usize;
         tracing::debug!(rank, nranks = got, iroot = hello.iroot, listen = %hello.listen, "jitccl bootstrap root: hello");
+        if hello.flags & HOSTS_ROOT != 0 && rank < got && self.host.is_none() {
+            // Every rank may have to name it: those here already learn it now.
+            self.host = Some(rank);
+            self.announce_host();
+        }
+        self.members.push(Member::new(p.s, rank, p.from, self.id.nonce(), hello.flags & HOSTS_ROOT != 0));
+        let new = self.members.len() - 1;
+        self.ack(new);
         if let Some(e) = &self.failed {
             let e = clone_err(e);
-            self.tell(hello.listen, hello.comm_nonce, &e, TELL_TIMEOUT);
+            self.tell(new, &e, TELL_TIMEOUT);
             self.told += 1;
             return (self.told >= self.expected()).then_some(Err(e));
         }
@@ -337,7 +383,6 @@ impl RootState {
             self.by_rank = vec![None; self.block.len];
             self.comm = Some(hello.clone());
         }
-        self.arrivals.push((hello.listen, hello.comm_nonce));
         // Set by the first hello (above).
         let (expected, iroot) = self.comm.as_ref().map_or((got, 0), |c| (c.nranks as usize, c.iroot as usize));
         let comm = self.comm.as_ref().unwrap_or(&hello);
@@ -356,17 +401,35 @@ impl RootState {
             slot.replace(hello.listen).map(|_| BootstrapError::DuplicateRank { rank })
         };
         if let Some(e) = err {
-            tracing::error!(error = %e, "jitccl bootstrap root: failing the communicator");
-            self.tell_all(&e, TELL_TIMEOUT);
-            self.told = self.arrivals.len();
-            let done = self.told >= self.expected();
-            self.failed = Some(clone_err(&e));
-            return done.then_some(Err(e));
+            return self.fail_comm(e);
         }
         let neighbour_here = self.neighbour.is_none() || self.neighbour_addr.is_some();
         if neighbour_here && self.by_rank.iter().all(Option::is_some) {
             return Some(self.reply_all());
         }
         None
+    }
+
+    /// Fails the communicator with `e`: tells every rank here, and every rank that comes
+    /// until the deadline. `Some` when no rank is left to tell.
+    fn fail_comm(&mut self, e: BootstrapError) -> Option<Result<RootReport>> {
+        tracing::error!(error = %e, "jitccl bootstrap root: failing the communicator");
+        self.tell_all(&e, TELL_TIMEOUT);
+        self.told += self.members.len();
+        self.members.clear();
+        let done = self.told >= self.expected();
+        self.failed = Some(clone_err(&e));
+        done.then_some(Err(e))
+    }
+
+    /// Member `i` left before the communicator formed: it fails the communicator (unless it
+    /// failed already: the member was told, and may go).
+    fn on_leave(&mut self, i: usize, leave: Leave) -> Option<Result<RootReport>> {
+        let m = self.members.remove(i);
+        if self.failed.is_some() {
+            return None;
+        }
+        self.told += 1;
+        self.fail_comm(leave.error(m.rank))
     }
 }

@@ -1,10 +1,12 @@
-//! The root's replies: each rank's ring successor once every rank is here, and the
-//! communicator-wide errors it tells every rank that reached it.
+//! What the root says on the ranks' links: its acknowledgements, each rank's ring successor
+//! once every rank is here, and the communicator-wide errors it tells every rank that
+//! reached it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use super::watch::Leave;
 use super::{RootReport, RootState, TELL_TIMEOUT};
 use crate::bootstrap::error::{BootstrapError, Result};
 use crate::bootstrap::net::{self, Waiter};
@@ -12,32 +14,32 @@ use crate::bootstrap::wire::{self, Header, Kind, RootReply, ROOT_RANK};
 
 impl RootState {
     /// Everyone is here: tell each rank of the block its successor (the last one's is the
-    /// next block's first rank, or rank 0 with one root).
+    /// next block's first rank, or rank 0 with one root). A rank that cannot be told is gone,
+    /// and fails the communicator.
     pub(super) fn reply_all(&mut self) -> Result<RootReport> {
         let addrs: Vec<SocketAddr> = self.by_rank.iter().map(|a| a.unwrap()).collect();
         let Some(comm) = self.comm.clone() else {
             return Err(BootstrapError::Protocol { from: "root".into(), detail: "no hello before the reply".into() });
         };
-        let n = addrs.len();
-        let mut first_err = None;
         for (i, addr) in addrs.iter().enumerate() {
             let next = match addrs.get(i + 1) {
                 Some(a) => *a,
                 None => self.neighbour_addr.unwrap_or(addrs[0]),
             };
+            let rank = self.block.first + i;
             let reply = RootReply { nranks: comm.nranks, next }.encode();
-            if let Err(e) = self.send(*addr, comm.comm_nonce, Kind::RootReply, &reply, TELL_TIMEOUT) {
-                tracing::error!(rank = self.block.first + i, %addr, error = %e, "jitccl bootstrap root: cannot reach a rank");
-                first_err.get_or_insert(e);
+            // Duplicates fail the communicator before this: one link per rank.
+            let Some(m) = self.members.iter().position(|m| m.rank == rank) else { continue };
+            if let Err(e) = self.send(m, Kind::RootReply, &reply, TELL_TIMEOUT) {
+                tracing::error!(rank, %addr, error = %e, "jitccl bootstrap root: cannot reach a rank");
+                self.members.remove(m);
+                let gone = Leave::Closed.error(rank);
+                self.fail_comm(clone_err(&gone));
+                return Err(gone);
             }
         }
-        tracing::debug!(nranks = n, after = ?self.start.elapsed(), "jitccl bootstrap root: all ranks connected");
-        match first_err {
-            Some(e) => Err(e),
-            None => {
-                Ok(RootReport { nranks: comm.nranks as usize, first: self.block.first, addrs, rejected: self.rejected })
-            }
-        }
+        tracing::debug!(nranks = addrs.len(), after = ?self.start.elapsed(), "jitccl bootstrap root: all ranks connected");
+        Ok(RootReport { nranks: comm.nranks as usize, first: self.block.first, addrs, rejected: self.rejected })
     }
 
     pub(super) fn on_deadline(&mut self) -> BootstrapError {
@@ -57,34 +59,43 @@ impl RootState {
             missing.push(r);
         }
         let after = self.first_hello.map(|t| t.elapsed()).unwrap_or_else(|| self.start.elapsed());
-        let e = BootstrapError::MissingRanks { missing, nranks, after };
+        let e = BootstrapError::MissingRanks { rank: None, missing, nranks, after };
         self.tell_all(&e, TELL_TIMEOUT);
         e
     }
 
-    pub(super) fn tell_all(&mut self, e: &BootstrapError, limit: Duration) {
-        for (addr, nonce) in self.arrivals.clone() {
-            self.tell(addr, nonce, e, limit);
+    /// Acknowledges member `m`'s hello, saying which rank runs the root if it is known.
+    pub(super) fn ack(&self, m: usize) {
+        let host = self.host.map_or(0, |h| h as u32 + 1).to_le_bytes();
+        if let Err(e) = self.send(m, Kind::HelloAck, &host, TELL_TIMEOUT) {
+            tracing::warn!(from = %self.members[m].from, error = %e, "jitccl bootstrap root: cannot acknowledge a hello");
         }
     }
 
-    pub(super) fn tell(&self, addr: SocketAddr, nonce: u64, e: &BootstrapError, limit: Duration) {
+    /// Tells every member which rank runs the root (just learned).
+    pub(super) fn announce_host(&self) {
+        (0..self.members.len()).for_each(|m| self.ack(m));
+    }
+
+    pub(super) fn tell_all(&self, e: &BootstrapError, limit: Duration) {
+        self.telling_order().into_iter().for_each(|m| self.tell(m, e, limit));
+    }
+
+    pub(super) fn tell(&self, m: usize, e: &BootstrapError, limit: Duration) {
         if let Some(payload) = wire::encode_error(e) {
-            if let Err(err) = self.send(addr, nonce, Kind::RootError, &payload, limit) {
-                tracing::warn!(%addr, error = %err, "jitccl bootstrap root: cannot tell a rank the error");
+            if let Err(err) = self.send(m, Kind::RootError, &payload, limit) {
+                tracing::warn!(rank = self.members[m].rank, error = %err, "jitccl bootstrap root: cannot tell a rank the error");
             }
         }
     }
 
-    /// Connects to a rank's listener and sends one message (not abortable: the root uses
-    /// it to report errors, aborts included; bounded by `limit`), with the communicator's
-    /// session `nonce` (the rank's listener accepts only that).
-    pub(super) fn send(&self, addr: SocketAddr, nonce: u64, kind: Kind, payload: &[u8], limit: Duration) -> Result<()> {
+    /// Writes one message on member `m`'s link (not abortable: the root uses it to report
+    /// errors, aborts included; bounded by `limit`).
+    pub(super) fn send(&self, m: usize, kind: Kind, payload: &[u8], limit: Duration) -> Result<()> {
         static NEVER: AtomicBool = AtomicBool::new(false);
-        let w = Waiter::new("root: connect back to a rank", None, limit.min(self.timeout), &NEVER);
-        let s = net::connect(addr, &w)?;
-        let msg = wire::message(Header::new(nonce, kind, ROOT_RANK, 0, payload.len()), payload);
-        net::write_all(&s, &msg, &w)
+        let w = Waiter::new("root: tell a rank", Some(self.members[m].rank), limit.min(self.timeout), &NEVER);
+        let msg = wire::message(Header::new(self.id.nonce(), kind, ROOT_RANK, 0, payload.len()), payload);
+        net::write_all(&self.members[m].s, &msg, &w)
     }
 }
 

@@ -273,12 +273,17 @@ fn silent_connections_do_not_stall_init() {
     let mut hello = [0u8; HEADER_BYTES + wire::HELLO_BYTES];
     s.read_exact(&mut hello).unwrap();
     let listen = Hello::decode(&hello[HEADER_BYTES..]).unwrap().listen;
-    s.write_all(&Header::new(nonce, Kind::HelloAck, ROOT_RANK, 0, 0).encode()).unwrap();
+    let root_says =
+        |kind, payload: &[u8]| wire::message(Header::new(nonce, kind, ROOT_RANK, 0, payload.len()), payload);
+    s.write_all(&root_says(Kind::HelloAck, &0u32.to_le_bytes())).unwrap();
 
     let _silent = silent_connections(listen, 200);
-    let reply = RootReply { nranks: 1, next: listen }.encode();
-    let mut r = TcpStream::connect(listen).unwrap();
-    r.write_all(&wire::message(Header::new(nonce, Kind::RootReply, ROOT_RANK, 0, reply.len()), &reply)).unwrap();
+    s.write_all(&root_says(Kind::RootReply, &RootReply { nranks: 1, next: listen }.encode())).unwrap();
+    // The rank is done: it says so, and the root lets it go.
+    let mut done = [0u8; HEADER_BYTES];
+    s.read_exact(&mut done).unwrap();
+    assert_eq!(Header::decode(&done, nonce, &|| "the rank".into()).unwrap().kind, Kind::Done);
+    s.write_all(&root_says(Kind::AllDone, &[])).unwrap();
     let (b, took) = rank.join().unwrap();
     b.unwrap_or_else(|e| panic!("init failed after {took:?} despite the root's reply: {e}"));
     eprintln!("init with 200 silent connections: {took:?}");

@@ -1,8 +1,10 @@
 //! Bootstrap tests: ranks as threads (1, 2, 5, 17, 130), as separate processes (this test
-//! binary re-run as children), and every error the root or a rank must report. Loopback only.
+//! binary re-run as children), every error the root or a rank must report, and ranks or
+//! roots that go away during init. Loopback only.
 //! They live in the crate because they drive its internals ([`Bootstrap`], [`Root`], the
 //! wire format), which are not public.
 
+mod deaths;
 mod failures;
 mod processes;
 mod scalable;
@@ -12,8 +14,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::Duration;
 
+use super::join::{reply_grace, stagger_delay};
 use super::root::{Root, RootReport};
-use super::{reply_grace, stagger_delay, Bootstrap, BootstrapConfig, BootstrapError, UniqueId};
+use super::{Bootstrap, BootstrapConfig, BootstrapError, UniqueId};
 
 fn log() {
     let _ = tracing_subscriber::fmt()

@@ -25,7 +25,10 @@ fn run_scalable<T: Send>(
                 let (f, ids, config) = (&f, ids_of(r, &ids), &config);
                 thread::Builder::new()
                     .stack_size(256 << 10)
-                    .spawn_scoped(s, move || Bootstrap::init_scalable(&ids, r, nranks, config).map(f))
+                    .spawn_scoped(s, move || {
+                        let b = Bootstrap::init_scalable(&ids, r, nranks, config)?;
+                        b.finish_init().map(|()| f(b))
+                    })
                     .unwrap()
             })
             .collect();
