@@ -69,23 +69,9 @@ fn setup() -> &'static str {
     })
 }
 
-/// `cmd` as common's `run`, with its output in files under `dir`, within [`RUN_LIMIT`].
-fn run_limited(mut cmd: Command, dir: &Path, tag: &str) -> Outcome {
-    let (out, err) = (dir.join(format!("{tag}.stdout")), dir.join(format!("{tag}.stderr")));
-    let what = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(File::create(&out).expect("stdout file"))
-        .stderr(File::create(&err).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let (status, took) = wait_all(&mut [child], RUN_LIMIT);
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-    let outcome = Outcome { what, status: status[0], stdout: read(&out), stderr: read(&err), took };
+/// `cmd` as common's `run`, within [`RUN_LIMIT`]; killed at it, a failure.
+fn run_limited(cmd: Command, dir: &Path, tag: &str) -> Outcome {
+    let outcome = run_within(cmd, dir, tag, RUN_LIMIT);
     assert!(outcome.status.is_some(), "killed at the {} s limit: {}", RUN_LIMIT.as_secs(), outcome.report());
     outcome
 }

@@ -259,7 +259,12 @@ pub fn rank_env(cmd: &mut Command) -> &mut Command {
 }
 
 /// Runs `cmd` with its output in files under `dir` (named after `tag`), within [`LIMIT`].
-pub fn run(mut cmd: Command, dir: &Path, tag: &str) -> Outcome {
+pub fn run(cmd: Command, dir: &Path, tag: &str) -> Outcome {
+    run_within(cmd, dir, tag, LIMIT)
+}
+
+/// [`run`] within `limit`.
+pub fn run_within(mut cmd: Command, dir: &Path, tag: &str, limit: Duration) -> Outcome {
     let (out, err) = (dir.join(format!("{tag}.stdout")), dir.join(format!("{tag}.stderr")));
     // The command line without the environment.
     let what = std::iter::once(cmd.get_program())
@@ -273,7 +278,7 @@ pub fn run(mut cmd: Command, dir: &Path, tag: &str) -> Outcome {
         .stderr(File::create(&err).expect("stderr file"))
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let (status, took) = wait_all(&mut [child], LIMIT);
+    let (status, took) = wait_all(&mut [child], limit);
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     Outcome { what, status: status[0], stdout: read(&out), stderr: read(&err), took }
 }
