@@ -105,7 +105,7 @@ fn close(name: &str) -> Result<Option<Result<Vec<Posted>, Failure>>, Failure> {
 }
 
 /// The distinct live communicators of `posted`.
-unsafe fn comms(posted: &[Posted]) -> Vec<*mut CommHandle> {
+fn comms(posted: &[Posted]) -> Vec<*mut CommHandle> {
     let mut out: Vec<*mut CommHandle> = Vec::new();
     for p in posted {
         if !out.contains(&p.comm) {
