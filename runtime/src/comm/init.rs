@@ -129,10 +129,11 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
         let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
         test_hook::at("transport");
-        let at = listener.addr()?;
-        Some(peers::watching(bs, rank, at, || {
-            Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg)
-        })?)
+        // The roots' word that a rank died or failed ends the wait for its connections.
+        const OP: &str = "net connection setup";
+        let lost = || bs.check_peers(OP).map_err(Error::Bootstrap);
+        let proxy = Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, &lost);
+        Some(proxy.map_err(|e| peers::explain(bs, OP, e))?)
     } else {
         None
     };

@@ -39,6 +39,9 @@ use recv::RecvSide;
 use send::SendSide;
 use wire::{Hello, Wire};
 
+/// How often a rank awaiting its peers' connections asks whether the job is lost.
+const LOST_POLL: Duration = Duration::from_millis(20);
+
 /// Any two ranks: TCP through each rank's proxy. This rank writes into a local shadow of
 /// the peer's segment, which the proxy forwards.
 pub(crate) struct Net;
@@ -110,16 +113,21 @@ struct Setup<'a> {
     timeout: Duration,
     /// Set when either half fails, so that the other stops instead of waiting it out.
     failed: AtomicBool,
+    /// Says, when asked now and then while connections are awaited, whether the job is
+    /// already lost (a rank died): the wait then ends with its error, not the timeout.
+    lost: &'a (dyn Fn() -> Result<()> + Sync),
 }
 
 impl Proxy {
     /// Opens `cfg.nsocks` TCP connections per link: this rank connects for its sends (to
     /// `addrs`) and accepts its receives on `listener`; then starts the proxy thread.
     /// `bases` are the segment bases the links' FIFOs live in (shadows for net peers).
+    /// `lost` is asked every [`LOST_POLL`] while connections are awaited; its error ends
+    /// the setup.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], listener: NetListener,
-        addrs: &[SocketAddr], cfg: &Resolved,
+        addrs: &[SocketAddr], cfg: &Resolved, lost: &(dyn Fn() -> Result<()> + Sync),
     ) -> Result<Proxy> {
         let setup = Setup {
             layout,
@@ -128,6 +136,7 @@ impl Proxy {
             deadline: Instant::now() + cfg.timeout,
             timeout: cfg.timeout,
             failed: AtomicBool::new(false),
+            lost,
         };
         // Connect while accepting: peers connect to this rank while it connects to them, and
         // neither must wait for the other to finish first.
@@ -227,6 +236,7 @@ impl Setup<'_> {
             links.iter().map(|_| (0..self.nsocks).map(|_| None).collect()).collect();
         let mut missing = links.len() * self.nsocks;
         listener.set_nonblocking(true).map_err(sys("configuring the listener"))?;
+        let mut asked = Instant::now();
         while missing > 0 {
             if self.failed.load(Ordering::Acquire) {
                 return Ok(None);
@@ -234,6 +244,10 @@ impl Setup<'_> {
             let (mut stream, from) = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if asked.elapsed() >= LOST_POLL {
+                        (self.lost)()?;
+                        asked = Instant::now();
+                    }
                     if Instant::now() > self.deadline {
                         let i = socks.iter().position(|s| s.iter().any(Option::is_none)).expect("a socket is missing");
                         return Err(Error::Timeout {
@@ -320,6 +334,11 @@ mod tests {
     /// Rank 0 (2 sockets per connector) sets up its one receive connector, the ring from
     /// rank 1, while a peer opens one socket per hello in `hellos`, in that order.
     fn accept(hellos: &[Hello]) -> Result<()> {
+        accept_unless(hellos, &|| Ok(()))
+    }
+
+    /// As [`accept`], with `lost` saying whether the job is lost.
+    fn accept_unless(hellos: &[Hello], lost: &(dyn Fn() -> Result<()> + Sync)) -> Result<()> {
         let cfg = Config {
             nchannels: Some(1),
             slot_bytes: Some([256, 64, 256]),
@@ -342,7 +361,8 @@ mod tests {
             })
             .collect();
         let ring = Link { peer: 1, chan: 0, edge: Edge::Ring };
-        let proxy = Proxy::start(&layout, 0, &[], &[ring], &[own.ptr(), std::ptr::null_mut()], listener, &[], &cfg);
+        let proxy =
+            Proxy::start(&layout, 0, &[], &[ring], &[own.ptr(), std::ptr::null_mut()], listener, &[], &cfg, lost);
         drop(peer);
         // The proxy stops before the segment goes.
         proxy.map(drop)
@@ -369,5 +389,17 @@ mod tests {
         assert!(m.contains("opens 3 socket(s) per connector, this rank 2 (JITCCL_NSOCKS_PERTHREAD differs)"), "{m}");
         let m = refused(accept(&[Hello { fifo: fifo + 1, ..hello(0, 2) }]));
         assert!(m.contains("no FIFO at offset"), "{m}");
+    }
+
+    #[test]
+    fn a_lost_job_ends_the_wait_for_connections_with_its_error() {
+        let start = std::time::Instant::now();
+        let lost = || Err(Error::InvalidUsage("rank 1 died".into()));
+        match accept_unless(&[], &lost) {
+            Err(Error::InvalidUsage(m)) => assert_eq!(m, "rank 1 died"),
+            other => panic!("expected the job's loss, got {other:?}"),
+        }
+        // Not the 5 s timeout: within a few polls.
+        assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
     }
 }
