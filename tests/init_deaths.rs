@@ -195,6 +195,15 @@ fn dying_while_ranks_join() {
     }
 }
 
+/// The victim dies with its segment created and its name still in /dev/shm: the survivors
+/// remove the name (`run` checks that nothing is left).
+#[test]
+fn dying_with_a_segment_not_yet_unlinked() {
+    for victim in [0, 2] {
+        survivors_fail(victim, "segment", None, &[], &gone(victim));
+    }
+}
+
 #[test]
 fn dying_during_the_ring() {
     for victim in [0, 1, 3] {

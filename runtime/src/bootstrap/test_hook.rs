@@ -8,7 +8,8 @@
 //!
 //! Points: `store` (before the launcher's store: serving it, on rank 0, or connecting to
 //! it), `join` (before this rank's hello to its root), `hello` (the root acknowledged it),
-//! `ring` (the root told this rank its ring successor), `transport` (just before this rank
+//! `ring` (the root told this rank its ring successor), `segment` (this rank's shared segment
+//! is created, its name not yet unlinked), `transport` (just before this rank
 //! opens its transport connections). `tests/init_deaths.rs` kills ranks at each point.
 
 use std::sync::OnceLock;

@@ -71,6 +71,8 @@ impl Comm {
             Err(e) => {
                 let e = peers::explain(&bs, "init", e);
                 bs.fail_init(&e);
+                // A rank killed after creating its segment left the name behind.
+                crate::transport::shm::sweep();
                 return Err(e);
             }
         };
@@ -94,6 +96,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
 
     let layout = Layout::new(nranks, &cfg, &device);
     let own = ShmSegment::create(layout.segment_bytes())?;
+    test_hook::at("segment");
     let own_device = DeviceSegment::new(rank, &device, &layout, &own)?;
     // What the transport table decides each pair's transport from.
     let me = Endpoint::of_process(own.name(), own_device.as_ref().map(DeviceSegment::end))?;

@@ -2,7 +2,9 @@
 //! /dev/shm and publishes its name; peers on the same host map it by name. The owner
 //! unlinks the name as soon as every peer has mapped it (the mappings live on), so a
 //! process that dies later leaves nothing behind; a segment still linked when its owner
-//! drops it is unlinked then.
+//! drops it is unlinked then. A process killed between creating and unlinking leaves its
+//! name: [`sweep`] removes such names (the survivors of a failed init, and every process
+//! that creates its first segment, call it).
 //!
 //! Each segment is mapped once per process, whatever the number of ranks in it that use it
 //! ([`MAPPED`]): 256 ranks as threads would otherwise make 65 280 mappings, past the
@@ -91,8 +93,11 @@ impl ShmSegment {
     /// A new zero-filled segment of `bytes` bytes with a unique name.
     pub(crate) fn create(bytes: usize) -> Result<ShmSegment> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(sweep);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let name = format!("jitccl-{}-{}-{nanos:08x}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("jitccl-{}-{}-{seq}-{nanos:08x}", std::process::id(), pid_namespace().unwrap_or(0));
         let path = PathBuf::from(DIR).join(&name);
         // Only this user's processes may map it: it holds their data.
         let file = OpenOptions::new()
@@ -161,6 +166,51 @@ impl ShmSegment {
             }
         }
     }
+}
+
+/// Removes the names in /dev/shm of this user's segments whose creating process has
+/// ended (or is ending) without unlinking them. Only names made in this PID namespace are
+/// judged: there a process number names the same process for every rank.
+pub(crate) fn sweep() {
+    let Some(ns) = pid_namespace() else { return };
+    let Ok(dir) = std::fs::read_dir(DIR) else { return };
+    // SAFETY: a plain call.
+    let me = unsafe { libc::geteuid() };
+    for entry in dir.filter_map(|e| e.ok()) {
+        let name = entry.file_name();
+        let Some((pid, seg_ns)) = name.to_str().and_then(creator) else { continue };
+        let ours = || entry.metadata().is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == me);
+        if seg_ns == ns && pid != std::process::id() && has_ended(pid) && ours() {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!("removed {}, left by process {pid}, which ended", entry.path().display()),
+                Err(e) => tracing::debug!("cannot remove {}: {e}", entry.path().display()),
+            }
+        }
+    }
+}
+
+/// The creating process and its PID namespace, from a segment's name.
+fn creator(name: &str) -> Option<(u32, u64)> {
+    let mut parts = name.strip_prefix("jitccl-")?.split('-');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// This process's PID namespace (its inode number), if the system says.
+fn pid_namespace() -> Option<u64> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// Whether process `pid` is gone, a zombie, or exiting (its descriptors, and so its
+/// peers' connections, close before it becomes a zombie).
+fn has_ended(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold spaces.
+    let mut after = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace();
+    let state = after.next().unwrap_or("");
+    let flags = after.nth(5).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
 }
 
 /// Gives the new segment its size with every page reserved now: a sparse file in a
@@ -236,6 +286,30 @@ mod tests {
         assert_eq!(mode, 0o600, "a segment must be private to its user");
         drop(c);
         assert!(!path.exists(), "a dropped segment must not leave its name behind");
+    }
+
+    #[test]
+    fn names_left_by_ended_processes_are_swept_and_others_kept() {
+        let ns = pid_namespace().expect("a PID namespace");
+        // A process that has ended: a child, reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let left = |pid: u32, ns: u64| {
+            let name = format!("jitccl-{pid}-{ns}-0-sweeptest");
+            std::fs::write(PathBuf::from(DIR).join(&name), b"").unwrap();
+            PathBuf::from(DIR).join(name)
+        };
+        let (gone, alive, other_ns) = (left(dead, ns), left(std::process::id(), ns), left(dead, ns + 1));
+        let live_peer = left(1, ns);
+        sweep();
+        assert!(!gone.exists(), "an ended process's name stays");
+        for kept in [&alive, &other_ns, &live_peer] {
+            assert!(kept.exists(), "{} was removed", kept.display());
+            std::fs::remove_file(kept).unwrap();
+        }
+        let own = ShmSegment::create(4096).unwrap();
+        assert_eq!(creator(own.name()), Some((std::process::id(), ns)), "{}", own.name());
     }
 
     #[test]
