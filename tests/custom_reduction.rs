@@ -118,6 +118,30 @@ fn pick_second(a: i32, b: i32) -> i32 {
     b
 }
 
+/// Ops whose functions are not called here: the op is their use, so no warning (denied
+/// here) says the function is never used.
+#[deny(dead_code)]
+mod only_the_ops {
+    #[jitccl::reduction(identity = 0.0)]
+    fn absmin(a: f32, b: f32) -> f32 {
+        a.abs().min(b.abs())
+    }
+
+    #[jitccl::reduction(identity = 0, types(i32, u8, f16))]
+    fn bigger<T>(a: T, b: T) -> T {
+        a.max(b)
+    }
+
+    pub(crate) fn names() -> [&'static str; 2] {
+        [ABSMIN.name, BIGGER.name]
+    }
+}
+
+#[test]
+fn an_op_is_a_use_of_its_function() {
+    assert_eq!(only_the_ops::names(), ["absmin", "bigger"]);
+}
+
 // ---- harness ----
 
 struct World {

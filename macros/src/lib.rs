@@ -263,6 +263,13 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
          reference): pass it as `jitccl::Op::custom(&{const_ident})`."
     );
     let reference = reference_fn(&f, &sig);
+    // The op is a use of its function: a crate that calls only the op is not told that the
+    // function is never used.
+    let ident = &f.sig.ident;
+    let instance = sig.generic.map(|_| {
+        let first = sig.elems[0].rust_type();
+        quote!(::<#first>)
+    });
     let op = quote_spanned! {f.sig.ident.span()=>
         #[doc = #doc]
         #vis static #const_ident: ::jitccl::CustomOp = ::jitccl::CustomOp {
@@ -273,7 +280,13 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
             dtypes: &[#(::jitccl::DataType::#dtypes),*],
         };
     };
-    Ok(quote! { #reference #op })
+    Ok(quote! {
+        #reference
+        #op
+        const _: () = {
+            let _ = #ident #instance;
+        };
+    })
 }
 
 /// The Rust function, kept as the reduction's reference. Narrow float elements are widened
