@@ -6,6 +6,10 @@
 //! atomically (by rename), so a truncated, emptied or altered entry (a full disk, a killed
 //! copy, a stray edit) is found before it is loaded, and compiled again. Files being written
 //! are named `.build-*`; those a killed process left behind are removed later.
+//!
+//! Processes that miss the same entry at once (the ranks of one job, started together)
+//! compile it once: each takes the entry's lock (`<entry>.lock`, an advisory `flock` the
+//! system releases when its holder dies), and looks again before compiling.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,6 +22,16 @@ pub const BUILD_PREFIX: &str = ".build-";
 /// Age after which a `.build-*` leftover belongs to a killed process: a kernel compiles in
 /// seconds, and a folder's time changes as its files are written.
 const STALE_BUILD: Duration = Duration::from_secs(10 * 60);
+
+/// How long a process waits for another to finish compiling an entry before it compiles
+/// the entry itself: far longer than a compile takes, short of a hang.
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// An entry's lock, held while one process compiles and stores it; released when dropped.
+#[derive(Debug)]
+pub struct EntryLock {
+    _file: std::fs::File,
+}
 
 /// What the cache holds at a path.
 #[derive(Debug, PartialEq, Eq)]
@@ -120,6 +134,48 @@ impl DiskCache {
         write_atomic(&sum_path(path), record(bytes).as_bytes())
     }
 
+    /// Takes the lock of the entry at `path`, waiting while another process holds it (it is
+    /// compiling the entry): at most `LOCK_WAIT`, after which (or where locks cannot be
+    /// taken) `None` says to go on without it, at the cost of a second compile.
+    pub fn lock(&self, path: &Path) -> Option<EntryLock> {
+        self.lock_within(path, LOCK_WAIT)
+    }
+
+    fn lock_within(&self, path: &Path, wait: Duration) -> Option<EntryLock> {
+        use std::os::fd::AsRawFd;
+        let mut name = path.as_os_str().to_owned();
+        name.push(".lock");
+        let open = || {
+            std::fs::create_dir_all(path.parent()?).ok()?;
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&name).ok()
+        };
+        let Some(file) = open() else {
+            tracing::debug!("cannot open the lock of {}: compiling without it", path.display());
+            return None;
+        };
+        let start = std::time::Instant::now();
+        loop {
+            // SAFETY: a plain call on an open descriptor.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Some(EntryLock { _file: file });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                tracing::debug!("cannot lock {}: {e}: compiling without the lock", path.display());
+                return None;
+            }
+            if start.elapsed() >= wait {
+                tracing::warn!(
+                    "another process has been compiling {} for {} s: compiling it here too",
+                    path.display(),
+                    wait.as_secs()
+                );
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Removes `.build-*` leftovers of processes killed while compiling or writing an entry
     /// (only old ones: a recent one may be another process's work in progress).
     pub fn remove_stale_builds(&self) {
@@ -146,5 +202,27 @@ impl DiskCache {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_lock_is_held_by_one_at_a_time_and_waits_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::new(dir.path());
+        let path = cache.path("src", "host", "cc", "so");
+        let held = cache.lock(&path).expect("a free lock");
+        // Another holder (another open file, as in another process) waits, then gives up.
+        let start = std::time::Instant::now();
+        assert!(cache.lock_within(&path, Duration::from_millis(100)).is_none());
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        // Released on drop: the next one takes it at once.
+        drop(held);
+        assert!(cache.lock_within(&path, Duration::ZERO).is_some());
+        // Entries and their locks are separate files.
+        assert_eq!(cache.lookup(&path), Lookup::Missing);
     }
 }

@@ -180,10 +180,15 @@ pub fn check_cuda(spec: &KernelSpec, arch: CudaArch, output: CudaOutput) -> Resu
 }
 
 /// The checked entry at `path`, else `compile`'s output, stored there. A damaged entry is
-/// compiled again, with a warning (its path and what is wrong).
+/// compiled again, with a warning (its path and what is wrong). While one process compiles
+/// an entry, others that miss it wait for it (the entry's lock) instead of compiling too.
 fn cached(
     d: &DiskCache, path: &Path, compile: impl FnOnce() -> Result<Vec<u8>, CompileError>,
 ) -> Result<(Vec<u8>, Provenance), CompileError> {
+    if let Lookup::Hit(bytes) = d.lookup(path) {
+        return Ok((bytes, Provenance::Disk));
+    }
+    let _lock = d.lock(path);
     match d.lookup(path) {
         Lookup::Hit(bytes) => return Ok((bytes, Provenance::Disk)),
         Lookup::Bad(why) => tracing::warn!("kernel cache entry {} is damaged ({why}); recompiling it", path.display()),
@@ -222,6 +227,32 @@ mod tests {
         assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Compiled);
         assert_eq!(g2.host_kernel(&with(&B)).unwrap().1, Provenance::Compiled);
         assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Memory);
+    }
+
+    #[test]
+    fn a_process_that_misses_an_entry_being_compiled_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = DiskCache::new(dir.path());
+        let path = d.path("src", "host", "cc", "so");
+        // Both miss it at once; one compiles (slowly), the other waits and reads its entry.
+        let (start, compiles) = (std::sync::Barrier::new(2), std::sync::atomic::AtomicUsize::new(0));
+        let compile = || {
+            compiles.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Ok(b"object".to_vec())
+        };
+        let run = || {
+            start.wait();
+            cached(&d, &path, compile).unwrap()
+        };
+        let provs = std::thread::scope(|s| {
+            let other = s.spawn(run);
+            [run(), other.join().unwrap()]
+        });
+        assert_eq!(compiles.into_inner(), 1, "compiled once");
+        let mut provs: Vec<_> = provs.iter().map(|(bytes, p)| (bytes.as_slice(), *p)).collect();
+        provs.sort_by_key(|(_, p)| *p == Provenance::Disk);
+        assert_eq!(provs, [(&b"object"[..], Provenance::Compiled), (&b"object"[..], Provenance::Disk)]);
     }
 
     #[test]
@@ -273,7 +304,7 @@ mod tests {
         let mut files: Vec<String> = walk(dir.path())
             .into_iter()
             .filter_map(|p| p.extension().map(|e| e.to_string_lossy().into_owned()))
-            .filter(|e| e != "sum")
+            .filter(|e| e != "sum" && e != "lock")
             .collect();
         files.sort();
         assert_eq!(files, ["cubin", "cubin", "ptx", "so"]);
