@@ -44,6 +44,8 @@ pub mod graph;
 mod logging;
 mod op;
 mod process_group;
+/// Every `JITCCL_*` variable, its parser and its reference (public for `jitccl env` and the C API).
+pub mod settings;
 pub mod store;
 mod stream;
 mod symmetric;
@@ -54,7 +56,7 @@ mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split};
-pub use config::{Config, MAX_CHANNELS};
+pub use config::Config;
 pub use device::{
     cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_synchronize_stream, host_arena_available,
     Device, DeviceBuffer,
@@ -65,6 +67,7 @@ pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
 pub use logging::init as init_logging;
 pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
+pub use settings::MAX_CHANNELS;
 pub use stream::Stream;
 pub use tune::{
     AlgoOverrides, Constants, Estimate, Machine, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError,
