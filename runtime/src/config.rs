@@ -11,10 +11,10 @@ use jitccl_codegen::{Algorithm, Protocol};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::settings::{self, Setting, MAX_BUFFSIZE, MIN_SIMPLE_SLOT};
-use crate::tune::overrides::{Item, Overrides};
-use crate::tune::{AlgoOverrides, ProtoOverrides};
+use overrides::{AlgoOverrides, Item, Overrides, ProtoOverrides};
 
 mod agree;
+pub mod overrides;
 
 /// What a communicator is created with. `None` fields come from the environment, then
 /// from defaults.
