@@ -164,9 +164,9 @@ pub unsafe fn last_error<'a>(comm: *mut CommHandle) -> Option<&'a LastError> {
 /// The device of a rank created on the calling thread now: the host where asked
 /// (`JITCCL_DEVICE=host`) or where there is no usable GPU, else the current CUDA device.
 pub fn current_device(rank: usize) -> Result<Device, Failure> {
-    match std::env::var("JITCCL_DEVICE").unwrap_or_default().to_ascii_lowercase().as_str() {
+    match jitccl::settings::DEVICE.choice(None).map_err(|e| fail(INVALID_ARGUMENT, e.to_string()))? {
         "host" => Ok(Device::host(rank)),
-        "" | "auto" => match jitccl::cuda_current_device() {
+        "auto" => match jitccl::cuda_current_device() {
             Ok(ordinal) => Ok(Device::cuda(ordinal)?),
             Err(why) => {
                 tracing::info!("rank {rank}: no CUDA device ({why}): the communicator lives on the host");
@@ -177,6 +177,6 @@ pub fn current_device(rank: usize) -> Result<Device, Failure> {
             let ordinal = jitccl::cuda_current_device().map_err(|why| fail(INVALID_USAGE, why))?;
             Ok(Device::cuda(ordinal)?)
         }
-        other => Err(fail(INVALID_ARGUMENT, format!("JITCCL_DEVICE={other}: expected host, cuda or auto"))),
+        other => Err(fail(INTERNAL_ERROR, format!("JITCCL_DEVICE={other}: a choice the table has and this does not"))),
     }
 }

@@ -21,11 +21,10 @@ pub struct NcclUniqueId {
     pub internal: [u8; UNIQUE_ID_BYTES],
 }
 
-/// The root address the environment fixes, if any.
+/// The root address the environment fixes, if any (a value that is not UTF-8 fixes none:
+/// the bootstrap then refuses it by name).
 fn comm_id_var() -> Option<String> {
-    ["JITCCL_COMM_ID", "NCCL_COMM_ID"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()))
+    jitccl::settings::COMM_ID.text().ok().flatten()
 }
 
 fn parse_id(id: &NcclUniqueId) -> Result<UniqueId, Failure> {

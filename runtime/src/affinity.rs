@@ -46,7 +46,7 @@ fn online() -> usize {
 /// The CPUs of the `local_rank`-th of `local_nranks` ranks on this machine, or `None` when
 /// its threads are better left to the scheduler (see the module comment).
 pub(crate) fn for_local_rank(local_rank: usize, local_nranks: usize) -> Option<Arc<CpuSet>> {
-    if std::env::var("JITCCL_IGNORE_CPU_AFFINITY").is_ok_and(|v| v == "1") {
+    if crate::settings::IGNORE_CPU_AFFINITY.flag_or_warn() {
         tracing::info!("CPU binding off (JITCCL_IGNORE_CPU_AFFINITY=1)");
         return None;
     }

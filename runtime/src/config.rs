@@ -1,5 +1,6 @@
 //! Communicator configuration: what the caller sets, completed from the environment
-//! (JITCCL_* variables, as NCCL_* ones for NCCL) and checked once at init.
+//! (the `settings` table: each field's variable, default and bounds) and checked once at
+//! init.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,10 +10,11 @@ use jitccl_codegen::{Algorithm, Protocol};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::tune::overrides::{Item, Overrides};
-use crate::tune::{AlgoOverrides, ProtoOverrides};
+use crate::settings::{self, Setting, MAX_BUFFSIZE, MIN_SIMPLE_SLOT};
+use overrides::{AlgoOverrides, Item, Overrides, ProtoOverrides};
 
 mod agree;
+pub mod overrides;
 
 /// What a communicator is created with. `None` fields come from the environment, then
 /// from defaults.
@@ -120,55 +122,49 @@ impl Config {
     }
 }
 
-/// The network transports `net_name` may name.
-pub const NET_NAMES: &[&str] = &["Socket"];
+/// Declares `Resolved` and `Resolved::values`, every field by name (for the agreement at
+/// init, which `settings` tells which of them the ranks must agree on).
+macro_rules! resolved {
+    ($($field:ident: $ty:ty,)*) => {
+        /// A complete configuration.
+        #[derive(Debug, Clone, PartialEq)]
+        pub(crate) struct Resolved {
+            $(pub $field: $ty,)*
+        }
 
-/// A complete configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Resolved {
-    pub nchannels: usize,
-    pub algos: AlgoOverrides,
-    pub protos: ProtoOverrides,
-    pub timeout: Duration,
-    pub slot_bytes: [usize; NPROTOS],
-    pub nsocks: usize,
-    pub comm_name: Option<String>,
-    pub blocking: bool,
-    pub min_ctas: usize,
-    pub max_ctas: usize,
-    pub net_name: &'static str,
-    pub split_share: bool,
-    pub abort_propagates: bool,
-    pub spin: Option<u64>,
-    pub tuner_table: Option<PathBuf>,
+        impl Resolved {
+            /// Every field as (name, value).
+            fn values(&self) -> Vec<(&'static str, String)> {
+                vec![$((stringify!($field), format!("{:?}", self.$field)),)*]
+            }
+        }
+    };
 }
 
-/// Most channels a rank may use (each is a CTA: a thread on the host).
-pub const MAX_CHANNELS: usize = 32;
+resolved! {
+    nchannels: usize,
+    algos: AlgoOverrides,
+    protos: ProtoOverrides,
+    timeout: Duration,
+    slot_bytes: [usize; NPROTOS],
+    nsocks: usize,
+    comm_name: Option<String>,
+    blocking: bool,
+    min_ctas: usize,
+    max_ctas: usize,
+    net_name: &'static str,
+    split_share: bool,
+    abort_propagates: bool,
+    spin: Option<u64>,
+    tuner_table: Option<PathBuf>,
+}
+
 /// Default channels of ranks on GPUs: on an H200 (ranks sharing it), 16 channels reached
 /// 122 GB/s at 64 MiB (2 ranks) and 32 channels no more; each channel costs every rank a
 /// FIFO per peer, so the default stops at 16 (`JITCCL_NCHANNELS` goes to 32).
 const CUDA_CHANNELS: usize = 16;
-const DEFAULT_SIMPLE_SLOT: usize = 128 << 10;
 /// Per protocol (Simple, LL, LL128), the smallest slot and what every slot is a multiple of.
-const MIN_SLOT: [usize; NPROTOS] = [64, 16, 128];
-/// The largest FIFO (all STEPS slots of one protocol): a rank's segment holds one per
-/// channel and peer, so this bounds what a bad value can ask of /dev/shm.
-const MAX_BUFFSIZE: usize = 1 << 30;
-/// The longest timeout (about 31 years): deadlines computed from it never overflow.
-const MAX_TIMEOUT: Duration = Duration::from_secs(1_000_000_000);
-/// Most sockets per net connector.
-const MAX_NSOCKS: usize = 16;
-/// Most busy-poll rounds of a kernel's wait (about half a minute).
-const MAX_SPIN: u64 = 1_000_000_000;
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn parse_env<T>(name: &str, parse: impl FnOnce(&str) -> std::result::Result<T, String>) -> Result<Option<T>> {
-    env(name).map(|v| parse(v.trim()).map_err(|e| Error::InvalidArgument(format!("{name}='{v}': {e}")))).transpose()
-}
+const MIN_SLOT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 16, 128];
 
 /// Slot sizes of the three protocols from Simple's: LL and LL128 slots carry less data
 /// per byte and are latency protocols, so they get smaller slots (NCCL's ratio is ~1:8).
@@ -179,59 +175,26 @@ fn slots_from_simple(simple: usize) -> [usize; NPROTOS] {
 }
 
 /// The overrides from a forced value, else from typed overrides, else from the variable
-/// (`T::VAR`, NCCL's grammar); `fields` name the two Config fields for the error when
+/// (`setting`, NCCL's grammar); `fields` name the two Config fields for the error when
 /// both are set.
-fn overrides<T: Item>(one: Option<T>, set: &Option<Overrides<T>>, fields: (&str, &str)) -> Result<Overrides<T>> {
+fn overrides<T: Item>(
+    one: Option<T>, set: &Option<Overrides<T>>, setting: &Setting, fields: (&str, &str),
+) -> Result<Overrides<T>> {
     match (one, set) {
         (Some(_), Some(_)) => {
             Err(Error::InvalidArgument(format!("Config.{} and Config.{} are both set; set one", fields.0, fields.1)))
         }
         (Some(item), None) => Ok(Overrides::force_where_available(item)),
         (None, Some(o)) => Ok(o.clone()),
-        (None, None) => Ok(parse_env(T::VAR, |v| Overrides::parse(v).map_err(|e| e.to_string()))?.unwrap_or_default()),
+        (None, None) => Ok(setting.parse_with(|v| Overrides::parse(v).map_err(|e| e.to_string()))?.unwrap_or_default()),
     }
-}
-
-/// A boolean setting: the field if set, else the variable (0/1, true/false), else `default`.
-fn flag(field: Option<bool>, var: &str, default: bool) -> Result<bool> {
-    Ok(match field {
-        Some(b) => b,
-        None => parse_env(var, |v| match v.to_ascii_lowercase().as_str() {
-            "1" | "true" | "yes" | "on" => Ok(true),
-            "0" | "false" | "no" | "off" => Ok(false),
-            _ => Err("expected 0 or 1".into()),
-        })?
-        .unwrap_or(default),
-    })
-}
-
-/// A CTA bound: the field if set, else the variable, else `default`; within 1..=MAX_CHANNELS.
-fn ctas(field: Option<usize>, name: &str, var: &str, default: usize) -> Result<usize> {
-    let n = match field {
-        Some(n) => n,
-        None => parse_env(var, |v| v.parse::<usize>().map_err(|e| e.to_string()))?.unwrap_or(default),
-    };
-    if n == 0 || n > MAX_CHANNELS {
-        return Err(Error::InvalidArgument(format!("{name} ({var}) must be 1..={MAX_CHANNELS}, got {n}")));
-    }
-    Ok(n)
-}
-
-/// The network transport named by `net_name` or `JITCCL_NET` (default: the only one).
-fn net_name(field: &Option<String>) -> Result<&'static str> {
-    let Some(name) = field.clone().or_else(|| env("JITCCL_NET")) else { return Ok(NET_NAMES[0]) };
-    NET_NAMES.iter().find(|n| n.eq_ignore_ascii_case(name.trim())).copied().ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "net_name (JITCCL_NET) '{name}' is no network transport here; known: {NET_NAMES:?}"
-        ))
-    })
 }
 
 impl Config {
     /// Whether the communicator is created in blocking mode (the field, else
     /// `JITCCL_COMM_BLOCKING`, else true).
     pub(crate) fn is_blocking(&self) -> Result<bool> {
-        flag(self.blocking, "JITCCL_COMM_BLOCKING", true)
+        Ok(settings::COMM_BLOCKING.flag(self.blocking)?)
     }
 
     /// Completes the configuration for `nranks` ranks on the host, sharing its cores.
@@ -245,25 +208,17 @@ impl Config {
         Ok(self.resolve_on(nranks, device)?.nchannels)
     }
 
-    /// Completes the configuration for `nranks` ranks on devices of `device`'s kind.
+    /// Completes the configuration for `nranks` ranks on devices of `device`'s kind: each
+    /// field, else its variable, else its default, as `settings` declares them.
     pub(crate) fn resolve_on(&self, nranks: usize, device: &Device) -> Result<Resolved> {
-        let min_ctas = ctas(self.min_ctas, "min_ctas", "JITCCL_MIN_CTAS", 1)?;
-        let max_ctas = ctas(self.max_ctas, "max_ctas", "JITCCL_MAX_CTAS", MAX_CHANNELS)?;
+        let min_ctas = settings::MIN_CTAS.whole(self.min_ctas)?;
+        let max_ctas = settings::MAX_CTAS.whole(self.max_ctas)?;
         if min_ctas > max_ctas {
             return Err(Error::InvalidArgument(format!(
                 "min_ctas (JITCCL_MIN_CTAS) {min_ctas} is above max_ctas (JITCCL_MAX_CTAS) {max_ctas}"
             )));
         }
-        let nchannels = match self.nchannels {
-            Some(n) => Some(n),
-            None => parse_env("JITCCL_NCHANNELS", |v| v.parse::<usize>().map_err(|e| e.to_string()))?,
-        };
-        let nchannels = match nchannels {
-            Some(n) if n == 0 || n > MAX_CHANNELS => {
-                return Err(Error::InvalidArgument(format!(
-                    "nchannels (JITCCL_NCHANNELS) must be 1..={MAX_CHANNELS}, got {n}"
-                )))
-            }
+        let nchannels = match settings::NCHANNELS.whole_opt(self.nchannels)? {
             Some(n) if !(min_ctas..=max_ctas).contains(&n) => {
                 return Err(Error::InvalidArgument(format!(
                     "nchannels (JITCCL_NCHANNELS) {n} is outside min_ctas..=max_ctas ({min_ctas}..={max_ctas})"
@@ -284,38 +239,12 @@ impl Config {
                 n.clamp(1, 4).clamp(min_ctas, max_ctas)
             }
         };
-        let algos = overrides(self.algo, &self.algos, ("algo", "algos"))?;
-        let protos = overrides(self.proto, &self.protos, ("proto", "protos"))?;
-        let timeout = match self.timeout {
-            Some(t) => t,
-            None => parse_env("JITCCL_TIMEOUT", |v| {
-                v.parse::<f64>()
-                    .ok()
-                    .filter(|s| *s > 0.0 && *s <= MAX_TIMEOUT.as_secs_f64())
-                    .map(Duration::from_secs_f64)
-                    .ok_or_else(|| format!("expected seconds, more than 0 and at most {}", MAX_TIMEOUT.as_secs()))
-            })?
-            .unwrap_or(Duration::from_secs(300)),
-        };
-        if timeout.is_zero() || timeout > MAX_TIMEOUT {
-            return Err(Error::InvalidArgument(format!(
-                "timeout (JITCCL_TIMEOUT) must be more than 0 and at most {} s, got {timeout:?}",
-                MAX_TIMEOUT.as_secs()
-            )));
-        }
-        let min_buffsize = MIN_SLOT[0] * STEPS;
         let slot_bytes = match self.slot_bytes {
             Some(s) => s,
-            None => slots_from_simple(
-                parse_env("JITCCL_BUFFSIZE", |v| {
-                    v.parse::<usize>()
-                        .ok()
-                        .filter(|&b| (min_buffsize..=MAX_BUFFSIZE).contains(&b))
-                        .ok_or_else(|| format!("expected bytes, {min_buffsize} to {MAX_BUFFSIZE}"))
-                })?
-                .map(|b| b / STEPS / MIN_SLOT[0] * MIN_SLOT[0])
-                .unwrap_or(DEFAULT_SIMPLE_SLOT),
-            ),
+            None => {
+                let buffsize = settings::BUFFSIZE.whole::<usize>(None)?;
+                slots_from_simple(buffsize / STEPS / MIN_SLOT[0] * MIN_SLOT[0])
+            }
         };
         for p in 0..NPROTOS {
             if slot_bytes[p] < MIN_SLOT[p] || slot_bytes[p] % MIN_SLOT[p] != 0 || slot_bytes[p] > MAX_BUFFSIZE / STEPS {
@@ -328,41 +257,25 @@ impl Config {
                 )));
             }
         }
-        let nsocks = match self.nsocks {
-            Some(n) => n,
-            None => parse_env("JITCCL_NSOCKS_PERTHREAD", |v| {
-                v.parse::<usize>().map_err(|_| format!("expected a number of sockets per connector, 1..={MAX_NSOCKS}"))
-            })?
-            .unwrap_or(1),
+        let comm_name = match &self.comm_name {
+            Some(n) => Some(n.clone()),
+            None => settings::COMM_NAME.text()?,
         };
-        if nsocks == 0 || nsocks > MAX_NSOCKS {
-            return Err(Error::InvalidArgument(format!(
-                "nsocks (JITCCL_NSOCKS_PERTHREAD) must be 1..={MAX_NSOCKS} sockets per connector, got {nsocks}"
-            )));
-        }
-        let spin = match self.spin {
-            Some(n) => Some(n),
-            None => parse_env("JITCCL_SPIN", |v| v.parse::<u64>().map_err(|e| e.to_string()))?,
-        };
-        if let Some(n) = spin.filter(|&n| n > MAX_SPIN) {
-            return Err(Error::InvalidArgument(format!("spin (JITCCL_SPIN) must be 0..={MAX_SPIN} rounds, got {n}")));
-        }
-        let comm_name = self.comm_name.clone().or_else(|| env("JITCCL_COMM_NAME").map(|n| n.trim().to_string()));
         Ok(Resolved {
             nchannels,
-            algos,
-            protos,
-            timeout,
+            algos: overrides(self.algo, &self.algos, &settings::ALGO, ("algo", "algos"))?,
+            protos: overrides(self.proto, &self.protos, &settings::PROTO, ("proto", "protos"))?,
+            timeout: settings::TIMEOUT.seconds(self.timeout)?,
             slot_bytes,
-            nsocks,
+            nsocks: settings::NSOCKS_PERTHREAD.whole(self.nsocks)?,
             comm_name,
             blocking: self.is_blocking()?,
             min_ctas,
             max_ctas,
-            net_name: net_name(&self.net_name)?,
-            split_share: flag(self.split_share, "JITCCL_COMM_SPLIT_SHARE_RESOURCES", false)?,
-            abort_propagates: flag(self.abort_propagates, "JITCCL_ABORT_PROPAGATE", false)?,
-            spin,
+            net_name: settings::NET.choice(self.net_name.as_deref())?,
+            split_share: settings::COMM_SPLIT_SHARE_RESOURCES.flag(self.split_share)?,
+            abort_propagates: settings::ABORT_PROPAGATE.flag(self.abort_propagates)?,
+            spin: settings::SPIN.whole_opt(self.spin)?,
             tuner_table: self.tuner_table.clone(),
         })
     }

@@ -4,6 +4,7 @@
 use jitccl_codegen::CompileError;
 
 use crate::bootstrap::BootstrapError;
+use crate::settings::SettingError;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -113,4 +114,11 @@ pub(crate) fn sys(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
 
 pub(crate) fn invalid<T>(msg: impl Into<String>) -> Result<T> {
     Err(Error::InvalidArgument(msg.into()))
+}
+
+/// A bad setting is a caller's mistake: nothing was done.
+impl From<SettingError> for Error {
+    fn from(e: SettingError) -> Error {
+        Error::InvalidArgument(e.to_string())
+    }
 }

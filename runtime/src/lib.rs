@@ -1,34 +1,43 @@
 //! jitccl-runtime: communicators and their collectives, and everything below them. Kernels
 //! come from `jitccl-codegen`. `docs/architecture.md` maps the whole workspace (the data
-//! flow of init and of one call, where to add things). The layers, each importing only
-//! those below it (the exceptions are listed there):
+//! flow of init and of one call, where to add things).
 //!
-//! - `comm/`: the communicator (`Comm`): thin public calls, its state (`state`), its
-//!   failure state (`failure`) and its creation (`init`: all ranks in one process, or one
-//!   rank of a group of processes through `bootstrap` and `store`); a handle (`handle`:
-//!   identity, abort, `async_error`) that exists before init ends in nonblocking mode,
-//!   whose work then runs on a progress thread (`progress`); how calls leave it
-//!   (`submit`) and groups (`group`); `split` and `shrink` make communicators from it;
-//! - `enqueue/`: the one path from a call to a queued launch: table-driven argument checks,
-//!   the tuning choice (`tune`), the kernel lookup (`jitccl-codegen`), launch arguments,
-//!   and the kernel-visible tables;
-//! - `graph`: the rings and trees of each channel, computed once and handed to channel
-//!   setup, over `topo` (the machine model: NCCL's XML, detection); `tune`: the
-//!   algorithm, protocol and channels of each call; `config`: what a communicator is
-//!   created with (`JITCCL_*`), agreed on at init; `symmetric`: registered regions;
-//! - `stream`: ordered queues of launches, run by their owner (it knows no communicator);
-//! - `transport/`: the transport table (p2p, shm, net: which one connects each pair and
-//!   how a peer's receive segment is reached), FIFO layout and connectors; `fault`: the
-//!   failure boards through which a failure reaches the peers;
-//! - `device/`: per target (`host`, `cuda`) memory, CTA execution and launch;
-//! - `wait`: the spin/yield/park policy of every host-side wait (kernels, dispatchers,
-//!   callers); `affinity`: which CPUs a rank's threads run on;
-//! - `process_group/`: above `comm`, an asynchronous process group (c10d style): `Work`
-//!   handles, a worker thread per group, a watchdog;
-//! - `bootstrap/` (unique ids, the root, the ring) and `store/` (PyTorch's TCPStore wire
-//!   protocol): how ranks find each other, used by init alone;
-//! - leaves: `element` (Rust element types), `op` (reduction ops), `error`, `logging`
-//!   (`JITCCL_DEBUG`).
+//! The layers, from the top. A module imports only modules of the layers below its own;
+//! `tests/layers.rs` reads this list and checks every `crate::` path of every source file.
+//!
+//! 1. `process_group`: an asynchronous process group (c10d style) over a communicator:
+//!    `Work` handles, a worker thread per group, a watchdog;
+//! 2. `comm`: the communicator (`Comm`): thin public calls, its state (`state`), its
+//!    failure state (`failure`) and its creation (`init`: all ranks in one process, or one
+//!    rank of a group of processes through `bootstrap` and `store`); a handle (`handle`:
+//!    identity, abort, `async_error`) that exists before init ends in nonblocking mode,
+//!    whose work then runs on a progress thread (`progress`); how calls leave it
+//!    (`submit`) and groups (`group`); `split` and `shrink` make communicators from it;
+//! 3. `enqueue`: the one path from a call to a queued launch: table-driven argument checks,
+//!    the tuning choice, the kernel lookup (`jitccl-codegen`), launch arguments, and the
+//!    kernel-visible tables;
+//! 4. `tune`: the algorithm, protocol and channels of each call (tuning tables, the cost
+//!    model);
+//! 5. `transport`: the transport table (p2p, shm, net: which one connects each pair and
+//!    how a peer's receive segment is reached), FIFO layout, and the connectors of the
+//!    graph's rings and trees;
+//! 6. `graph`: the rings and trees of each channel, computed once and handed to channel
+//!    setup; `stream`: ordered queues of launches, run by their owner (it knows no
+//!    communicator);
+//! 7. `topo`: the machine model (NCCL's XML, detection); `symmetric`: registered regions;
+//!    `fault`: the failure boards through which a failure reaches the peers;
+//! 8. `config`: what a communicator is created with (the `JITCCL_ALGO`/`PROTO` grammar in
+//!    `overrides`), completed from the settings and agreed on at init;
+//! 9. `device`: per target (`host`, `cuda`) memory, CTA execution and launch;
+//! 10. `error`: the runtime's `Error`, which wraps the bootstrap's and the store's own;
+//! 11. `store`: PyTorch's TCPStore wire protocol (client and server), over
+//! 12. `bootstrap`: unique ids, the root, the ring: how ranks find each other (`comm`'s
+//!     init uses both);
+//! 13. `logging`: `JITCCL_DEBUG`; `wait`: the spin/yield/park policy of every host-side wait
+//!     (kernels, dispatchers, callers);
+//! 14. `affinity`: which CPUs a rank's threads run on; `element`: Rust element types;
+//!     `op`: reduction ops;
+//! 15. `settings`: every `JITCCL_*` variable, its parser, default and bounds.
 
 mod affinity;
 mod bootstrap;
@@ -44,6 +53,8 @@ pub mod graph;
 mod logging;
 mod op;
 mod process_group;
+/// Every `JITCCL_*` variable, its parser and its reference (public for `jitccl env` and the C API).
+pub mod settings;
 pub mod store;
 mod stream;
 mod symmetric;
@@ -54,7 +65,8 @@ mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split};
-pub use config::{Config, MAX_CHANNELS};
+pub use config::overrides::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Set};
+pub use config::Config;
 pub use device::{
     cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_synchronize_stream, host_arena_available,
     Device, DeviceBuffer,
@@ -65,8 +77,6 @@ pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
 pub use logging::init as init_logging;
 pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
+pub use settings::MAX_CHANNELS;
 pub use stream::Stream;
-pub use tune::{
-    AlgoOverrides, Constants, Estimate, Machine, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError,
-    Topology,
-};
+pub use tune::{Constants, Estimate, Machine, Row, Table, TableError, Topology};

@@ -1,5 +1,5 @@
 //! JITCCL_DEBUG=WARN|INFO|DEBUG|TRACE selects what jitccl logs to stderr (default WARN),
-//! like NCCL_DEBUG. A program that installed its own tracing subscriber keeps it.
+//! as NCCL_DEBUG (also read). A program that installed its own tracing subscriber keeps it.
 
 use std::sync::Once;
 
@@ -8,15 +8,13 @@ use std::sync::Once;
 pub fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let level = std::env::var("JITCCL_DEBUG").unwrap_or_default().to_ascii_lowercase();
-        let level = match level.as_str() {
-            "" | "warn" => "warn",
-            "version" | "info" => "info",
-            "debug" => "debug",
-            "trace" => "trace",
-            other => {
-                eprintln!("jitccl: JITCCL_DEBUG='{other}' is not one of WARN, INFO, DEBUG, TRACE; using WARN");
-                "warn"
+        // Logging is not up yet to report a bad value: it goes to stderr directly.
+        let level = match crate::settings::DEBUG.choice(None) {
+            Ok("VERSION") => "info".to_string(),
+            Ok(level) => level.to_ascii_lowercase(),
+            Err(e) => {
+                eprintln!("jitccl: {e}; using WARN");
+                "warn".to_string()
             }
         };
         let filter = tracing_subscriber::EnvFilter::new(format!(

@@ -6,9 +6,6 @@ use std::time::Duration;
 
 use super::ranks::{parse_nranks, run_ranks};
 
-/// The longest `--timeout`: ~31 years, far from what `Instant` can add without overflow.
-const MAX_TIMEOUT_S: f64 = 1e9;
-
 #[derive(clap::Args)]
 pub(super) struct LaunchArgs {
     /// Number of rank processes (at most max(1024, 4 x CPUs)).
@@ -18,19 +15,11 @@ pub(super) struct LaunchArgs {
     #[arg(long)]
     master_port: Option<u16>,
     /// Give up (terminating every rank) after this many seconds.
-    #[arg(long, value_parser = parse_seconds)]
+    #[arg(long, value_parser = jitccl::settings::parse::seconds)]
     timeout: Option<Duration>,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, required = true, num_args = 1..)]
     command: Vec<String>,
-}
-
-/// Value parser of a positive, finite number of seconds.
-fn parse_seconds(s: &str) -> Result<Duration, String> {
-    match s.trim().parse::<f64>() {
-        Ok(t) if t > 0.0 && t <= MAX_TIMEOUT_S => Ok(Duration::from_secs_f64(t)),
-        _ => Err(format!("expected a number of seconds above 0 and at most {MAX_TIMEOUT_S:e}")),
-    }
 }
 
 impl LaunchArgs {

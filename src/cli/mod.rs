@@ -1,5 +1,6 @@
-//! Command-line interface: `jitccl kernels | perf | tune | launch | store | topo`.
+//! Command-line interface: `jitccl kernels | perf | tune | launch | store | topo | env`.
 
+mod env;
 mod kernels;
 mod launch;
 mod perf;
@@ -36,6 +37,8 @@ enum Command {
     Store(store::StoreCmd),
     /// Show the system topology, the paths between devices and the rings and trees per channel.
     Topo(topo::TopoArgs),
+    /// Show every JITCCL_* setting with its current value and where it comes from.
+    Env(env::EnvArgs),
 }
 
 /// Value parser of a whole number of at least `MIN` (clap's range parser would print the
@@ -59,6 +62,7 @@ impl Cli {
             Command::Launch(l) => l.run(),
             Command::Store(s) => s.run(),
             Command::Topo(t) => t.run(),
+            Command::Env(e) => e.run(),
         };
         match res {
             Ok(code) => code,

@@ -6,18 +6,9 @@
 pub const MAX_SIZES: usize = 10_000;
 
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (digits, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 1usize << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    digits
-        .parse::<usize>()
-        .ok()
-        .and_then(|v| v.checked_mul(mult))
-        .ok_or_else(|| format!("bad size '{s}' (expected e.g. 8, 64K, 16M, 1G)"))
+    jitccl::settings::parse::bytes(s)
+        .and_then(|b| usize::try_from(b).map_err(|e| e.to_string()))
+        .map_err(|e| format!("bad size '{s}' ({e})"))
 }
 
 /// How a sweep goes from one size to the next.

@@ -331,3 +331,37 @@ fn store_serve_answers_a_client() {
     let _ = server.wait();
     result.unwrap();
 }
+
+#[test]
+fn env_prints_every_setting_with_its_value_and_source() {
+    let cache = RunCache::new();
+    let vars = [("JITCCL_NCHANNELS", "3"), ("NCCL_BUFFSIZE", "2M"), ("JITCCL_ALGO", "ring"), ("NCCL_ALGO", "tree")];
+    let out = Command::new(env!("CARGO_BIN_EXE_jitccl"))
+        .arg("env")
+        .env("JITCCL_CACHE_DIR", cache.path())
+        .env_remove("JITCCL_TIMEOUT")
+        .env_remove("JITCCL_DEBUG")
+        .env_remove("NCCL_DEBUG")
+        .envs(vars)
+        .output()
+        .expect("run jitccl");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let row = |name: &str| {
+        let line = stdout.lines().find(|l| l.split_whitespace().next() == Some(name));
+        line.unwrap_or_else(|| panic!("no {name} in {stdout}")).split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(row("JITCCL_NCHANNELS"), "3 [JITCCL_NCHANNELS]");
+    assert_eq!(row("JITCCL_BUFFSIZE"), "2M [NCCL_BUFFSIZE (NCCL's name)]");
+    assert_eq!(row("JITCCL_ALGO"), "ring [JITCCL_ALGO]", "the JITCCL_ name wins");
+    assert_eq!(row("JITCCL_TIMEOUT"), "300 s [default]");
+    assert_eq!(row("JITCCL_DEBUG"), "WARN [default]");
+    assert!(!stdout.contains("JITCCL_TEST_DIE_AT"), "test hooks only with --all");
+    assert!(text(&jitccl_with(&["env", "--all"], cache.path(), &[]).stdout).contains("JITCCL_TEST_DIE_AT"));
+
+    let bad = jitccl_with(&["env"], cache.path(), &[("JITCCL_TIMEOUT", "soon"), ("NCCL_NSOCKS_PERTHREAD", "99")]);
+    let err = text(&bad.stderr);
+    assert!(!bad.status.success(), "{err}");
+    assert!(err.contains("JITCCL_TIMEOUT: expected seconds, more than 0 and at most 1e9"), "{err}");
+    assert!(err.contains("JITCCL_NSOCKS_PERTHREAD: expected 1..=16"), "{err}");
+}

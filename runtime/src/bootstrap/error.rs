@@ -6,6 +6,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::settings::SettingError;
+
 /// Errors of the bootstrap. Errors the root detects for the whole communicator
 /// (`DuplicateRank`, `NranksMismatch`, `InvalidRank`, `MissingRanks`, an aborted root) are
 /// sent to every rank that reached the root, so each of them fails with the same error.
@@ -78,6 +80,14 @@ pub enum BootstrapError {
     /// An OS call failed.
     #[error("bootstrap: {context}: {source}")]
     Io { context: String, source: io::Error },
+}
+
+impl From<SettingError> for BootstrapError {
+    fn from(e: SettingError) -> Self {
+        let value = e.value.map_or(String::new(), |v| format!("'{v}': "));
+        let alias = if e.var == e.setting { String::new() } else { format!(" (read as {})", e.setting) };
+        BootstrapError::EnvVar { var: e.var, problem: format!("{value}{}{alias}", e.problem) }
+    }
 }
 
 impl BootstrapError {

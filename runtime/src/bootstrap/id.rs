@@ -6,11 +6,11 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::SystemTime;
 
-use super::env::COMM_ID_VAR;
 use super::error::{BootstrapError, Result};
 use super::root::Root;
 use super::wire::{decode_addr, encode_addr, u64_at, ADDR_BYTES, MAGIC};
 use super::BootstrapConfig;
+use crate::settings::COMM_ID;
 
 /// Size of a [`UniqueId`] in bytes (as NCCL_UNIQUE_ID_BYTES).
 pub const UNIQUE_ID_BYTES: usize = 128;
@@ -72,7 +72,7 @@ impl UniqueId {
     /// `is_root` (normally on rank 0) this process also starts the root thread listening on
     /// exactly that address (an error if it cannot bind it, e.g. it is not local or in use).
     pub(crate) fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
-        let addr = resolve(spec, COMM_ID_VAR)?;
+        let addr = resolve(spec, COMM_ID.name)?;
         let id = Self::for_address(addr);
         if is_root {
             Root::start_for(&id, config)?.detach();
@@ -90,12 +90,9 @@ impl UniqueId {
 
     /// [`from_comm_id`](Self::from_comm_id) with `JITCCL_COMM_ID`; `None` when it is not set.
     pub(crate) fn from_env(is_root: bool, config: &BootstrapConfig) -> Result<Option<Self>> {
-        match std::env::var(COMM_ID_VAR) {
-            Ok(v) if !v.trim().is_empty() => Self::from_comm_id(v.trim(), is_root, config).map(Some),
-            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(BootstrapError::EnvVar { var: COMM_ID_VAR, problem: "is not valid UTF-8".into() })
-            }
+        match COMM_ID.text()? {
+            Some(v) => Self::from_comm_id(&v, is_root, config).map(Some),
+            None => Ok(None),
         }
     }
 

@@ -4,8 +4,8 @@
 
 use std::net::SocketAddr;
 
-use super::env::COMM_ID_VAR;
 use super::error::{BootstrapError, Result};
+use crate::settings::COMM_ID;
 
 /// The variables one launcher sets.
 struct Launcher {
@@ -178,7 +178,8 @@ impl LaunchEnv {
             return Err(BootstrapError::EnvVar {
                 var: "MASTER_ADDR",
                 problem: format!(
-                    "is not set, nor is {COMM_ID_VAR}, so there is no rendezvous address: {RENDEZVOUS_HINT}"
+                    "is not set, nor is {}, so there is no rendezvous address: {RENDEZVOUS_HINT}",
+                    COMM_ID.name
                 ),
             });
         };

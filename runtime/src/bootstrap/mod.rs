@@ -30,7 +30,6 @@
 //!
 //! `tests::module_doc_example` shows one rank's whole life (the tests live in `tests/`).
 
-mod env;
 mod error;
 mod id;
 mod iface;
@@ -58,7 +57,7 @@ pub use launch::launcher_vars;
 pub(crate) use launch::LaunchEnv;
 pub(crate) use net::deadline_after;
 
-use env::{DEFAULT_TIMEOUT, IFNAME_VAR, TIMEOUT_VAR};
+use crate::settings::{BOOTSTRAP_TIMEOUT, SOCKET_IFNAME};
 use incoming::{Acceptor, Incoming, Mailbox, Message};
 use liveness::Liveness;
 use net::Waiter;
@@ -86,19 +85,19 @@ pub struct BootstrapConfig {
 impl Default for BootstrapConfig {
     /// 120 s timeout, a fresh abort flag, automatic interface (the environment is not read).
     fn default() -> Self {
-        Self { timeout: DEFAULT_TIMEOUT, abort: Arc::new(AtomicBool::new(false)), ifname: None, root_rank: None }
+        Self {
+            timeout: BOOTSTRAP_TIMEOUT.default_duration(),
+            abort: Arc::new(AtomicBool::new(false)),
+            ifname: None,
+            root_rank: None,
+        }
     }
 }
 
 impl BootstrapConfig {
     /// `JITCCL_BOOTSTRAP_TIMEOUT` (seconds) and `JITCCL_SOCKET_IFNAME`, with a fresh abort flag.
     pub fn from_env() -> Result<Self> {
-        let mut c = Self::default();
-        if let Some(t) = env::var(TIMEOUT_VAR)? {
-            c.timeout = env::parse_timeout(&t)?;
-        }
-        c.ifname = env::var(IFNAME_VAR)?;
-        Ok(c)
+        Ok(Self { timeout: BOOTSTRAP_TIMEOUT.seconds(None)?, ifname: SOCKET_IFNAME.text()?, ..Self::default() })
     }
 
     #[allow(dead_code, reason = "bootstrap API used by its tests, not (yet) by the runtime")]

@@ -17,8 +17,7 @@ use std::time::Duration;
 
 use super::Secs;
 
-const DIE_VAR: &str = "JITCCL_TEST_DIE_AT";
-const PAUSE_VAR: &str = "JITCCL_TEST_PAUSE_AT";
+use crate::settings::{Setting, TEST_DIE_AT, TEST_PAUSE_AT};
 
 /// What to do at a point.
 struct Hook {
@@ -27,8 +26,9 @@ struct Hook {
     die: bool,
 }
 
-fn parse(var: &str, die: bool) -> Option<Hook> {
-    let v = std::env::var(var).ok()?;
+fn parse(var: &Setting, die: bool) -> Option<Hook> {
+    let v = var.text().ok()??;
+    let var = var.name;
     let (point, ms) = v.trim().split_once('+').unwrap_or((v.trim(), "0"));
     let Ok(ms) = ms.parse() else {
         tracing::warn!("{var}={v:?} is not <point>[+<ms>]: ignored");
@@ -40,11 +40,12 @@ fn parse(var: &str, die: bool) -> Option<Hook> {
 /// Runs the hooks set for `point`, if any.
 pub(crate) fn at(point: &str) {
     static HOOKS: OnceLock<Vec<Hook>> = OnceLock::new();
-    let hooks = HOOKS.get_or_init(|| [parse(PAUSE_VAR, false), parse(DIE_VAR, true)].into_iter().flatten().collect());
+    let hooks =
+        HOOKS.get_or_init(|| [parse(&TEST_PAUSE_AT, false), parse(&TEST_DIE_AT, true)].into_iter().flatten().collect());
     for h in hooks.iter().filter(|h| h.point == point) {
         tracing::warn!(
             "{}: {} at {point} after {}",
-            if h.die { DIE_VAR } else { PAUSE_VAR },
+            if h.die { TEST_DIE_AT.name } else { TEST_PAUSE_AT.name },
             if h.die { "dying" } else { "pausing" },
             Secs(h.after)
         );

@@ -4,45 +4,18 @@
 
 use super::Resolved;
 use crate::error::{Error, Result};
+use crate::settings::{Ranks, Setting, ALL};
+
+/// The setting of a `Config` field.
+fn setting_of(field: &str) -> Option<&'static Setting> {
+    ALL.iter().find(|s| s.field.is_some_and(|f| f.split(", ").any(|f| f == field)))
+}
 
 impl Resolved {
-    /// Every field as (name, value). Destructured, so that a new field cannot be left out
-    /// of the agreement unnoticed.
+    /// The fields every rank must agree on, as (name, value): those whose setting says so
+    /// (a field the table lacks counts as one to agree on).
     fn fields(&self) -> Vec<(&'static str, String)> {
-        let Resolved {
-            nchannels,
-            algos,
-            protos,
-            timeout,
-            slot_bytes,
-            nsocks,
-            comm_name,
-            blocking,
-            min_ctas,
-            max_ctas,
-            net_name,
-            split_share,
-            abort_propagates,
-            // How long this rank spins is its own business: ranks may differ.
-            spin: _,
-            // Only rank 0's table is read, and every rank uses it.
-            tuner_table: _,
-        } = self;
-        vec![
-            ("nchannels", format!("{nchannels}")),
-            ("algos", format!("{algos:?}")),
-            ("protos", format!("{protos:?}")),
-            ("timeout", format!("{timeout:?}")),
-            ("slot_bytes", format!("{slot_bytes:?}")),
-            ("nsocks", format!("{nsocks}")),
-            ("comm_name", format!("{comm_name:?}")),
-            ("blocking", format!("{blocking}")),
-            ("min_ctas", format!("{min_ctas}")),
-            ("max_ctas", format!("{max_ctas}")),
-            ("net_name", format!("{net_name:?}")),
-            ("split_share", format!("{split_share}")),
-            ("abort_propagates", format!("{abort_propagates}")),
-        ]
+        self.values().into_iter().filter(|(name, _)| setting_of(name).is_none_or(|s| s.ranks == Ranks::Agree)).collect()
     }
 
     /// What this rank sends: one `name=value` line per field (Debug escapes newlines).
@@ -106,9 +79,20 @@ mod tests {
     }
 
     #[test]
+    fn every_field_has_a_setting_and_only_agreed_ones_are_sent() {
+        let r = Config::default().resolve(2).unwrap();
+        for (name, _) in r.values() {
+            assert!(super::setting_of(name).is_some(), "Config.{name} has no setting in the table");
+        }
+        let sent: Vec<_> = r.fields().into_iter().map(|(n, _)| n).collect();
+        assert!(sent.contains(&"algos") && sent.contains(&"slot_bytes") && sent.contains(&"max_ctas"), "{sent:?}");
+        assert!(!sent.contains(&"spin") && !sent.contains(&"tuner_table"), "{sent:?}");
+    }
+
+    #[test]
     fn spin_is_bounded_and_each_ranks_own() {
         let spin = |n| Config { spin: Some(n), ..Config::default() }.resolve(2);
-        let e = spin(super::super::MAX_SPIN + 1).unwrap_err().to_string();
+        let e = spin(1_000_000_001).unwrap_err().to_string();
         assert!(e.contains("JITCCL_SPIN"), "{e}");
         let (a, b) = (spin(0).unwrap(), spin(100).unwrap());
         assert!(a.agree(0, &[a.encode(), b.encode()]).is_ok(), "ranks may spin differently");

@@ -8,8 +8,9 @@ use std::path::Path as FsPath;
 
 use super::model::{Device, GlobalSystem, Graph, SearchParams};
 use super::search::{hosts_of, nearest_nic, search, HostRanks, Plan};
+use crate::settings;
 use crate::topo::xml::{self, bad_attr, float_attr, num_attr, Element};
-use crate::topo::{env_path, read_file, write_file, PathType, TopoError};
+use crate::topo::{read_file, write_file, PathType, TopoError};
 
 /// NCCL's graph patterns.
 const PATTERN_BALANCED_TREE: u64 = 1;
@@ -18,11 +19,11 @@ const PATTERN_RING: u64 = 4;
 /// The graph file of `JITCCL_GRAPH_FILE` when set, else a search; the result is written to
 /// `JITCCL_GRAPH_DUMP_FILE` (as `dump_host` sees it) when that is set.
 pub fn search_or_load(global: &GlobalSystem, params: &SearchParams, dump_host: usize) -> Result<Graph, TopoError> {
-    let graph = match env_path(&["JITCCL_GRAPH_FILE"]) {
+    let graph = match settings::GRAPH_FILE.path() {
         Some(p) => Graph::from_xml_file(&p, global)?,
         None => search(global, params)?,
     };
-    if let Some(p) = env_path(&["JITCCL_GRAPH_DUMP_FILE"]) {
+    if let Some(p) = settings::GRAPH_DUMP_FILE.path() {
         write_file(&p, &to_xml(&graph, global, dump_host))?;
     }
     Ok(graph)

@@ -13,6 +13,8 @@ pub(crate) mod xml;
 
 use std::path::Path as FsPath;
 
+use crate::settings;
+
 pub use model::{Cpu, Gpu, Link, LinkKind, Nic, Node, NodeKind, System};
 pub use paths::{Hop, Path, PathType, LOC_BW};
 
@@ -48,11 +50,6 @@ pub(crate) fn write_file(path: &FsPath, text: &str) -> Result<(), TopoError> {
     std::fs::write(path, text).map_err(|source| TopoError::Io { path: path.display().to_string(), source })
 }
 
-/// The value of the first of `names` that is set and not empty.
-pub(crate) fn env_path(names: &[&str]) -> Option<std::path::PathBuf> {
-    names.iter().find_map(|n| std::env::var_os(n).filter(|v| !v.is_empty()).map(Into::into))
-}
-
 impl System {
     /// The system described by an NCCL topology XML file, as written (nothing detected).
     pub fn from_xml_file(path: impl AsRef<FsPath>) -> Result<System, TopoError> {
@@ -69,7 +66,7 @@ impl System {
     /// completed by detection, or detection alone. Written to `JITCCL_TOPO_DUMP_FILE` when set.
     pub fn local() -> Result<System, TopoError> {
         crate::logging::init();
-        let (sys, how) = match env_path(&["JITCCL_TOPO_FILE", "NCCL_TOPO_FILE"]) {
+        let (sys, how) = match settings::TOPO_FILE.path() {
             Some(p) => {
                 let file = p.display().to_string();
                 let root = xml::parse(&file, &read_file(&p)?)?;
@@ -84,7 +81,7 @@ impl System {
             sys.gpus.len(),
             sys.nics.len()
         );
-        if let Some(p) = env_path(&["JITCCL_TOPO_DUMP_FILE"]) {
+        if let Some(p) = settings::TOPO_DUMP_FILE.path() {
             write_file(&p, &sys.to_xml())?;
         }
         Ok(sys)

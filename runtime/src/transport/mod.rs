@@ -27,11 +27,7 @@ pub(crate) mod shm;
 
 /// How ranks on one host connect (`JITCCL_TRANSPORT`): shared memory unless `net` is forced.
 fn force_net() -> Result<bool> {
-    match std::env::var("JITCCL_TRANSPORT").unwrap_or_default().to_ascii_lowercase().as_str() {
-        "" | "auto" | "shm" => Ok(false),
-        "net" => Ok(true),
-        other => Err(Error::InvalidArgument(format!("JITCCL_TRANSPORT='{other}': expected auto, shm or net"))),
-    }
+    Ok(crate::settings::TRANSPORT.choice(None)? == "net")
 }
 
 /// What identifies this machine as seen from here: ranks with the same id share /dev/shm

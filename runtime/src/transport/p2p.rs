@@ -55,7 +55,7 @@ pub(crate) fn staging(
 /// `JITCCL_P2P_DISABLE=1`: stage the FIFOs of GPU ranks of one process in host memory even
 /// where peer access is possible (NCCL's NCCL_P2P_DISABLE), e.g. to test that path.
 pub(crate) fn staging_forced() -> bool {
-    std::env::var("JITCCL_P2P_DISABLE").is_ok_and(|v| v == "1")
+    crate::settings::P2P_DISABLE.flag_or_warn()
 }
 
 /// The receive segments and failure boards of all ranks of one process-local communicator.

@@ -1,6 +1,6 @@
 //! Choosing how to run a collective: algorithm, protocol, channels and chunk size.
 //!
-//! Per call, in order: JITCCL_ALGO / JITCCL_PROTO (NCCL's grammar, [`overrides`]) say
+//! Per call, in order: JITCCL_ALGO / JITCCL_PROTO (NCCL's grammar, `config::overrides`) say
 //! which algorithms and protocols the collective may use at all; a tuning table row
 //! ([`table`]) for the call's size is taken if the overrides allow it; otherwise the cost
 //! model ([`model`]) picks the fastest allowed candidate. Every input is the same on every
@@ -9,7 +9,6 @@
 //! pays for the search and logs it (DEBUG: the choice and where it came from).
 
 pub mod model;
-pub mod overrides;
 pub mod table;
 
 use std::fmt;
@@ -19,12 +18,12 @@ use jitccl_codegen::abi::NPROTOS;
 use jitccl_codegen::{Algorithm, Collective, Protocol};
 use rustc_hash::FxHashMap;
 
+use crate::config::overrides::{AlgoOverrides, ProtoOverrides, Set};
 use crate::config::Resolved;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 pub use model::{Constants, Estimate, Machine, Topology};
-pub use overrides::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Set};
 pub use table::{Row, Table, TableError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

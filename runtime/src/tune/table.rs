@@ -18,10 +18,7 @@ use std::path::{Path, PathBuf};
 use jitccl_codegen::{Algorithm, Collective, Protocol};
 
 use super::model::Topology;
-use crate::config::MAX_CHANNELS;
-
-/// The variable naming a table file (NCCL's is NCCL_TUNER_CONFIG_FILE).
-pub(crate) const TABLE_VAR: &str = "JITCCL_TUNER_CONFIG_FILE";
+use crate::settings::{MAX_CHANNELS, TUNER_CONFIG_FILE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -210,7 +207,7 @@ impl Table {
     pub(crate) fn load(topo: &Topology, configured: Option<&Path>) -> Result<Option<Table>, TableError> {
         let named = match configured {
             Some(p) => Some((p.to_path_buf(), "Config::tuner_table")),
-            None => std::env::var_os(TABLE_VAR).filter(|v| !v.is_empty()).map(|v| (PathBuf::from(v), TABLE_VAR)),
+            None => TUNER_CONFIG_FILE.lookup_os().map(|(v, var)| (PathBuf::from(v), var)),
         };
         let table = match (&named, Table::cache_path(topo)) {
             (Some((path, by)), _) => Table::read(path).map_err(|e| match e {
@@ -226,8 +223,9 @@ impl Table {
             },
             _ => {
                 tracing::info!(
-                    "tuning: no table for topology {} ({TABLE_VAR} unset, none cached): the cost model decides",
-                    topo.fingerprint_hex()
+                    "tuning: no table for topology {} ({} unset, none cached): the cost model decides",
+                    topo.fingerprint_hex(),
+                    TUNER_CONFIG_FILE.name
                 );
                 return Ok(None);
             }

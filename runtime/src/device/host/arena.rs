@@ -103,7 +103,7 @@ impl Arena {
         if let Some((_, a)) = g.as_ref().filter(|(p, _)| *p == pid) {
             return a.clone();
         }
-        let made = if std::env::var("JITCCL_HOST_ARENA").is_ok_and(|v| v == "0") {
+        let made = if !crate::settings::HOST_ARENA.flag_or_warn() {
             tracing::info!("host arena: off (JITCCL_HOST_ARENA=0): plain buffers take the FIFO algorithms only");
             None
         } else {

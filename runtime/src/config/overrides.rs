@@ -30,7 +30,7 @@ pub trait Item: Copy + Eq + fmt::Display + FromStr<Err: fmt::Display> + 'static 
 
 impl Item for Algorithm {
     const ALL: &'static [Self] = Algorithm::ALL;
-    const VAR: &'static str = "JITCCL_ALGO";
+    const VAR: &'static str = crate::settings::ALGO.name;
     fn available(coll: Collective) -> &'static [Self] {
         coll.algorithms()
     }
@@ -38,7 +38,7 @@ impl Item for Algorithm {
 
 impl Item for Protocol {
     const ALL: &'static [Self] = Protocol::ALL;
-    const VAR: &'static str = "JITCCL_PROTO";
+    const VAR: &'static str = crate::settings::PROTO.name;
     fn available(_: Collective) -> &'static [Self] {
         Protocol::ALL
     }

@@ -1,0 +1,370 @@
+//! The table: every `JITCCL_*` variable, user settings first, then the test suite's.
+
+use jitccl_codegen::abi::STEPS;
+
+use super::{Initial, Kind, Ranks, Scope, Setting};
+
+/// Most channels a rank may use (each is a CTA: a thread on the host).
+pub const MAX_CHANNELS: usize = 32;
+/// The smallest Simple FIFO slot, and what every Simple slot is a multiple of.
+pub const MIN_SIMPLE_SLOT: usize = 64;
+/// The largest FIFO (all STEPS slots of one protocol): a rank's segment holds one per
+/// channel and peer, so this bounds what a bad value can ask of /dev/shm.
+pub const MAX_BUFFSIZE: usize = 1 << 30;
+/// The default Simple FIFO (STEPS slots of 128 KiB).
+const DEFAULT_BUFFSIZE: u64 = (STEPS as u64) << 17;
+/// Most sockets per net connector.
+const MAX_NSOCKS: u64 = 16;
+/// Most busy-poll rounds of a kernel's wait (about half a minute).
+const MAX_SPIN: u64 = 1_000_000_000;
+/// The network transports `net_name` may name.
+pub const NET_NAMES: &[&str] = &["Socket"];
+
+const fn user(name: &'static str, kind: Kind, default: Initial, about: &'static str) -> Setting {
+    Setting { name, nccl: None, field: None, kind, default, ranks: Ranks::Process, scope: Scope::User, about }
+}
+
+/// A communicator setting: `field` of `Config` takes precedence over the variable.
+const fn config(
+    name: &'static str, field: &'static str, kind: Kind, default: Initial, ranks: Ranks, about: &'static str,
+) -> Setting {
+    Setting { field: Some(field), ranks, ..user(name, kind, default, about) }
+}
+
+const fn nccl(s: Setting, alias: &'static str) -> Setting {
+    Setting { nccl: Some(alias), ..s }
+}
+
+const fn test(name: &'static str, scope: Scope, kind: Kind, about: &'static str) -> Setting {
+    Setting { scope, ..user(name, kind, Initial::Computed("unset"), about) }
+}
+
+const CTAS: Kind = Kind::Whole { min: 1, max: MAX_CHANNELS as u64 };
+
+pub const NCHANNELS: Setting = config(
+    "JITCCL_NCHANNELS",
+    "nchannels",
+    CTAS,
+    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 16; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
+    Ranks::Agree,
+    "channels (CTAs) per rank",
+);
+pub const MIN_CTAS: Setting = nccl(
+    config("JITCCL_MIN_CTAS", "min_ctas", CTAS, Initial::Whole(1), Ranks::Agree, "fewest channels a rank uses"),
+    "NCCL_MIN_CTAS",
+);
+pub const MAX_CTAS: Setting = nccl(
+    config(
+        "JITCCL_MAX_CTAS",
+        "max_ctas",
+        CTAS,
+        Initial::Whole(MAX_CHANNELS as u64),
+        Ranks::Agree,
+        "most channels a rank uses",
+    ),
+    "NCCL_MAX_CTAS",
+);
+pub const ALGO: Setting = nccl(
+    config(
+        "JITCCL_ALGO",
+        "algo, algos",
+        Kind::Grammar("NCCL's: `ring,tree;allreduce:oneshot`, `allreduce:^tree`; names: ring, tree, oneshot, direct, direct_oneshot"),
+        Initial::Computed("the tuner's choice"),
+        Ranks::Agree,
+        "the algorithms each collective may use. An unknown name fails init; a collective left with none fails with InvalidArgument (`JITCCL_ALGO=tree` leaves broadcast none: write `allreduce:tree`)",
+    ),
+    "NCCL_ALGO",
+);
+pub const PROTO: Setting = nccl(
+    config(
+        "JITCCL_PROTO",
+        "proto, protos",
+        Kind::Grammar("NCCL's: `^ll128;allreduce:ll`; names: simple, ll, ll128"),
+        Initial::Computed("the tuner's choice"),
+        Ranks::Agree,
+        "the protocols each collective may use",
+    ),
+    "NCCL_PROTO",
+);
+pub const TUNER_CONFIG_FILE: Setting = nccl(
+    config(
+        "JITCCL_TUNER_CONFIG_FILE",
+        "tuner_table",
+        Kind::Path,
+        Initial::Computed("`<cache dir>/tune/<topology fingerprint>.csv` if present"),
+        Ranks::RankZero,
+        "a tuning table in the CSV format of NCCL's example tuner; its rows override the cost model. A table for another topology or rank count is ignored with a warning",
+    ),
+    "NCCL_TUNER_CONFIG_FILE",
+);
+pub const TIMEOUT: Setting = config(
+    "JITCCL_TIMEOUT",
+    "timeout",
+    Kind::Seconds,
+    Initial::Seconds(300),
+    Ranks::Agree,
+    "how long a wait on a peer may go without progress before the operation fails",
+);
+pub const BUFFSIZE: Setting = nccl(
+    config(
+        "JITCCL_BUFFSIZE",
+        "slot_bytes",
+        Kind::Bytes { min: (MIN_SIMPLE_SLOT * STEPS) as u64, max: MAX_BUFFSIZE as u64 },
+        Initial::Whole(DEFAULT_BUFFSIZE),
+        Ranks::Agree,
+        "bytes of a Simple FIFO (8 slots), which LL and LL128 scale with",
+    ),
+    "NCCL_BUFFSIZE",
+);
+pub const NSOCKS_PERTHREAD: Setting = nccl(
+    config(
+        "JITCCL_NSOCKS_PERTHREAD",
+        "nsocks",
+        Kind::Whole { min: 1, max: MAX_NSOCKS },
+        Initial::Whole(1),
+        Ranks::Agree,
+        "TCP sockets per connection of the network transport, for links one flow cannot fill",
+    ),
+    "NCCL_NSOCKS_PERTHREAD",
+);
+pub const NET: Setting = nccl(
+    config(
+        "JITCCL_NET",
+        "net_name",
+        Kind::Choice(NET_NAMES),
+        Initial::Text("Socket"),
+        Ranks::Agree,
+        "the network transport peers on other hosts use",
+    ),
+    "NCCL_NET",
+);
+pub const COMM_NAME: Setting = config(
+    "JITCCL_COMM_NAME",
+    "comm_name",
+    Kind::Text,
+    Initial::Computed("none"),
+    Ranks::Agree,
+    "a name for the communicator in logs; children of a split inherit it",
+);
+pub const COMM_BLOCKING: Setting = nccl(
+    config(
+        "JITCCL_COMM_BLOCKING",
+        "blocking",
+        Kind::Flag,
+        Initial::Flag(true),
+        Ranks::Agree,
+        "0: nonblocking communicators (init and every call return at once; `async_error` tells when done)",
+    ),
+    "NCCL_COMM_BLOCKING",
+);
+pub const COMM_SPLIT_SHARE_RESOURCES: Setting = nccl(
+    config(
+        "JITCCL_COMM_SPLIT_SHARE_RESOURCES",
+        "split_share",
+        Kind::Flag,
+        Initial::Flag(false),
+        Ranks::Agree,
+        "NCCL's `splitShare`: accepted and agreed on, though a child shares nothing with its parent (kernels are process-wide anyway)",
+    ),
+    "NCCL_COMM_SPLIT_SHARE_RESOURCES",
+);
+pub const ABORT_PROPAGATE: Setting = config(
+    "JITCCL_ABORT_PROPAGATE",
+    "abort_propagates",
+    Kind::Flag,
+    Initial::Flag(false),
+    Ranks::Agree,
+    "1: an abort fails the peers' waits on the aborted rank at once, naming it",
+);
+pub const SPIN: Setting = config(
+    "JITCCL_SPIN",
+    "spin",
+    Kind::Whole { min: 0, max: MAX_SPIN },
+    Initial::Computed("4096 for a rank with cores of its own, 32 where ranks share cores"),
+    Ranks::Own,
+    "busy-poll rounds (about 25 ns each) before a host wait yields its core; 0 suits a machine where other jobs keep every core busy",
+);
+pub const DEBUG: Setting = nccl(
+    user(
+        "JITCCL_DEBUG",
+        Kind::Choice(&["WARN", "VERSION", "INFO", "DEBUG", "TRACE"]),
+        Initial::Text("WARN"),
+        "what is logged to stderr (algorithm and protocol choices and why, compiles, cache, transports); VERSION is INFO",
+    ),
+    "NCCL_DEBUG",
+);
+pub const IGNORE_CPU_AFFINITY: Setting = nccl(
+    user(
+        "JITCCL_IGNORE_CPU_AFFINITY",
+        Kind::Flag,
+        Initial::Flag(false),
+        "1: do not bind each rank's kernel threads to its own share of the CPUs (by default a rank gets an equal share, or CPU `local_rank mod n` when ranks outnumber CPUs; a process already bound by its launcher is left alone)",
+    ),
+    "NCCL_IGNORE_CPU_AFFINITY",
+);
+pub const COMM_ID: Setting = nccl(
+    user(
+        "JITCCL_COMM_ID",
+        Kind::Text,
+        Initial::Computed("the launcher's `MASTER_ADDR:MASTER_PORT`, or the unique id passed"),
+        "`host:port`: rank 0 runs the bootstrap root there",
+    ),
+    "NCCL_COMM_ID",
+);
+pub const BOOTSTRAP_TIMEOUT: Setting =
+    user("JITCCL_BOOTSTRAP_TIMEOUT", Kind::Seconds, Initial::Seconds(120), "how long the bootstrap waits for ranks");
+pub const SOCKET_IFNAME: Setting = nccl(
+    user(
+        "JITCCL_SOCKET_IFNAME",
+        Kind::Text,
+        Initial::Computed("the interface that reaches the root, else the first usable one"),
+        "the interfaces for bootstrap and TCP, in NCCL's syntax (`eth`, `^docker`, `=eth0`)",
+    ),
+    "NCCL_SOCKET_IFNAME",
+);
+pub const TRANSPORT: Setting = user(
+    "JITCCL_TRANSPORT",
+    Kind::Choice(&["auto", "shm", "net"]),
+    Initial::Text("auto"),
+    "`auto`/`shm`: shared memory on one machine, TCP across machines; `net`: TCP everywhere",
+);
+pub const HOST_ARENA: Setting = user(
+    "JITCCL_HOST_ARENA",
+    Kind::Flag,
+    Initial::Flag(true),
+    "0: host buffers come from the heap, so plain buffers take the FIFO algorithms only",
+);
+pub const P2P_DISABLE: Setting = nccl(
+    user(
+        "JITCCL_P2P_DISABLE",
+        Kind::Flag,
+        Initial::Flag(false),
+        "1: GPU ranks of one process exchange through host-staged FIFOs even where peer access would allow direct pointers",
+    ),
+    "NCCL_P2P_DISABLE",
+);
+pub const TOPO_FILE: Setting = nccl(
+    user(
+        "JITCCL_TOPO_FILE",
+        Kind::Path,
+        Initial::Computed("detection from `/sys`"),
+        "the topology as NCCL XML; what it lacks is detected",
+    ),
+    "NCCL_TOPO_FILE",
+);
+pub const TOPO_DUMP_FILE: Setting = nccl(
+    user("JITCCL_TOPO_DUMP_FILE", Kind::Path, Initial::Computed("none"), "where to write the topology as NCCL XML"),
+    "NCCL_TOPO_DUMP_FILE",
+);
+pub const GRAPH_FILE: Setting = nccl(
+    user(
+        "JITCCL_GRAPH_FILE",
+        Kind::Path,
+        Initial::Computed("a search"),
+        "the rings and trees as NCCL's graph XML, instead of searching them",
+    ),
+    "NCCL_GRAPH_FILE",
+);
+pub const GRAPH_DUMP_FILE: Setting = nccl(
+    user(
+        "JITCCL_GRAPH_DUMP_FILE",
+        Kind::Path,
+        Initial::Computed("none"),
+        "where to write the rings and trees as NCCL's graph XML",
+    ),
+    "NCCL_GRAPH_DUMP_FILE",
+);
+pub const CACHE_DIR: Setting = user(
+    "JITCCL_CACHE_DIR",
+    Kind::Path,
+    Initial::Computed("`~/.cache/jitccl`"),
+    "the kernel cache, read by jitccl-codegen (set but empty: no disk cache). Each entry has a `.sum` file (length, SHA-256); a damaged one is compiled again with a warning",
+);
+pub const NVRTC_PATH: Setting = user(
+    "JITCCL_NVRTC_PATH",
+    Kind::Path,
+    Initial::Computed("the first usable on the loader path, in `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda*`, `.deps/nvrtc`, then Python's site-packages"),
+    "libnvrtc (CUDA 12 or 13), a file or a folder holding it, read by jitccl-codegen",
+);
+pub const NCCL_SO: Setting = user(
+    "JITCCL_NCCL_SO",
+    Kind::Path,
+    Initial::Computed("the library shipped in the package"),
+    "the `libnccl.so.2` the Python package loads (and `pip install` ships, instead of building it)",
+);
+pub const DEVICE: Setting = user(
+    "JITCCL_DEVICE",
+    Kind::Choice(&["auto", "host", "cuda"]),
+    Initial::Text("auto"),
+    "where a rank created through the C API lives: `auto` is the current CUDA device, or the host where there is none",
+);
+
+pub const REQUIRE_NVRTC: Setting =
+    test("JITCCL_REQUIRE_NVRTC", Scope::Test, Kind::Flag, "1: tests fail, instead of skipping, without NVRTC");
+pub const TEST_DIE_AT: Setting = test(
+    "JITCCL_TEST_DIE_AT",
+    Scope::Test,
+    Kind::Text,
+    "`<point>[+<ms>]`: the process kills itself at that point of init (see `bootstrap/test_hook.rs`)",
+);
+pub const TEST_PAUSE_AT: Setting =
+    test("JITCCL_TEST_PAUSE_AT", Scope::Test, Kind::Text, "`<point>+<ms>`: the process sleeps at that point of init");
+pub const BOOTSTRAP_TEST_CHILD: Setting =
+    test("JITCCL_BOOTSTRAP_TEST_CHILD", Scope::Harness, Kind::Text, "the role of a bootstrap test's child process");
+pub const REQUIRE_GPU: Setting =
+    test("JITCCL_REQUIRE_GPU", Scope::Harness, Kind::Flag, "1: GPU tests fail, instead of skipping, without a GPU");
+pub const INIT_DEATHS_RANK: Setting =
+    test("JITCCL_INIT_DEATHS_RANK", Scope::Harness, Kind::Text, "the rank of an init-deaths test's child");
+pub const INIT_DEATHS_AFTER: Setting =
+    test("JITCCL_INIT_DEATHS_AFTER", Scope::Harness, Kind::Text, "what an init-deaths test's child does after init");
+pub const TORCH_BIND: Setting =
+    test("JITCCL_TORCH_BIND", Scope::Harness, Kind::Text, "the folders the PyTorch tests bind into their sandbox");
+pub const TORCH_TESTS: Setting =
+    test("JITCCL_TORCH_TESTS", Scope::Harness, Kind::Text, "the PyTorch tests to run, by name, comma-separated");
+pub const NVRTC13_PATH: Setting =
+    test("JITCCL_NVRTC13_PATH", Scope::Harness, Kind::Path, "a CUDA 13 libnvrtc for the NVRTC 13 tests");
+
+/// Every variable, in the order the reference lists them.
+pub const ALL: &[Setting] = &[
+    NCHANNELS,
+    MIN_CTAS,
+    MAX_CTAS,
+    ALGO,
+    PROTO,
+    TUNER_CONFIG_FILE,
+    TIMEOUT,
+    BUFFSIZE,
+    NSOCKS_PERTHREAD,
+    NET,
+    COMM_NAME,
+    COMM_BLOCKING,
+    COMM_SPLIT_SHARE_RESOURCES,
+    ABORT_PROPAGATE,
+    SPIN,
+    DEBUG,
+    IGNORE_CPU_AFFINITY,
+    COMM_ID,
+    BOOTSTRAP_TIMEOUT,
+    SOCKET_IFNAME,
+    TRANSPORT,
+    HOST_ARENA,
+    P2P_DISABLE,
+    TOPO_FILE,
+    TOPO_DUMP_FILE,
+    GRAPH_FILE,
+    GRAPH_DUMP_FILE,
+    CACHE_DIR,
+    NVRTC_PATH,
+    DEVICE,
+    NCCL_SO,
+    REQUIRE_NVRTC,
+    TEST_DIE_AT,
+    TEST_PAUSE_AT,
+    BOOTSTRAP_TEST_CHILD,
+    REQUIRE_GPU,
+    INIT_DEATHS_RANK,
+    INIT_DEATHS_AFTER,
+    TORCH_BIND,
+    TORCH_TESTS,
+    NVRTC13_PATH,
+];

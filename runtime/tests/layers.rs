@@ -1,0 +1,154 @@
+//! Imports only downward: every `crate::` path in the runtime's sources names a module of a
+//! lower layer than the file's own, per the numbered list of layers in `src/lib.rs` (its
+//! doc), which must place every top-level module exactly once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The top-level modules `lib.rs` declares.
+fn modules(lib: &str) -> BTreeSet<String> {
+    lib.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod ")))
+        .filter_map(|l| l.strip_suffix(';'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Each module's layer (1 is the top): the doc's numbered items, a module being a
+/// back-quoted name followed by a colon.
+fn layers(lib: &str, modules: &BTreeSet<String>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let mut layer = 0;
+    for line in lib.lines().map_while(|l| l.strip_prefix("//!")) {
+        let text = line.trim_start();
+        if let Some((n, _)) = text.split_once(". ").filter(|(n, _)| n.parse::<usize>().is_ok()) {
+            layer = n.parse().unwrap();
+        }
+        if layer == 0 {
+            continue;
+        }
+        for piece in text.split('`').skip(1).step_by(2).zip(text.split('`').skip(2).step_by(2)) {
+            let (name, after) = piece;
+            if after.starts_with(':') && modules.contains(name) {
+                assert!(out.insert(name.to_string(), layer).is_none(), "lib.rs places `{name}` twice");
+            }
+        }
+    }
+    out
+}
+
+/// What `lib.rs` re-exports at the crate root, by name: the module it comes from (`None`
+/// for another crate's).
+fn reexports(lib: &str, modules: &BTreeSet<String>) -> BTreeMap<String, Option<String>> {
+    let mut out = BTreeMap::new();
+    for stmt in lib.split(';').filter_map(|s| s.trim().strip_prefix("pub use ")) {
+        let module = stmt.split("::").next().unwrap().trim().to_string();
+        let from = modules.contains(&module).then_some(module);
+        let names = stmt.rsplit(['{', ':']).next().unwrap_or(stmt);
+        for name in names.split([',', '}']).map(|n| n.rsplit(" as ").next().unwrap().trim()).filter(|n| !n.is_empty()) {
+            out.insert(name.to_string(), from.clone());
+        }
+    }
+    out
+}
+
+/// The first names of every `crate::` path in `code` (in a `crate::{a::X, b}` group, each
+/// item's), with the line it is on. Comment lines do not count: doc links are not imports.
+fn crate_paths(code: &str) -> Vec<(String, usize)> {
+    let code: String =
+        code.lines().map(|l| if l.trim_start().starts_with("//") { "\n" } else { l }).collect::<Vec<_>>().join("\n");
+    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        let rest = &code[at + "crate::".len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let (mut depth, mut item_start) = (0, true);
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => item_start = true,
+                        c if item_start && !c.is_whitespace() => {
+                            out.push((ident(&group[i..]), line));
+                            item_start = false;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            None => out.push((ident(rest), line)),
+        }
+    }
+    out
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_import_goes_to_a_lower_layer() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let modules = modules(&lib);
+    let layers = layers(&lib, &modules);
+    let unplaced: Vec<_> = modules.iter().filter(|m| !layers.contains_key(*m)).collect();
+    assert!(unplaced.is_empty(), "lib.rs's list of layers does not place {unplaced:?}");
+    let reexports = reexports(&lib, &modules);
+    let mut files = Vec::new();
+    sources(&src(), &mut files);
+    let mut upward = Vec::new();
+    for file in files.iter().filter(|f| !f.ends_with("src/lib.rs")) {
+        let rel = file.strip_prefix(src()).unwrap();
+        let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let own = first.trim_end_matches(".rs");
+        let own_layer = layers[own];
+        for (name, line) in crate_paths(&std::fs::read_to_string(file).unwrap()) {
+            let target = match (layers.get(&name), reexports.get(&name)) {
+                (Some(_), _) => Some(name.clone()),
+                (None, Some(from)) => from.clone(),
+                (None, None) => panic!("{}:{line}: crate::{name} is no module nor re-export", rel.display()),
+            };
+            match target {
+                Some(t) if t != own && layers[&t] <= own_layer => upward.push(format!(
+                    "{}:{line}: {own} (layer {own_layer}) imports {t} (layer {})",
+                    rel.display(),
+                    layers[&t]
+                )),
+                _ => {}
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports that do not go down:\n{}", upward.join("\n"));
+}
+
+#[test]
+fn paths_and_layers_are_read_as_written() {
+    let code = "use crate::a::B;\n// crate::z::Doc\nuse crate::{\n    b::{C, D},\n    c,\n};\nlet x = crate::d::f(); jitccl_crate::e;";
+    let found: Vec<_> = crate_paths(code).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(found, ["a", "b", "c", "d"]);
+    let lib = "//! 1. `top`: above `low`;\n//!    `side`: beside it\n//! 2. `low`: (`top`'s)\n\nmod top;\nmod low;\nmod side;\npub use low::{Low as L, Other};\npub use ext::E;";
+    let modules = modules(lib);
+    let layers = layers(lib, &modules);
+    assert_eq!(layers.into_iter().collect::<Vec<_>>(), [("low".into(), 2), ("side".into(), 1), ("top".into(), 1)]);
+    let re = reexports(lib, &modules);
+    assert_eq!(re["L"], Some("low".into()));
+    assert_eq!(re["Other"], Some("low".into()));
+    assert_eq!(re["E"], None);
+}
