@@ -82,14 +82,14 @@ def main():
             die("while the others wait in an all_reduce")
         fails_naming_victim("a pending all_reduce", lambda: dist.all_reduce(torch.ones(4)))
     elif POINT == "agreed":
-        pg = dist.group.WORLD
+        agreement = dist.group.WORLD._agreement
         if RANK == VICTIM:
-            agree = pg._agree
+            agree = agreement.check
 
-            def agree_then_die(*args, **kwargs):
-                agree(*args, **kwargs)
+            def agree_then_die(*args):
+                agree(*args)
                 die("after the agreement, before the data")
-            pg._agree = agree_then_die
+            agreement.check = agree_then_die
         fails_naming_victim("an agreed all_reduce", lambda: dist.all_reduce(torch.ones(1 << 16)))
     elif POINT == "during":
         if RANK == VICTIM:
