@@ -20,7 +20,8 @@
 # through the net proxy (`jitccl perf` checks every rank against the reference), the
 # timeout and abort tests, a short `jitccl perf` sweep, the cost model's points and a quick
 # `jitccl tune` to 128 MiB on the GPU, then the C API (a CUDA C program built with nvcc
-# against libnccl.so.2, and PyTorch's backend "nccl" with it preloaded); it ends with
+# against libnccl.so.2, PyTorch's backend "nccl" with it preloaded, and jitccl's own
+# backend "jitccl" on CUDA tensors); it ends with
 # `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
 # machine's NVRTC into a fresh cache.
 set -uo pipefail
@@ -237,8 +238,22 @@ torch_ranks() {
   [ "$(grep -c "checks passed" "$log")" -eq 2 ]
 }
 
+# jitccl's own PyTorch backend (python/, `import jitccl.torch`) as "cpu:jitccl,cuda:jitccl":
+# the same checks with CUDA tensors on its GPU communicator (and a CPU tensor on its host
+# one), DDP beside gloo, 2 processes on GPU 0. No preload: the package loads libnccl.so.2
+# itself, beside the NCCL that torch links.
+torch_jitccl_ranks() {
+  local log="${OUT:-${TMPDIR:-/tmp}}/torch-jitccl.log"
+  TORCH_BACKEND=jitccl PYTHONPATH="$root/python" JITCCL_NCCL_SO="$out/libnccl.so.2" PYTHONUNBUFFERED=1 \
+    timeout 300 "$out/jitccl" launch -n 2 -- python3 "$out/capi/torch_nccl.py" >"$log" 2>&1
+  local rc=$?
+  grep -v "INFO" "$log" | tail -n 40
+  [ $rc -eq 0 ] && [ "$(grep -c "checks passed" "$log")" -eq 2 ]
+}
+
 stage_torch() {
   step "PyTorch backend nccl on jitccl (LD_PRELOAD): every c10d collective, DDP beside gloo" torch_ranks
+  step "PyTorch backend jitccl (python/): every c10d collective on CUDA tensors, DDP beside gloo" torch_jitccl_ranks
 }
 
 # The stages of `run`, in order; each is the function stage_NAME above.

@@ -1,4 +1,4 @@
-//! PyTorch's "jitccl" process-group backend (`python/jitccl/torch.py`) in a real PyTorch:
+//! PyTorch's "jitccl" process-group backend (`python/jitccl/torch/`) in a real PyTorch:
 //! Debian trixie's CPU-only python3-torch 2.6, in the debootstrap chroot that
 //! `scripts/setup-torch.sh` makes in `.deps/torch-chroot` (a test requirement, as mpirun is
 //! for the MPI tests: a failed set-up fails the test; it needs root and Debian's package
@@ -10,13 +10,15 @@
 //! `torch_collectives.py` checks every collective against Gloo in the same processes, DDP
 //! training against DDP on Gloo, async Works, sends and receives, new_group and
 //! destroy_process_group, and calls that disagree across ranks (an error on every rank,
-//! nothing written), at 2 and 4 ranks.
+//! nothing written), at 2 and 4 ranks. `torch_killed_rank.py` kills one rank of 3 or 4 with
+//! SIGKILL at several points: the others' calls must fail naming it within seconds.
 
 mod common;
 
 use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -88,6 +90,25 @@ fn chroot_mounts() -> Vec<String> {
         .collect()
 }
 
+/// The environment of a rank running `python/tests/*.py` in the chroot: the package, the
+/// built library, and the folders to show inside it besides the repository and /tmp (the
+/// library's, the kernel cache's and `dir`).
+fn torch_env<'a>(cmd: &'a mut Command, dir: &Path) -> &'a mut Command {
+    let built = built();
+    let mut binds = vec![built.dir.clone(), dir.to_path_buf()];
+    if let Some(cache) = std::env::var_os("JITCCL_CACHE_DIR").filter(|c| !c.is_empty()) {
+        binds.push(PathBuf::from(cache));
+    }
+    cmd.env("PYTHONPATH", repo().join("python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("JITCCL_NCCL_SO", built.dir.join("libnccl.so.2"))
+        .env("JITCCL_TORCH_BIND", std::env::join_paths(&binds).expect("paths without ':'"))
+        // Debian's torch has no libuv; Gloo on loopback (the host name may not resolve).
+        .env("USE_LIBUV", "0")
+        .env("GLOO_SOCKET_IFNAME", "lo")
+        .current_dir(dir)
+}
+
 #[test]
 fn the_jitccl_backend_matches_gloo_at_2_and_4_ranks() {
     let built = built();
@@ -104,29 +125,93 @@ fn the_jitccl_backend_matches_gloo_at_2_and_4_ranks() {
     );
     let before = chroot_mounts();
     let tmp = tempfile::tempdir().expect("a temporary folder");
-    // Inside the chroot: the repository and /tmp are there; the library's folder, the
-    // kernel cache and this test's folder may be elsewhere.
-    let mut binds = vec![built.dir.clone(), tmp.path().to_path_buf()];
-    if let Some(cache) = std::env::var_os("JITCCL_CACHE_DIR").filter(|c| !c.is_empty()) {
-        binds.push(PathBuf::from(cache));
-    }
-    let binds = std::env::join_paths(&binds).expect("paths without ':'");
     for n in [2, 4] {
         let mut cmd = Command::new(&built.jitccl);
         rank_env(&mut cmd)
             .args(["launch", "-n", &n.to_string(), "--timeout", &(RUN_LIMIT.as_secs() - 10).to_string(), "--"])
             .arg(setup_script())
             .args(["run", "python3"])
-            .arg(repo().join("python/tests/torch_collectives.py"))
-            .env("PYTHONPATH", repo().join("python"))
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("JITCCL_NCCL_SO", built.dir.join("libnccl.so.2"))
-            .env("JITCCL_TORCH_BIND", &binds)
-            // Debian's torch has no libuv; Gloo on loopback (the host name may not resolve).
-            .env("USE_LIBUV", "0")
-            .env("GLOO_SOCKET_IFNAME", "lo")
-            .current_dir(tmp.path());
+            .arg(repo().join("python/tests/torch_collectives.py"));
+        torch_env(&mut cmd, tmp.path());
         run_limited(cmd, tmp.path(), &format!("torch-{n}")).assert_passed(n, 700);
+    }
+    assert_eq!(chroot_mounts(), before, "the ranks' mounts are gone with them");
+}
+
+/// One killed-rank run: `nranks` ranks of `python/tests/torch_killed_rank.py`, started one
+/// by one (`jitccl launch` would end them all when one dies), rank `victim` killing itself
+/// at `point`. The victim must die of SIGKILL; every other rank must see its calls fail
+/// naming it within the script's 10 s (against a 60 s group timeout) and exit cleanly.
+fn killed_rank(nranks: usize, victim: usize, point: &str) {
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let port = free_port().to_string();
+    let mut children = Vec::new();
+    for r in 0..nranks {
+        let mut cmd = Command::new("bash");
+        rank_env(&mut cmd)
+            .arg(setup_script())
+            .args(["run", "python3"])
+            .arg(repo().join("python/tests/torch_killed_rank.py"))
+            .envs([("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", &port)])
+            .envs([("RANK", r.to_string()), ("WORLD_SIZE", nranks.to_string())])
+            .envs([("LOCAL_RANK", r.to_string()), ("LOCAL_WORLD_SIZE", nranks.to_string())])
+            .env("JITCCL_TORCH_VICTIM", victim.to_string())
+            .env("JITCCL_TORCH_KILL_AT", point);
+        torch_env(&mut cmd, tmp.path())
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(File::create(tmp.path().join(format!("{r}.stdout"))).expect("stdout file"))
+            .stderr(File::create(tmp.path().join(format!("{r}.stderr"))).expect("stderr file"));
+        children.push(cmd.spawn().expect("start a rank"));
+    }
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    let (status, took) = wait_all(&mut children, LIMIT);
+    let outcome = |r: usize| {
+        let read = |s: &str| std::fs::read_to_string(tmp.path().join(format!("{r}.{s}"))).unwrap_or_default();
+        Outcome {
+            what: format!("torch_killed_rank.py {point}: rank {r} of {nranks}, rank {victim} killed"),
+            status: status[r],
+            stdout: read("stdout"),
+            stderr: read("stderr"),
+            took,
+        }
+    };
+    let everything = || (0..nranks).map(|r| outcome(r).report()).collect::<Vec<_>>().join("\n=====\n");
+    for r in 0..nranks {
+        let o = outcome(r);
+        if r == victim {
+            assert_eq!(o.status.and_then(|s| s.signal()), Some(SIGKILL), "rank {victim} should die\n{}", everything());
+            assert!(o.stdout.contains("dying"), "{}", everything());
+        } else {
+            let passed = o.checks_passed(r);
+            assert!(
+                o.status.is_some_and(|s| s.success()) && passed.len() == 1 && passed[0] >= 14,
+                "rank {r}: checks passed {passed:?}\n{}",
+                everything()
+            );
+        }
+    }
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    let left: Vec<&String> =
+        left.iter().filter(|n| pids.iter().any(|p| n.starts_with(&format!("jitccl-{p}-")))).collect();
+    assert!(left.is_empty(), "shared memory left in /dev/shm by the ranks (pids {pids:?}): {left:?}");
+    eprintln!("torch {point}: {nranks} ranks, rank {victim} killed: passed in {:.1} s", took.as_secs_f64());
+}
+
+#[test]
+fn a_killed_rank_fails_the_others_calls_naming_it_within_seconds() {
+    built();
+    setup();
+    let before = chroot_mounts();
+    // Between collectives; while the others wait (rank 0: the store's and the root's);
+    // after the ranks agreed on a call, before its data; inside a 64 MiB all_reduce; while
+    // the others hold a send to it and a receive from it.
+    for (nranks, victim, point) in
+        [(3, 1, "next"), (4, 0, "pending"), (4, 3, "agreed"), (3, 2, "during"), (3, 1, "held")]
+    {
+        killed_rank(nranks, victim, point);
     }
     assert_eq!(chroot_mounts(), before, "the ranks' mounts are gone with them");
 }

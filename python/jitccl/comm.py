@@ -97,12 +97,20 @@ _GROUP = threading.local()
 class Comm:
     """One rank of a communicator (ncclCommInitRankConfig): every rank makes it with the same
     `uid` and `nranks`. Options as NCCL's config: `blocking`, `name` (commName),
-    `min_ctas`, `max_ctas`, `net_name`, `split_share`."""
+    `min_ctas`, `max_ctas`, `net_name`, `split_share`.
+
+    On a GPU (the communicator is made on the calling thread's current CUDA device unless
+    JITCCL_DEVICE=host) the calls take device addresses (a `Buf`, e.g. of a torch CUDA
+    tensor) and are ordered after the work queued on `stream`, a cudaStream_t as an int
+    (None: the default stream), as NCCL's are; on the host the stream is not used."""
+
+    stream: Optional[int] = None
 
     def __init__(self, nranks: int, uid: UniqueId, rank: int, *, blocking: bool = True, name: Optional[str] = None,
                  min_ctas: Optional[int] = None, max_ctas: Optional[int] = None, net_name: Optional[str] = None,
                  split_share: Optional[bool] = None, _handle: Optional[int] = None):
         self._h = c_void_p(_handle)
+        self._size: Optional[int] = None
         self._blocking = blocking
         # A nonblocking communicator's calls run after they return: their buffers live
         # until `ready()` says the work is done.
@@ -133,7 +141,11 @@ class Comm:
 
     @property
     def size(self) -> int:
-        return self._int(lib.ncclCommCount)
+        # Asked once: a communicator's size never changes, and the checks of every
+        # all-gather, reduce-scatter and all-to-all need it.
+        if self._size is None:
+            self._size = self._int(lib.ncclCommCount)
+        return self._size
 
     @property
     def cuda_device(self) -> Optional[int]:
@@ -171,7 +183,7 @@ class Comm:
 
     def _call(self, f, *args, keep: tuple = ()) -> None:
         """`f(*args, comm, stream)`; `keep`: the buffers, held while the call may not have run."""
-        errors.check(f(*args, self._handle(), None), self._h)
+        errors.check(f(*args, self._handle(), self.stream), self._h)
         if getattr(_GROUP, "keep", None) is not None:
             _GROUP.keep.extend(keep)
         if not self._blocking:

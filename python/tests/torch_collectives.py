@@ -12,9 +12,7 @@ destroy_process_group. Prints "rank <r>: <N> checks passed" at the end.
 
 import gc
 import os
-import sys
 import time
-import traceback
 from datetime import timedelta
 
 os.environ.setdefault("USE_LIBUV", "0")  # Debian's torch has no libuv
@@ -29,15 +27,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import jitccl.torch  # noqa: E402,F401 - registers "jitccl"
 
+from torch_rank import check, passed, run  # noqa: E402
+
 R = dist.ReduceOp
-CHECKS = 0
-
-
-def check(cond, what):
-    global CHECKS
-    if not cond:
-        raise AssertionError(f"rank {RANK}: {what}")
-    CHECKS += 1
 
 
 def same(a, b, what, exact=True, rtol=1e-5, atol=1e-6):
@@ -593,9 +585,9 @@ def main():
     for test in TESTS:
         if only and test.__name__ not in only.split(","):
             continue
-        start, before = time.time(), CHECKS
+        start, before = time.time(), passed()
         test()
-        print(f"rank {RANK}: {test.__name__}: {CHECKS - before} checks in {time.time() - start:.1f} s", flush=True)
+        print(f"rank {RANK}: {test.__name__}: {passed() - before} checks in {time.time() - start:.1f} s", flush=True)
     pg = dist.group.WORLD
     fin = pg._finalizer
     dist.destroy_process_group()
@@ -603,15 +595,9 @@ def main():
     gc.collect()
     check(not fin.alive, "destroy_process_group() freed the default group's communicator")
     check(not dist.is_initialized(), "no default group after destroy_process_group")
-    print(f"rank {RANK}: {CHECKS} checks passed", flush=True)
+    print(f"rank {RANK}: {passed()} checks passed", flush=True)
 
 
 if __name__ == "__main__":
     RANK = int(os.environ.get("RANK", "0"))
-    try:
-        main()
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+    run(main)

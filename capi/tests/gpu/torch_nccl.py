@@ -1,9 +1,16 @@
-"""One rank of PyTorch's backend "nccl" served by jitccl's libnccl.so.2 (LD_PRELOAD), two or
-more processes on GPU 0 (scripts/gpu-check.sh, stage `torch`). Every c10d collective is
-checked against a reference each rank computes, and one DDP step of a small model must
-leave the same parameters as the same step on gloo (CPU). Rank and size from the launcher
-(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+"""One rank of PyTorch on GPU 0 (scripts/gpu-check.sh, stage `torch`), two or more processes,
+through one of two backends (TORCH_BACKEND):
 
+- "nccl" (the default): PyTorch's backend "nccl" served by jitccl's libnccl.so.2 (LD_PRELOAD);
+- "jitccl": jitccl's own backend (`import jitccl.torch`, python/), as
+  init_process_group("cpu:jitccl,cuda:jitccl"): CUDA tensors on its GPU communicator, and a
+  CPU tensor on the same group too.
+
+Every c10d collective is checked against a reference each rank computes, and one DDP step
+of a small model must leave the same parameters as the same step on gloo (CPU). Rank and
+size from the launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+
+import functools
 import os
 import sys
 
@@ -11,8 +18,14 @@ import torch
 import torch.distributed as dist
 
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+backend = os.environ.get("TORCH_BACKEND", "nccl")
 torch.cuda.set_device(int(os.environ.get("CUDA_DEVICE", "0")))
-dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+if backend == "jitccl":
+    import jitccl.torch  # noqa: F401 - registers "jitccl" (cpu and, with a GPU, cuda)
+    dist.init_process_group("cpu:jitccl,cuda:jitccl")
+    assert dist.get_backend() == "jitccl", dist.get_backend()
+else:
+    dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
 gloo = dist.new_group(backend="gloo")
 dev = torch.device("cuda", torch.cuda.current_device())
 checks = 0
@@ -45,6 +58,17 @@ for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.i
 t = inp(rank).to(dev)
 dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0))
 expect(t, every.sum(0) * 2, "all_reduce premul_sum")
+if backend == "jitccl":
+    t = inp(rank).to(dev)[::2]  # a strided view (nccl refuses one): copied, reduced, copied back
+    dist.all_reduce(t)
+    expect(t, every.sum(0)[::2], "all_reduce of a strided view")
+    t = inp(rank)  # a CPU tensor on the same group: its host communicator
+    dist.all_reduce(t)
+    expect(t, every.sum(0), "all_reduce of a CPU tensor")
+    t = inp(rank, dtype=torch.int32).to(dev)
+    dist.all_reduce(t, op=dist.ReduceOp.BXOR)  # jitccl has no bitwise ops: gathered and folded
+    expect(t, functools.reduce(torch.bitwise_xor, [inp(r, dtype=torch.int32) for r in range(size)]),
+           "all_reduce BXOR")
 
 t = inp(rank).to(dev)
 dist.broadcast(t, src=size - 1)
@@ -96,9 +120,10 @@ elif rank % 2 == 1:
     dist.recv(out, src=prv)
     expect(out, inp(prv), "send/recv")
 dist.barrier()
-w = dist.all_reduce(inp(rank).to(dev), async_op=True)
+t = inp(rank).to(dev)
+w = dist.all_reduce(t, async_op=True)
 w.wait()
-checks += 1
+expect(t, every.sum(0), "async all_reduce, after wait()")
 
 # One DDP step on the GPU (nccl) and the same on the CPU (gloo): equal parameters.
 torch.manual_seed(0)

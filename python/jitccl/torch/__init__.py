@@ -1,21 +1,26 @@
-"""PyTorch's "jitccl" process-group backend, for CPU tensors: importing this module
-registers it.
+"""PyTorch's "jitccl" process-group backend, for CPU and CUDA tensors: importing this
+module registers it.
 
     import torch.distributed as dist
-    import jitccl.torch                                  # registers "jitccl" (devices: cpu)
+    import jitccl.torch                                  # registers "jitccl" (cpu; cuda with a GPU)
     dist.init_process_group("jitccl")                    # env://: RANK, WORLD_SIZE, MASTER_*
     dist.all_reduce(torch.ones(4))                       # every collective; DDP on top
     pairs = dist.new_group([0, 1], backend="jitccl")     # groups, each its own communicator
 
-Each process group is one jitccl communicator, made from the store PyTorch hands the
-backend: the group's rank 0 makes the unique id and sets its bytes in the store under a
-key named after the group, the others read them. The group's timeout is the
-communicator's (JITCCL_TIMEOUT is set to it while the communicator is made, and
-JITCCL_BOOTSTRAP_TIMEOUT too unless it is set), so a wait on a peer that never comes ends
-in an error after it.
+Each process group is one jitccl communicator on the host, made from the store PyTorch
+hands the backend: the group's rank 0 makes the unique id and sets its bytes in the store
+under a key named after the group, the others read them. Where torch sees a GPU, the group
+also gets a communicator on the current CUDA device (torch.cuda.set_device first, as for
+NCCL) for CUDA tensors on it ("cpu:jitccl,cuda:jitccl" and plain "jitccl" alike: PyTorch
+gives one Python group every device); their calls are ordered after the work queued on the
+current stream, and their Works' wait() orders the current stream after them. The
+group's timeout is the communicators' (JITCCL_TIMEOUT is set to it while they are made,
+and JITCCL_BOOTSTRAP_TIMEOUT too unless it is set), so a wait on a peer that never comes
+ends in an error after it.
 
-A collective is complete when its call returns (the communicator is a blocking one on the
-host); its Work is a completed one (`wait()`, `is_completed()`, `get_future()` as Gloo's).
+A collective on CPU tensors is complete when its call returns (the communicator is a
+blocking one on the host); its Work is a completed one (`wait()`, `is_completed()`,
+`get_future()` as Gloo's).
 Sends and receives (isend, irecv, batch_isend_irecv, send, recv) are held until the next
 `wait()` on one of them (or `is_completed()`, `get_future()`), the next collective on any
 jitccl group, or the end of a coalescing block, then run together as one NCCL group: a
@@ -26,7 +31,7 @@ not: ranks passing different sizes would get wrong results without an error): th
 all-gather a descriptor of the collective (operation, type, counts, root, op), and a send
 first tells its receiver its count and type. Calls that differ raise DistBackendError on
 every rank and write nothing; the group stays usable. The price is one small all-gather
-per collective (and a header per send).
+per collective on the host communicator, into buffers made once (and a header per send).
 
 Data types: every one torch and jitccl share (int8, uint8, int32, int64, float16,
 bfloat16, float32, float64, and uint32, uint64, float8_e4m3fn, float8_e5m2 where torch
@@ -42,6 +47,7 @@ TypeError before anything is sent. A failed communicator stays failed: later ope
 on its group raise too.
 """
 
+import torch
 import torch.distributed as dist
 
 from ._group import BACKEND, ProcessGroupJitccl
@@ -57,4 +63,5 @@ def create_backend(dist_opts, backend_options=None) -> ProcessGroupJitccl:
 
 
 if BACKEND.upper() not in dist.Backend._plugins:
-    dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND, create_backend, extended_api=True,
+                                  devices=["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])

@@ -1,10 +1,12 @@
 """Agreement: what every rank calls, checked before any data moves."""
 
+import ctypes
 import zlib
 
 import torch
 
-from ._tensors import _R, _op_of
+from .._buffers import Buf
+from ._tensors import _R
 
 # ---- Agreement: what every rank calls, checked before any data moves -------------------------
 
@@ -20,14 +22,23 @@ _DTYPE_NAMES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint16", "u
                 "float8_e5m2"]
 _DTYPE_ID = {getattr(torch, n): i + 1 for i, n in enumerate(_DTYPE_NAMES) if getattr(torch, n, None) is not None}
 _REDOPS = {k: i for i, k in enumerate(_R.__members__.values())}
+_OP_ID = {op: i for i, op in enumerate(_OPS)}
 
 
-def _desc(op: str, dtype, counts, root: int = -1, reduce_op=None) -> list:
-    """The fixed-size descriptor of a call (8 int64s); the premul factor may differ by rank."""
-    counts = [int(c) for c in counts]
-    redop = -1 if reduce_op is None else _REDOPS.get(_op_of(reduce_op)[0], -2)
-    crc = zlib.crc32(b",".join(str(c).encode() for c in counts))
-    return [_OPS.index(op), _DTYPE_ID.get(dtype, 0), len(counts), sum(counts), crc, root, redop, 0]
+def _desc(op: str, dtype, counts, root: int = -1, redop: int = -1) -> tuple:
+    """The fixed-size descriptor of a call (8 int64s); `redop`: _redop's number of its
+    reduction, if it has one (the premul factor may differ by rank)."""
+    if len(counts) == 1:  # most calls: the count itself stands for the list
+        total = crc = int(counts[0])
+    else:
+        counts = [int(c) for c in counts]
+        total, crc = sum(counts), zlib.crc32(b",".join(str(c).encode() for c in counts))
+    return (_OP_ID[op], _DTYPE_ID.get(dtype, 0), len(counts), total, crc, root, redop, 0)
+
+
+def _redop(kind) -> int:
+    """The descriptor's number of a reduction (a RedOpType)."""
+    return _REDOPS.get(kind, -2)
 
 
 def _describe(d: list) -> str:
@@ -46,3 +57,32 @@ def _describe(d: list) -> str:
 
 class _Mismatch(Exception):
     """The ranks called a collective differently (every rank raises it)."""
+
+
+_INT64 = 4  # ncclInt64
+
+
+class _Agreement:
+    """One group's check that its ranks agree on each call: the all-gather of the calls'
+    descriptors into buffers made once (a call costs one small all-gather and a compare
+    of bytes), on the group's host communicator."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.mine = (ctypes.c_int64 * 8)()
+        self.every = (ctypes.c_int64 * (8 * size))()
+        self.bufs = (Buf(ctypes.addressof(self.mine), 8, _INT64, self.mine),
+                     Buf(ctypes.addressof(self.every), 8 * size, _INT64, self.every))
+
+    def check(self, comm, desc: tuple) -> None:
+        """Raises _Mismatch on every rank when the ranks' descriptors differ."""
+        self.mine[:] = desc
+        comm.all_gather(*self.bufs)
+        if bytes(self.every) == bytes(self.mine) * self.size:
+            return
+        every = [tuple(self.every[q * 8:(q + 1) * 8]) for q in range(self.size)]
+        kinds: dict = {}
+        for q, d in enumerate(every):
+            kinds.setdefault(_describe(d), []).append(q)
+        raise _Mismatch("the ranks called it differently: " + "; ".join(
+            f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: {what}" for what, qs in kinds.items()))

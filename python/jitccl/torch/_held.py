@@ -1,12 +1,8 @@
-"""Held operations: sends and receives run together as one NCCL group, and their Work."""
+"""Held operations: sends and receives run together as one NCCL group."""
 
 import threading
-from datetime import timedelta
-from typing import Optional
 
 import torch
-import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import errors
 from ..comm import group as nccl_group
@@ -65,7 +61,7 @@ def _run_held(ops: list) -> None:
                 count, code, did, numel = h.tolist()
                 if op.kind == "send":
                     if count:
-                        op.pg._comm.send(_buf(op.staged.c), op.peer)
+                        op.pg._comm_for(op.staged.c).send(_buf(op.staged.c), op.peer)
                     continue
                 want = op.header().tolist()
                 if [count, did] != [want[0], want[2]]:
@@ -74,11 +70,11 @@ def _run_held(ops: list) -> None:
                         f"rank {op.peer} sent {numel} {name} elements, this rank receives {want[3]} "
                         f"{str(op.staged.c.dtype).replace('torch.', '')}: nothing was written"))
                     if count:
-                        scratch = torch.empty(count, dtype=_TORCH_OF_CODE[code])
+                        scratch = torch.empty(count, dtype=_TORCH_OF_CODE[code], device=op.staged.c.device)
                         keep.append(scratch)
-                        op.pg._comm.recv(_buf(scratch), op.peer)
+                        op.pg._comm_for(scratch).recv(_buf(scratch), op.peer)
                 elif count:
-                    op.pg._comm.recv(_buf(op.staged.c), op.peer)
+                    op.pg._comm_for(op.staged.c).recv(_buf(op.staged.c), op.peer)
     except Exception as e:  # noqa: BLE001
         _fail_all(ops, e)
         return
@@ -98,59 +94,3 @@ def _fail_all(ops: list, e: BaseException) -> None:
         e.__cause__ = cause
     for op in ops:
         op.work._fail(e)
-
-
-class _HeldWork(dist.Work):
-    """The Work of a held send or receive: waiting on it (or asking whether it is done, or
-    for its future) runs the held operations."""
-
-    def __init__(self, result: list):
-        super().__init__()
-        self._result = result
-        self._done = False
-        self._failure: Optional[BaseException] = None
-        self._fut = torch.futures.Future()
-
-    def _complete(self) -> None:
-        self._done = True
-        self._fut.set_result(self._result)
-
-    def _fail(self, e: BaseException) -> None:
-        self._done, self._failure = True, e
-        self._fut.set_exception(e)
-
-    def _run(self) -> None:
-        if not self._done:
-            _flush()
-
-    def wait(self, timeout: Optional[timedelta] = None) -> bool:
-        self._run()
-        if self._failure is not None:
-            raise self._failure
-        return True
-
-    def is_completed(self) -> bool:
-        self._run()
-        return True
-
-    def is_success(self) -> bool:
-        self._run()
-        return self._failure is None
-
-    def exception(self):
-        self._run()
-        return self._failure
-
-    def get_future(self):
-        self._run()
-        return self._fut
-
-    def result(self) -> list:
-        self.wait()
-        return self._result
-
-
-def _done_work(result: list):
-    fut = torch.futures.Future()
-    fut.set_result(result)
-    return _create_work_from_future(fut)

@@ -80,8 +80,9 @@ def _fresh_unique_id():
         return get_unique_id()
 
 
-def _destroy(comm: Comm) -> None:
-    try:
-        comm.destroy()
-    except errors.Error:
-        pass
+def _destroy(comms: List[Comm]) -> None:
+    for comm in comms:
+        try:
+            comm.destroy()
+        except errors.Error:
+            pass

@@ -37,11 +37,20 @@ class _Reject(Exception):
 # ---- Tensors as the C API's buffers --------------------------------------------------------
 
 
-def _check_tensor(t, what: str) -> None:
+def _check_tensor(t, what: str, cuda_device) -> None:
+    """Raises _Reject unless `t` is a dense tensor of a type jitccl has, on the CPU or (when
+    `cuda_device` is not None) on that CUDA device."""
     if not isinstance(t, torch.Tensor):
         raise _Reject(TypeError, f"{what}: expected a tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise _Reject(ValueError, f"{what}: the jitccl backend takes CPU tensors, got one on {t.device}")
+    if t.is_cuda:
+        if cuda_device is None:
+            raise _Reject(ValueError, f"{what}: a tensor on {t.device}, and this group has no CUDA communicator "
+                                      f"(torch.cuda.is_available() was False when it was made)")
+        if t.device.index != cuda_device:
+            raise _Reject(ValueError, f"{what}: a tensor on {t.device}, and this group's CUDA communicator is on "
+                                      f"cuda:{cuda_device} (call torch.cuda.set_device before making the group)")
+    elif t.device.type != "cpu":
+        raise _Reject(ValueError, f"{what}: the jitccl backend takes CPU and CUDA tensors, got one on {t.device}")
     if t.layout != torch.strided:
         raise _Reject(ValueError, f"{what}: only dense (strided) tensors, got {t.layout}")
     if t.dtype not in _DTYPES and t.dtype not in _COMPLEX and t.dtype != torch.bool:
@@ -73,7 +82,7 @@ class _Staged:
         if t.is_contiguous():
             self.c = t
         else:
-            self.c = t.contiguous() if copy_in else torch.empty(t.shape, dtype=t.dtype)
+            self.c = t.contiguous() if copy_in else torch.empty(t.shape, dtype=t.dtype, device=t.device)
 
     def back(self) -> None:
         if self.c is not self.t:
@@ -115,3 +124,20 @@ def _reduction(kind, factor, dtype):
     if kind in _SIMPLE_OPS:
         return _SIMPLE_OPS[kind], None
     raise _Reject(ValueError, f"ReduceOp.{name} is not supported")
+
+
+_RESOLVED: dict = {}
+
+
+def _resolve(reduce_op, dtype):
+    """(jitccl op, bitwise fold, RedOpType) of `reduce_op` on `dtype`: _reduction's answer,
+    kept for the ops without a factor (it is the same every call)."""
+    kind, factor = _op_of(reduce_op)
+    if dtype is None:  # a call without tensors
+        return None, None, kind
+    if factor is not None:
+        return _reduction(kind, factor, dtype) + (kind,)
+    got = _RESOLVED.get((kind, dtype))
+    if got is None:
+        got = _RESOLVED[(kind, dtype)] = _reduction(kind, None, dtype) + (kind,)
+    return got
