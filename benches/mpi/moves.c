@@ -1,0 +1,145 @@
+/*
+ * OpenMPI yardstick for `jitccl perf all_to_all|gather|scatter`: times MPI_Alltoall,
+ * MPI_Gather or MPI_Scatter of floats, out of place, and prints one line per size in the
+ * units jitccl uses.
+ *
+ *   mpirun -np N ./moves -c all_to_all|gather|scatter [-w WARMUP] [-i ITERS] SIZE...
+ *
+ * SIZE is the whole buffer of n blocks, as `jitccl perf` and nccl-tests count it (K/M/G
+ * suffixes, powers of 1024); a block is SIZE / n bytes. The root is rank 0.
+ *
+ * Rank 0 prints, per size:  bytes  time_us  algbw_GBps  busbw_GBps  wrong  warmup  iters
+ * where time is the slowest rank's per-iteration average, algbw = bytes / time and busbw =
+ * algbw * (n-1)/n as in nccl-tests. `wrong` counts result elements, over all ranks, that
+ * differ from the expected ones in one checked call per size (exit status 1 if any).
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum coll { ALLTOALL, GATHER, SCATTER };
+
+static size_t parse_size(const char *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s) return 0;
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    default: break;
+    }
+    return *end ? 0 : (size_t)v;
+}
+
+/* Element i of the block rank `src` sends rank `dst`: exact in float, and different for
+ * every (src, dst, i % 4096), so that a misplaced block shows. */
+static float value(int src, int dst, size_t i) { return (float)(src * 65536 + dst * 4096 + (int)(i % 4096)); }
+
+static void run(enum coll c, float *send, float *recv, int count) {
+    switch (c) {
+    case ALLTOALL: MPI_Alltoall(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case GATHER: MPI_Gather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    case SCATTER: MPI_Scatter(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    }
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int warmup = 20, iters = 100, have_coll = 0;
+    enum coll c = ALLTOALL;
+    size_t sizes[64];
+    int nsizes = 0;
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "-c") && a + 1 < argc) {
+            const char *s = argv[++a];
+            have_coll = 1;
+            if (!strcmp(s, "all_to_all")) c = ALLTOALL;
+            else if (!strcmp(s, "gather")) c = GATHER;
+            else if (!strcmp(s, "scatter")) c = SCATTER;
+            else have_coll = 0;
+            continue;
+        }
+        if (!strcmp(argv[a], "-w") || !strcmp(argv[a], "-i")) {
+            char *end = NULL;
+            long v = a + 1 < argc ? strtol(argv[a + 1], &end, 10) : -1;
+            if (!end || *end || v < (argv[a][1] == 'w' ? 0 : 1)) {
+                if (rank == 0) fprintf(stderr, "moves: %s needs a count (warmup >= 0, iters >= 1)\n", argv[a]);
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
+            if (argv[a][1] == 'w') warmup = (int)v; else iters = (int)v;
+            a++;
+            continue;
+        }
+        size_t b = parse_size(argv[a]);
+        if (b < sizeof(float) * (size_t)n || b / sizeof(float) > INT_MAX || nsizes == 64) {
+            if (rank == 0) fprintf(stderr, "moves: bad or too many sizes at '%s' (at least one float a rank)\n", argv[a]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        sizes[nsizes++] = b;
+    }
+    if (!have_coll || nsizes == 0) {
+        if (rank == 0) fprintf(stderr, "usage: moves -c all_to_all|gather|scatter [-w W] [-i I] SIZE...\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    size_t max_all = 0;
+    for (int s = 0; s < nsizes; s++)
+        if (sizes[s] / sizeof(float) > max_all) max_all = sizes[s] / sizeof(float);
+    float *send = malloc(max_all * sizeof(float));
+    float *recv = malloc(max_all * sizeof(float));
+    if (!send || !recv) {
+        fprintf(stderr, "moves: rank %d cannot allocate 2 x %zu bytes\n", rank, max_all * sizeof(float));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    memset(send, 0, max_all * sizeof(float));
+    memset(recv, 0, max_all * sizeof(float));
+    if (rank == 0) {
+        const char *names[] = {"MPI_Alltoall", "MPI_Gather", "MPI_Scatter"};
+        printf("# %s float, out-of-place, %d ranks, root 0\n", names[c], n);
+        printf("# %12s %10s %8s %8s %8s %6s %6s\n", "size(B)", "time(us)", "algbw", "busbw", "#wrong", "warmup", "iters");
+    }
+    int failed = 0;
+    for (int s = 0; s < nsizes; s++) {
+        int count = (int)(sizes[s] / sizeof(float) / (size_t)n); /* one block */
+        size_t bytes = (size_t)count * n * sizeof(float);
+        /* Block q of a rank's send buffer goes to rank q (Gather: the one block to the root). */
+        for (int q = 0; q < n; q++)
+            for (int i = 0; i < count; i++)
+                send[(size_t)q * count + i] = value(rank, c == GATHER ? 0 : q, (size_t)i);
+        for (int i = 0; i < warmup; i++) run(c, send, recv, count);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; i++) run(c, send, recv, count);
+        double us = (MPI_Wtime() - t0) * 1e6 / iters, max_us;
+        MPI_Reduce(&us, &max_us, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+
+        for (size_t i = 0; i < bytes / sizeof(float); i++) recv[i] = __builtin_nanf("");
+        run(c, send, recv, count);
+        long long wrong = 0, wrong_all = 0;
+        int nblocks = c == SCATTER ? 1 : (c == GATHER && rank != 0) ? 0 : n;
+        for (int q = 0; q < nblocks; q++)
+            for (int i = 0; i < count; i++) {
+                int src = c == SCATTER ? 0 : q, dst = c == GATHER ? 0 : rank;
+                if (recv[(size_t)q * count + i] != value(src, dst, (size_t)i)) wrong++;
+            }
+        MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            double algbw = (double)bytes / max_us / 1e3;
+            printf("  %12zu %10.2f %8.2f %8.2f %8lld %6d %6d\n", bytes, max_us, algbw, algbw * (n - 1) / n, wrong_all,
+                   warmup, iters);
+            fflush(stdout);
+            if (wrong_all) failed = 1;
+        }
+    }
+    MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    free(send);
+    free(recv);
+    MPI_Finalize();
+    return failed;
+}
