@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use jitccl::{Collective, Table};
+use jitccl::tune::Table;
+use jitccl::Collective;
 
 const EXE: &str = env!("CARGO_BIN_EXE_jitccl");
 

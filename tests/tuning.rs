@@ -2,8 +2,8 @@
 //! JITCCL_ALGO), and tables from JITCCL_TUNER_CONFIG_FILE. One test: the variables are
 //! process-wide, and each scenario must see only its own.
 
+use jitccl::tune::{Row, Table};
 use jitccl::{Algorithm, Collective, Comm, Config, Error, Op, Protocol};
-use jitccl::{Row, Table};
 
 fn world(n: usize, cfg: &Config) -> jitccl::Result<Vec<(Comm, jitccl::Stream)>> {
     Comm::init_all(n, cfg)?

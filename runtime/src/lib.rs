@@ -60,12 +60,15 @@ mod stream;
 mod symmetric;
 pub mod topo;
 mod transport;
-mod tune;
+/// Tuning internals, for `jitccl tune`, `jitccl topo` and tools that read or write tuning
+/// tables: the cost model (`Machine`, `Topology`, `Constants`), tables (`Table`, `Row`),
+/// override sets (`Overrides`, `Set`).
+pub mod tune;
 mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split};
-pub use config::overrides::{AlgoOverrides, OverrideError, Overrides, ProtoOverrides, Set};
+pub use config::overrides::{AlgoOverrides, OverrideError, ProtoOverrides};
 pub use config::Config;
 pub use device::{
     cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_synchronize_stream, host_arena_available,
@@ -79,4 +82,3 @@ pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
 pub use settings::MAX_CHANNELS;
 pub use stream::Stream;
-pub use tune::{Constants, Estimate, Machine, Row, Table, TableError, Topology};

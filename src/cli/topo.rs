@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use jitccl::graph::{search_or_load, Device, GlobalSystem, Graph, SearchParams};
 use jitccl::topo::{NodeKind, Path, System};
-use jitccl::{Collective, Constants, Machine, Topology};
+use jitccl::tune::{Constants, Machine, Topology};
+use jitccl::Collective;
 
 #[derive(clap::Args)]
 pub struct TopoArgs {

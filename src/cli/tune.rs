@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use jitccl::{Collective, Constants, Table, Topology};
+use jitccl::tune::{Constants, Table, Topology};
+use jitccl::Collective;
 
 use super::at_least;
 use super::perf::Target;

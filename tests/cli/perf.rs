@@ -3,7 +3,8 @@
 //! and ranks per thread (-N, -t, -g), aggregation, blocking, averaging and fixed steps,
 //! and the refusals (-G, --target cuda without a GPU, bad combinations); `--compare`.
 
-use jitccl::{Algorithm, Collective, Protocol, Row, Table};
+use jitccl::tune::{Row, Table};
+use jitccl::{Algorithm, Collective, Protocol};
 
 use crate::{jitccl, jitccl_with, text, RunCache};
 

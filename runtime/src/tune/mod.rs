@@ -8,8 +8,8 @@
 //! A [`Tuner`] caches choices per (collective, bytes), so only the first call of a size
 //! pays for the search and logs it (DEBUG: the choice and where it came from).
 
-pub mod model;
-pub mod table;
+mod model;
+mod table;
 
 use std::fmt;
 use std::sync::Mutex;
@@ -18,7 +18,8 @@ use jitccl_codegen::abi::NPROTOS;
 use jitccl_codegen::{Algorithm, Collective, Protocol};
 use rustc_hash::FxHashMap;
 
-use crate::config::overrides::{AlgoOverrides, ProtoOverrides, Set};
+use crate::config::overrides::{AlgoOverrides, ProtoOverrides};
+pub use crate::config::overrides::{Overrides, Set};
 use crate::config::Resolved;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -27,7 +28,7 @@ pub use model::{Constants, Estimate, Machine, Topology};
 pub use table::{Row, Table, TableError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Choice {
+pub(crate) struct Choice {
     pub algo: Algorithm,
     pub proto: Protocol,
     pub nchannels: usize,
@@ -37,7 +38,7 @@ pub struct Choice {
 
 /// Where a choice came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// A tuning table row.
     Table,
     /// The cost model, unconstrained.
@@ -85,7 +86,7 @@ const CACHE_CAP: usize = 4096;
 
 /// A communicator's tuning state: the topology and constants of the model, the table,
 /// the overrides, the FIFO slot sizes, and the choices made so far.
-pub struct Tuner {
+pub(crate) struct Tuner {
     topo: Topology,
     consts: Constants,
     table: Option<Table>,

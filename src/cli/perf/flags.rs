@@ -245,7 +245,7 @@ impl PerfArgs {
             ));
         }
         for s in setups {
-            jitccl::Table::read(&s.table).map_err(|e| format!("--compare {}: {e}", s.label))?;
+            jitccl::tune::Table::read(&s.table).map_err(|e| format!("--compare {}: {e}", s.label))?;
         }
         Ok(())
     }

@@ -8,7 +8,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use jitccl::{Algorithm, Collective, Protocol, Row, Table};
+use jitccl::tune::{Row, Table};
+use jitccl::{Algorithm, Collective, Protocol};
 
 use super::append;
 

@@ -1,7 +1,8 @@
 //! The settings of a `jitccl tune` run, defaults filled in: its sizes, iteration counts,
 //! candidates, and the `perf --compare` bands that measure them.
 
-use jitccl::{Collective, Config, Device, Machine, Protocol};
+use jitccl::tune::Machine;
+use jitccl::{Collective, Config, Device, Protocol};
 
 use super::measure::Candidate;
 use super::TuneArgs;

@@ -6,7 +6,8 @@
 //! shorter than that are cheap to measure, and there the model's latency terms are least
 //! certain. `--all` measures every candidate everywhere.
 
-use jitccl::{Collective, Constants, Topology};
+use jitccl::tune::{Constants, Topology};
+use jitccl::Collective;
 
 use super::measure::Candidate;
 
@@ -41,7 +42,8 @@ pub(super) fn worth_measuring(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jitccl::{Algorithm, Machine, Protocol};
+    use jitccl::tune::Machine;
+    use jitccl::{Algorithm, Protocol};
 
     fn cand(algo: Algorithm, proto: Protocol, channels: usize) -> Candidate {
         Candidate { algo, proto, channels, chunk: None }

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use jitccl::{Collective, Row};
+use jitccl::tune::Row;
+use jitccl::Collective;
 
 use super::measure::{Candidate, Measurement, Partial};
 use super::Plan;
