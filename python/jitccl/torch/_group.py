@@ -13,7 +13,7 @@ from .. import errors
 from ..comm import Comm, Memory, UniqueId
 from ._agree import _Agreement, _Mismatch, _desc
 from ._checks import _Checks
-from ._collectives import _Collectives
+from ._collectives import SMALL, _Collectives
 from ._cuda import _Cuda, _cuda_device
 from ._held import _HELD, _HELD_LOCK, _Held, _flush
 from ._steps import _destroy, _env, _fresh_unique_id
@@ -52,6 +52,7 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
         self._cuda_device = device
         with _env(JITCCL_DEVICE="host"):
             self._agreement = _Agreement(size, Memory(64 * (size + 1)))
+            self._scratch = Memory(SMALL)
         self._used_cuda = False
         self._timeout = timeout
         # Frees the communicators when the group goes (destroy_process_group) or at exit.
