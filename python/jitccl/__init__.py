@@ -9,13 +9,13 @@ ships it).
     comm.all_reduce(x)                      # in place, complete on return (host)
 """
 
-from .comm import Comm, UniqueId, get_unique_id, group, version
+from .comm import Comm, Memory, UniqueId, get_unique_id, group, version
 from .errors import (
     Error, InternalError, InvalidArgument, InvalidUsage, RemoteError, SystemError_, Timeout, UnhandledCudaError,
 )
 from ._lib import PATH as library_path
 
 __all__ = [
-    "Comm", "UniqueId", "get_unique_id", "group", "version", "library_path", "Error", "InternalError",
+    "Comm", "Memory", "UniqueId", "get_unique_id", "group", "version", "library_path", "Error", "InternalError",
     "InvalidArgument", "InvalidUsage", "RemoteError", "SystemError_", "Timeout", "UnhandledCudaError",
 ]

@@ -54,6 +54,8 @@ _PROTOTYPES = {
     "ncclScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
     "ncclSend": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
     "ncclRecv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "ncclMemAlloc": [ctypes.POINTER(c_void_p), c_size_t],
+    "ncclMemFree": [c_void_p],
     "ncclGroupStart": [],
     "ncclGroupEnd": [],
 }

@@ -4,6 +4,7 @@ each rank computes, in and out of place; groups, split, nonblocking init, PreMul
 errors as exceptions, and the end of a communicator. Prints "rank R: N checks passed"."""
 
 import array
+import ctypes
 import os
 import sys
 
@@ -56,6 +57,25 @@ equal(x, 2 * np.sum(np.stack([inp(r, n) for r in range(size)]), 0), "all_reduce 
 buf = array.array("f", inp(rank, 64).tolist())
 comm.all_reduce(buf)
 equal(np.array(buf), np.sum(np.stack([inp(r, 64) for r in range(size)]), 0), "all_reduce on an array.array")
+
+# ncclMemAlloc memory (the host arena: the direct algorithms), in and out of place.
+mem = jitccl.Memory(2 * 64 * 4)
+a = np.frombuffer((ctypes.c_float * 128).from_address(mem.address), np.float32)
+a[:64] = inp(rank, 64)
+comm.all_reduce(mem.buf(64, 7))
+equal(a[:64], np.sum(np.stack([inp(r, 64) for r in range(size)]), 0), "all_reduce in ncclMemAlloc memory")
+a[:64] = inp(rank, 64)
+comm.all_reduce(mem.buf(64, 7), mem.buf(64, 7, offset=256), op="max")
+equal(a[64:], np.max(np.stack([inp(r, 64) for r in range(size)]), 0), "all_reduce max into ncclMemAlloc memory")
+try:
+    mem.buf(65, 7, offset=256)
+    expect(False, "a view past the memory's end is refused")
+except ValueError as e:
+    expect("do not fit 512 bytes" in str(e), f"the refusal says why: {e}")
+del a
+mem.free()
+mem.free()  # twice: nothing more happens
+expect(mem.address is None, "freed memory has no address")
 
 x = inp(rank, n)
 comm.broadcast(x, root=size - 1)

@@ -1,5 +1,6 @@
 """The collectives of the process group, on contiguous copies where tensors are not."""
 
+import ctypes
 from typing import Optional
 
 import torch
@@ -8,6 +9,12 @@ from ..comm import group as nccl_group
 from ._agree import _Mismatch, _desc, _redop
 from ._steps import _all, _offsets, _scatter_into, _then
 from ._tensors import Finish, _Staged, _buf
+
+
+# The largest all-reduce run through the group's scratch in the host arena rather than on
+# the tensor's own memory (which runs the FIFO algorithms): up to 64 KiB the copies cost less
+# than they save (docs/performance.md, PyTorch's all_reduce).
+SMALL = 64 << 10
 
 
 class _Collectives:
@@ -39,6 +46,15 @@ class _Collectives:
                 send.copy_(acc)
         return finish
 
+    def _post_reduce_small(self, t: torch.Tensor, red) -> None:
+        """An all-reduce of small contiguous CPU `t` through the group's scratch in the host
+        arena: copied in, reduced there (the peers read it in place), copied back."""
+        b, scratch = _buf(t), self._scratch
+        nbytes = t.numel() * t.element_size()
+        ctypes.memmove(scratch.address, b.ptr, nbytes)
+        self._comm.all_reduce(scratch.buf(b.count, b.dtype), op=red[0])
+        ctypes.memmove(b.ptr, scratch.address, nbytes)
+
     def allreduce(self, tensors, opts=None):
         t = self._one(tensors, "allreduce")
         self._checked("allreduce", t)
@@ -46,6 +62,8 @@ class _Collectives:
 
         def post():
             if t.is_contiguous():
+                if red[1] is None and not t.is_cuda and t.numel() * t.element_size() <= SMALL:
+                    return self._post_reduce_small(t, red)
                 return self._post_reduce(t, red)
             s = _Staged(t)
             return _then(self._post_reduce(s.c, red), s.back)

@@ -10,10 +10,10 @@ import torch
 import torch.distributed as dist
 
 from .. import errors
-from ..comm import Comm, UniqueId
+from ..comm import Comm, Memory, UniqueId
 from ._agree import _Agreement, _Mismatch, _desc
 from ._checks import _Checks
-from ._collectives import _Collectives
+from ._collectives import SMALL, _Collectives
 from ._cuda import _Cuda, _cuda_device
 from ._held import _HELD, _HELD_LOCK, _Held, _flush
 from ._steps import _destroy, _env, _fresh_unique_id
@@ -50,7 +50,9 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             self._cuda = _Cuda(comm, device)
             comms.append(comm)
         self._cuda_device = device
-        self._agreement = _Agreement(size)
+        with _env(JITCCL_DEVICE="host"):
+            self._agreement = _Agreement(size, Memory(64 * (size + 1)))
+            self._scratch = Memory(SMALL)
         self._used_cuda = False
         self._timeout = timeout
         # Frees the communicators when the group goes (destroy_process_group) or at exit.
@@ -134,10 +136,12 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
         if _HELD:
             _flush()
         self._used_cuda = False
+        agreed = False
         try:
             self._agreement.check(self._comm, desc)
             if extra is not None:
                 self._agree_extra(*extra)
+            agreed = True
             finish = post()
             if finish is not None:
                 # Copies back into tensors that require grad are not for autograd to see.
@@ -145,8 +149,10 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
                     finish()
         except _Reject as e:
             raise e.kind(f"jitccl backend: {op} on rank {self.rank()} of group {self._name!r}: {e}") from None
-        except (errors.Error, _Mismatch) as e:
+        except _Mismatch as e:
             raise self._error(op, e) from e
+        except errors.Error as e:  # the agreement's all-gather is where a dead peer shows first
+            raise self._error(op if agreed else f"{op} (checking that the ranks agree on it)", e) from e
         except RuntimeError as e:  # a copy back or a local fold: not expected to fail
             raise self._error(op, e) from e
         return _done_work(result, self._cuda_device if self._used_cuda else None)
