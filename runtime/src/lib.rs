@@ -56,8 +56,8 @@ pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split};
 pub use config::{Config, MAX_CHANNELS};
 pub use device::{
-    cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_synchronize_stream, host_arena_available,
-    Device, DeviceBuffer,
+    cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_sync_launches, cuda_synchronize_stream,
+    host_arena_available, Device, DeviceBuffer,
 };
 pub use element::Element;
 pub use error::{Error, Result};
@@ -65,7 +65,7 @@ pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
 pub use logging::init as init_logging;
 pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
-pub use stream::Stream;
+pub use stream::{Graph, Stream};
 pub use tune::{
     AlgoOverrides, Constants, Estimate, Machine, OverrideError, Overrides, ProtoOverrides, Row, Set, Table, TableError,
     Topology,
