@@ -12,8 +12,9 @@
 # remote command limit (the sweep is the longest, minutes). With $OUT set, the output is
 # also written to $OUT/gpu-check.log as it goes.
 #
-# `run` queries the device, detects the topology (`jitccl topo`: PCI, driver, NVML), runs
-# the CUDA reference tests (every collective x algorithm x
+# `run` queries the device, detects the topology (`jitccl topo`: PCI, driver, NVML),
+# compares asynchronous launches with the synchronous fallback (tests and perf's queued,
+# blocking and CUDA-graph times), runs the CUDA reference tests (every collective x algorithm x
 # protocol over a sample of datatypes and every op; 1, 2, 4 and 8 ranks on GPU 0; counts
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
@@ -256,8 +257,64 @@ stage_torch() {
   step "PyTorch backend jitccl (python/): every c10d collective on CUDA tensors, DDP beside gloo" torch_jitccl_ranks
 }
 
+# Asynchronous launches (the default: a call returns once its kernel is queued) beside the
+# synchronous fallback (JITCCL_CUDA_SYNC=1: every launch waited for), in one run: a sample
+# of the reference sweep, calls queued back to back, a captured CUDA graph against eager
+# calls, and the timeout and abort tests, each both ways.
+stage_launches() {
+  local sync
+  for sync in 0 1; do
+    step "launches (JITCCL_CUDA_SYNC=$sync): ring AllReduce x protocols, Broadcast, SendRecv, queued calls, a graph" \
+      env JITCCL_CUDA_SYNC=$sync timeout 240 "$out/cuda-tests" gpu_all_reduce_ring_ gpu_broadcast_ring_simple \
+      gpu_sendrecv_simple gpu_back_to_back_queued gpu_a_captured_graph --test-threads 4
+    step "launches (JITCCL_CUDA_SYNC=$sync): a timeout and an abort end the kernel, naming rank and peer" \
+      env JITCCL_CUDA_SYNC=$sync timeout 120 "$out/cuda-tests" gpu_a_rank_that_never_arrives_is_a_timeout \
+      gpu_an_abort_ends_a_waiting_kernel --test-threads 1
+  done
+}
+
+# One perf point of AllReduce, 2 ranks as threads on GPU 0 (checked against the reference):
+# launch_point SYNC BYTES [PERF FLAGS...] prints "sync flags bytes: time busbw wrong" of
+# the out-of-place column.
+launch_point() {
+  local sync=$1 bytes=$2 row
+  shift 2
+  row=$(env JITCCL_CUDA_SYNC="$sync" timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 \
+    --devices 0,0 -b "$bytes" -e "$bytes" -n 50 -w 5 "$@" | awk '/^ +[0-9]+ /{print $6, $8, $9}')
+  [ -n "$row" ] || { echo "launch_point JITCCL_CUDA_SYNC=$sync $bytes $*: no row"; return 1; }
+  printf '%-16s %-8s %10s %12s us %10s GB/s busbw, %s wrong\n' "JITCCL_CUDA_SYNC=$sync" "${*:-}" "$bytes" $row
+  [ "$(echo "$row" | awk '{print $3}')" = 0 ]
+}
+
+# Queued (-z 0, nccl-tests' default), blocking (-z 1) and graph-replayed (-G 10) AllReduce
+# at 8 B and 128 MiB, asynchronous and synchronous launches interleaved, three rounds;
+# the table also goes to $OUT/launch-perf.txt.
+launch_perf() {
+  local table="${OUT:-${TMPDIR:-/tmp}}/launch-perf.txt" round bytes
+  {
+    echo "# AllReduce f32, 2 ranks as threads on GPU 0, out of place, -n 50 -w 5; commit $(cat "$out/COMMIT" 2>/dev/null)"
+    for round in 1 2 3; do
+      for bytes in 8 128M; do
+        launch_point 0 "$bytes" -z 0 && launch_point 1 "$bytes" -z 0 &&
+          launch_point 0 "$bytes" -z 1 && launch_point 1 "$bytes" -z 1 &&
+          launch_point 0 "$bytes" -G 10 || return 1
+      done
+    done
+    if JITCCL_CUDA_SYNC=1 timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -b 8 -e 8 \
+      -G 1 >/dev/null 2>&1; then
+      echo "-G with JITCCL_CUDA_SYNC=1 was not refused"
+      return 1
+    fi
+  } | tee "$table"
+  return "${PIPESTATUS[0]}"
+}
+
+stage_launch_perf() {
+  step "perf: AllReduce 8 B and 128 MiB, 2 ranks, queued / blocking / CUDA graph, async and sync launches" launch_perf
+}
+
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query topo errors sweep staged init_rank ipc net failures perf points tune capi torch)
+STAGES=(query topo errors launches launch_perf sweep staged init_rank ipc net failures perf points tune capi torch)
 
 run() {
   local stages=("$@") st

@@ -59,6 +59,9 @@ JC_STATIC_ASSERT(sizeof(struct jc_args) == {{ abi.args }}, "jc_args layout diffe
 {% if proto == "ll128" %}JC_STATIC_ASSERT(JC_LL128_FLAG == {{ ll128_flag }}, "LL128 flag word differs from runtime");
 {% endif %}
 {% if cuda %}extern "C" __global__ void {{ symbol }}(struct jc_args args) {
+  /* Launches are asynchronous: one queued behind a failed launch of this rank, before the
+     host saw the failure, must not pair with the FIFO steps the failure left behind. */
+  if (jc_load_flag(&args.channels[0].halted)) return;
   struct jc_ctx x;
   jc_ctx_init(&x, &args, blockIdx.x);
   jc_run(&x);

@@ -249,3 +249,82 @@ fn gpu_an_abort_ends_a_waiting_kernel() {
     assert!(matches!(e, Error::Aborted { rank: 0, .. }), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
 }
+
+/// Two ranks on GPU 0 and a stream each, both driven by this thread.
+fn pair(dev: &Device) -> (Vec<Comm>, Vec<jitccl::Stream>) {
+    let cfg = Config { nchannels: Some(2), timeout: Some(Duration::from_secs(60)), ..Config::default() };
+    let comms = Comm::init_all_on(&[dev.clone(), dev.clone()], &cfg).unwrap();
+    let streams = comms.iter().map(|_| dev.stream().unwrap()).collect();
+    (comms, streams)
+}
+
+/// 2 ranks, 64 in-place Sum AllReduces queued back to back on each rank's stream by one
+/// thread, with no wait in between (launches are asynchronous; waited for one by one on
+/// this thread, the first would wait for rank 1's, never launched), then one synchronize:
+/// from 1 and 2, every element is 3 * 2^63 on both ranks, which f32 holds exactly.
+#[test]
+fn gpu_back_to_back_queued_calls_match_the_reference() {
+    let Some((dev, _turn)) = gpu("gpu_back_to_back_queued_calls_match_the_reference") else { return };
+    let (comms, streams) = pair(&dev);
+    let n = 4099;
+    let bufs: Vec<_> = (0..2).map(|r| dev.alloc_from(&vec![(r + 1) as f32; n]).unwrap()).collect();
+    let t0 = Instant::now();
+    for _ in 0..64 {
+        for r in 0..2 {
+            comms[r].all_reduce(&bufs[r], &bufs[r], n, Op::Sum, &streams[r]).unwrap();
+        }
+    }
+    let queued = t0.elapsed();
+    streams.iter().for_each(|s| s.synchronize().unwrap());
+    let want = 3.0f32 * 2f32.powi(63);
+    for (r, b) in bufs.iter().enumerate() {
+        let got = b.to_vec();
+        assert!(got.iter().all(|&x| x == want), "rank {r}: {:?}", &got[..4]);
+    }
+    println!(
+        "128 calls queued in {queued:?}, all done in {:?} (JITCCL_CUDA_SYNC={})",
+        t0.elapsed(),
+        jitccl::cuda_sync_launches()
+    );
+}
+
+/// A CUDA graph of 3 in-place Sum AllReduces per rank, captured (nothing runs then),
+/// replayed twice: the same as 6 eager calls; an eager call after the replays is ordered
+/// after them. With JITCCL_CUDA_SYNC=1 a capture is refused, saying why.
+#[test]
+fn gpu_a_captured_graph_replays_collectives_as_eager_calls_do() {
+    let Some((dev, _turn)) = gpu("gpu_a_captured_graph_replays_collectives_as_eager_calls_do") else { return };
+    let (comms, streams) = pair(&dev);
+    if jitccl::cuda_sync_launches() {
+        let e = streams[0].begin_capture().unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)) && e.to_string().contains("JITCCL_CUDA_SYNC=1"), "{e}");
+        return;
+    }
+    let n = 1001;
+    let bufs: Vec<_> = (0..2).map(|r| dev.alloc_from(&vec![(r + 1) as f32; n]).unwrap()).collect();
+    let all = |want: f32, what: &str| {
+        for (r, b) in bufs.iter().enumerate() {
+            let got = b.to_vec();
+            assert!(got.iter().all(|&x| x == want), "{what}: rank {r}: {:?}, want {want}", &got[..4]);
+        }
+    };
+    let eager = |r: usize| comms[r].all_reduce(&bufs[r], &bufs[r], n, Op::Sum, &streams[r]).unwrap();
+    (0..2).for_each(eager);
+    streams.iter().for_each(|s| s.synchronize().unwrap());
+    all(3.0, "eager");
+    streams.iter().for_each(|s| s.begin_capture().unwrap());
+    for _ in 0..3 {
+        (0..2).for_each(eager);
+    }
+    let graphs: Vec<_> = streams.iter().map(|s| s.end_capture().unwrap()).collect();
+    assert!(graphs.iter().all(|g| g.len() == 3));
+    streams.iter().for_each(|s| s.synchronize().unwrap());
+    all(3.0, "captured, not run");
+    for _ in 0..2 {
+        graphs.iter().zip(&streams).for_each(|(g, s)| g.launch(s).unwrap());
+    }
+    (0..2).for_each(eager);
+    streams.iter().for_each(|s| s.synchronize().unwrap());
+    graphs.iter().for_each(|g| g.check().unwrap());
+    all(3.0 * 2f32.powi(7), "two replays of three, then one eager");
+}

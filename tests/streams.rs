@@ -46,3 +46,16 @@ fn a_launch_nobody_synchronizes_still_runs_after_blocking_calls() {
         });
     }
 }
+
+/// CUDA graphs are for CUDA streams: a host stream refuses a capture, saying so, and
+/// stays usable.
+#[test]
+fn a_host_stream_refuses_a_graph_capture() {
+    let dev = jitccl::Device::host(0);
+    let s = dev.stream().unwrap();
+    let e = s.begin_capture().unwrap_err();
+    assert!(matches!(e, jitccl::Error::Unsupported(_)) && e.to_string().contains("CUDA graphs"), "{e}");
+    let e = s.end_capture().unwrap_err();
+    assert!(e.to_string().contains("CUDA graphs"), "{e}");
+    s.synchronize().unwrap();
+}

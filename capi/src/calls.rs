@@ -5,7 +5,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op};
+use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op, Stream};
 
 use crate::group;
 use crate::handle::{last_error, CommHandle, Live, PreMul, Scalar};
@@ -132,25 +132,24 @@ unsafe fn user_op(live: &Live, op: c_int, dt: DataType) -> Result<Op, Failure> {
     }))
 }
 
-/// One call: checks the communicator and type, orders it after the caller's GPU stream,
-/// runs `f`, then posts it to the open group or completes it.
+/// One call: checks the communicator and type, finds the stream it runs on (on a GPU the
+/// caller's, see `Live::stream_for`), runs `f` on it, then posts it to the open group or
+/// completes it.
 unsafe fn call(
     name: &str, comm: *mut CommHandle, stream: *mut c_void, coll: Collective, dt: c_int, count: usize,
-    f: impl FnOnce(&Live, DataType) -> Result<(), Failure>,
+    f: impl FnOnce(&Live, &Stream, DataType) -> Result<(), Failure>,
 ) -> NcclResult {
     guard(name, last_error(comm), || {
         let out = (|| {
             let live = CommHandle::live(comm)?;
             let dt = dtype(dt)?;
-            if let jitccl::Device::Cuda { ordinal } = live.comm.device() {
-                jitccl::cuda_synchronize_stream(*ordinal, stream as usize)?;
-            }
-            f(&live, dt)?;
+            let stream = live.stream_for(stream)?;
+            f(&live, &stream, dt)?;
             if group::is_open() {
-                group::post(comm, coll, dt, count);
+                group::post(comm, &stream, coll, dt, count);
                 return Ok(SUCCESS);
             }
-            group::complete(&live)
+            group::complete(&live, &stream)
         })();
         if let Err(f) = &out {
             group::note(f);
@@ -182,9 +181,9 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclAllReduce", comm, stream, Collective::AllReduce, dt, count, |l, dt| {
+        call("ncclAllReduce", comm, stream, Collective::AllReduce, dt, count, |l, s, dt| {
             let op = op_for(l, op, dt)?;
-            typed!(dt, T => l.comm.all_reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, &l.stream))?;
+            typed!(dt, T => l.comm.all_reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, s))?;
             Ok(())
         })
     }
@@ -196,9 +195,9 @@ unsafe fn broadcast(
     name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
     stream: *mut c_void,
 ) -> NcclResult {
-    call(name, comm, stream, Collective::Broadcast, dt, count, |l, dt| {
+    call(name, comm, stream, Collective::Broadcast, dt, count, |l, s, dt| {
         let rt = root(rt)?;
-        typed!(dt, T => l.comm.broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, &l.stream))?;
+        typed!(dt, T => l.comm.broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, s))?;
         Ok(())
     })
 }
@@ -226,9 +225,9 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, rt: c_int,
         comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclReduce", comm, stream, Collective::Reduce, dt, count, |l, dt| {
+        call("ncclReduce", comm, stream, Collective::Reduce, dt, count, |l, s, dt| {
             let (op, rt) = (op_for(l, op, dt)?, root(rt)?);
-            typed!(dt, T => l.comm.reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, rt, &l.stream))?;
+            typed!(dt, T => l.comm.reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, rt, s))?;
             Ok(())
         })
     }
@@ -238,9 +237,9 @@ export! {
     ncclAllGather / pncclAllGather(
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclAllGather", comm, stream, Collective::AllGather, dt, count, |l, dt| {
+        call("ncclAllGather", comm, stream, Collective::AllGather, dt, count, |l, s, dt| {
             let total = all(l, count)?;
-            typed!(dt, T => l.comm.all_gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, &l.stream))?;
+            typed!(dt, T => l.comm.all_gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, s))?;
             Ok(())
         })
     }
@@ -251,9 +250,9 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclReduceScatter", comm, stream, Collective::ReduceScatter, dt, count, |l, dt| {
+        call("ncclReduceScatter", comm, stream, Collective::ReduceScatter, dt, count, |l, s, dt| {
             let (op, total) = (op_for(l, op, dt)?, all(l, count)?);
-            typed!(dt, T => l.comm.reduce_scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, op, &l.stream))?;
+            typed!(dt, T => l.comm.reduce_scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, op, s))?;
             Ok(())
         })
     }
@@ -263,9 +262,9 @@ export! {
     ncclAlltoAll / pncclAlltoAll(
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclAlltoAll", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+        call("ncclAlltoAll", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
             let total = all(l, count)?;
-            typed!(dt, T => l.comm.all_to_all(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, total)?, count, &l.stream))?;
+            typed!(dt, T => l.comm.all_to_all(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, total)?, count, s))?;
             Ok(())
         })
     }
@@ -276,9 +275,9 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclGather", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+        call("ncclGather", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
             let (rt, total) = (root(rt)?, all(l, count)?);
-            typed!(dt, T => l.comm.gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, rt, &l.stream))?;
+            typed!(dt, T => l.comm.gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, rt, s))?;
             Ok(())
         })
     }
@@ -289,9 +288,9 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclScatter", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+        call("ncclScatter", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
             let (rt, total) = (root(rt)?, all(l, count)?);
-            typed!(dt, T => l.comm.scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, rt, &l.stream))?;
+            typed!(dt, T => l.comm.scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, rt, s))?;
             Ok(())
         })
     }
@@ -301,9 +300,9 @@ export! {
     ncclSend / pncclSend(
         send: *const c_void, count: usize, dt: c_int, to: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclSend", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+        call("ncclSend", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
             let to = peer(to)?;
-            typed!(dt, T => l.comm.send(&buf::<T>(l, send, count)?, count, to, &l.stream))?;
+            typed!(dt, T => l.comm.send(&buf::<T>(l, send, count)?, count, to, s))?;
             Ok(())
         })
     }
@@ -313,9 +312,9 @@ export! {
     ncclRecv / pncclRecv(
         recv: *mut c_void, count: usize, dt: c_int, from: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclRecv", comm, stream, Collective::SendRecv, dt, count, |l, dt| {
+        call("ncclRecv", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
             let from = peer(from)?;
-            typed!(dt, T => l.comm.recv(&buf::<T>(l, recv, count)?, count, from, &l.stream))?;
+            typed!(dt, T => l.comm.recv(&buf::<T>(l, recv, count)?, count, from, s))?;
             Ok(())
         })
     }

@@ -3,21 +3,26 @@
 //! On the host there is no stream for the caller to wait on: a call on a blocking
 //! communicator is complete when it returns, and a group's calls when ncclGroupEnd returns.
 //! A nonblocking communicator's call returns at once (`ncclInProgress` until it is done):
-//! poll ncclCommGetAsyncError. On a GPU the call first waits for the caller's stream, so it
-//! reads what the caller's kernels wrote, and returns when jitccl's kernel is done.
+//! poll ncclCommGetAsyncError. On a GPU a call is queued on the caller's stream and
+//! returns once queued, as NCCL's: the caller's stream orders it with the caller's kernels,
+//! and a failure reaches the caller through ncclCommGetAsyncError and its next call. With
+//! `JITCCL_CUDA_SYNC=1` it first waits for the caller's stream and returns when jitccl's
+//! kernel is done, as on the host.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use jitccl::{Collective, CommState, DataType, Error};
+use jitccl::{Collective, CommState, DataType, Error, Stream};
 
 use crate::handle::{CommHandle, Live};
 use crate::status::{fail, guard, Failure, Outcome};
 use crate::types::*;
 
-/// A call posted in the open group: its communicator, and what the cost model needs.
+/// A call posted in the open group: its communicator and stream, and what the cost model
+/// needs.
 struct Posted {
     comm: *mut CommHandle,
+    stream: Stream,
     coll: Collective,
     dtype: DataType,
     count: usize,
@@ -47,8 +52,9 @@ pub fn is_open() -> bool {
 }
 
 /// Notes a call made inside the open group.
-pub fn post(comm: *mut CommHandle, coll: Collective, dtype: DataType, count: usize) {
-    OPEN.with_borrow_mut(|g| g.posted.push(Posted { comm, coll, dtype, count }));
+pub fn post(comm: *mut CommHandle, stream: &Stream, coll: Collective, dtype: DataType, count: usize) {
+    let stream = stream.clone();
+    OPEN.with_borrow_mut(|g| g.posted.push(Posted { comm, stream, coll, dtype, count }));
 }
 
 /// Notes a call that failed: inside a group, the group fails with it.
@@ -60,25 +66,39 @@ pub fn note(f: &Failure) {
     }
 }
 
-/// Whether `live`'s queued work is done (collecting its error if it failed).
-pub fn complete_idle(live: &Live) -> Result<bool, Error> {
-    if !live.stream.is_idle() {
-        return Ok(false);
+/// Whether the work queued on `streams` is done (collecting its error if it failed).
+pub fn complete_idle<'a>(streams: impl IntoIterator<Item = &'a Stream>) -> Result<bool, Error> {
+    for s in streams {
+        if !s.is_idle() {
+            return Ok(false);
+        }
+        s.synchronize()?;
     }
-    live.stream.synchronize()?;
     Ok(true)
 }
 
-/// What a call returns once queued outside a group: blocking, when it is done; else
-/// `ncclInProgress` until it is.
-pub fn complete(live: &Live) -> Outcome {
+/// Whether calls on `live`'s GPU are queued on the caller's stream and not waited for.
+pub fn queued_on_gpu(live: &Live) -> bool {
+    live.comm.device().is_cuda() && !jitccl::cuda_sync_launches()
+}
+
+/// What a call on `stream` returns once queued outside a group: on a GPU, at once (its
+/// failure, once seen, fails the communicator: the next call and ncclCommGetAsyncError
+/// return it); else, blocking, when it is done, and nonblocking, `ncclInProgress` until it
+/// is.
+pub fn complete(live: &Live, stream: &Stream) -> Outcome {
     if live.comm.is_blocking() {
-        live.stream.synchronize()?;
+        if queued_on_gpu(live) {
+            return Ok(SUCCESS);
+        }
+        stream.synchronize()?;
         return Ok(SUCCESS);
     }
     let done = match live.comm.async_error()? {
         CommState::InProgress => false,
-        CommState::Ready => complete_idle(live)?,
+        // Queued on the caller's stream, it is the caller's to wait for.
+        CommState::Ready if queued_on_gpu(live) => true,
+        CommState::Ready => complete_idle([stream])?,
     };
     Ok(if done { SUCCESS } else { IN_PROGRESS })
 }
@@ -156,8 +176,12 @@ export! {
             let comms = comms(&posted);
             launched.map_err(|e| fail_all(&comms, e.into()))?;
             let mut code = SUCCESS;
-            for &c in &comms {
-                match CommHandle::live(c).and_then(|l| complete(&l)) {
+            // Each communicator's calls on each stream once.
+            let firsts = posted.iter().enumerate().filter(|(i, p)| {
+                !posted[..*i].iter().any(|q| q.comm == p.comm && q.stream.same(&p.stream))
+            });
+            for (_, p) in firsts {
+                match CommHandle::live(p.comm).and_then(|l| complete(&l, &p.stream)) {
                     Ok(IN_PROGRESS) => code = IN_PROGRESS,
                     Ok(_) => {}
                     Err(f) => return Err(fail_all(&comms, f)),

@@ -1,4 +1,4 @@
-//! What an `ncclComm_t` points to: one rank's communicator, the stream its calls run on,
+//! What an `ncclComm_t` points to: one rank's communicator, the streams its calls run on,
 //! its user-made reduction ops and registrations, and its last error. Also where a new
 //! rank's device comes from: the calling thread's current CUDA device, as in NCCL, or the
 //! host where there is no GPU (or `JITCCL_DEVICE=host`).
@@ -8,12 +8,14 @@
 //! memory, at the cost of a few dozen bytes per communicator ever made. The communicator
 //! itself is freed once no call uses it, so an abort from another thread is safe.
 
+use std::borrow::Cow;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use jitccl::{Comm, DataType, Device, Registration, Stream};
+use jitccl::{Comm, DataType, Device, Error, Registration, Stream};
 
 use crate::status::{fail, Failure, LastError};
 use crate::types::*;
@@ -37,11 +39,59 @@ pub enum Scalar {
 /// The live part of a handle.
 pub struct Live {
     pub comm: Comm,
+    /// Where calls run on the host, and on a GPU with `JITCCL_CUDA_SYNC=1` (after the
+    /// caller's stream was waited for).
     pub stream: Stream,
+    /// On a GPU: a stream on each of the caller's `cudaStream_t`s used so far, where calls
+    /// are queued without a wait (see `Live::stream_for`).
+    caller_streams: Mutex<Vec<(usize, Stream)>>,
     /// Ops from ncclRedOpCreatePreMulSum: op `NUM_BUILTIN_OPS + i` is entry `i`.
     pub ops: Mutex<Vec<Option<PreMul>>>,
     /// Windows and registrations, by the handle given out.
     pub registrations: Mutex<HashMap<usize, Registered>>,
+}
+
+impl Live {
+    /// The stream a call given the caller's `stream` runs on. On a GPU (unless
+    /// `JITCCL_CUDA_SYNC=1`) the call is queued on the caller's stream itself, ordered with
+    /// the caller's kernels there, and returns without waiting, as NCCL's; else the caller's
+    /// stream is waited for (on a GPU) and the call runs on the communicator's own stream.
+    #[inline]
+    pub fn stream_for(&self, stream: *mut c_void) -> Result<Cow<'_, Stream>, Failure> {
+        match self.comm.device() {
+            // Borrowed: a host call takes no reference count.
+            jitccl::Device::Host { .. } => Ok(Cow::Borrowed(&self.stream)),
+            jitccl::Device::Cuda { ordinal } => self.caller_stream(*ordinal, stream as usize).map(Cow::Owned),
+        }
+    }
+
+    #[cold]
+    fn caller_stream(&self, ordinal: usize, raw: usize) -> Result<Stream, Failure> {
+        if jitccl::cuda_sync_launches() {
+            jitccl::cuda_synchronize_stream(ordinal, raw)?;
+            return Ok(self.stream.clone());
+        }
+        let mut streams = self.caller_streams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, s)) = streams.iter().find(|(r, _)| *r == raw) {
+            return Ok(s.clone());
+        }
+        // SAFETY: NCCL's contract: the caller's stream is of this rank's device and outlives
+        // the calls made on it (they are waited for at finalize and destroy).
+        let s = unsafe { Stream::from_cuda_stream(self.comm.device(), raw)? };
+        streams.push((raw, s.clone()));
+        Ok(s)
+    }
+
+    /// Every stream this communicator's calls ran on.
+    pub fn streams(&self) -> Vec<Stream> {
+        let callers = self.caller_streams.lock().unwrap_or_else(|e| e.into_inner());
+        std::iter::once(&self.stream).chain(callers.iter().map(|(_, s)| s)).cloned().collect()
+    }
+
+    /// Waits for every call queued so far, on every stream; the first failure.
+    pub fn synchronize_all(&self) -> Result<(), Error> {
+        self.streams().iter().map(Stream::synchronize).fold(Ok(()), Result::and)
+    }
 }
 
 /// A buffer registered with ncclCommRegister (kept locally) or ncclCommWindowRegister
@@ -90,7 +140,13 @@ impl CommHandle {
     /// A new handle for C (never freed: see the module comment).
     pub fn leak(comm: Comm) -> Result<*mut CommHandle, Failure> {
         let stream = comm.device().stream()?;
-        let live = Live { comm, stream, ops: Mutex::default(), registrations: Mutex::default() };
+        let live = Live {
+            comm,
+            stream,
+            caller_streams: Mutex::default(),
+            ops: Mutex::default(),
+            registrations: Mutex::default(),
+        };
         let h = Box::new(CommHandle {
             magic: AtomicU64::new(LIVE),
             users: AtomicUsize::new(0),

@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int};
 
 use jitccl::{CommState, Device, Split};
 
-use crate::group::complete_idle;
+use crate::group::{complete_idle, queued_on_gpu};
 use crate::handle::{last_error, CommHandle};
 use crate::init::hand_out;
 use crate::status::{code_of, error_string, fail, guard, Outcome, LAST};
@@ -77,7 +77,7 @@ export! {
         guard("ncclCommFinalize", last_error(comm), || {
             let live = CommHandle::live(comm)?;
             live.comm.finalize()?;
-            live.stream.synchronize()?;
+            live.synchronize_all()?;
             Ok(SUCCESS)
         })
     }
@@ -90,7 +90,7 @@ export! {
             // What was queued ends first (every wait is bounded); its error was the caller's
             // to collect before. The communicator goes with the last use.
             if !live.comm.is_aborted() {
-                let _ = live.stream.synchronize();
+                let _ = live.synchronize_all();
             }
             Ok(SUCCESS)
         })
@@ -128,12 +128,21 @@ export! {
             if out.is_null() {
                 return Err(fail(INVALID_ARGUMENT, "the result pointer is NULL"));
             }
+            // On a GPU, calls queued on the caller's streams that have finished are looked
+            // at first: a failure among them fails the communicator, and is the answer.
+            let on_gpu = queued_on_gpu(&live);
+            if on_gpu {
+                live.streams().iter().for_each(|s| {
+                    let _ = s.is_idle();
+                });
+            }
             // The communicator's failure is the answer, not this call's.
             let state = live.comm.async_error().and_then(|s| match s {
                 CommState::InProgress => Ok(false),
-                // A blocking communicator's calls were complete when they returned.
-                CommState::Ready if live.comm.is_blocking() => Ok(true),
-                CommState::Ready => complete_idle(&live),
+                // A blocking communicator's calls were complete when they returned; on a
+                // GPU they are the caller's stream's to wait for.
+                CommState::Ready if live.comm.is_blocking() || on_gpu => Ok(true),
+                CommState::Ready => complete_idle(live.streams().iter()),
             });
             *out = match state {
                 Ok(true) => SUCCESS,

@@ -83,7 +83,9 @@ pub struct Channel {
     pub ring_index: i32,
     pub tree_parent: i32,
     pub tree_nchildren: i32,
-    pub pad: i32,
+    /// Channel 0's: nonzero once a kernel of the rank failed (CUDA kernels queued behind
+    /// the failure end at their start).
+    pub halted: i32,
 }
 
 impl Default for Channel {
@@ -99,7 +101,7 @@ impl Default for Channel {
             ring_index: 0,
             tree_parent: -1,
             tree_nchildren: 0,
-            pad: 0,
+            halted: 0,
         }
     }
 }

@@ -71,8 +71,8 @@ pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Re
 pub use config::overrides::{AlgoOverrides, OverrideError, ProtoOverrides};
 pub use config::Config;
 pub use device::{
-    cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_synchronize_stream, host_arena_available,
-    Device, DeviceBuffer,
+    cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_sync_launches, cuda_synchronize_stream,
+    host_arena_available, Device, DeviceBuffer,
 };
 pub use element::Element;
 pub use error::{Error, Result};
@@ -81,4 +81,4 @@ pub use logging::init as init_logging;
 pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
 pub use settings::MAX_CHANNELS;
-pub use stream::Stream;
+pub use stream::{Graph, Stream};

@@ -13,25 +13,35 @@
 //! `synchronize` runs the host launches the dispatcher has not started on the caller's
 //! thread (`run`), so that a call followed by synchronize costs no thread hand-off; while
 //! calls are blocking so, the dispatcher is not woken per launch either (`wait::DEFER`).
+//!
+//! A CUDA stream's launches skip the ring (unless `JITCCL_CUDA_SYNC=1`): the caller queues
+//! them on the GPU and returns (`gpu`); the ring then only counts nonblocking
+//! communicators' reservations. `graph` captures a CUDA stream's launches into a graph.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::device::{CtaPool, Device};
+use crate::device::CtaPool;
 use crate::error::{Error, Result};
 use crate::wait::{poll, POLL};
 
+mod gpu;
+#[cfg(test)]
+mod gpu_tests;
+mod graph;
+mod handle;
 mod launch;
 mod reservation;
 mod run;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use launch::{KernelCall, Launch, OnCaller, Owner};
-use run::Runner;
+pub use graph::Graph;
+pub use handle::Stream;
+pub(crate) use launch::{KernelCall, Launch, OnCaller, Owner, Started};
 
 /// Launch slots per stream. A caller that runs this far ahead waits until half of them
 /// have finished.
@@ -74,7 +84,8 @@ struct Shared {
     deferring: Padded<AtomicU8>,
     /// The right to run launches, and what runs them (see `run`).
     running: Padded<AtomicBool>,
-    pool: UnsafeCell<CtaPool>,
+    /// None where launches skip the ring (`gpu`).
+    pool: UnsafeCell<Option<CtaPool>>,
     /// Callers of `synchronize` may run launches themselves (host CTAs, which any thread
     /// can run; a CUDA stream stays with its thread).
     inline: bool,
@@ -311,129 +322,6 @@ impl Shared {
         let mut first = self.error.lock().unwrap_or_else(|e| e.into_inner());
         self.erred.store(false, SeqCst);
         first.take().map_or(Ok(()), Err)
-    }
-}
-
-/// Closes the queue when the last `Stream` handle goes.
-struct Handle(Arc<Shared>);
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        self.0.closed.store(true, SeqCst);
-        self.0.notify_dispatcher();
-    }
-}
-
-impl Device {
-    /// A new stream on this device.
-    pub fn stream(&self) -> Result<Stream> {
-        Stream::new(self.clone())
-    }
-}
-
-/// An ordered queue of operations on a device (cf. a CUDA stream).
-#[derive(Clone)]
-pub struct Stream {
-    device: Device,
-    handle: Arc<Handle>,
-}
-
-impl std::fmt::Debug for Stream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Stream on {:?}", self.device)
-    }
-}
-
-impl Stream {
-    fn new(device: Device) -> Result<Stream> {
-        let pool = CtaPool::new(&device)?;
-        let inline = matches!(pool, CtaPool::Host(_));
-        let shared = Arc::new(Shared {
-            slots: (0..DEPTH).map(|_| Slot(UnsafeCell::new(None))).collect(),
-            produce: Padded(Mutex::new(Producer)),
-            submitted: Padded(AtomicU64::new(0)),
-            completed: Padded(AtomicU64::new(0)),
-            dispatched: Padded(AtomicU64::new(0)),
-            emptied: AtomicU64::new(0),
-            wake_at: Padded(AtomicU64::new(u64::MAX)),
-            dispatcher: Padded(AtomicU8::new(AWAKE)),
-            deferring: Padded(AtomicU8::new(NOT_DEFERRING)),
-            running: Padded(AtomicBool::new(false)),
-            pool: UnsafeCell::new(pool),
-            inline,
-            closed: AtomicBool::new(false),
-            reserved: AtomicU64::new(0),
-            error: Mutex::new(None),
-            erred: AtomicBool::new(false),
-            sleep: Mutex::new(()),
-            done: Condvar::new(),
-            work: Condvar::new(),
-        });
-        let sh = shared.clone();
-        std::thread::Builder::new()
-            .name("jitccl-stream".into())
-            .spawn(move || sh.dispatch())
-            .map_err(|e| Error::System { context: "starting a stream thread".into(), source: e })?;
-        Ok(Stream { device, handle: Arc::new(Handle(shared)) })
-    }
-
-    fn shared(&self) -> &Shared {
-        &self.handle.0
-    }
-
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
-
-    /// Whether `other` is a handle on the same stream.
-    pub(crate) fn same(&self, other: &Stream) -> bool {
-        Arc::ptr_eq(&self.handle, &other.handle)
-    }
-
-    pub(crate) fn enqueue(&self, launch: Launch) {
-        self.shared().push(|slot| *slot = Some(launch));
-    }
-
-    /// Queues the launch `build` writes into the (empty) slot it is given, under the
-    /// queue's lock: a launch built elsewhere and moved in is copied, and the copy stalls on
-    /// the stores that just built it (a blocking call's launch; measured with perf at 2
-    /// ranks, 8 B). `build` must be quick, cannot fail, and must fill the slot.
-    #[inline]
-    pub(crate) fn enqueue_with(&self, build: impl FnOnce(&mut Option<Launch>)) {
-        self.shared().push(build);
-    }
-
-    /// Waits for every queued operation; returns the first error since the last call.
-    /// Operations end by themselves (every kernel wait is bounded), so this returns.
-    pub fn synchronize(&self) -> Result<()> {
-        let sh = self.shared();
-        sh.wait_reserved(None);
-        let target = sh.submitted.load(SeqCst);
-        // Launches the dispatcher has not started run here: the caller would only wait for
-        // them, and running them costs it no hand-off and no wake-up.
-        if sh.inline && !sh.reached(target) {
-            sh.try_run(target, Runner::Synchronize);
-        }
-        sh.wait(target, None);
-        sh.release_dispatched();
-        sh.take_error()
-    }
-
-    /// Like [`Stream::synchronize`], giving up after `timeout` with `Ok(false)`.
-    pub fn synchronize_timeout(&self, timeout: Duration) -> Result<bool> {
-        let sh = self.shared();
-        let deadline = Instant::now() + timeout;
-        if !sh.wait_reserved(Some(deadline)) || !sh.wait(sh.submitted.load(SeqCst), Some(deadline)) {
-            return Ok(false);
-        }
-        sh.release_dispatched();
-        sh.take_error().map(|()| true)
-    }
-
-    /// Whether all queued work has finished.
-    pub fn is_idle(&self) -> bool {
-        let sh = self.shared();
-        sh.reserved.load(SeqCst) == 0 && sh.reached(sh.submitted.load(SeqCst))
     }
 }
 

@@ -52,7 +52,8 @@ struct jc_channel {
   jc_i32 ring_index;              /* this rank's ring position */
   jc_i32 tree_parent;             /* -1 at the tree root */
   jc_i32 tree_nchildren;
-  jc_i32 pad;
+  jc_i32 halted;                  /* channel 0's: nonzero once a kernel of the rank failed
+                                     (device memory: read at every CUDA kernel's start) */
 };
 
 struct jc_status {

@@ -47,6 +47,7 @@ static JC_DEVICE int jc_fail(struct jc_ctx* x, int code, int peer, int what) {
   st->code = code;
   st->peer = peer;
   st->what = what;
+  x->args->channels[0].halted = 1;
   return code;
 }
 

@@ -130,7 +130,8 @@ fn cuda_target_without_a_gpu_fails_clearly() {
 fn perf_refuses_wrong_flag_combinations() {
     let cache = tempfile::tempdir().unwrap();
     let cases: &[(&[&str], &[&str])] = &[
-        (&["perf", "all_to_all", "-G", "1"], &["-G/--cudagraph", "not supported"]),
+        (&["perf", "all_to_all", "-G", "1"], &["-G/--cudagraph", "not supported on the host target"]),
+        (&["perf", "all_reduce", "--target", "cuda", "-G", "2", "-z", "1"], &["-G/--cudagraph 2 with -z 1", "-z 0"]),
         (&["perf", "gather", "-N", "3", "-r", "3"], &["root 3 is not one of the 3 ranks"]),
         (&["perf", "scatter", "-N", "3", "-t", "2"], &["-N 3", "-t 2"]),
         (&["perf", "all_to_all", "--devices", "0,0"], &["--devices", "--target cuda"]),

@@ -4,16 +4,17 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::affinity::{self, Running};
 use crate::bootstrap::Bootstrap;
 use crate::comm::failure::Failure;
 use crate::comm::life::Life;
-use crate::device::{self, CtaPool};
+use crate::device::{self, CtaPool, LaunchOrder};
 use crate::enqueue;
 use crate::error::{Error, Result};
 use crate::store::Server;
-use crate::stream::{KernelCall, OnCaller, Owner};
+use crate::stream::{KernelCall, OnCaller, Owner, Started};
 use crate::transport::net::Activity;
 use crate::wait;
 
@@ -24,6 +25,8 @@ pub(crate) struct CommInner {
     pub life: Life,
     /// One kernel of this communicator at a time: they share connector state.
     exec: Mutex<()>,
+    /// The same for asynchronous CUDA launches, on the GPU (see `device::LaunchOrder`).
+    order: Mutex<LaunchOrder>,
     /// Ranks in other processes: the bootstrap (kept for later exchanges) and its abort
     /// flag, and the rendezvous store this rank serves, if any.
     pub bootstrap: Option<(Bootstrap, Arc<AtomicBool>)>,
@@ -45,6 +48,7 @@ impl CommInner {
             failure,
             life: Life::default(),
             exec: Mutex::new(()),
+            order: Mutex::default(),
             bootstrap: None,
             _store_server: None,
             net,
@@ -117,6 +121,80 @@ impl Owner for CommInner {
         };
         self.failure.fail(&err);
         Err(err)
+    }
+
+    /// Queues one CTA per channel on a CUDA stream. Statuses are not reset: a kernel
+    /// writes its channel's only on failure, after which the communicator runs nothing more
+    /// (its later kernels, queued before the host saw the failure, end at their start: see
+    /// templates/kernel.c).
+    fn start(&self, l: &mut KernelCall, pool: &CtaPool) -> Result<Started> {
+        let _counted = self.life.running();
+        if let Some(e) = self.failure.error() {
+            return Err(e);
+        }
+        let capturing = pool.capturing()?;
+        if capturing && self.net.is_some() {
+            return Err(Error::Unsupported(format!(
+                "{} on rank {}: a call over the net proxy cannot be captured into a CUDA graph (the proxy moves                  its data only while the host knows the kernel runs)",
+                l.name, self.enq.group.rank
+            )));
+        }
+        l.args.spin = wait::spin_budget(self.enq.cfg.spin, self.enq.cpus.as_deref());
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the kernel is borrowed from this communicator's table, which lives as long
+        // as `self`; the launch (holding `self` and the buffers) stays in flight until it has
+        // finished, or, captured, as long as its graph.
+        let queued = unsafe { device::queue(l.kernel, &l.args, l.nchannels, l.proto, pool, &mut order) };
+        match queued {
+            Ok(None) => Ok(Started::Captured),
+            Ok(Some(done)) => {
+                if let Some(a) = &self.net {
+                    a.kernel_queued();
+                }
+                Ok(Started::Queued(Box::new(done)))
+            }
+            Err(e) => {
+                // Its peers' kernels wait for this one.
+                self.failure.fail(&e);
+                Err(e)
+            }
+        }
+    }
+
+    fn finish(&self, l: &KernelCall, hung: bool) -> Result<()> {
+        if let (Some(a), false) = (&self.net, hung) {
+            a.kernel_ended();
+        }
+        let rank = self.enq.group.rank;
+        let err = if hung {
+            // Its kernel ends at its next look at the abort flag (kept in flight till then).
+            self.enq.abort().store(1, Ordering::Release);
+            Error::Timeout {
+                op: l.name.to_string(),
+                rank,
+                channel: 0,
+                peer: -1,
+                waiting: "its own kernel to finish on the GPU (it never did), not for any",
+                timeout_s: self.bound().as_secs_f64(),
+            }
+        } else {
+            // Every channel's, not only this launch's: a launch queued behind a failure
+            // ends at its start without a status of its own (templates/kernel.c).
+            // SAFETY: the launch has finished; statuses of later kernels only go from OK to
+            // a failure, which fails the communicator either way.
+            let statuses = unsafe { self.enq.tables.statuses(usize::MAX)? };
+            if statuses.iter().all(|s| s.code == 0) {
+                return Ok(());
+            }
+            self.failure.kernel_error(l.name, statuses)
+        };
+        self.failure.fail(&err);
+        Err(err)
+    }
+
+    /// Twice the communicator's timeout: every wait inside a kernel ends within one.
+    fn bound(&self) -> Duration {
+        self.enq.cfg.timeout.saturating_mul(2).max(Duration::from_secs(10))
     }
 
     fn on_caller(&self) -> OnCaller {

@@ -33,6 +33,12 @@ impl CommInner {
         // nothing (an error, or nothing to move) is uncounted now.
         self.life.queue(name, self.enq.group.rank)?;
         match self.enq.prepare(call, stream) {
+            // A CUDA stream's launch is queued on the GPU now, and its error returned.
+            Ok(Some(mut ready)) if stream.launches_now() => {
+                let mut launch = None;
+                self.enq.launch_into(&mut launch, self.clone(), call, &mut ready);
+                launch.map_or(Ok(()), |l| stream.launch_now(l))
+            }
             Ok(Some(mut ready)) => {
                 stream.enqueue_with(|slot| self.enq.launch_into(slot, self.clone(), call, &mut ready));
                 Ok(())
@@ -67,7 +73,19 @@ impl CommInner {
                 return Err(e);
             }
         }
-        launches.into_iter().for_each(|l| stream.enqueue(l));
+        if !stream.launches_now() {
+            launches.into_iter().for_each(|l| stream.enqueue(l));
+            return Ok(());
+        }
+        // Queued on the GPU now: a launch that could not be queued is the error, and the
+        // ones behind it are not queued (their count is undone).
+        let mut launches = launches.into_iter();
+        while let Some(l) = launches.next() {
+            if let Err(e) = stream.launch_now(l) {
+                launches.for_each(|_| self.life.unqueue());
+                return Err(e);
+            }
+        }
         Ok(())
     }
 

@@ -24,11 +24,12 @@ use crate::affinity::CpuSet;
 use crate::error::{Error, Result};
 pub use buffer::DeviceBuffer;
 pub(crate) use cuda::pci_devices as cuda_pci_devices;
-pub(crate) use cuda::Gpu;
+pub use cuda::sync_launches as cuda_sync_launches;
 pub use cuda::{
     compute_capability as cuda_compute_capability, current_device as cuda_current_device,
     device_count as cuda_device_count, synchronize_stream as cuda_synchronize_stream,
 };
+pub(crate) use cuda::{Event as CudaEvent, Gpu, Graph as CudaGraph, LaunchOrder};
 pub(crate) use cuda::{IpcHandle, IpcMapping, Registered as HostRegistration};
 pub(crate) use host::Memory as HostMemory;
 pub(crate) use host::{Arena, ArenaId, PeerArena};
@@ -211,6 +212,31 @@ impl CtaPool {
             Some(g) => cuda::CudaStream::new(&g).map(CtaPool::Cuda),
         }
     }
+
+    /// The application's CUDA stream `raw` (a `cudaStream_t`; 0 is the legacy default
+    /// stream) of `device`, which the application keeps alive while jitccl uses it.
+    pub(crate) fn borrowed(device: &Device, raw: usize) -> Result<CtaPool> {
+        match device.gpu()? {
+            None => Err(Error::InvalidArgument(format!("{device:?}: a CUDA stream is for CUDA devices only"))),
+            Some(g) => Ok(CtaPool::Cuda(cuda::CudaStream::borrowed(&g, raw))),
+        }
+    }
+
+    /// Whether this pool's CUDA stream is being captured into a graph (never on the host).
+    pub(crate) fn capturing(&self) -> Result<bool> {
+        match self {
+            CtaPool::Cuda(s) => s.capturing(),
+            CtaPool::Host(_) => Ok(false),
+        }
+    }
+
+    /// The CUDA stream of this pool.
+    pub(crate) fn cuda(&self) -> Result<&cuda::CudaStream> {
+        match self {
+            CtaPool::Cuda(s) => Ok(s),
+            CtaPool::Host(_) => Err(Error::Unsupported("CUDA graphs and events need a CUDA stream".into())),
+        }
+    }
 }
 
 /// A compiled, loaded kernel of one spec.
@@ -280,4 +306,32 @@ pub(crate) unsafe fn launch(
         }
         _ => Err(Error::Internal("a kernel launched on a stream of another target".into())),
     }
+}
+
+/// Queues `kernel` with `args` as `nchannels` CTAs on `pool`, a CUDA stream, without
+/// waiting for it, after its communicator's earlier launches (`order`). Returns an event
+/// recorded after it, or None when the stream was being captured: the launch went into a
+/// CUDA graph and runs at its replays.
+///
+/// # Safety
+/// `kernel`'s table (see `KernelRef`), and whatever `args` points to, live until the launch
+/// has finished (or, captured, as long as the graph is replayed).
+pub(crate) unsafe fn queue(
+    kernel: KernelRef, args: &Args, nchannels: usize, proto: Protocol, pool: &CtaPool, order: &mut LaunchOrder,
+) -> Result<Option<Arc<CudaEvent>>> {
+    let (KernelRef::Cuda(k), CtaPool::Cuda(s)) = (kernel, pool) else {
+        return Err(Error::Internal("an asynchronous launch off a CUDA stream".into()));
+    };
+    // SAFETY: the caller keeps the kernel's table alive.
+    let k = unsafe { &*k };
+    let capturing = s.capturing()?;
+    order.before(s, capturing)?;
+    s.queue(k, args, nchannels, cuda::block_threads(proto, k.max_threads))?;
+    if capturing {
+        return Ok(None);
+    }
+    let done = Arc::new(CudaEvent::new(s.gpu())?);
+    done.record(s)?;
+    order.after(s, done.clone());
+    Ok(Some(done))
 }

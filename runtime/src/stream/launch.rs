@@ -2,12 +2,14 @@
 //! call the owner makes of it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use jitccl_codegen::abi::Args;
 use jitccl_codegen::Protocol;
 
 use crate::device::{CtaPool, KernelRef};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::stream::gpu::Completion;
 
 /// What a launch's owner (its communicator) does to run it: its own checks and
 /// bookkeeping around the device launch.
@@ -18,6 +20,29 @@ pub(crate) trait Owner: Send + Sync {
     /// Whether the calling thread, not the stream's own, may run the owner's launches now
     /// (see `run`).
     fn on_caller(&self) -> OnCaller;
+    /// Queues `call` on `pool`, a CUDA stream, without waiting for it (see `gpu`). An error
+    /// means nothing was queued.
+    fn start(&self, _call: &mut KernelCall, _pool: &CtaPool) -> Result<Started> {
+        Err(Error::Internal("this owner has no asynchronous launches".into()))
+    }
+    /// How a launch `start` queued ended, once finished; `hung`: it has not finished within
+    /// `bound` (the owner fails and stops its kernels).
+    fn finish(&self, _call: &KernelCall, _hung: bool) -> Result<()> {
+        Err(Error::Internal("this owner has no asynchronous launches".into()))
+    }
+    /// How long a launch `start` queued may take, once the oldest in flight, before it is
+    /// declared hung.
+    fn bound(&self) -> Duration {
+        Duration::MAX
+    }
+}
+
+/// What `Owner::start` did with a launch.
+pub(crate) enum Started {
+    /// Queued on the GPU: finished once `done` says so.
+    Queued(Box<dyn Completion>),
+    /// Recorded into the CUDA graph the stream was being captured into.
+    Captured,
 }
 
 /// Whether a caller's thread may run an owner's launches (`Owner::on_caller`).

@@ -129,10 +129,11 @@ impl Shared {
             if caller && launch.as_ref().is_some_and(|l| !by.may_run(l.owner.on_caller())) {
                 return i - first;
             }
-            let res = match launch {
-                Some(l) => catch_unwind(AssertUnwindSafe(|| l.owner.run(&mut l.call, pool)))
+            let res = match (launch, pool) {
+                (Some(l), Some(pool)) => catch_unwind(AssertUnwindSafe(|| l.owner.run(&mut l.call, pool)))
                     .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
-                None => Err(Error::Internal("empty stream slot".into())),
+                (None, _) => Err(Error::Internal("empty stream slot".into())),
+                (_, None) => Err(Error::Internal("a launch in the ring of a stream that launches on the GPU".into())),
             };
             // A caller releases what its launch holds itself, here, on the core that took it,
             // so that its synchronize need not take the callers' lock to (`release_dispatched`);

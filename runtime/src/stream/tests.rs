@@ -55,7 +55,8 @@ impl Owner for Counting {
     }
 }
 
-fn launch(owner: &Arc<Counting>, keep: &Arc<()>) -> Launch {
+/// A launch of `owner` holding `keep` (shared with the asynchronous queue's tests).
+pub(super) fn launch<O: Owner + 'static>(owner: &Arc<O>, keep: &Arc<()>) -> Launch {
     Launch {
         owner: owner.clone(),
         call: KernelCall {

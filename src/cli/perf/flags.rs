@@ -80,10 +80,11 @@ pub struct PerfArgs {
     /// Operations launched per iteration before it synchronizes (at least 1).
     #[arg(short = 'm', long = "agg_iters", default_value_t = 1, value_parser = at_least::<1>)]
     pub agg: usize,
-    /// 1: synchronize after every operation; 0: once per iteration.
+    /// 1: synchronize after every operation; 0: once, after the last.
     #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = zero_or_one, action = clap::ArgAction::Set)]
     pub blocking: bool,
-    /// Graph launches (nccl-tests' CUDA graph replay): only 0, as no target captures graphs.
+    /// Graph launches (nccl-tests' CUDA graph replay, --target cuda): the -n iterations are
+    /// captured once into a CUDA graph per rank, which is replayed this many times.
     #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
     pub cudagraph: u64,
     /// How per-rank times combine: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum.
@@ -172,6 +173,30 @@ impl Layout {
 }
 
 impl PerfArgs {
+    /// What -G needs: CUDA graphs (the CUDA target with asynchronous launches), no wait
+    /// between operations, ranks of this process.
+    fn validate_graphs(&self) -> Result<(), String> {
+        let g = self.cudagraph;
+        if self.target != Target::Cuda {
+            return Err(format!(
+                "-G/--cudagraph {g}: CUDA graph replay is not supported on the host target (it has no graphs); use \
+                 --target cuda, or -G 0"
+            ));
+        }
+        if jitccl::cuda_sync_launches() {
+            return Err(format!(
+                "-G/--cudagraph {g}: JITCCL_CUDA_SYNC=1 waits for every launch, which a graph capture forbids; unset it"
+            ));
+        }
+        if self.blocking {
+            return Err(format!("-G/--cudagraph {g} with -z 1: a captured operation cannot be waited for; use -z 0"));
+        }
+        if !self.compare.is_empty() {
+            return Err(format!("-G/--cudagraph {g}: not with --compare"));
+        }
+        Ok(())
+    }
+
     pub fn step(&self) -> Step {
         self.step_bytes.map_or(Step::Factor(self.factor), Step::Bytes)
     }
@@ -194,10 +219,7 @@ impl PerfArgs {
             );
         }
         if self.cudagraph > 0 {
-            return Err(format!(
-                "-G/--cudagraph {}: CUDA graph replay is not supported (the host target has no graphs, and the CUDA target does not capture them); use -G 0",
-                self.cudagraph
-            ));
+            self.validate_graphs()?;
         }
         if !self.devices.is_empty() {
             if self.target != Target::Cuda {

@@ -51,7 +51,7 @@ impl Report {
             Average::Max => "max",
         };
         self.say(&format!(
-            "# jitccl perf: {} on {target}, {} {how}, {} buffers, {} warmup + {} timed iterations of {} op(s){}, check {}, {avg} time over ranks",
+            "# jitccl perf: {} on {target}, {} {how}, {} buffers, {} warmup + {} timed iterations of {} op(s){}{}, check {}, {avg} time over ranks",
             a.coll,
             lay.nranks,
             match a.register {
@@ -63,6 +63,10 @@ impl Report {
             a.iters,
             a.agg,
             if a.blocking { ", blocking" } else { "" },
+            match a.cudagraph {
+                0 => String::new(),
+                g => format!(", captured into a CUDA graph replayed {g} time(s)"),
+            },
             a.check
         ));
         self.say("#");

@@ -1,6 +1,7 @@
 //! One thread's part of the sweep: it drives its ranks (nccl-tests' -g) through every size,
 //! out of place and in place: warm-up, timed iterations of -m operations each (with -z,
-//! synchronized after every one), then -c reference checks. Each thread times its own
+//! synchronized after every one; with -G, captured into a CUDA graph and replayed), then
+//! -c reference checks. Each thread times its own
 //! ranks; the time and the wrong count are combined over all ranks with a collective, so
 //! threads and processes need no other channel.
 
@@ -8,7 +9,7 @@ use std::time::Instant;
 
 use jitccl::codegen::BuiltinOp;
 use jitccl::reference::{count_wrong, inputs, op_for_rank, RefElement};
-use jitccl::{Comm, DeviceBuffer, Op, Registration, Stream};
+use jitccl::{Comm, DeviceBuffer, Graph, Op, Registration, Stream};
 
 use super::flags::{Average, Layout, PerfArgs, Register};
 use super::report::{Report, Timing};
@@ -146,6 +147,35 @@ fn sync_all(streams: &[Stream]) -> jitccl::Result<()> {
     streams.iter().try_for_each(|s| s.synchronize())
 }
 
+/// -G: `iters` iterations of -m operations each, captured once into a CUDA graph per rank
+/// (recorded, not run), the graphs then replayed -G times, as nccl-tests does. The time
+/// per operation in microseconds, as this thread saw it; a failure of a replayed
+/// operation is an error.
+fn graph_iterate<T: jitccl::Element>(
+    a: &PerfArgs, comms: &[Comm], streams: &[Stream], v: &Views<T>, count: usize, iters: usize,
+) -> jitccl::Result<f64> {
+    let graphs = capture(streams, || (0..iters * a.agg).try_for_each(|_| launch_all(a, comms, streams, v, count)))?;
+    let t0 = Instant::now();
+    for _ in 0..a.cudagraph {
+        for (g, s) in graphs.iter().zip(streams) {
+            g.launch(s)?;
+        }
+    }
+    sync_all(streams)?;
+    let us = t0.elapsed().as_secs_f64() * 1e6 / (a.cudagraph as usize * iters * a.agg).max(1) as f64;
+    graphs.iter().try_for_each(Graph::check)?;
+    Ok(us)
+}
+
+/// The CUDA graph per stream of what `record` queues on `streams` (ended even when
+/// `record` fails, so that no stream is left capturing).
+fn capture(streams: &[Stream], record: impl FnOnce() -> jitccl::Result<()>) -> jitccl::Result<Vec<Graph>> {
+    streams.iter().try_for_each(Stream::begin_capture)?;
+    let recorded = record();
+    let graphs: jitccl::Result<Vec<Graph>> = streams.iter().map(Stream::end_capture).collect();
+    recorded.and(graphs)
+}
+
 /// `iters` iterations of -m operations each; -z synchronizes after every operation. The
 /// time per operation in microseconds, as this thread saw it.
 pub(super) fn iterate<T: jitccl::Element>(
@@ -180,7 +210,10 @@ fn measure<T: RefElement>(
 ) -> jitccl::Result<Timing> {
     let v = views(a, lay, r, count, in_place)?;
     iterate(a, r.comms, r.streams, &v, count, a.warmup)?;
-    let us = iterate(a, r.comms, r.streams, &v, count, a.iters)?;
+    let us = match a.cudagraph {
+        0 => iterate(a, r.comms, r.streams, &v, count, a.iters)?,
+        _ => graph_iterate(a, r.comms, r.streams, &v, count, a.iters)?,
+    };
     let wrong = wrong(a, lay, r, r.comms, &v, count)?;
     Ok(Timing { us: over_ranks_time(a, lay, r, us)?, wrong })
 }
@@ -232,8 +265,17 @@ fn check<T: RefElement>(
     for (c, (send, _)) in comms.iter().zip(v) {
         send.copy_from_host(&inputs::<T>(op, c.rank(), send.len()))?;
     }
-    launch_all(a, comms, streams, v, count)?;
-    sync_all(streams)?;
+    // With -G the checked operation is a graph's replay: captured ones must give what
+    // eager ones give.
+    if a.cudagraph > 0 {
+        let graphs = capture(streams, || launch_all(a, comms, streams, v, count))?;
+        graphs.iter().zip(streams).try_for_each(|(g, s)| g.launch(s))?;
+        sync_all(streams)?;
+        graphs.iter().try_for_each(Graph::check)?;
+    } else {
+        launch_all(a, comms, streams, v, count)?;
+        sync_all(streams)?;
+    }
     Ok(comms
         .iter()
         .zip(v)

@@ -8,8 +8,11 @@
 //!   mapped into the device (what the host polls: statuses, abort flags, failure boards);
 //! - `ipc`: device memory shared with other processes of the machine (CUDA IPC handles);
 //! - `module`: a compiled image loaded into a context, one function per spec;
-//! - `stream`: a CUDA stream and the launch of a kernel on it, one CTA per channel.
+//! - `stream`: a CUDA stream and the launch of a kernel on it, one CTA per channel;
+//! - `event`: events (a launch's completion), one communicator's order across streams,
+//!   CUDA graphs.
 
+mod event;
 mod ipc;
 mod memory;
 mod module;
@@ -23,6 +26,7 @@ use jitccl_codegen::compile::nvrtc::nvrtc;
 use jitccl_codegen::{CudaArch, CudaOutput, KernelSpec};
 
 use crate::error::{Error, Result};
+pub(crate) use event::{Event, Graph, LaunchOrder};
 pub(crate) use ipc::{IpcHandle, IpcMapping};
 pub(crate) use memory::{DeviceMemory, MappedMemory, Pool, Registered};
 pub(crate) use module::Kernel;
@@ -34,6 +38,20 @@ const LOOKED_FOR: &str = "libcuda.so (the NVIDIA driver library) on the loader p
 /// A failed driver call, named by what it did.
 pub(crate) fn driver(what: impl std::fmt::Display) -> impl FnOnce(cu::DriverError) -> Error {
     move |e| Error::Device(format!("CUDA: {what}: {e}"))
+}
+
+/// Whether every CUDA launch is waited for before the next one is queued, as before
+/// launches became asynchronous (`JITCCL_CUDA_SYNC=1`): to compare, and to fall back on.
+/// Read once per process.
+pub fn sync_launches() -> bool {
+    static SYNC: OnceLock<bool> = OnceLock::new();
+    *SYNC.get_or_init(|| {
+        let on = std::env::var("JITCCL_CUDA_SYNC").is_ok_and(|v| v == "1");
+        if on {
+            tracing::info!("JITCCL_CUDA_SYNC=1: every CUDA launch is waited for before the call returns");
+        }
+        on
+    })
 }
 
 /// Initializes the driver once per process, or says why it cannot be used.
@@ -88,15 +106,16 @@ pub fn synchronize_stream(ordinal: usize, stream: usize) -> Result<()> {
     let gpu = Gpu::get(ordinal)?;
     gpu.bind()?;
     let stream = stream as sys::CUstream;
-    // A stream being captured into a CUDA graph cannot be waited for, and jitccl's launch
-    // would not be captured: refused, saying so, before anything is queued.
+    // (The C API's path with JITCCL_CUDA_SYNC=1.) A stream being captured into a CUDA graph
+    // cannot be waited for, and jitccl's launch would not be captured: refused, saying so,
+    // before anything is queued.
     // SAFETY: as below.
     let capture = unsafe { cu::stream::is_capturing(stream) }
         .map_err(driver("asking whether the caller's stream is capturing"))?;
     if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
         return Err(Error::Unsupported(format!(
-            "cuda:{ordinal}: the caller's stream is being captured into a CUDA graph ({capture:?}); jitccl's \
-             collectives cannot be captured yet: run them outside the capture"
+            "cuda:{ordinal}: the caller's stream is being captured into a CUDA graph ({capture:?}); with \
+             JITCCL_CUDA_SYNC=1 jitccl's collectives cannot be captured: unset it, or run them outside the capture"
         )));
     }
     // SAFETY: the caller names a stream of this device's context (or the default stream).
@@ -174,6 +193,8 @@ pub(crate) struct Gpu {
     /// Kernels loaded into this context: ranks on one GPU share them. By spec, not by
     /// symbol: custom ops of one name may differ in body.
     kernels: Mutex<rustc_hash::FxHashMap<KernelSpec, Arc<Kernel>>>,
+    /// Events no longer used, for reuse (see `event::Event`).
+    spare_events: Mutex<Vec<usize>>,
 }
 
 // SAFETY: a context handle may be used from any thread (it is made current per call).
@@ -241,6 +262,7 @@ impl Gpu {
             busid,
             mem_stream,
             kernels: Mutex::default(),
+            spare_events: Mutex::default(),
         })
     }
 

@@ -57,13 +57,25 @@ pub(crate) struct Activity {
 impl Activity {
     /// Marks a kernel running until the guard drops, waking the proxy if it sleeps.
     pub(crate) fn kernel_running(&self) -> Running<'_> {
+        self.kernel_queued();
+        Running(self)
+    }
+
+    /// Marks a kernel running until `kernel_ended` (an asynchronous launch, which outlives
+    /// the call that queued it), waking the proxy if it sleeps.
+    pub(crate) fn kernel_queued(&self) {
         // SeqCst with the proxy's own pair (set `sleeping`, then read `running`): one of
         // the two sees the other, so no start goes unnoticed.
         self.running.fetch_add(1, Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) {
             self.wake();
         }
-        Running(self)
+    }
+
+    /// Ends what `kernel_queued` marked.
+    pub(crate) fn kernel_ended(&self) {
+        // Release: what the kernel posted is visible to a proxy that sees it ended.
+        self.running.fetch_sub(1, Ordering::Release);
     }
 
     /// Tells every net peer that this rank's communicator failed, `culprit` having failed
@@ -98,8 +110,7 @@ pub(crate) struct Running<'a>(&'a Activity);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        // Release: what the kernel posted is visible to a proxy that sees it ended.
-        self.0.running.fetch_sub(1, Ordering::Release);
+        self.0.kernel_ended();
     }
 }
 

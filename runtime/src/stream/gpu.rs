@@ -1,0 +1,245 @@
+//! Asynchronous launches on a CUDA stream (unless `JITCCL_CUDA_SYNC=1`): the caller's
+//! thread queues each launch on the GPU itself and returns, without a host synchronize, as
+//! NCCL does; a stream being captured records it into the CUDA graph instead. Each queued
+//! launch stays here, holding what its kernel touches (buffers, communicator), until a
+//! look at its completion marker (an event recorded after it) finds it finished: lazily, at
+//! the next launch, and at `synchronize` / `is_idle`, which poll in order. Its owner then
+//! reads how it ended (the kernels' statuses); a failure fails the communicator and is
+//! returned by `synchronize`. Every wait is bounded: a launch that has not finished the
+//! owner's bound after it became the oldest is declared hung, which fails (and aborts) its
+//! communicator with an error naming the rank and operation.
+//!
+//! No thread watches the GPU: a failure reaches the application at its next call,
+//! `synchronize` or `Comm::async_error` (as NCCL's ncclCommGetAsyncError polls).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{Launch, Started};
+use crate::device::CtaPool;
+use crate::error::{Error, Result};
+use crate::wait::{poll, POLL};
+
+/// Launches in flight per stream before a new one first waits for the oldest: what it
+/// holds is bounded, like the ring's slots.
+const DEPTH: usize = 1024;
+
+/// How long a waiter sleeps between looks once polling has not seen a launch end.
+const NAP: Duration = Duration::from_micros(50);
+
+/// Whether a queued launch has finished (an event recorded after it).
+pub(crate) trait Completion: Send {
+    fn done(&self) -> Result<bool>;
+}
+
+impl Completion for std::sync::Arc<crate::device::CudaEvent> {
+    fn done(&self) -> Result<bool> {
+        crate::device::CudaEvent::done(self)
+    }
+}
+
+/// A launch queued on the GPU and not yet seen to finish.
+struct Pending {
+    launch: Launch,
+    done: Box<dyn Completion>,
+    /// Since when it is the oldest in flight (its bound counts from there).
+    oldest_since: Option<Instant>,
+    /// Declared hung (past its bound).
+    hung: bool,
+}
+
+struct State {
+    pool: CtaPool,
+    pending: VecDeque<Pending>,
+    /// The first failure since the last `synchronize`.
+    error: Option<Error>,
+    /// What the last look at the oldest launch found.
+    last: Front,
+    /// Launches recorded into the graph being captured, for `take_captured`.
+    captured: Vec<Launch>,
+}
+
+/// A CUDA stream's asynchronous launches (see the module comment).
+pub(crate) struct GpuQueue {
+    state: Mutex<State>,
+}
+
+impl GpuQueue {
+    pub(crate) fn new(pool: CtaPool) -> GpuQueue {
+        GpuQueue {
+            state: Mutex::new(State {
+                pool,
+                pending: VecDeque::new(),
+                error: None,
+                last: Front::Waiting,
+                captured: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `launch` on the GPU on this thread and returns; an error means nothing was
+    /// queued. Finished launches are retired first (without waiting).
+    pub(crate) fn launch(&self, mut launch: Launch) -> Result<()> {
+        let mut st = self.lock();
+        // While the stream is captured, nothing is looked at: an event query there could
+        // invalidate the application's capture (CUDA's global capture mode).
+        if !st.pool.capturing().unwrap_or(true) {
+            st.retire();
+            if st.pending.len() >= DEPTH {
+                st.retire_until(1, None);
+            }
+        }
+        let started = launch.owner.clone().start(&mut launch.call, &st.pool)?;
+        match started {
+            // Replays of a graph are the application's to order and wait for; the graph
+            // keeps what the launch holds (see `graph`).
+            Started::Captured => {
+                st.captured.push(launch);
+                Ok(())
+            }
+            Started::Queued(done) => {
+                st.pending.push_back(Pending { launch, done, oldest_since: None, hung: false });
+                Ok(())
+            }
+        }
+    }
+
+    /// Queues `launch`; a failure to queue it is kept for `synchronize`, as a failed
+    /// launch's is (the calls that queue several launches at once return nothing).
+    pub(crate) fn launch_or_note(&self, launch: Launch) {
+        if let Err(e) = self.launch(launch) {
+            self.lock().note(e);
+        }
+    }
+
+    /// Waits until every launch queued so far has finished or `deadline` passes (each is
+    /// bounded by its owner anyway); returns the first failure since the last call, or
+    /// `Ok(false)` at the deadline.
+    pub(crate) fn synchronize(&self, deadline: Option<Instant>) -> Result<bool> {
+        let mut st = self.lock();
+        let all = st.pending.len();
+        let waited = st.retire_until(all, deadline);
+        match st.error.take() {
+            Some(e) => Err(e),
+            // Without a deadline only a stuck launch ends the wait (its hang was reported
+            // before): never a success.
+            None if !waited && deadline.is_none() => Err(Error::Device(format!(
+                "a launch on this CUDA stream ({}) has still not ended, a bound after it was declared hung and its \
+                 communicator aborted",
+                st.pending.front().map_or("?", |p| p.launch.call.name)
+            ))),
+            None => Ok(waited),
+        }
+    }
+
+    /// Whether every queued launch has finished (retiring those that have).
+    pub(crate) fn is_idle(&self) -> bool {
+        let mut st = self.lock();
+        st.retire();
+        st.pending.is_empty()
+    }
+
+    /// The launches recorded since the last call (a capture's).
+    pub(crate) fn take_captured(&self) -> Vec<Launch> {
+        std::mem::take(&mut self.lock().captured)
+    }
+
+    /// Runs `f` on the stream (a graph capture's begin or end, a graph launch), under the
+    /// lock, so that no launch of another thread is queued in between.
+    pub(crate) fn with_pool<R>(&self, f: impl FnOnce(&CtaPool) -> Result<R>) -> Result<R> {
+        f(&self.lock().pool)
+    }
+}
+
+/// What a look at the oldest launch found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Front {
+    /// It had finished and was retired.
+    Retired,
+    /// None is in flight, or it runs within its bound.
+    Waiting,
+    /// It was declared hung a bound ago and has still not ended: waiting on is pointless.
+    Stuck,
+}
+
+impl State {
+    fn note(&mut self, e: Error) {
+        if self.error.is_none() {
+            tracing::warn!("stream operation failed: {e}");
+        }
+        self.error.get_or_insert(e);
+    }
+
+    /// Retires the finished launches at the front, in order, without waiting.
+    fn retire(&mut self) {
+        while self.look() == Front::Retired {}
+    }
+
+    /// Waits for the first `n` queued launches to finish, or until `deadline`, or until
+    /// one is stuck; whether it reached them. Then retires whatever else has finished.
+    fn retire_until(&mut self, mut n: usize, deadline: Option<Instant>) -> bool {
+        while n > 0 {
+            let end = Instant::now() + POLL;
+            let end = deadline.map_or(end, |d| d.min(end));
+            match poll(end, || (self.look() != Front::Waiting).then_some(())).map(|()| self.last) {
+                Some(Front::Retired) => n -= 1,
+                Some(Front::Stuck) => return false,
+                _ if deadline.is_some_and(|d| Instant::now() >= d) => return false,
+                _ => std::thread::sleep(NAP),
+            }
+        }
+        self.retire();
+        true
+    }
+
+    /// Looks at the oldest launch: retires it if it has finished; declares it hung past its
+    /// owner's bound (its communicator then fails and is aborted, so that its kernel ends
+    /// at its next look at the abort flag; it stays in flight, for its memory is still the
+    /// kernel's, and is retired once it has ended).
+    fn look(&mut self) -> Front {
+        self.last = self.look_once();
+        self.last
+    }
+
+    fn look_once(&mut self) -> Front {
+        let Some(front) = self.pending.front_mut() else { return Front::Waiting };
+        let since = *front.oldest_since.get_or_insert_with(Instant::now);
+        let result = match front.done.done() {
+            Ok(true) => front.launch.owner.finish(&front.launch.call, false),
+            Ok(false) if since.elapsed() <= front.launch.owner.bound() => return Front::Waiting,
+            Ok(false) if front.hung => return Front::Stuck,
+            Ok(false) => {
+                front.hung = true;
+                front.oldest_since = Some(Instant::now());
+                if let Err(e) = front.launch.owner.finish(&front.launch.call, true) {
+                    self.note(e);
+                }
+                return Front::Waiting;
+            }
+            Err(e) => Err(e),
+        };
+        let Pending { launch, .. } = self.pending.pop_front().expect("a front launch");
+        if let Err(e) = result {
+            self.note(e);
+        }
+        drop(launch);
+        Front::Retired
+    }
+}
+
+impl Drop for GpuQueue {
+    fn drop(&mut self) {
+        // What the launches hold stays until they have finished: memory freed under a
+        // running kernel would be reused under it.
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let n = st.pending.len();
+        if !st.retire_until(n, None) || !st.pending.is_empty() {
+            tracing::warn!("a CUDA stream dropped with {} launch(es) unfinished", st.pending.len());
+        }
+    }
+}
