@@ -234,6 +234,12 @@ pub const HOST_ARENA: Setting = user(
     Initial::Flag(true),
     "0: host buffers come from the heap, so plain buffers take the FIFO algorithms only",
 );
+pub const CUDA_SYNC: Setting = user(
+    "JITCCL_CUDA_SYNC",
+    Kind::Flag,
+    Initial::Flag(false),
+    "1: every CUDA launch is waited for before the next is queued (C API calls wait for the caller's stream first), as before launches became asynchronous: to compare and to fall back on; no CUDA graph capture then",
+);
 pub const P2P_DISABLE: Setting = nccl(
     user(
         "JITCCL_P2P_DISABLE",
@@ -321,6 +327,20 @@ pub const TORCH_BIND: Setting =
     test("JITCCL_TORCH_BIND", Scope::Harness, Kind::Text, "the folders the PyTorch tests bind into their sandbox");
 pub const TORCH_TESTS: Setting =
     test("JITCCL_TORCH_TESTS", Scope::Harness, Kind::Text, "the PyTorch tests to run, by name, comma-separated");
+pub const TORCH_VICTIM: Setting =
+    test("JITCCL_TORCH_VICTIM", Scope::Harness, Kind::Text, "the rank the killed-rank PyTorch test kills");
+pub const TORCH_KILL_AT: Setting = test(
+    "JITCCL_TORCH_KILL_AT",
+    Scope::Harness,
+    Kind::Text,
+    "the point at which the killed-rank PyTorch test kills it",
+);
+pub const BIN: Setting = test(
+    "JITCCL_BIN",
+    Scope::Harness,
+    Kind::Path,
+    "the `jitccl` binary the PyTorch benchmark times beside the backend",
+);
 pub const NVRTC13_PATH: Setting =
     test("JITCCL_NVRTC13_PATH", Scope::Harness, Kind::Path, "a CUDA 13 libnvrtc for the NVRTC 13 tests");
 
@@ -349,6 +369,7 @@ pub const ALL: &[Setting] = &[
     TRANSPORT,
     HOST_ARENA,
     P2P_DISABLE,
+    CUDA_SYNC,
     TOPO_FILE,
     TOPO_DUMP_FILE,
     GRAPH_FILE,
@@ -366,5 +387,8 @@ pub const ALL: &[Setting] = &[
     INIT_DEATHS_AFTER,
     TORCH_BIND,
     TORCH_TESTS,
+    TORCH_VICTIM,
+    TORCH_KILL_AT,
+    BIN,
     NVRTC13_PATH,
 ];

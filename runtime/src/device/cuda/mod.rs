@@ -46,7 +46,7 @@ pub(crate) fn driver(what: impl std::fmt::Display) -> impl FnOnce(cu::DriverErro
 pub fn sync_launches() -> bool {
     static SYNC: OnceLock<bool> = OnceLock::new();
     *SYNC.get_or_init(|| {
-        let on = std::env::var("JITCCL_CUDA_SYNC").is_ok_and(|v| v == "1");
+        let on = crate::settings::CUDA_SYNC.flag_or_warn();
         if on {
             tracing::info!("JITCCL_CUDA_SYNC=1: every CUDA launch is waited for before the call returns");
         }
