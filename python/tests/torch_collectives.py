@@ -484,6 +484,13 @@ def test_groups():
     t = torch.full((3,), float(RANK))
     dist.broadcast(t, members[-1], group=mine)  # a global rank as the root
     same(t, torch.full((3,), float(members[-1])), "broadcast in a subgroup from its last member")
+    # A device map naming jitccl for both devices gives the same kind of group.
+    both_devices = dist.new_group(backend="cpu:jitccl,cuda:jitccl")
+    check(type(both_devices).__name__ == "ProcessGroupJitccl", f"cpu:jitccl,cuda:jitccl: {type(both_devices)}")
+    x = torch.full((5,), float(RANK))
+    dist.all_reduce(x, group=both_devices)
+    same(x, torch.full((5,), float(sum(range(WORLD)))), "all_reduce on a cpu:jitccl,cuda:jitccl group")
+    dist.destroy_process_group(both_devices)
     # A group of every rank in reverse order: group rank 0 is the last process.
     rev = dist.new_group(list(range(WORLD))[::-1], backend="jitccl")
     t = torch.full((2,), float(RANK))
@@ -508,6 +515,10 @@ def test_errors():
     # Local: refused at once, on every rank alike here.
     raises(ValueError, lambda: dist.all_gather_into_tensor(torch.zeros(WORLD + 1), torch.zeros(1)),
            "all_gather_into_tensor into a wrong-sized output", ("all_gather_into_tensor", f"rank {RANK}"))
+    raises(ValueError, lambda: dist.all_reduce(torch.zeros(2, device="meta")), "a tensor on the meta device",
+           ("CPU and CUDA tensors", "meta"))
+    if not torch.cuda.is_available():
+        check(dist.group.WORLD._cuda is None, "no CUDA communicator where torch sees no GPU")
     raises(TypeError, lambda: dist.all_reduce(torch.zeros(2, dtype=torch.int16)), "int16",
            ("int16", "allreduce"))
     raises(TypeError, lambda: dist.all_reduce(torch.zeros(2), op=R.BAND), "BAND on float32", ("BAND",))
