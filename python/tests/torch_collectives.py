@@ -162,6 +162,10 @@ def test_allreduce():
             return torch.complex(values(torch.float32, (9,), RANK), values(torch.float32, (9,), 50 + RANK)).to(dtype)
         a, b = both(lambda t, g: dist.all_reduce(t, group=g), make)
         same(a, b, f"all_reduce {dtype} SUM")
+    # A small parameter (requires grad), reduced in place: the write is not autograd's business.
+    p = nn.Parameter(torch.full((3,), float(RANK)))
+    dist.all_reduce(p)
+    same(p.detach(), torch.full((3,), float(sum(range(WORLD)))), "all_reduce of a small parameter")
     # A strided view of a parameter (requires grad): the copy back is not autograd's business.
     w = nn.Parameter(torch.full((4, 3), float(RANK)))
     dist.all_reduce(w.t())
@@ -536,6 +540,12 @@ def test_errors():
                ("allreduce", f"rank {RANK}", "100 float32", "differently"))
     check(isinstance(e, RuntimeError), "a DistBackendError is a RuntimeError")
     check(torch.equal(x, torch.full((100 + 10 * RANK,), 1.0)), "nothing was written")
+    # Small calls (their data carried in the agreement's all-gather): the same refusal.
+    for dtype in (torch.float32, torch.int8):
+        x = torch.full((3 + RANK,), 1, dtype=dtype)
+        raises(dist.DistBackendError, lambda: dist.all_reduce(x, group=g), f"a small all_reduce of {dtype}, sizes differ",
+               ("allreduce", f"rank {RANK}", "3 " + str(dtype).replace("torch.", ""), "differently"))
+        check(torch.equal(x, torch.full((3 + RANK,), 1, dtype=dtype)), "the small call wrote nothing")
     if WORLD > 1:
         y = torch.full((3,), float(RANK))
         raises(dist.DistBackendError, lambda: dist.broadcast(y, min(RANK, 1), group=g),
@@ -574,9 +584,21 @@ def test_errors():
             took = time.time() - start
             check(4 <= took < 30, f"it ended after the group's timeout: {took:.1f} s")
         dist.barrier(group=GLOO)
-        # The group is failed now; later calls raise at once rather than hang.
+        # The group is failed now; later calls raise at once rather than hang. The others'
+        # first call pairs with rank 0's abandoned one, whose data rank 0 had posted before
+        # it gave up (a small call's data rides in the agreement's all-gather): it may
+        # complete, with the right sum, or fail; never a wrong result. The next fails.
         start = time.time()
-        raises(dist.DistBackendError, lambda: dist.all_reduce(torch.ones(3), group=g), "a failed group's call")
+        if RANK == 0:
+            raises(dist.DistBackendError, lambda: dist.all_reduce(torch.ones(3), group=g), "a failed group's call")
+        else:
+            y = torch.ones(3)
+            try:
+                dist.all_reduce(y, group=g)
+                same(y, torch.full((3,), float(WORLD)), "the call paired with rank 0's abandoned one")
+            except dist.DistBackendError:
+                check(torch.equal(y, torch.ones(3)), "the failed call wrote nothing")
+            raises(dist.DistBackendError, lambda: dist.all_reduce(torch.ones(3), group=g), "a failed group's call")
         check(time.time() - start < 15, "a failed group raises soon")
     dist.destroy_process_group(g)
 
