@@ -1,7 +1,6 @@
 """Agreement: what every rank calls, checked before any data moves."""
 
 import ctypes
-import struct
 import zlib
 
 import torch
@@ -60,40 +59,30 @@ class _Mismatch(Exception):
 
 
 _INT64 = 4  # ncclInt64
-# A rank's part of the agreement's all-gather: its descriptor (64 bytes) and, for a small
-# all-reduce, its data (CARRIED bytes), so that such a call is one all-gather, not two calls.
-SLOT = 320
-CARRIED = SLOT - 64
 
 
 class _Agreement:
     """One group's check that its ranks agree on each call: an all-gather of the calls'
     descriptors on the group's host communicator, in host-arena memory made once (the
     peers read it in place: a few microseconds, against tens on plain memory), and a
-    compare of bytes. A small call's data may ride along (`carried`)."""
+    compare of bytes."""
 
     def __init__(self, size: int, memory):
         self.size = size
-        self.memory = memory  # jitccl.Memory of SLOT * (size + 1) bytes, on the host
+        self.memory = memory  # jitccl.Memory of 64 * (size + 1) bytes, on the host
         self.mine = (ctypes.c_int64 * 8).from_address(memory.address)
-        self.every = (ctypes.c_char * (SLOT * size)).from_address(memory.address + SLOT)
-        self.bufs = (memory.buf(SLOT // 8, _INT64), memory.buf(SLOT // 8 * size, _INT64, SLOT))
-        # Row q: the data rank q carried in the last check (its first bytes).
-        self.carried = torch.frombuffer(self.every, dtype=torch.uint8).view(size, SLOT)[:, 64:]
+        self.every = (ctypes.c_int64 * (8 * size)).from_address(memory.address + 64)
+        self.bufs = (memory.buf(8, _INT64), memory.buf(8 * size, _INT64, 64))
 
-    def check(self, comm, desc: tuple, data=None) -> None:
-        """Raises _Mismatch on every rank when the ranks' descriptors differ. `data`:
-        (address, bytes, at most CARRIED) of this rank's data to carry along; once the
-        descriptors agree, `carried[:, :bytes]` holds every rank's."""
+    def check(self, comm, desc: tuple) -> None:
+        """Raises _Mismatch on every rank when the ranks' descriptors differ."""
         self.mine[:] = desc
-        if data is not None:
-            ctypes.memmove(self.memory.address + 64, data[0], data[1])
         comm.all_gather(*self.bufs)
-        raw, mine = self.every.raw, bytes(self.mine)
-        if all(raw[q * SLOT:q * SLOT + 64] == mine for q in range(self.size)):
+        if bytes(self.every) == bytes(self.mine) * self.size:
             return
+        every = [tuple(self.every[q * 8:(q + 1) * 8]) for q in range(self.size)]
         kinds: dict = {}
-        for q in range(self.size):
-            kinds.setdefault(_describe(struct.unpack_from("<8q", raw, q * SLOT)), []).append(q)
+        for q, d in enumerate(every):
+            kinds.setdefault(_describe(d), []).append(q)
         raise _Mismatch("the ranks called it differently: " + "; ".join(
             f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: {what}" for what, qs in kinds.items()))

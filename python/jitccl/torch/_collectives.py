@@ -6,20 +6,15 @@ from typing import Optional
 import torch
 
 from ..comm import group as nccl_group
-from ._agree import CARRIED, _Mismatch, _desc, _redop
+from ._agree import _Mismatch, _desc, _redop
 from ._steps import _all, _offsets, _scatter_into, _then
-from ._tensors import Finish, _Staged, _buf, _flat
+from ._tensors import Finish, _Staged, _buf
 
 
 # The largest all-reduce run through the group's scratch in the host arena rather than on
 # the tensor's own memory (which runs the FIFO algorithms): up to 64 KiB the copies cost less
 # than they save (docs/performance.md, PyTorch's all_reduce).
 SMALL = 64 << 10
-
-# The types whose small all-reduces the agreement carries and this process folds (torch
-# reduces them on the CPU; its unsigned 32/64-bit and fp8 types lack the reductions).
-_FOLDABLE = {torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-             torch.float64, torch.bool, torch.complex64, torch.complex128}
 
 
 class _Collectives:
@@ -60,38 +55,10 @@ class _Collectives:
         self._comm.all_reduce(scratch.buf(b.count, b.dtype), op=red[0])
         ctypes.memmove(b.ptr, scratch.address, nbytes)
 
-    def _fold_carried(self, t: torch.Tensor, red) -> None:
-        """The all-reduce of small contiguous CPU `t` from the data every rank carried in the
-        agreement (the same rows, in rank order, on every rank), reduced here in `t`'s type
-        (half types through float32, rounded once) and written into `t`."""
-        f = _flat(t)
-        g = self._agreement.carried[:, :f.numel() * f.element_size()].view(f.dtype)
-        jop, n = red[0], self.size()
-        if jop in ("min", "max"):
-            r = g.amin(0) if jop == "min" else g.amax(0)
-        else:
-            wide = g.float() if f.dtype in (torch.float16, torch.bfloat16) else g
-            if jop == "prod":
-                r = wide.prod(0, dtype=wide.dtype)
-            elif jop == "sum":
-                r = wide.sum(0, dtype=wide.dtype)
-            elif jop == "avg":
-                r = wide.sum(0, dtype=wide.dtype)
-                r = r / n if wide.dtype.is_floating_point else torch.div(r, n, rounding_mode="trunc")
-            else:  # ("premul_sum", factor)
-                r = wide.mul(jop[1]).sum(0, dtype=wide.dtype)
-        with torch.no_grad():  # `t` may be a parameter: the write is not autograd's
-            f.reshape(-1).copy_(r)
-
     def allreduce(self, tensors, opts=None):
         t = self._one(tensors, "allreduce")
         self._checked("allreduce", t)
         red = self._reduction("allreduce", opts, t.dtype)
-        desc = _desc("allreduce", t.dtype, (t.numel(),), redop=_redop(red[2]))
-        nbytes = t.numel() * t.element_size()
-        if nbytes <= CARRIED and red[1] is None and t.dtype in _FOLDABLE and not t.is_cuda and t.is_contiguous():
-            # One all-gather: the agreement carries the data, every rank folds it alike.
-            return self._run("allreduce", [t], desc, lambda: self._fold_carried(t, red), carry=(t.data_ptr(), nbytes))
 
         def post():
             if t.is_contiguous():
@@ -100,7 +67,7 @@ class _Collectives:
                 return self._post_reduce(t, red)
             s = _Staged(t)
             return _then(self._post_reduce(s.c, red), s.back)
-        return self._run("allreduce", [t], desc, post)
+        return self._run("allreduce", [t], _desc("allreduce", t.dtype, (t.numel(),), redop=_redop(red[2])), post)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = "allreduce_coalesced"

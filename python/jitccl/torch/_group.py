@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from .. import errors
 from ..comm import Comm, Memory, UniqueId
-from ._agree import SLOT, _Agreement, _Mismatch, _desc
+from ._agree import _Agreement, _Mismatch, _desc
 from ._checks import _Checks
 from ._collectives import SMALL, _Collectives
 from ._cuda import _Cuda, _cuda_device
@@ -51,7 +51,7 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             comms.append(comm)
         self._cuda_device = device
         with _env(JITCCL_DEVICE="host"):
-            self._agreement = _Agreement(size, Memory(SLOT * (size + 1)))
+            self._agreement = _Agreement(size, Memory(64 * (size + 1)))
             self._scratch = Memory(SMALL)
         self._used_cuda = False
         self._timeout = timeout
@@ -128,17 +128,17 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
         self._used_cuda = True
         return self._cuda.comm_on_stream()
 
-    def _run(self, op: str, result: list, desc: tuple, post: Callable[[], Finish], extra=None, carry=None):
+    def _run(self, op: str, result: list, desc: tuple, post: Callable[[], Finish], extra=None):
         """Runs a collective now (after the held sends and receives): the ranks agree on
-        `desc` (and on `extra`, given the all-gathered extras, when it is a function; with
-        `carry`, (address, bytes), that data rides along), then `post` posts its calls and
-        returns its finishing step. Made on return (complete, on the host)."""
+        `desc` (and on `extra`, given the all-gathered extras, when it is a function), then
+        `post` posts its calls and returns its finishing step. Made on return (complete,
+        on the host)."""
         if _HELD:
             _flush()
         self._used_cuda = False
         agreed = False
         try:
-            self._agreement.check(self._comm, desc, carry)
+            self._agreement.check(self._comm, desc)
             if extra is not None:
                 self._agree_extra(*extra)
             agreed = True
