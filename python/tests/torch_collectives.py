@@ -162,6 +162,10 @@ def test_allreduce():
             return torch.complex(values(torch.float32, (9,), RANK), values(torch.float32, (9,), 50 + RANK)).to(dtype)
         a, b = both(lambda t, g: dist.all_reduce(t, group=g), make)
         same(a, b, f"all_reduce {dtype} SUM")
+    # A small parameter (requires grad), reduced in place: the write is not autograd's business.
+    p = nn.Parameter(torch.full((3,), float(RANK)))
+    dist.all_reduce(p)
+    same(p.detach(), torch.full((3,), float(sum(range(WORLD)))), "all_reduce of a small parameter")
     # A strided view of a parameter (requires grad): the copy back is not autograd's business.
     w = nn.Parameter(torch.full((4, 3), float(RANK)))
     dist.all_reduce(w.t())
@@ -484,6 +488,13 @@ def test_groups():
     t = torch.full((3,), float(RANK))
     dist.broadcast(t, members[-1], group=mine)  # a global rank as the root
     same(t, torch.full((3,), float(members[-1])), "broadcast in a subgroup from its last member")
+    # A device map naming jitccl for both devices gives the same kind of group.
+    both_devices = dist.new_group(backend="cpu:jitccl,cuda:jitccl")
+    check(type(both_devices).__name__ == "ProcessGroupJitccl", f"cpu:jitccl,cuda:jitccl: {type(both_devices)}")
+    x = torch.full((5,), float(RANK))
+    dist.all_reduce(x, group=both_devices)
+    same(x, torch.full((5,), float(sum(range(WORLD)))), "all_reduce on a cpu:jitccl,cuda:jitccl group")
+    dist.destroy_process_group(both_devices)
     # A group of every rank in reverse order: group rank 0 is the last process.
     rev = dist.new_group(list(range(WORLD))[::-1], backend="jitccl")
     t = torch.full((2,), float(RANK))
@@ -508,6 +519,10 @@ def test_errors():
     # Local: refused at once, on every rank alike here.
     raises(ValueError, lambda: dist.all_gather_into_tensor(torch.zeros(WORLD + 1), torch.zeros(1)),
            "all_gather_into_tensor into a wrong-sized output", ("all_gather_into_tensor", f"rank {RANK}"))
+    raises(ValueError, lambda: dist.all_reduce(torch.zeros(2, device="meta")), "a tensor on the meta device",
+           ("CPU and CUDA tensors", "meta"))
+    if not torch.cuda.is_available():
+        check(dist.group.WORLD._cuda is None, "no CUDA communicator where torch sees no GPU")
     raises(TypeError, lambda: dist.all_reduce(torch.zeros(2, dtype=torch.int16)), "int16",
            ("int16", "allreduce"))
     raises(TypeError, lambda: dist.all_reduce(torch.zeros(2), op=R.BAND), "BAND on float32", ("BAND",))
@@ -525,6 +540,12 @@ def test_errors():
                ("allreduce", f"rank {RANK}", "100 float32", "differently"))
     check(isinstance(e, RuntimeError), "a DistBackendError is a RuntimeError")
     check(torch.equal(x, torch.full((100 + 10 * RANK,), 1.0)), "nothing was written")
+    # Small calls (through the group's scratch in the host arena): the same refusal.
+    for dtype in (torch.float32, torch.int8):
+        x = torch.full((3 + RANK,), 1, dtype=dtype)
+        raises(dist.DistBackendError, lambda: dist.all_reduce(x, group=g), f"a small all_reduce of {dtype}, sizes differ",
+               ("allreduce", f"rank {RANK}", "3 " + str(dtype).replace("torch.", ""), "differently"))
+        check(torch.equal(x, torch.full((3 + RANK,), 1, dtype=dtype)), "the small call wrote nothing")
     if WORLD > 1:
         y = torch.full((3,), float(RANK))
         raises(dist.DistBackendError, lambda: dist.broadcast(y, min(RANK, 1), group=g),

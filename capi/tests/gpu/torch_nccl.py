@@ -23,7 +23,7 @@ torch.cuda.set_device(int(os.environ.get("CUDA_DEVICE", "0")))
 if backend == "jitccl":
     import jitccl.torch  # noqa: F401 - registers "jitccl" (cpu and, with a GPU, cuda)
     dist.init_process_group("cpu:jitccl,cuda:jitccl")
-    assert dist.get_backend() == "jitccl", dist.get_backend()
+    assert dist.get_backend() == "cpu:jitccl,cuda:jitccl", dist.get_backend()
 else:
     dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
 gloo = dist.new_group(backend="gloo")

@@ -31,7 +31,9 @@ not: ranks passing different sizes would get wrong results without an error): th
 all-gather a descriptor of the collective (operation, type, counts, root, op), and a send
 first tells its receiver its count and type. Calls that differ raise DistBackendError on
 every rank and write nothing; the group stays usable. The price is one small all-gather
-per collective on the host communicator, into buffers made once (and a header per send).
+per collective on the host communicator, in host-arena memory made once (and a header per
+send). Up to 64 KiB an all_reduce of a CPU tensor runs through a scratch buffer in the host
+arena (copied in and out), beyond that on the tensor itself.
 
 Data types: every one torch and jitccl share (int8, uint8, int32, int64, float16,
 bfloat16, float32, float64, and uint32, uint64, float8_e4m3fn, float8_e5m2 where torch
