@@ -11,7 +11,7 @@ use super::*;
 use crate::bootstrap::LaunchEnv;
 
 /// Selects a child role when this binary is re-run by `across_processes_*`.
-const CHILD_VAR: &str = "JITCCL_BOOTSTRAP_TEST_CHILD";
+const CHILD_VAR: &str = crate::settings::BOOTSTRAP_TEST_CHILD.name;
 
 fn spawn_child(role: &str, envs: &[(&str, String)]) -> Child {
     let mut c = Command::new(std::env::current_exe().unwrap());
