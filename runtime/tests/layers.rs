@@ -1,6 +1,7 @@
 //! Imports only downward: every `crate::` path in the runtime's sources names a module of a
 //! lower layer than the file's own, per the numbered list of layers in `src/lib.rs` (its
-//! doc), which must place every top-level module exactly once.
+//! doc), which must place every top-level module exactly once. And one module layout style
+//! across the workspace.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -151,4 +152,30 @@ fn paths_and_layers_are_read_as_written() {
     assert_eq!(re["L"], Some("low".into()));
     assert_eq!(re["Other"], Some("low".into()));
     assert_eq!(re["E"], None);
+}
+
+/// One module layout style in the workspace: a module with submodules is a folder with a
+/// `mod.rs`, never a file beside a folder of Rust files of the same name.
+#[test]
+fn no_module_file_sits_beside_its_folder() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut beside = Vec::new();
+    let mut stack = vec![workspace.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() && !name.starts_with('.') && name != "target" {
+                let holds_rust = std::fs::read_dir(&path)
+                    .unwrap()
+                    .flatten()
+                    .any(|e| e.path().extension().is_some_and(|x| x == "rs"));
+                if holds_rust && path.with_extension("rs").is_file() {
+                    beside.push(path.with_extension("rs").strip_prefix(workspace).unwrap().display().to_string());
+                }
+                stack.push(path);
+            }
+        }
+    }
+    assert!(beside.is_empty(), "move these to <folder>/mod.rs (git mv): {beside:?}");
 }

@@ -145,12 +145,15 @@ impl Whole for usize {
 }
 
 impl Setting {
+    /// The names the setting is read under: its own, then NCCL's.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> {
+        [Some(self.name), self.nccl].into_iter().flatten()
+    }
+
     /// The variable's raw value and the name it was read from: this setting's name, else
     /// NCCL's. An empty or blank value counts as unset.
     pub fn lookup_os(&self) -> Option<(OsString, &'static str)> {
-        [Some(self.name), self.nccl]
-            .into_iter()
-            .flatten()
+        self.names()
             .find_map(|n| std::env::var_os(n).filter(|v| !v.to_string_lossy().trim().is_empty()).map(|v| (v, n)))
     }
 

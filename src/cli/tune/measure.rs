@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use jitccl::settings::{ALGO, NCHANNELS, PROTO};
 use jitccl::tune::{Row, Table};
 use jitccl::{Algorithm, Collective, Protocol};
 
@@ -268,8 +269,10 @@ pub(super) fn compare(
 ) -> Result<Compared, String> {
     let mut cmd = Command::new(exe);
     cmd.args(args).arg(format!("--reps={rounds}")).args(setups.iter().map(Setup::arg));
-    // Launcher variables would make perf act as one rank; overrides would veto the rows.
-    for var in jitccl::launcher_vars().chain(["JITCCL_ALGO", "JITCCL_PROTO", "JITCCL_NCHANNELS"]) {
+    // Launcher variables would make perf act as one rank; overrides would veto the rows
+    // (under either name).
+    let overrides = [ALGO, PROTO, NCHANNELS].into_iter().flat_map(|s| s.names());
+    for var in jitccl::launcher_vars().chain(overrides) {
         cmd.env_remove(var);
     }
     // Each setup's choices are logged under its label (the child communicator's name).

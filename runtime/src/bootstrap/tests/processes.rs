@@ -11,7 +11,7 @@ use super::*;
 use crate::bootstrap::LaunchEnv;
 
 /// Selects a child role when this binary is re-run by `across_processes_*`.
-const CHILD_VAR: &str = "JITCCL_BOOTSTRAP_TEST_CHILD";
+const CHILD_VAR: &str = crate::settings::BOOTSTRAP_TEST_CHILD.name;
 
 fn spawn_child(role: &str, envs: &[(&str, String)]) -> Child {
     let mut c = Command::new(std::env::current_exe().unwrap());
@@ -19,9 +19,11 @@ fn spawn_child(role: &str, envs: &[(&str, String)]) -> Child {
     let child_test = format!("{}::bootstrap_child_process", module_path!().split_once("::").unwrap().1);
     c.args(["--exact", &child_test, "--nocapture", "--test-threads=1"])
         .env(CHILD_VAR, role)
-        .env_remove("JITCCL_COMM_ID")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    for var in crate::settings::COMM_ID.names() {
+        c.env_remove(var);
+    }
     for (k, v) in envs {
         c.env(k, v);
     }
