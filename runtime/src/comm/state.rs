@@ -144,7 +144,7 @@ impl Owner for CommInner {
         // SAFETY: the kernel is borrowed from this communicator's table, which lives as long
         // as `self`; the launch (holding `self` and the buffers) stays in flight until it has
         // finished, or, captured, as long as its graph.
-        let queued = unsafe { device::queue(l.kernel, &l.args, l.nchannels, l.proto, pool, &mut order) };
+        let queued = unsafe { device::queue(l.kernel, &l.args, l.nchannels, l.proto, pool, capturing, &mut order) };
         match queued {
             Ok(None) => Ok(Started::Captured),
             Ok(Some(done)) => {

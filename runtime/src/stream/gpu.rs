@@ -83,30 +83,25 @@ impl GpuQueue {
     }
 
     /// Queues `launch` on the GPU on this thread and returns; an error means nothing was
-    /// queued. Finished launches are retired first (without waiting).
+    /// queued. Finished launches are then retired (without waiting).
     pub(crate) fn launch(&self, mut launch: Launch) -> Result<()> {
         let mut st = self.lock();
-        // While the stream is captured, nothing is looked at: an event query there could
-        // invalidate the application's capture (CUDA's global capture mode).
-        if !st.pool.capturing().unwrap_or(true) {
-            st.retire();
-            if st.pending.len() >= DEPTH {
-                st.retire_until(1, None);
-            }
-        }
         let started = launch.owner.clone().start(&mut launch.call, &st.pool)?;
         match started {
             // Replays of a graph are the application's to order and wait for; the graph
-            // keeps what the launch holds (see `graph`).
-            Started::Captured => {
-                st.captured.push(launch);
-                Ok(())
-            }
+            // keeps what the launch holds (see `graph`). Nothing is looked at while the
+            // stream is captured: an event query then could invalidate the application's
+            // capture (CUDA's global capture mode).
+            Started::Captured => st.captured.push(launch),
             Started::Queued(done) => {
                 st.pending.push_back(Pending { launch, done, oldest_since: None, hung: false });
-                Ok(())
+                st.retire();
+                if st.pending.len() > DEPTH {
+                    st.retire_until(1, None);
+                }
             }
         }
+        Ok(())
     }
 
     /// Queues `launch`; a failure to queue it is kept for `synchronize`, as a failed
