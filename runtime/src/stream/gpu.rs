@@ -56,8 +56,9 @@ struct State {
     error: Option<Error>,
     /// What the last look at the oldest launch found.
     last: Front,
-    /// Launches recorded into the graph being captured, for `take_captured`.
-    captured: Vec<Launch>,
+    /// Launches recorded into the graph that `Stream::begin_capture` started, for
+    /// `end_captured` (None: no such capture).
+    captured: Option<Vec<Launch>>,
 }
 
 /// A CUDA stream's asynchronous launches (see the module comment).
@@ -73,7 +74,7 @@ impl GpuQueue {
                 pending: VecDeque::new(),
                 error: None,
                 last: Front::Waiting,
-                captured: Vec::new(),
+                captured: None,
             }),
         }
     }
@@ -92,7 +93,11 @@ impl GpuQueue {
             // keeps what the launch holds (see `graph`). Nothing is looked at while the
             // stream is captured: an event query then could invalidate the application's
             // capture (CUDA's global capture mode).
-            Started::Captured => st.captured.push(launch),
+            Started::Captured => match &mut st.captured {
+                Some(graph) => graph.push(launch),
+                // The application's own capture: its graph is its to keep valid, as NCCL's.
+                None => drop(launch),
+            },
             Started::Queued(done) => {
                 st.pending.push_back(Pending { launch, done, oldest_since: None, hung: false });
                 st.retire();
@@ -139,9 +144,14 @@ impl GpuQueue {
         st.pending.is_empty()
     }
 
-    /// The launches recorded since the last call (a capture's).
-    pub(crate) fn take_captured(&self) -> Vec<Launch> {
-        std::mem::take(&mut self.lock().captured)
+    /// Keeps the launches recorded from now on, for `end_captured`.
+    pub(crate) fn begin_captured(&self) {
+        self.lock().captured = Some(Vec::new());
+    }
+
+    /// The launches recorded since `begin_captured`.
+    pub(crate) fn end_captured(&self) -> Vec<Launch> {
+        self.lock().captured.take().unwrap_or_default()
     }
 
     /// Runs `f` on the stream (a graph capture's begin or end, a graph launch), under the
