@@ -9,8 +9,9 @@
 //! owner's bound after it became the oldest is declared hung, which fails (and aborts) its
 //! communicator with an error naming the rank and operation.
 //!
-//! No thread watches the GPU: a failure reaches the application at its next call,
-//! `synchronize` or `Comm::async_error` (as NCCL's ncclCommGetAsyncError polls).
+//! No thread watches the GPU: a failure is seen at the stream's next launch, `is_idle` or
+//! `synchronize`, and from then on every call on the communicator returns it (the C API's
+//! ncclCommGetAsyncError looks at its streams first, as NCCL's polls).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
