@@ -34,7 +34,9 @@ build() {
   set -e
   cd "$root"
   command -v cargo >/dev/null 2>&1 || { echo "gpu-check build: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
-  cargo build --release --bin jitccl -p jitccl-capi
+  # Two commands: with -p jitccl-capi, --bin jitccl names no target of the selected package.
+  cargo build --release -p jitccl --bin jitccl
+  cargo build --release -p jitccl-capi
   # The test binary's path, from cargo's own report of what it built.
   local test_bin
   test_bin=$(cargo test --release --test cuda --no-run --message-format=json 2>/dev/null |

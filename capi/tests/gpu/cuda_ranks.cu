@@ -1,9 +1,10 @@
 // One rank of a CUDA C program on jitccl's libnccl.so.2, built with nvcc against
 // capi/include/nccl.h on the GPU machine (scripts/gpu-check.sh, stage `capi`): every rank
 // uses the current device (GPU 0 unless CUDA_DEVICE says otherwise), fills its buffers with
-// a kernel on its own stream, and checks AllReduce, Broadcast, AllGather and a group of
-// sends and receives against a reference. Rank and size from the launcher
-// (RANK, WORLD_SIZE); NCCL_COMM_ID fixes the root.
+// a kernel on its own stream, and checks AllReduce, Broadcast, AllGather, a group of
+// sends and receives, two AllReduces queued back to back on the stream (calls return once
+// queued), and an AllReduce captured into a CUDA graph and replayed, against a reference.
+// Rank and size from the launcher (RANK, WORLD_SIZE); NCCL_COMM_ID fixes the root.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -34,6 +35,8 @@ static int expect(int rank, const char* what, const float* got, size_t n, float 
 
 static float sum_all(size_t i, int rank, int size) { (void)rank; float s = 0; for (int r = 0; r < size; r++) s += input(r, i); return s; }
 static float from_last(size_t i, int rank, int size) { (void)rank; return input(size - 1, i); }
+static float scale = 1;
+static float scaled_sum(size_t i, int rank, int size) { return scale * sum_all(i, rank, size); }
 
 int main(void) {
   int rank = atoi(getenv("RANK")), size = atoi(getenv("WORLD_SIZE"));
@@ -89,6 +92,38 @@ int main(void) {
   CUDA(cudaMemcpy(host, b, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; i++)
     if (host[i] != input((rank + size - 1) % size, i)) { fprintf(stderr, "rank %d: Send/Recv element %zu\n", rank, i); return 1; }
+  checks++;
+
+  // Back to back on the caller's stream, no wait between: the second reads what the
+  // first wrote (a call returns once queued; the stream orders them).
+  fill<<<64, 256, 0, s>>>(a, n, rank);
+  NCCL(ncclAllReduce(a, b, n, ncclFloat, ncclSum, comm, s));
+  NCCL(ncclAllReduce(b, b, n, ncclFloat, ncclSum, comm, s));
+  CUDA(cudaStreamSynchronize(s));
+  CUDA(cudaMemcpy(host, b, n * sizeof(float), cudaMemcpyDeviceToHost));
+  scale = (float)size;
+  if (expect(rank, "two queued AllReduces", host, n, scaled_sum, size)) return 1;
+  checks++;
+
+  // Captured into a CUDA graph (recorded, not run), then replayed twice: each replay
+  // multiplies b by the rank count again.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  NCCL(ncclAllReduce(b, b, n, ncclFloat, ncclSum, comm, s));
+  CUDA(cudaStreamEndCapture(s, &graph));
+  CUDA(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+  CUDA(cudaGraphLaunch(exec, s));
+  CUDA(cudaGraphLaunch(exec, s));
+  CUDA(cudaStreamSynchronize(s));
+  CUDA(cudaMemcpy(host, b, n * sizeof(float), cudaMemcpyDeviceToHost));
+  scale = (float)size * size * size;
+  if (expect(rank, "a captured AllReduce replayed twice", host, n, scaled_sum, size)) return 1;
+  ncclResult_t async = ncclInternalError;
+  NCCL(ncclCommGetAsyncError(comm, &async));
+  if (async != ncclSuccess) { fprintf(stderr, "rank %d: ncclCommGetAsyncError gives %d after the replays\n", rank, async); return 1; }
+  CUDA(cudaGraphExecDestroy(exec));
+  CUDA(cudaGraphDestroy(graph));
   checks++;
 
   NCCL(ncclCommDestroy(comm));

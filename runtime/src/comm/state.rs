@@ -135,7 +135,8 @@ impl Owner for CommInner {
         let capturing = pool.capturing()?;
         if capturing && self.net.is_some() {
             return Err(Error::Unsupported(format!(
-                "{} on rank {}: a call over the net proxy cannot be captured into a CUDA graph (the proxy moves                  its data only while the host knows the kernel runs)",
+                "{} on rank {}: a call over the net proxy cannot be captured into a CUDA graph (the proxy moves \
+                 its data only while the host knows the kernel runs)",
                 l.name, self.enq.group.rank
             )));
         }
@@ -144,7 +145,7 @@ impl Owner for CommInner {
         // SAFETY: the kernel is borrowed from this communicator's table, which lives as long
         // as `self`; the launch (holding `self` and the buffers) stays in flight until it has
         // finished, or, captured, as long as its graph.
-        let queued = unsafe { device::queue(l.kernel, &l.args, l.nchannels, l.proto, pool, &mut order) };
+        let queued = unsafe { device::queue(l.kernel, &l.args, l.nchannels, l.proto, pool, capturing, &mut order) };
         match queued {
             Ok(None) => Ok(Started::Captured),
             Ok(Some(done)) => {
@@ -168,13 +169,15 @@ impl Owner for CommInner {
         let rank = self.enq.group.rank;
         let err = if hung {
             // Its kernel ends at its next look at the abort flag (kept in flight till then).
+            // No wait inside it gave up, so no peer is to blame: the rank itself is named,
+            // and its peers are told it failed.
             self.enq.abort().store(1, Ordering::Release);
             Error::Timeout {
                 op: l.name.to_string(),
                 rank,
                 channel: 0,
-                peer: -1,
-                waiting: "its own kernel to finish on the GPU (it never did), not for any",
+                peer: rank as i32,
+                waiting: "the end of its own kernel (hung on the GPU) on",
                 timeout_s: self.bound().as_secs_f64(),
             }
         } else {

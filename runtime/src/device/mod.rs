@@ -308,23 +308,23 @@ pub(crate) unsafe fn launch(
     }
 }
 
-/// Queues `kernel` with `args` as `nchannels` CTAs on `pool`, a CUDA stream, without
-/// waiting for it, after its communicator's earlier launches (`order`). Returns an event
-/// recorded after it, or None when the stream was being captured: the launch went into a
-/// CUDA graph and runs at its replays.
+/// Queues `kernel` with `args` as `nchannels` CTAs on `pool`, a CUDA stream (being captured
+/// into a graph: `capturing`), without waiting for it, after its communicator's earlier
+/// launches (`order`). Returns an event recorded after it, or None when the stream was
+/// being captured: the launch went into a CUDA graph and runs at its replays.
 ///
 /// # Safety
 /// `kernel`'s table (see `KernelRef`), and whatever `args` points to, live until the launch
 /// has finished (or, captured, as long as the graph is replayed).
 pub(crate) unsafe fn queue(
-    kernel: KernelRef, args: &Args, nchannels: usize, proto: Protocol, pool: &CtaPool, order: &mut LaunchOrder,
+    kernel: KernelRef, args: &Args, nchannels: usize, proto: Protocol, pool: &CtaPool, capturing: bool,
+    order: &mut LaunchOrder,
 ) -> Result<Option<Arc<CudaEvent>>> {
     let (KernelRef::Cuda(k), CtaPool::Cuda(s)) = (kernel, pool) else {
         return Err(Error::Internal("an asynchronous launch off a CUDA stream".into()));
     };
     // SAFETY: the caller keeps the kernel's table alive.
     let k = unsafe { &*k };
-    let capturing = s.capturing()?;
     order.before(s, capturing)?;
     s.queue(k, args, nchannels, cuda::block_threads(proto, k.max_threads))?;
     if capturing {

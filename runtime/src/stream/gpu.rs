@@ -9,8 +9,9 @@
 //! owner's bound after it became the oldest is declared hung, which fails (and aborts) its
 //! communicator with an error naming the rank and operation.
 //!
-//! No thread watches the GPU: a failure reaches the application at its next call,
-//! `synchronize` or `Comm::async_error` (as NCCL's ncclCommGetAsyncError polls).
+//! No thread watches the GPU: a failure is seen at the stream's next launch, `is_idle` or
+//! `synchronize`, and from then on every call on the communicator returns it (the C API's
+//! ncclCommGetAsyncError looks at its streams first, as NCCL's polls).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -56,8 +57,9 @@ struct State {
     error: Option<Error>,
     /// What the last look at the oldest launch found.
     last: Front,
-    /// Launches recorded into the graph being captured, for `take_captured`.
-    captured: Vec<Launch>,
+    /// Launches recorded into the graph that `Stream::begin_capture` started, for
+    /// `end_captured` (None: no such capture).
+    captured: Option<Vec<Launch>>,
 }
 
 /// A CUDA stream's asynchronous launches (see the module comment).
@@ -73,7 +75,7 @@ impl GpuQueue {
                 pending: VecDeque::new(),
                 error: None,
                 last: Front::Waiting,
-                captured: Vec::new(),
+                captured: None,
             }),
         }
     }
@@ -83,30 +85,29 @@ impl GpuQueue {
     }
 
     /// Queues `launch` on the GPU on this thread and returns; an error means nothing was
-    /// queued. Finished launches are retired first (without waiting).
+    /// queued. Finished launches are then retired (without waiting).
     pub(crate) fn launch(&self, mut launch: Launch) -> Result<()> {
         let mut st = self.lock();
-        // While the stream is captured, nothing is looked at: an event query there could
-        // invalidate the application's capture (CUDA's global capture mode).
-        if !st.pool.capturing().unwrap_or(true) {
-            st.retire();
-            if st.pending.len() >= DEPTH {
-                st.retire_until(1, None);
-            }
-        }
         let started = launch.owner.clone().start(&mut launch.call, &st.pool)?;
         match started {
             // Replays of a graph are the application's to order and wait for; the graph
-            // keeps what the launch holds (see `graph`).
-            Started::Captured => {
-                st.captured.push(launch);
-                Ok(())
-            }
+            // keeps what the launch holds (see `graph`). Nothing is looked at while the
+            // stream is captured: an event query then could invalidate the application's
+            // capture (CUDA's global capture mode).
+            Started::Captured => match &mut st.captured {
+                Some(graph) => graph.push(launch),
+                // The application's own capture: its graph is its to keep valid, as NCCL's.
+                None => drop(launch),
+            },
             Started::Queued(done) => {
                 st.pending.push_back(Pending { launch, done, oldest_since: None, hung: false });
-                Ok(())
+                st.retire();
+                if st.pending.len() > DEPTH {
+                    st.retire_until(1, None);
+                }
             }
         }
+        Ok(())
     }
 
     /// Queues `launch`; a failure to queue it is kept for `synchronize`, as a failed
@@ -144,9 +145,14 @@ impl GpuQueue {
         st.pending.is_empty()
     }
 
-    /// The launches recorded since the last call (a capture's).
-    pub(crate) fn take_captured(&self) -> Vec<Launch> {
-        std::mem::take(&mut self.lock().captured)
+    /// Keeps the launches recorded from now on, for `end_captured`.
+    pub(crate) fn begin_captured(&self) {
+        self.lock().captured = Some(Vec::new());
+    }
+
+    /// The launches recorded since `begin_captured`.
+    pub(crate) fn end_captured(&self) -> Vec<Launch> {
+        self.lock().captured.take().unwrap_or_default()
     }
 
     /// Runs `f` on the stream (a graph capture's begin or end, a graph launch), under the

@@ -43,15 +43,16 @@ impl Stream {
     pub fn begin_capture(&self) -> Result<()> {
         let q = self.capture_queue("begin_capture")?;
         self.synchronize()?;
-        q.take_captured();
-        q.with_pool(|p| CudaGraph::begin(p.cuda()?))
+        // Kept from before the capture begins: a launch recorded into it is never missed.
+        q.begin_captured();
+        q.with_pool(|p| CudaGraph::begin(p.cuda()?)).inspect_err(|_| drop(q.end_captured()))
     }
 
     /// Ends the capture begun by [`Stream::begin_capture`]: the graph of what was recorded.
     pub fn end_capture(&self) -> Result<Graph> {
         let q = self.capture_queue("end_capture")?;
         let graph = q.with_pool(|p| CudaGraph::end(p.cuda()?));
-        let launches = q.take_captured();
+        let launches = q.end_captured();
         graph.map(|graph| Graph { graph, launches })
     }
 }

@@ -20,8 +20,9 @@ pub(crate) trait Owner: Send + Sync {
     /// Whether the calling thread, not the stream's own, may run the owner's launches now
     /// (see `run`).
     fn on_caller(&self) -> OnCaller;
-    /// Queues `call` on `pool`, a CUDA stream, without waiting for it (see `gpu`). An error
-    /// means nothing was queued.
+    /// Queues `call` on `pool`, a CUDA stream, without waiting for it (see `gpu`); or
+    /// records it, where the stream is being captured into a graph. An error means nothing
+    /// was queued.
     fn start(&self, _call: &mut KernelCall, _pool: &CtaPool) -> Result<Started> {
         Err(Error::Internal("this owner has no asynchronous launches".into()))
     }
