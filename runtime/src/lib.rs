@@ -81,4 +81,4 @@ pub use logging::init as init_logging;
 pub use op::Op;
 pub use process_group::{ProcessGroup, Work};
 pub use settings::MAX_CHANNELS;
-pub use stream::{Graph, Stream};
+pub use stream::{CudaGraph, Stream};

@@ -28,10 +28,10 @@ use crate::device::CtaPool;
 use crate::error::{Error, Result};
 use crate::wait::{poll, POLL};
 
+mod cuda_graph;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
-mod graph;
 mod handle;
 mod launch;
 mod reservation;
@@ -39,7 +39,7 @@ mod run;
 #[cfg(test)]
 mod tests;
 
-pub use graph::Graph;
+pub use cuda_graph::CudaGraph;
 pub use handle::Stream;
 pub(crate) use launch::{KernelCall, Launch, OnCaller, Owner, Started};
 

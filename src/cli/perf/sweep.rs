@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use jitccl::codegen::BuiltinOp;
 use jitccl::reference::{count_wrong, inputs, op_for_rank, RefElement};
-use jitccl::{Comm, DeviceBuffer, Graph, Op, Registration, Stream};
+use jitccl::{Comm, CudaGraph, DeviceBuffer, Op, Registration, Stream};
 
 use super::flags::{Average, Layout, PerfArgs, Register};
 use super::report::{Report, Timing};
@@ -163,16 +163,16 @@ fn graph_iterate<T: jitccl::Element>(
     }
     sync_all(streams)?;
     let us = t0.elapsed().as_secs_f64() * 1e6 / (a.cudagraph as usize * iters * a.agg).max(1) as f64;
-    graphs.iter().try_for_each(Graph::check)?;
+    graphs.iter().try_for_each(CudaGraph::check)?;
     Ok(us)
 }
 
 /// The CUDA graph per stream of what `record` queues on `streams` (ended even when
 /// `record` fails, so that no stream is left capturing).
-fn capture(streams: &[Stream], record: impl FnOnce() -> jitccl::Result<()>) -> jitccl::Result<Vec<Graph>> {
+fn capture(streams: &[Stream], record: impl FnOnce() -> jitccl::Result<()>) -> jitccl::Result<Vec<CudaGraph>> {
     streams.iter().try_for_each(Stream::begin_capture)?;
     let recorded = record();
-    let graphs: jitccl::Result<Vec<Graph>> = streams.iter().map(Stream::end_capture).collect();
+    let graphs: jitccl::Result<Vec<CudaGraph>> = streams.iter().map(Stream::end_capture).collect();
     recorded.and(graphs)
 }
 
@@ -271,7 +271,7 @@ fn check<T: RefElement>(
         let graphs = capture(streams, || launch_all(a, comms, streams, v, count))?;
         graphs.iter().zip(streams).try_for_each(|(g, s)| g.launch(s))?;
         sync_all(streams)?;
-        graphs.iter().try_for_each(Graph::check)?;
+        graphs.iter().try_for_each(CudaGraph::check)?;
     } else {
         launch_all(a, comms, streams, v, count)?;
         sync_all(streams)?;

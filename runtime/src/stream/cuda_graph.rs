@@ -1,24 +1,24 @@
 //! CUDA graphs of a stream's launches: between `Stream::begin_capture` and
 //! `Stream::end_capture`, the collectives called on a CUDA stream are recorded, not run;
-//! the graph then replays them (`Graph::launch`), as nccl-tests' `-G` and PyTorch's CUDA
+//! the graph then replays them (`CudaGraph::launch`), as nccl-tests' `-G` and PyTorch's CUDA
 //! graphs do. Only asynchronous launches can be captured (not with `JITCCL_CUDA_SYNC=1`,
 //! whose waits a capture forbids), and a captured call must be on the stream its
 //! communicator's eager calls used (see `device::LaunchOrder`).
 
-use crate::device::CudaGraph;
+use crate::device::CudaGraph as DeviceGraph;
 use crate::error::{Error, Result};
 use crate::stream::{Launch, Stream};
 
 /// A captured, instantiated CUDA graph of collectives. It holds what its launches touch
 /// (buffers, communicators) as long as it lives.
-pub struct Graph {
-    graph: CudaGraph,
+pub struct CudaGraph {
+    graph: DeviceGraph,
     launches: Vec<Launch>,
 }
 
-impl std::fmt::Debug for Graph {
+impl std::fmt::Debug for CudaGraph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Graph")
+        f.write_str("CudaGraph")
     }
 }
 
@@ -45,23 +45,23 @@ impl Stream {
         self.synchronize()?;
         // Kept from before the capture begins: a launch recorded into it is never missed.
         q.begin_captured();
-        q.with_pool(|p| CudaGraph::begin(p.cuda()?)).inspect_err(|_| drop(q.end_captured()))
+        q.with_pool(|p| DeviceGraph::begin(p.cuda()?)).inspect_err(|_| drop(q.end_captured()))
     }
 
     /// Ends the capture begun by [`Stream::begin_capture`]: the graph of what was recorded.
-    pub fn end_capture(&self) -> Result<Graph> {
+    pub fn end_capture(&self) -> Result<CudaGraph> {
         let q = self.capture_queue("end_capture")?;
-        let graph = q.with_pool(|p| CudaGraph::end(p.cuda()?));
+        let graph = q.with_pool(|p| DeviceGraph::end(p.cuda()?));
         let launches = q.end_captured();
-        graph.map(|graph| Graph { graph, launches })
+        graph.map(|graph| CudaGraph { graph, launches })
     }
 }
 
-impl Graph {
+impl CudaGraph {
     /// Queues one replay of the graph on `stream` (a stream of the graph's device); the
-    /// application waits for it on that stream, then asks [`Graph::check`] how it ended.
+    /// application waits for it on that stream, then asks [`CudaGraph::check`] how it ended.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let q = stream.capture_queue("Graph::launch")?;
+        let q = stream.capture_queue("CudaGraph::launch")?;
         q.with_pool(|p| self.graph.launch(p.cuda()?))
     }
 
