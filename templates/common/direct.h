@@ -10,7 +10,11 @@
    Every kernel starts with `jc_sym_enter` (publish, barrier: the peers' buffers are ready
    and their records readable) and ends with a barrier after the last access to a peer's
    buffer, so a rank returns (and its caller may reuse its buffers, or start the next call,
-   which rewrites its record) only once no peer touches them any more. */
+   which rewrites its record) only once no peer touches them any more.
+
+   A kernel that touches only its own send (recv) buffer defines JC_SYM_LOCAL_SEND
+   (JC_SYM_LOCAL_RECV) before including this: that side is this rank's own pointer, and
+   the peers' registrations of it are neither read nor compared. */
 #define JC_SYM_SEQ 0
 #define JC_SYM_SEND_ID 1
 #define JC_SYM_SEND_OFF 2
@@ -89,12 +93,20 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v) {
   JC_CHECK(jc_sym_barrier(x, v));
   for (int q = 0; q < n; q++) {
     const jc_u64* l = jc_sym_line(a, q, x->chan);
-    if (l[JC_SYM_SEND_ID] != a->sym_send_id || l[JC_SYM_RECV_ID] != a->sym_recv_id ||
-        l[JC_SYM_COUNT] != a->count || l[JC_SYM_ROOT] != (jc_u64)a->root) {
-      return jc_sym_mismatch(x, q);
-    }
+    int same = l[JC_SYM_COUNT] == a->count && l[JC_SYM_ROOT] == (jc_u64)a->root;
+#ifdef JC_SYM_LOCAL_SEND
+    v->in[q] = q == me ? (const T*)a->sendbuff : 0;
+#else
+    same = same && l[JC_SYM_SEND_ID] == a->sym_send_id;
     v->in[q] = (const T*)(a->sym_send[q] + l[JC_SYM_SEND_OFF]);
+#endif
+#ifdef JC_SYM_LOCAL_RECV
+    v->out[q] = q == me ? (T*)a->recvbuff : 0;
+#else
+    same = same && l[JC_SYM_RECV_ID] == a->sym_recv_id;
     v->out[q] = (T*)(a->sym_recv[q] + l[JC_SYM_RECV_OFF]);
+#endif
+    if (!same) return jc_sym_mismatch(x, q);
     struct jc_args aq = *a;
     f.u = l[JC_SYM_SCALAR_F];
     aq.scalar_f = f.d;
@@ -179,4 +191,23 @@ static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym*
     jc_sym_fold(x, v, shift, off, len, res);
     for (int k = 0; k < ndst; k++) jc_sym_put(v, res, v->out[jc_mod(first + k, x->args->nranks)], off, len);
   }
+}
+
+/* Gather (to_root: the root copies every rank's input into that rank's block of its own
+   output) or Scatter (the root copies block q of its input into rank q's output), the
+   channel's range of each block. The root's own block does not move when in place; the
+   other ranks only wait while the root reads or writes them. */
+static JC_DEVICE int jc_sym_rooted(struct jc_ctx* x, int to_root) {
+  struct jc_sym v;
+  jc_u64 beg, end;
+  JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
+  const struct jc_args* a = x->args;
+  int me = a->rank;
+  for (int k = 0; me == a->root && k < a->nranks; k++) {
+    int q = jc_mod(me + k, a->nranks);
+    jc_u64 at = (jc_u64)q * a->count;
+    if (to_root) jc_sym_copy(&v, v.in[q], v.out[me] + at, beg, end);
+    else jc_sym_copy(&v, v.in[me] + at, v.out[q], beg, end);
+  }
+  return jc_sym_barrier(x, &v);
 }
