@@ -2,7 +2,7 @@
 //! operation fails fast (not at the 60 s timeout), naming the dead rank, over shared memory
 //! (its process exit is watched) and over TCP (its connections close); no process and no
 //! /dev/shm file is left behind; also in a direct kernel on symmetric memory (`-R 2`), and
-//! in the direct AlltoAll on plain buffers (the host arenas).
+//! in the direct AlltoAll and Gather on plain buffers (the host arenas).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -90,6 +90,8 @@ fn a_rank_killed_in_a_direct_kernel_fails_its_peers_fast() {
     for (name, args) in [
         ("all_reduce -R 2", [&loop_on("all_reduce")[..], &["-R", "2"]].concat()),
         ("all_to_all, plain buffers", loop_on("all_to_all").to_vec()),
+        // Ranks off the root wait for the root alone, which waits for the dead rank.
+        ("gather, plain buffers", loop_on("gather").to_vec()),
     ] {
         let took = kill_one(&[], &args);
         eprintln!("{name}: the surviving ranks failed {took:?} after the kill");
