@@ -1,12 +1,16 @@
 //! AlltoAll, AlltoAllv, Gather and Scatter on the host target, for 1..8 ranks, every
 //! listed datatype and odd and zero counts, each compared with a plain reference: the
 //! block rank `src` sends rank `dst` holds `inputs(src * 64 + dst)`, so a block that lands
-//! in the wrong place shows. Bad arguments return InvalidArgument and change nothing.
+//! in the wrong place shows. AlltoAll, Gather and Scatter run both ways: as point-to-point
+//! rounds (the ring's place) and as the direct kernel on the ranks' host arenas (one
+//! launch); AlltoAllv as rounds. Bad arguments return InvalidArgument and change nothing;
+//! a rank that does not join fails the direct kernels of the others, which name it.
+//! Ranks as processes: `tests/symmetric_processes.rs` and `tests/dead_peer.rs`.
 
 use std::time::Duration;
 
 use jitccl::reference::{inputs, RefElement};
-use jitccl::{with_element_type, Comm, Config, DataType, Error, Stream};
+use jitccl::{with_element_type, Algorithm, Comm, Config, DataType, Error, Stream};
 
 const COUNTS: &[usize] = &[0, 1, 7, 1001];
 const TYPES: &[DataType] = &[
@@ -25,9 +29,11 @@ struct World {
     streams: Vec<Stream>,
 }
 
-fn world(n: usize) -> World {
+/// `n` ranks as threads running `algo` (None: the tuner's choice).
+fn world(n: usize, algo: Option<Algorithm>) -> World {
     // Small FIFO slots, so that 1001 elements take many steps and wrap the FIFOs.
-    let cfg = Config { timeout: Some(Duration::from_secs(60)), slot_bytes: Some([256, 64, 256]), ..Config::default() };
+    let cfg =
+        Config { timeout: Some(Duration::from_secs(60)), slot_bytes: Some([256, 64, 256]), algo, ..Config::default() };
     let comms = Comm::init_all(n, &cfg).expect("init_all");
     let streams = comms.iter().map(|c| c.device().stream().expect("stream")).collect();
     World { comms, streams }
@@ -164,17 +170,22 @@ fn compare<T: RefElement>(r: usize, got: &[T], want: &[T]) -> Result<(), String>
     }
 }
 
-/// Runs `f` for every datatype and count on worlds of each size, listing every failure.
-fn sweep(ranks: &[usize], what: &str, f: &dyn Fn(&World, DataType, usize) -> Result<(), String>) {
+/// Runs `f` for every datatype and count on worlds of each size running each of `algos`,
+/// listing every failure.
+fn sweep(
+    ranks: &[usize], algos: &[Option<Algorithm>], what: &str, f: &dyn Fn(&World, DataType, usize) -> Result<(), String>,
+) {
     let mut failures = Vec::new();
     let mut runs = 0;
-    for &n in ranks {
-        let w = world(n);
-        for &d in TYPES {
-            for &count in COUNTS {
-                runs += 1;
-                if let Err(e) = f(&w, d, count) {
-                    failures.push(format!("{what} n={n} {d} count={count}: {e}"));
+    for &algo in algos {
+        for &n in ranks {
+            let w = world(n, algo);
+            for &d in TYPES {
+                for &count in COUNTS {
+                    runs += 1;
+                    if let Err(e) = f(&w, d, count) {
+                        failures.push(format!("{what} {algo:?} n={n} {d} count={count}: {e}"));
+                    }
                 }
             }
         }
@@ -182,19 +193,22 @@ fn sweep(ranks: &[usize], what: &str, f: &dyn Fn(&World, DataType, usize) -> Res
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// The rounds, the direct kernel, and the tuner's pick.
+const BOTH: &[Option<Algorithm>] = &[Some(Algorithm::Ring), Some(Algorithm::Direct), None];
+
 #[test]
 fn all_to_all_matches_the_reference() {
-    sweep(&[1, 2, 3, 4, 5, 6, 7, 8], "all_to_all", &|w, d, count| with_element_type!(d, all_to_all(w, count)));
+    sweep(&[1, 2, 3, 4, 5, 6, 7, 8], BOTH, "all_to_all", &|w, d, count| with_element_type!(d, all_to_all(w, count)));
 }
 
 #[test]
 fn all_to_allv_matches_the_reference() {
-    sweep(&[1, 2, 3, 5, 8], "all_to_allv", &|w, d, count| with_element_type!(d, all_to_allv(w, count)));
+    sweep(&[1, 2, 3, 5, 8], &[None], "all_to_allv", &|w, d, count| with_element_type!(d, all_to_allv(w, count)));
 }
 
 #[test]
 fn gather_and_scatter_match_the_reference_at_every_root() {
-    sweep(&[1, 2, 3, 4, 7, 8], "gather/scatter", &|w, d, count| {
+    sweep(&[1, 2, 3, 4, 7, 8], BOTH, "gather/scatter", &|w, d, count| {
         (0..w.n()).try_for_each(|root| {
             [false, true].into_iter().try_for_each(|scatter| {
                 [false, true].into_iter().try_for_each(|in_place| {
@@ -206,11 +220,82 @@ fn gather_and_scatter_match_the_reference_at_every_root() {
     });
 }
 
+/// Calls past a direct kernel's tile and the cache-bypassing size (8 MiB of output), odd
+/// in bytes, on 2 and 3 ranks, both ways.
+#[test]
+fn large_calls_match_the_reference() {
+    let mut failures = Vec::new();
+    for algo in [Algorithm::Ring, Algorithm::Direct] {
+        for n in [2, 3] {
+            let w = world(n, Some(algo));
+            for d in [DataType::U8, DataType::F16, DataType::F64] {
+                let count = (9 << 20) / d.size() / n + 1;
+                let res = with_element_type!(d, all_to_all(&w, count)).and_then(|()| {
+                    [false, true].into_iter().try_for_each(|sc| with_element_type!(d, rooted(&w, count, 1, sc, false)))
+                });
+                if let Err(e) = res {
+                    failures.push(format!("{algo} n={n} {d}: {e}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Rank 3 of 4 joins a direct AlltoAll, Gather or Scatter only after the others gave up
+/// on it: the call fails on every rank, the others naming rank 3, and a later call fails too.
+#[test]
+fn a_late_rank_fails_the_direct_kernels_and_is_named() {
+    for what in ["all_to_all", "gather", "scatter"] {
+        let cfg =
+            Config { timeout: Some(Duration::from_millis(400)), algo: Some(Algorithm::Direct), ..Config::default() };
+        let comms = Comm::init_all(4, &cfg).unwrap();
+        let count = 1000;
+        let results: Vec<(jitccl::Result<()>, jitccl::Result<()>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms
+                .iter()
+                .enumerate()
+                .map(|(r, c)| {
+                    s.spawn(move || {
+                        let st = c.device().stream().unwrap();
+                        let (send, recv) =
+                            (c.device().alloc::<f32>(4 * count).unwrap(), c.device().alloc::<f32>(4 * count).unwrap());
+                        let one = send.slice(0..count).unwrap();
+                        let call = || {
+                            match what {
+                                "all_to_all" => c.all_to_all(&send, &recv, count, &st),
+                                "gather" => c.gather(&one, &recv, count, 0, &st),
+                                _ => c.scatter(&send, &one, count, 0, &st),
+                            }
+                            .and_then(|()| st.synchronize())
+                        };
+                        if r == 3 {
+                            std::thread::sleep(Duration::from_millis(1500));
+                        }
+                        (call(), call())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (r, (first, second)) in results.iter().enumerate() {
+            let e = first.as_ref().expect_err("a call with a late rank succeeded");
+            let named = match e {
+                Error::Timeout { peer, .. } => *peer == 3,
+                Error::PeerFailed { culprit, .. } => *culprit == 3,
+                _ => false,
+            };
+            assert!(named || r == 3, "{what}: rank {r} should name late rank 3: {e}");
+            assert!(second.is_err(), "{what}: rank {r}: a call on a failed communicator succeeded");
+        }
+    }
+}
+
 /// Every bad call fails on its own rank with InvalidArgument, before queueing anything:
 /// the buffers keep their contents, and a good exchange afterwards still pairs up.
 #[test]
 fn invalid_arguments_change_nothing() {
-    let w = world(3);
+    let w = world(3, None);
     let (c, s) = (&w.comms[1], &w.streams[1]);
     let dev = c.device();
     let fill = |len: usize| dev.alloc_from(&(0..len).map(|i| i as i32 + 100).collect::<Vec<_>>()).unwrap();

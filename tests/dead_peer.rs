@@ -1,19 +1,20 @@
 //! A rank process killed in the middle of a 64 MiB AllReduce at 4 ranks: every other rank's
 //! operation fails fast (not at the 60 s timeout), naming the dead rank, over shared memory
 //! (its process exit is watched) and over TCP (its connections close); no process and no
-//! /dev/shm file is left behind; also in a direct kernel on symmetric memory (`-R 2`).
+//! /dev/shm file is left behind; also in a direct kernel on symmetric memory (`-R 2`), and
+//! in the direct AlltoAll and Gather on plain buffers (the host arenas).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Perf's arguments past the collective: a 64 MiB AllReduce, looping.
-const LOOP: &[&str] = &["-N", "4", "-b", "64M", "-e", "64M", "-w", "1", "-n", "100000", "-c", "0"];
+/// Perf's arguments: a 64 MiB AllReduce, looping.
+const LOOP: &[&str] = &["all_reduce", "-N", "4", "-b", "64M", "-e", "64M", "-w", "1", "-n", "100000", "-c", "0"];
 
-/// Starts rank `rank` of 4 as its own process (torchrun's variables), looping on AllReduce
-/// with perf's `args`.
+/// Starts rank `rank` of 4 as its own process (torchrun's variables), looping on the
+/// collective of perf's `args`.
 fn rank(rank: usize, port: u16, env: &[(&str, &str)], args: &[&str]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
-    cmd.args(["perf", "all_reduce"])
+    cmd.arg("perf")
         .args(args)
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
@@ -84,9 +85,16 @@ fn a_killed_rank_fails_its_peers_fast_over_shared_memory_and_tcp() {
 
 #[test]
 fn a_rank_killed_in_a_direct_kernel_fails_its_peers_fast() {
-    let args =
-        ["-N", "4", "-b", "4M", "-e", "4M", "-w", "1", "-n", "1000000", "-c", "0", "-R", "2", "--algo", "direct"];
-    let took = kill_one(&[], &args);
-    eprintln!("direct: the surviving ranks failed {took:?} after the kill");
-    assert!(took.iter().all(|t| *t < Duration::from_secs(5)), "direct: too slow: {took:?}");
+    let loop_on =
+        |coll| [coll, "-N", "4", "-b", "4M", "-e", "4M", "-w", "1", "-n", "1000000", "-c", "0", "--algo", "direct"];
+    for (name, args) in [
+        ("all_reduce -R 2", [&loop_on("all_reduce")[..], &["-R", "2"]].concat()),
+        ("all_to_all, plain buffers", loop_on("all_to_all").to_vec()),
+        // Ranks off the root wait for the root alone, which waits for the dead rank.
+        ("gather, plain buffers", loop_on("gather").to_vec()),
+    ] {
+        let took = kill_one(&[], &args);
+        eprintln!("{name}: the surviving ranks failed {took:?} after the kill");
+        assert!(took.iter().all(|t| *t < Duration::from_secs(5)), "{name}: too slow: {took:?}");
+    }
 }

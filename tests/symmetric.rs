@@ -47,6 +47,12 @@ sweep_tests! {
     all_gather_direct_registered: AllGather Direct [3], COPY_TYPES, Registered;
     all_reduce_direct_oneshot_plain: AllReduce DirectOneShot [3], SOME_TYPES, Plain;
     reduce_scatter_direct_plain: ReduceScatter Direct [2], SOME_TYPES, Plain;
+    all_to_all_direct_symmetric: AllToAll Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
+    gather_direct_symmetric: Gather Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
+    scatter_direct_symmetric: Scatter Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
+    all_to_all_direct_registered: AllToAll Direct [3], SOME_TYPES, Registered;
+    gather_direct_registered: Gather Direct [2], SOME_TYPES, Registered;
+    scatter_direct_registered: Scatter Direct [3], SOME_TYPES, Registered;
 }
 
 /// Out-of-place calls of 8 MiB and more store their outputs bypassing the cache. Counts just
@@ -61,6 +67,9 @@ fn large_direct_outputs_bypassing_the_cache_match_the_reference() {
         (Collective::Reduce, Algorithm::Direct, &[DataType::F64][..]),
         (Collective::AllGather, Algorithm::Direct, &[DataType::U8][..]),
         (Collective::Broadcast, Algorithm::Direct, &[DataType::F16][..]),
+        (Collective::AllToAll, Algorithm::Direct, &[DataType::U8][..]),
+        (Collective::Gather, Algorithm::Direct, &[DataType::F16][..]),
+        (Collective::Scatter, Algorithm::Direct, &[DataType::U8][..]),
     ];
     let (mut runs, mut failures) = (0, Vec::new());
     for (coll, algo, dtypes) in cases {

@@ -1,4 +1,5 @@
-//! The direct algorithms with ranks as processes: every collective that has one, through
+//! The direct algorithms with ranks as processes: every collective that has one (AlltoAll,
+//! Gather and Scatter on plain buffers), through
 //! `jitccl perf -R 2` (symmetric buffers in shared memory; perf checks every rank's result
 //! against the reference), forced and as the tuner picks them; on plain buffers (every
 //! process's host arena, which the others map), and with one rank's arena off, which turns
@@ -64,6 +65,9 @@ fn every_direct_collective_as_rank_processes() {
         ("reduce", "direct", "4", "uint64", "min"),
         ("broadcast", "direct", "3", "int8", "sum"),
         ("all_gather", "direct", "4", "double", "sum"),
+        ("all_to_all", "direct", "2", "float", "sum"),
+        ("gather", "direct", "3", "int32", "sum"),
+        ("scatter", "direct", "4", "uint8", "sum"),
         // The tuner's own choice on symmetric buffers.
         ("all_reduce", "", "3", "float", "sum"),
     ];
@@ -117,6 +121,12 @@ fn plain_buffers_of_rank_processes_run_the_direct_algorithms() {
         ("all_gather", "direct", "3", "half", "sum"),
         ("broadcast", "", "2", "double", "sum"),
         ("all_reduce", "", "4", "float", "sum"),
+        ("all_to_all", "direct", "3", "int8", "sum"),
+        ("gather", "direct", "4", "half", "sum"),
+        ("scatter", "direct", "3", "uint64", "sum"),
+        ("all_to_all", "", "4", "float", "sum"),
+        ("gather", "", "2", "bfloat16", "sum"),
+        ("scatter", "", "4", "double", "sum"),
     ];
     each_run(&rows, "320K", &[], |n, out| {
         let stderr = text(&out.stderr);

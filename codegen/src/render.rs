@@ -127,6 +127,10 @@ fn algo_file(spec: &KernelSpec) -> &'static str {
         (Collective::AllGather, _) => "all_gather_ring",
         (Collective::ReduceScatter, _) => "reduce_scatter_ring",
         (Collective::SendRecv, _) => "sendrecv",
+        // Only their direct algorithms have kernels (see KernelSpec::validate).
+        (Collective::AllToAll, _) => "all_to_all_direct",
+        (Collective::Gather, _) => "gather_direct",
+        (Collective::Scatter, _) => "scatter_direct",
     }
 }
 

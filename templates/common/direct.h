@@ -10,7 +10,13 @@
    Every kernel starts with `jc_sym_enter` (publish, barrier: the peers' buffers are ready
    and their records readable) and ends with a barrier after the last access to a peer's
    buffer, so a rank returns (and its caller may reuse its buffers, or start the next call,
-   which rewrites its record) only once no peer touches them any more. */
+   which rewrites its record) only once no peer touches them any more. Rooted kernels in
+   which only the root touches peers' buffers synchronize through the root alone (see
+   jc_sym_sync); the counters still move by two per kernel on every rank.
+
+   A kernel that touches only its own send (recv) buffer defines JC_SYM_LOCAL_SEND
+   (JC_SYM_LOCAL_RECV) before including this: that side is this rank's own pointer, and
+   the peers' registrations of it are neither read nor compared. */
 #define JC_SYM_SEQ 0
 #define JC_SYM_SEND_ID 1
 #define JC_SYM_SEND_OFF 2
@@ -43,10 +49,18 @@ static JC_DEVICE JC_INLINE void jc_sym_flush(void) {
 #endif
 }
 
-/* One barrier among the same channel of every rank. */
-static JC_DEVICE int jc_sym_barrier(struct jc_ctx* x, struct jc_sym* v) {
+/* Who waits for whom at a synchronization of the same channel of every rank (each rank
+   raises its counter either way). A rooted kernel in which only the root touches peers'
+   buffers needs the root to wait for every rank before, and every rank for the root after:
+   one wait per rank besides the root, where a barrier has every rank wait for every other
+   (twice as many handovers, and once ranks outnumber cores, turns the OS must give them). */
+#define JC_SYNC_ALL 0       /* a barrier */
+#define JC_SYNC_TO_ROOT 1   /* the root waits for every rank */
+#define JC_SYNC_FROM_ROOT 2 /* every rank waits for the root */
+
+static JC_DEVICE int jc_sym_sync(struct jc_ctx* x, struct jc_sym* v, int how) {
   const struct jc_args* a = x->args;
-  int n = a->nranks, me = a->rank, e = JC_OK;
+  int n = a->nranks, me = a->rank, root = a->root, e = JC_OK;
   jc_sym_flush();
   jc_barrier();
   v->seq++;
@@ -54,11 +68,25 @@ static JC_DEVICE int jc_sym_barrier(struct jc_ctx* x, struct jc_sym* v) {
     jc_store_release(jc_sym_line(a, me, x->chan) + JC_SYM_SEQ, v->seq);
     for (int k = 1; k < n && !e; k++) {
       int q = jc_mod(me + k, n);
-      e = jc_wait_ge(x, jc_sym_line(a, q, x->chan) + JC_SYM_SEQ, v->seq, q, JC_WAIT_BARRIER);
+      int waits = how == JC_SYNC_ALL || (how == JC_SYNC_TO_ROOT ? me == root : q == root);
+      jc_u64* seq = jc_sym_line(a, q, x->chan) + JC_SYM_SEQ;
+      if (waits) e = jc_wait_ge(x, seq, v->seq, q, JC_WAIT_BARRIER);
+      /* The root may itself be waiting on a late rank: a second timeout's grace lets its
+         failure, which names that rank, reach this one first (the failure board). */
+      if (e == JC_ERR_TIMEOUT && how == JC_SYNC_FROM_ROOT) {
+        a->status[x->chan].code = JC_OK;
+        x->wait_start = 0;
+        e = jc_wait_ge(x, seq, v->seq, q, JC_WAIT_BARRIER);
+      }
     }
   }
   jc_barrier();
   return e;
+}
+
+/* One barrier among the same channel of every rank. */
+static JC_DEVICE int jc_sym_barrier(struct jc_ctx* x, struct jc_sym* v) {
+  return jc_sym_sync(x, v, JC_SYNC_ALL);
 }
 
 /* Records that peer q's call does not match this rank's. */
@@ -66,9 +94,10 @@ static JC_DEVICE int jc_sym_mismatch(struct jc_ctx* x, int q) {
   return jc_fail(x, JC_ERR_MISMATCH, q, JC_WAIT_BARRIER);
 }
 
-/* Publishes this rank's call, waits for every peer's, checks that they name the same
+/* Publishes this rank's call, waits for every peer's (`how`: JC_SYNC_TO_ROOT, only the
+   root waits, and only it reads the peers' calls), checks that they name the same
    registrations, count and root, and fills `v` with every rank's buffers and scalar. */
-static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v) {
+static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
   const struct jc_args* a = x->args;
   int n = a->nranks, me = a->rank;
   jc_u64* mine = jc_sym_line(a, me, x->chan);
@@ -86,15 +115,24 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v) {
     mine[JC_SYM_SCALAR_I] = (jc_u64)a->scalar_i;
   }
   v->seq = jc_load_acquire(mine + JC_SYM_SEQ);
-  JC_CHECK(jc_sym_barrier(x, v));
+  JC_CHECK(jc_sym_sync(x, v, how));
+  if (how == JC_SYNC_TO_ROOT && me != a->root) return JC_OK;
   for (int q = 0; q < n; q++) {
     const jc_u64* l = jc_sym_line(a, q, x->chan);
-    if (l[JC_SYM_SEND_ID] != a->sym_send_id || l[JC_SYM_RECV_ID] != a->sym_recv_id ||
-        l[JC_SYM_COUNT] != a->count || l[JC_SYM_ROOT] != (jc_u64)a->root) {
-      return jc_sym_mismatch(x, q);
-    }
+    int same = l[JC_SYM_COUNT] == a->count && l[JC_SYM_ROOT] == (jc_u64)a->root;
+#ifdef JC_SYM_LOCAL_SEND
+    v->in[q] = q == me ? (const T*)a->sendbuff : 0;
+#else
+    same = same && l[JC_SYM_SEND_ID] == a->sym_send_id;
     v->in[q] = (const T*)(a->sym_send[q] + l[JC_SYM_SEND_OFF]);
+#endif
+#ifdef JC_SYM_LOCAL_RECV
+    v->out[q] = q == me ? (T*)a->recvbuff : 0;
+#else
+    same = same && l[JC_SYM_RECV_ID] == a->sym_recv_id;
     v->out[q] = (T*)(a->sym_recv[q] + l[JC_SYM_RECV_OFF]);
+#endif
+    if (!same) return jc_sym_mismatch(x, q);
     struct jc_args aq = *a;
     f.u = l[JC_SYM_SCALAR_F];
     aq.scalar_f = f.d;
@@ -157,16 +195,21 @@ static JC_DEVICE void jc_sym_part(int k, int n, jc_u64* beg, jc_u64* end) {
   *end += b;
 }
 
-/* The prologue of every direct kernel: the channel's element range, and entry. Large
-   outputs bypass the cache where the target can (the host prelude's JC_BYPASS_OUTPUT). */
-static JC_DEVICE int jc_sym_begin(struct jc_ctx* x, struct jc_sym* v, jc_u64* beg, jc_u64* end) {
+/* The prologue of every direct kernel: the channel's element range, and entry (`how`:
+   see jc_sym_enter). Large outputs bypass the cache where the target can (the host
+   prelude's JC_BYPASS_OUTPUT). */
+static JC_DEVICE int jc_sym_begin_as(struct jc_ctx* x, struct jc_sym* v, jc_u64* beg, jc_u64* end, int how) {
 #ifdef JC_BYPASS_OUTPUT
   v->bypass = JC_BYPASS_OUTPUT(x->args);
 #else
   v->bypass = 0;
 #endif
   jc_channel_range(x->args->count, x->chan, x->args->nchannels, beg, end);
-  return jc_sym_enter(x, v);
+  return jc_sym_enter(x, v, how);
+}
+
+static JC_DEVICE int jc_sym_begin(struct jc_ctx* x, struct jc_sym* v, jc_u64* beg, jc_u64* end) {
+  return jc_sym_begin_as(x, v, beg, end, JC_SYNC_ALL);
 }
 
 /* Folds [beg, end) of the inputs shifted by `shift` elements, tile by tile, and stores each
@@ -179,4 +222,23 @@ static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym*
     jc_sym_fold(x, v, shift, off, len, res);
     for (int k = 0; k < ndst; k++) jc_sym_put(v, res, v->out[jc_mod(first + k, x->args->nranks)], off, len);
   }
+}
+
+/* Gather (to_root: the root copies every rank's input into that rank's block of its own
+   output) or Scatter (the root copies block q of its input into rank q's output), the
+   channel's range of each block. The root's own block does not move when in place; the
+   other ranks only publish their buffers and wait until the root is done with them. */
+static JC_DEVICE int jc_sym_rooted(struct jc_ctx* x, int to_root) {
+  struct jc_sym v;
+  jc_u64 beg, end;
+  JC_CHECK(jc_sym_begin_as(x, &v, &beg, &end, JC_SYNC_TO_ROOT));
+  const struct jc_args* a = x->args;
+  int me = a->rank;
+  for (int k = 0; me == a->root && k < a->nranks; k++) {
+    int q = jc_mod(me + k, a->nranks);
+    jc_u64 at = (jc_u64)q * a->count;
+    if (to_root) jc_sym_copy(&v, v.in[q], v.out[me] + at, beg, end);
+    else jc_sym_copy(&v, v.in[me] + at, v.out[q], beg, end);
+  }
+  return jc_sym_sync(x, &v, JC_SYNC_FROM_ROOT);
 }

@@ -104,11 +104,12 @@ pub fn check<T: RefElement>(
         bufs.iter().enumerate().map(|(r, b)| b.slice(r * count..(r + 1) * count).unwrap()).collect()
     };
     let (sends, recvs): (Vec<DeviceBuffer<T>>, Vec<DeviceBuffer<T>>) = match coll {
-        Collective::AllGather => {
+        Collective::AllGather | Collective::Gather => {
             let recvs = w.alloc::<T>(count * n, &mut regs);
             (if in_place { blocks(&recvs) } else { w.alloc(count, &mut regs) }, recvs)
         }
-        Collective::ReduceScatter => {
+        Collective::AllToAll => (w.alloc::<T>(count * n, &mut regs), w.alloc::<T>(count * n, &mut regs)),
+        Collective::ReduceScatter | Collective::Scatter => {
             let sends = w.alloc::<T>(count * n, &mut regs);
             let recvs = if in_place { blocks(&sends) } else { w.alloc(count, &mut regs) };
             (sends, recvs)
@@ -146,6 +147,18 @@ pub fn check<T: RefElement>(
                 send.copy_from_host(&inputs::<T>(None, r, count)).unwrap();
                 c.sendrecv(send, count, (r + 1) % n, recv, count, (r + n - 1) % n, s)
             }
+            Collective::AllToAll => {
+                send.copy_from_host(&inputs::<T>(None, r, count * n)).unwrap();
+                c.all_to_all(send, recv, count, s)
+            }
+            Collective::Gather => {
+                send.copy_from_host(&inputs::<T>(None, r, count)).unwrap();
+                c.gather(send, recv, count, root, s)
+            }
+            Collective::Scatter => {
+                send.copy_from_host(&inputs::<T>(None, r, count * n)).unwrap();
+                c.scatter(send, recv, count, root, s)
+            }
         };
         outs.push(recv.clone());
         res.map_err(|e| format!("rank {r}: launch: {e}"))?;
@@ -162,6 +175,13 @@ pub fn check<T: RefElement>(
             Collective::AllGather => (0..n).flat_map(|q| inputs::<T>(None, q, count)).collect(),
             Collective::ReduceScatter => (0..count).map(|i| reduced(op.unwrap(), n, r * count + i)).collect(),
             Collective::SendRecv => inputs(None, (r + n - 1) % n, count),
+            // Block q from rank q's send block r.
+            Collective::AllToAll => {
+                (0..n).flat_map(|q| inputs::<T>(None, q, count * n)[r * count..(r + 1) * count].to_vec()).collect()
+            }
+            Collective::Gather if r != root => continue,
+            Collective::Gather => (0..n).flat_map(|q| inputs::<T>(None, q, count)).collect(),
+            Collective::Scatter => inputs::<T>(None, root, count * n)[r * count..(r + 1) * count].to_vec(),
         };
         let wrong = count_wrong(&got, &want, op, n);
         if wrong > 0 {
@@ -178,7 +198,7 @@ pub fn check<T: RefElement>(
 }
 
 /// Checks `coll` on `w` for every (datatype, op) of `cases`, every count and placement
-/// (SendRecv has no in-place form); returns how many ran and, labelled with `what`, those
+/// (SendRecv and AllToAll have no in-place form); returns how many ran and, labelled with `what`, those
 /// that went wrong.
 pub fn check_cases(w: &World, coll: Collective, cases: &[(DataType, Option<Op>)], what: &str) -> (usize, Vec<String>) {
     check_counts(w, coll, cases, COUNTS, what)
@@ -192,7 +212,7 @@ pub fn check_counts(
     for &(d, op) in cases {
         for &count in counts {
             for in_place in [false, true] {
-                if coll == Collective::SendRecv && in_place {
+                if matches!(coll, Collective::SendRecv | Collective::AllToAll) && in_place {
                     continue;
                 }
                 runs += 1;

@@ -55,6 +55,12 @@ named_enum!(
         AllGather = "all_gather" | "allgather",
         ReduceScatter = "reduce_scatter" | "reducescatter",
         SendRecv = "sendrecv" | "send_recv",
+        /// Block q of every rank's send buffer to rank q.
+        AllToAll = "all_to_all" | "alltoall",
+        /// Every rank's block to the root.
+        Gather = "gather",
+        /// Block q of the root's send buffer to rank q.
+        Scatter = "scatter",
     }
 );
 
@@ -236,6 +242,17 @@ impl Collective {
             _ => &[Algorithm::Ring, Algorithm::Direct],
         }
     }
+
+    /// Whether the collective's FIFO algorithm (the ring) is point-to-point rounds: one
+    /// sendrecv launch per peer, made by the runtime, with no kernel of its own.
+    pub fn in_rounds(self) -> bool {
+        matches!(self, Collective::AllToAll | Collective::Gather | Collective::Scatter)
+    }
+
+    /// Whether `algo` of this collective has a kernel of its own.
+    pub fn has_kernel(self, algo: Algorithm) -> bool {
+        (algo.is_direct() || !self.in_rounds()) && self.algorithms().contains(&algo)
+    }
 }
 
 /// One generated kernel: `coll.algo.proto.dtype[.op]`, e.g. `all_reduce.ring.ll.f32.sum`.
@@ -270,6 +287,12 @@ impl KernelSpec {
                 self.coll,
                 self.algo,
                 names(self.coll.algorithms())
+            )));
+        }
+        if !self.coll.has_kernel(self.algo) {
+            return Err(invalid(format!(
+                "{} with the {} algorithm runs as sendrecv rounds: it has no kernel of its own",
+                self.coll, self.algo
             )));
         }
         if self.algo.is_direct() && self.proto != Protocol::Simple {
@@ -339,7 +362,7 @@ impl KernelSpec {
         for &coll in Collective::ALL {
             for &algo in coll.algorithms() {
                 for &proto in Protocol::ALL {
-                    if algo.is_direct() && proto != Protocol::Simple {
+                    if (algo.is_direct() && proto != Protocol::Simple) || !coll.has_kernel(algo) {
                         continue;
                     }
                     if coll.reduces() {

@@ -46,6 +46,17 @@ fn custom_op_rules() {
 fn spec_count() {
     // 3 reducing collectives (all_reduce with 3 FIFO algorithms) x 3 protos x 12 dtypes x
     // 6 ops, plus 3 byte-moving collectives x 3 protos; direct algorithms (all_reduce: 2,
-    // reduce and reduce_scatter: 1; broadcast and all_gather: 1) with Simple only.
-    assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3 + 4 * 12 * 6 + 2);
+    // reduce and reduce_scatter: 1; broadcast and all_gather: 1; all_to_all, gather and
+    // scatter: their only kernels, whose ring is sendrecv rounds) with Simple only.
+    assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3 + 4 * 12 * 6 + 2 + 3);
+}
+
+#[test]
+fn collectives_in_rounds_have_direct_kernels_only() {
+    for coll in [Collective::AllToAll, Collective::Gather, Collective::Scatter] {
+        let ring = KernelSpec::new(coll, Algorithm::Ring, Protocol::Simple, DataType::U8, None);
+        assert!(ring.unwrap_err().0.contains("sendrecv rounds"), "{coll}");
+        assert!(KernelSpec::new(coll, Algorithm::Direct, Protocol::Simple, DataType::U8, None).is_ok(), "{coll}");
+        assert!(coll.algorithms().contains(&Algorithm::Ring), "{coll}: the tuner weighs the rounds");
+    }
 }

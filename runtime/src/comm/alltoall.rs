@@ -1,9 +1,12 @@
-//! AlltoAll(v), Gather and Scatter, built as NCCL builds them: from point-to-point
-//! transfers, one `sendrecv` launch per round. Round `k` sends to `rank + k` and receives
-//! from `rank - k` (mod nranks), so every round pairs up across ranks and a cycle of
-//! exchanges cannot deadlock; round 0 is the rank's own block, moved by a transfer to
-//! itself. Every transfer of a call is built and checked before the first is queued, so
-//! a bad argument changes nothing.
+//! AlltoAll(v), Gather and Scatter. Where every rank's buffers are registered (plain host
+//! buffers are, through the host arenas) the tuner may pick a direct kernel: one launch
+//! that copies every block straight from or into the peers' buffers. Otherwise, and always
+//! for AlltoAllv, they run as NCCL builds them: from point-to-point transfers, one
+//! `sendrecv` launch per round. Round `k` sends to `rank + k` and receives from `rank - k`
+//! (mod nranks), so every round pairs up across ranks and a cycle of exchanges cannot
+//! deadlock; round 0 is the rank's own block, moved by a transfer to itself. Every
+//! transfer of a call is built and checked before anything is queued, so a bad argument
+//! changes nothing.
 
 use std::ops::Range;
 
@@ -11,6 +14,8 @@ use super::group::note;
 use super::Comm;
 use crate::device::DeviceBuffer;
 use crate::element::Element;
+use jitccl_codegen::Collective;
+
 use crate::enqueue::Call;
 use crate::error::{invalid, Result};
 use crate::stream::Stream;
@@ -32,7 +37,8 @@ impl Comm {
                 self.even_blocks(name, "send", send, count, total)?,
                 self.even_blocks(name, "recv", recv, count, total)?,
             );
-            self.rounds(name, sends, recvs, stream)
+            let rounds = self.rounds(name, sends, recvs)?;
+            self.submit(Ok(Call::moves(&self.group(), Collective::AllToAll, send, recv, count, 0, rounds)), stream)
         })())
     }
 
@@ -50,7 +56,7 @@ impl Comm {
             let name = "AllToAllv";
             let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
             let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
-            self.rounds(name, sends, recvs, stream)
+            self.rounds(name, sends, recvs)?.into_iter().try_for_each(|call| self.submit(Ok(call), stream))
         })())
     }
 
@@ -60,7 +66,7 @@ impl Comm {
     pub fn gather<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
-        note(self.rooted("Gather", root, count, send, recv, true, stream))
+        note(self.rooted(Collective::Gather, root, count, send, recv, stream))
     }
 
     /// Sends block `q` (`count` elements at `q * count`) of `send` on `root` to rank `q`'s
@@ -69,17 +75,19 @@ impl Comm {
     pub fn scatter<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
-        note(self.rooted("Scatter", root, count, recv, send, false, stream))
+        note(self.rooted(Collective::Scatter, root, count, send, recv, stream))
     }
 
-    /// Gather (`to_root`) or Scatter: `one` is a rank's own block, `all` the root's
-    /// nranks blocks. The root's own block does not move when it is already in place.
-    #[allow(clippy::too_many_arguments)]
+    /// Gather or Scatter (`coll`): `one` is a rank's own block, `all` the root's nranks
+    /// blocks. The root's own block does not move when it is already in place.
     fn rooted<T: Element>(
-        &self, name: &str, root: usize, count: usize, one: &DeviceBuffer<T>, all: &DeviceBuffer<T>, to_root: bool,
+        &self, coll: Collective, root: usize, count: usize, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>,
         stream: &Stream,
     ) -> Result<()> {
         self.group().root(root)?;
+        let to_root = coll == Collective::Gather;
+        let (name, (one, all)) =
+            (if to_root { "Gather" } else { "Scatter" }, if to_root { (send, recv) } else { (recv, send) });
         let (one_side, all_side) = if to_root { ("send", "recv") } else { ("recv", "send") };
         let n = self.nranks();
         let mut ones = vec![None; n];
@@ -94,7 +102,8 @@ impl Comm {
             }
         }
         let (sends, recvs) = if to_root { (ones, alls) } else { (alls, ones) };
-        self.rounds(name, sends, recvs, stream)
+        let rounds = self.rounds(name, sends, recvs)?;
+        self.submit(Ok(Call::moves(&self.group(), coll, send, recv, count, root, rounds)), stream)
     }
 
     /// `buf` cut into nranks blocks of `count`, after checking it holds `total`.
@@ -122,9 +131,9 @@ impl Comm {
         counts.iter().zip(displs).map(|(&c, &d)| block(name, side, buf, d, c).map(Some)).collect()
     }
 
-    /// Queues one transfer per round (see the module comment); empty blocks move nothing.
-    /// All transfers are checked, and send blocks against recv blocks, before any is queued.
-    fn rounds<T: Element>(&self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, stream: &Stream) -> Result<()> {
+    /// One transfer per round (see the module comment); empty blocks move nothing. All
+    /// transfers are checked, and send blocks against recv blocks.
+    fn rounds<T: Element>(&self, name: &str, sends: Blocks<T>, recvs: Blocks<T>) -> Result<Vec<Call>> {
         let used = |v: &Blocks<T>| {
             v.iter().flatten().filter(|b| !b.is_empty()).map(DeviceBuffer::byte_range).collect::<Vec<_>>()
         };
@@ -143,7 +152,7 @@ impl Comm {
                 calls.push(Call::checked_p2p(&self.group(), send, recv)?);
             }
         }
-        calls.into_iter().try_for_each(|call| self.submit(Ok(call), stream))
+        Ok(calls)
     }
 }
 

@@ -244,5 +244,6 @@ fn pair(send: Option<Side>, recv: Option<Side>) -> Call {
         send_peer,
         recv_peer,
         internal: false,
+        rounds: Vec::new(),
     }
 }

@@ -160,7 +160,11 @@ impl Comm {
         let inner = self.inner("estimate")?;
         // NCCL's nBytes: a rank's buffer, the whole one for AllGather / ReduceScatter.
         let per_rank = match coll {
-            Collective::AllGather | Collective::ReduceScatter => count.saturating_mul(self.nranks()),
+            Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::AllToAll
+            | Collective::Gather
+            | Collective::Scatter => count.saturating_mul(self.nranks()),
             _ => count,
         };
         let bytes = per_rank.saturating_mul(dtype.size());

@@ -29,6 +29,10 @@ impl CommInner {
     pub(crate) fn launch(self: &Arc<Self>, call: &mut Call, stream: &Stream) -> Result<()> {
         let name = call.coll.name();
         self.usable(name)?;
+        if self.enq.in_rounds(call)? {
+            let launches = self.prepare_all(std::mem::take(&mut call.rounds), stream)?;
+            return self.enqueue_all(launches, stream);
+        }
         // Counted for finalize from here until the launch has run; a call that queues
         // nothing (an error, or nothing to move) is uncounted now.
         self.life.queue(name, self.enq.group.rank)?;
@@ -55,14 +59,23 @@ impl CommInner {
         let name = calls.first().map_or("group", |c| c.coll.name());
         self.usable(name)?;
         let mut out = Vec::with_capacity(calls.len());
-        for mut call in calls {
-            if let Some(mut ready) = self.enq.prepare(&call, stream)? {
-                let mut launch = None;
-                self.enq.launch_into(&mut launch, self.clone(), &mut call, &mut ready);
-                out.extend(launch);
-            }
+        for call in calls {
+            self.prepare_into(call, stream, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// `call`'s launches (its rounds' where it runs in rounds) onto `out`.
+    fn prepare_into(self: &Arc<Self>, mut call: Call, stream: &Stream, out: &mut Vec<Launch>) -> Result<()> {
+        if self.enq.in_rounds(&call)? {
+            return std::mem::take(&mut call.rounds).into_iter().try_for_each(|c| self.prepare_into(c, stream, out));
+        }
+        if let Some(mut ready) = self.enq.prepare(&call, stream)? {
+            let mut launch = None;
+            self.enq.launch_into(&mut launch, self.clone(), &mut call, &mut ready);
+            out.extend(launch);
+        }
+        Ok(())
     }
 
     /// Queues launches made by [`CommInner::prepare_all`], in order.

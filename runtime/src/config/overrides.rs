@@ -281,7 +281,7 @@ mod tests {
     #[test]
     fn unknown_names_are_errors_naming_them() {
         for (s, name) in
-            [("ring,nvls", "'nvls'"), ("allreduce:ring;alltoall:ring", "'alltoall'"), ("^colnet", "'colnet'")]
+            [("ring,nvls", "'nvls'"), ("allreduce:ring;allscatter:ring", "'allscatter'"), ("^colnet", "'colnet'")]
         {
             let e = s.parse::<AlgoOverrides>().unwrap_err().to_string();
             assert!(e.contains(name), "{s}: {e}");

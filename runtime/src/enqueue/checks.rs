@@ -60,7 +60,9 @@ fn need(coll: Collective) -> Option<Need> {
         Collective::ReduceScatter => {
             Need { send: (PerRank, Everywhere), recv: (Count, Everywhere), in_place: RecvIsSendBlock }
         }
-        Collective::SendRecv => return None,
+        // Their sides have counts of their own, or are checked block by block where the
+        // call is cut into them (comm::alltoall).
+        Collective::SendRecv | Collective::AllToAll | Collective::Gather | Collective::Scatter => return None,
     })
 }
 

@@ -86,6 +86,9 @@ impl Base {
     }
 }
 
+/// The send and recv bytes of a call.
+type Ranges = (Range<usize>, Range<usize>);
+
 /// A call tuned, its kernel found and its registered regions looked up (`Rank::prepare`).
 pub(crate) struct Ready {
     choice: Choice,
@@ -115,6 +118,9 @@ pub(crate) struct Call {
     /// The library's own exchange (e.g. registering memory): the ring on one channel,
     /// whatever JITCCL_ALGO / JITCCL_PROTO say.
     pub internal: bool,
+    /// AlltoAll, Gather, Scatter: the same call as point-to-point transfers, launched in
+    /// its place where the direct algorithm does not run it (see `Rank::in_rounds`).
+    pub rounds: Vec<Call>,
 }
 
 impl Call {
@@ -126,7 +132,32 @@ impl Call {
         group.collective(coll, &buf(send), &buf(recv), count, root, size_of::<T>())?;
         // AllGather and ReduceScatter move a block per rank.
         let blocks = if matches!(coll, Collective::AllGather | Collective::ReduceScatter) { group.nranks } else { 1 };
-        Ok(Call {
+        Ok(Call::of(coll, op, send, recv, count, root, blocks))
+    }
+
+    /// AlltoAll, Gather or Scatter (`coll`) of `count` elements a block, whose buffers the
+    /// caller has checked while cutting them into `rounds`, its point-to-point form. A
+    /// side a rank does not use (Gather's recv, Scatter's send off the root) is given as
+    /// the side it uses, so that the direct algorithm's choice rests on used memory only.
+    pub(crate) fn moves<T: Element>(
+        group: &Group, coll: Collective, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize,
+        rounds: Vec<Call>,
+    ) -> Call {
+        let at_root = group.rank == root;
+        let (send, recv) = match coll {
+            Collective::Gather if !at_root => (send, send),
+            Collective::Scatter if !at_root => (recv, recv),
+            _ => (send, recv),
+        };
+        Call { rounds, ..Call::of(coll, None, send, recv, count, root, group.nranks) }
+    }
+
+    /// A collective's call on `send` and `recv`, `blocks` blocks of `count` to tune by.
+    fn of<T: Element>(
+        coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize,
+        blocks: usize,
+    ) -> Call {
+        Call {
             coll,
             dtype: T::DTYPE,
             op,
@@ -141,7 +172,8 @@ impl Call {
             send_peer: None,
             recv_peer: None,
             internal: false,
-        })
+            rounds: Vec::new(),
+        }
     }
 
     /// A point-to-point call of `group`, checked: each side given is (buffer, count, peer).
@@ -172,6 +204,7 @@ impl Call {
             send_peer,
             recv_peer,
             internal: false,
+            rounds: Vec::new(),
         })
     }
 }
@@ -207,14 +240,8 @@ impl Rank {
         self.tables.abort()
     }
 
-    /// Tunes `call` and finds (compiling if need be) its kernel: everything about its launch
-    /// that can fail. `None` when it moves nothing. Nothing is queued yet, so a group can
-    /// compile every launch before it queues any.
-    pub(crate) fn prepare(&self, call: &Call, stream: &Stream) -> Result<Option<Ready>> {
-        precheck(call, &self.device, stream)?;
-        if call.count == 0 && call.recv_count == 0 {
-            return Ok(None);
-        }
+    /// `call`'s shape as plans see it, and its bytes if the direct algorithms could run it.
+    fn shape(&self, call: &Call) -> (Shape, Option<Ranges>) {
         // Collectives that only move data run as bytes.
         let kdtype = if call.coll.reduces() { call.dtype } else { DataType::U8 };
         let ranges = if call.internal { None } else { self.direct_ranges(call) };
@@ -226,6 +253,33 @@ impl Rank {
             direct: ranges.as_ref().is_some_and(|(s, r)| self.sym.holds(s, r)),
             internal: call.internal,
         };
+        (shape, ranges)
+    }
+
+    /// Whether `call` runs as its point-to-point rounds (`Call::rounds`): a collective whose
+    /// ring is rounds, where its buffers are not all registered or the tuner picks the
+    /// rounds. Every rank decides alike, as for every choice.
+    pub(crate) fn in_rounds(&self, call: &Call) -> Result<bool> {
+        if !call.coll.in_rounds() || call.count == 0 {
+            return Ok(false);
+        }
+        let (shape, _) = self.shape(call);
+        if !shape.direct {
+            return Ok(true);
+        }
+        let choice = self.tuner.choose_for(call.coll, call.bytes, 1, true, true)?;
+        Ok(!choice.algo.is_direct())
+    }
+
+    /// Tunes `call` and finds (compiling if need be) its kernel: everything about its launch
+    /// that can fail. `None` when it moves nothing. Nothing is queued yet, so a group can
+    /// compile every launch before it queues any.
+    pub(crate) fn prepare(&self, call: &Call, stream: &Stream) -> Result<Option<Ready>> {
+        precheck(call, &self.device, stream)?;
+        if call.count == 0 && call.recv_count == 0 {
+            return Ok(None);
+        }
+        let (shape, ranges) = self.shape(call);
         let (choice, kernel) = self.plan(shape)?;
         let rank = self.group.rank;
         tracing::trace!("rank {rank}: enqueue {} {choice:?} x {} elements", call.coll.name(), call.count);
@@ -309,7 +363,7 @@ impl Rank {
     /// The byte ranges of `call`'s send and recv buffers, when the direct algorithms could
     /// run it if both are registered (the host target; channels within the flags area;
     /// ranks within the kernels' tables).
-    fn direct_ranges(&self, call: &Call) -> Option<(Range<usize>, Range<usize>)> {
+    fn direct_ranges(&self, call: &Call) -> Option<Ranges> {
         use jitccl_codegen::abi::{SYM_CHANNELS, SYM_MAX_RANKS};
         if self.device.is_cuda() || self.tuner.max_channels() > SYM_CHANNELS || self.group.nranks > SYM_MAX_RANKS {
             return None;
@@ -321,6 +375,15 @@ impl Rank {
             Collective::AllGather => (bytes(call.send, call.count), bytes(call.recv, call.count * self.group.nranks)),
             Collective::ReduceScatter => {
                 (bytes(call.send, call.count * self.group.nranks), bytes(call.recv, call.count))
+            }
+            Collective::AllToAll => {
+                (bytes(call.send, call.count * self.group.nranks), bytes(call.recv, call.count * self.group.nranks))
+            }
+            // Off the root both sides are the one used (`Call::moves`).
+            Collective::Gather | Collective::Scatter => {
+                let all = if self.group.rank == call.root { self.group.nranks } else { 1 };
+                let (s, r) = if call.coll == Collective::Gather { (1, all) } else { (all, 1) };
+                (bytes(call.send, call.count * s), bytes(call.recv, call.count * r))
             }
             _ => (bytes(call.send, call.count), bytes(call.recv, call.count)),
         })

@@ -65,6 +65,9 @@ fn nccl_name(c: Collective) -> &'static str {
         Collective::AllGather => "allgather",
         Collective::ReduceScatter => "reducescatter",
         Collective::SendRecv => "sendrecv",
+        Collective::AllToAll => "alltoall",
+        Collective::Gather => "gather",
+        Collective::Scatter => "scatter",
     }
 }
 
@@ -415,7 +418,7 @@ mod tests {
         let cases = [
             ("allreduce,0,10,ring,simple,1,1", "7 fields"),
             ("allreduce,0,10,ring,simple,1,1,2,-1,-1,-1,9", "12 fields"),
-            ("alltoall,0,10,ring,simple,1,1,2", "'alltoall'"),
+            ("allscatter,0,10,ring,simple,1,1,2", "'allscatter'"),
             ("allreduce,ten,10,ring,simple,1,1,2", "min_bytes 'ten'"),
             ("allreduce,10,0,ring,simple,1,1,2", "above max_bytes"),
             ("broadcast,0,10,tree,simple,1,1,2", "broadcast has no tree"),

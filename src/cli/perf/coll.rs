@@ -1,5 +1,4 @@
-//! What perf can measure: the collectives with kernels of their own plus AlltoAll, Gather
-//! and Scatter (built from point-to-point), each with nccl-tests' sizes, bus bandwidth
+//! What perf can measure: every collective, each with nccl-tests' sizes, bus bandwidth
 //! factor, buffers, call and reference result.
 
 use std::str::FromStr;
@@ -23,13 +22,6 @@ pub enum PerfColl {
 impl FromStr for PerfColl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            // nccl-tests names the binary alltoall_perf.
-            "all_to_all" | "alltoall" => return Ok(PerfColl::AllToAll),
-            "gather" => return Ok(PerfColl::Gather),
-            "scatter" => return Ok(PerfColl::Scatter),
-            _ => {}
-        }
         match Collective::from_str(s) {
             Ok(Collective::AllReduce) => Ok(PerfColl::AllReduce),
             Ok(Collective::Broadcast) => Ok(PerfColl::Broadcast),
@@ -37,6 +29,9 @@ impl FromStr for PerfColl {
             Ok(Collective::AllGather) => Ok(PerfColl::AllGather),
             Ok(Collective::ReduceScatter) => Ok(PerfColl::ReduceScatter),
             Ok(Collective::SendRecv) => Ok(PerfColl::SendRecv),
+            Ok(Collective::AllToAll) => Ok(PerfColl::AllToAll),
+            Ok(Collective::Gather) => Ok(PerfColl::Gather),
+            Ok(Collective::Scatter) => Ok(PerfColl::Scatter),
             Err(_) => Err(format!(
                 "unknown collective '{s}' (expected one of: all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all, gather, scatter)"
             )),

@@ -359,7 +359,17 @@ pub fn time(
         (Collective::AllGather | Collective::ReduceScatter, _) => (n - nodes, nodes - 1, (n - 1) as f64 / n as f64),
         (Collective::Broadcast | Collective::Reduce, _) => (n - nodes, nodes - 1, 1.0),
         (Collective::SendRecv, _) => (1, 0, 1.0),
+        // One launch, two barriers; a byte crosses once (a rank's own block is copied too).
+        (Collective::AllToAll | Collective::Gather | Collective::Scatter, Algorithm::Direct) => {
+            (2, 0, (n - 1) as f64 / n as f64)
+        }
+        // Point-to-point rounds (the ring's place): a launch and a hop per peer, in turn.
+        (Collective::AllToAll | Collective::Gather | Collective::Scatter, _) => {
+            (2 * (n - nodes), 2 * (nodes - 1), (n - 1) as f64 / n as f64)
+        }
     };
+    // Rounds pay a launch each.
+    let launches = if coll.in_rounds() && !algo.is_direct() { n } else { 1 };
     let hop = |lat: f64, proto_lat: f64| lat * k.hop_factor[a] * proto_lat;
     // Collectives that only move data gained nothing from LL128's shorter hop: ring
     // Broadcast and AllGather at 2 ranks, 8-512 B, ran 0-50% slower with it than with Simple.
@@ -371,7 +381,7 @@ pub fn time(
         (true, true) => HOST_BARRIER_SWITCH,
         (true, false) => HOST_BARRIER_SPIN,
     };
-    let latency = k.base[a]
+    let latency = launches as f64 * k.base[a]
         + intra as f64 * barrier * hop(t.lat_intra, intra_lat)
         + inter as f64 * hop(t.lat_inter, k.proto_lat[p])
         + nch.saturating_sub(1) as f64 * t.chan_lat;
