@@ -1,7 +1,8 @@
 //! What a `Comm` handle holds: the rank's identity (known before init ends), the rank state
 //! once init has made it, and, in nonblocking mode, the progress thread its work runs on.
-//! Its state as `async_error` reports it (NCCL's ncclCommGetAsyncError), and abort from any
-//! thread, whatever the rank is doing (initializing, running, or nothing).
+//! Its state as `async_error` reports it (NCCL's ncclCommGetAsyncError), abort from any
+//! thread, whatever the rank is doing (initializing, running, or nothing), and finalize
+//! (NCCL's ncclCommFinalize).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -197,5 +198,36 @@ impl Comm {
     /// aborted).
     pub(crate) fn inner(&self, op: &str) -> Result<&Arc<CommInner>> {
         self.h.cell.inner(op, self.h.rank)
+    }
+
+    /// Ends this rank's use of the communicator (NCCL's ncclCommFinalize): from now on
+    /// every call (collectives, split, dup) fails with `InvalidUsage` "finalized". The
+    /// operations already queued still run on their streams (the streams are the
+    /// caller's); this waits, up to the timeout, until they have. Returns the error that
+    /// failed the communicator, if one did (the queued work did not complete), or
+    /// `InvalidUsage` if the queued work was still running at the timeout. A second call
+    /// does the same again.
+    pub fn finalize(&self) -> Result<()> {
+        let timeout = self.h.timeout;
+        // Nonblocking: what the progress thread holds is launched first (within the timeout).
+        if let Some(p) = &self.h.progress {
+            p.wait_idle(Instant::now() + timeout, || self.h.cell.is_aborted());
+        }
+        let inner = self.inner("finalize")?;
+        if !inner.life.finalize(timeout) {
+            return Err(Error::InvalidUsage(format!(
+                "finalize on rank {}: operations still queued after {timeout:?}",
+                self.rank()
+            )));
+        }
+        if inner.enq.abort().load(Ordering::Acquire) != 0 {
+            return Err(Error::InvalidUsage(format!("finalize on rank {}: the communicator was aborted", self.rank())));
+        }
+        inner.failure.error().map_or(Ok(()), Err)
+    }
+
+    /// Whether [`finalize`](Self::finalize) was called.
+    pub fn is_finalized(&self) -> bool {
+        self.h.cell.get().is_some_and(|i| i.life.is_finalized())
     }
 }

@@ -3,6 +3,19 @@
 //! (once) and queues it on the caller's stream. The
 //! rank's state lives in `state`, its failure state in `failure`, its creation in `init`;
 //! new communicators from it come from `split` and `shrink`.
+//!
+//! Where each `Comm` method lives (a test keeps this index true):
+//! - `mod.rs`: rank, nranks, name, device, is_blocking, bind_current_thread, all_reduce,
+//!   broadcast, reduce, all_gather, reduce_scatter, send, recv, sendrecv, estimate
+//! - `alltoall.rs`: all_to_all, all_to_allv, gather, scatter
+//! - `handle.rs`: from_inner, start_init, async_error, wait_ready, abort, is_aborted, inner,
+//!   finalize, is_finalized
+//! - `init/entry.rs`: init_rank, init_rank_scalable, init_from_store, init_from_env
+//! - `init/threads.rs`: init_all, init_all_on
+//! - `split.rs`: split, split_with, dup, share_rendezvous
+//! - `shrink.rs`: shrink, revoke
+//! - `symmetric.rs`: alloc_symmetric, register
+//! - `submit.rs`: submit, defer
 
 mod alltoall;
 mod arena;

@@ -1,14 +1,11 @@
-//! New communicators from an existing one, as NCCL's ncclCommSplit / ncclCommDup /
-//! ncclCommFinalize. A split is collective over the parent's ranks: ranks that give the
+//! New communicators from an existing one, as NCCL's ncclCommSplit / ncclCommDup. A split is collective over the parent's ranks: ranks that give the
 //! same color form a child, ordered by (key, parent rank). Process ranks agree over the
 //! parent's bootstrap and each child bootstraps afresh from a unique id its first rank
 //! creates; thread ranks (`init_all`) meet in an in-process rendezvous. Either way a child
 //! is a new communicator with the parent's resolved configuration and no state shared with
 //! it, so the parent's abort, failure or drop leaves the child alone.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::rendezvous::Rendezvous;
@@ -173,37 +170,6 @@ impl Comm {
     pub fn dup(&self) -> Result<Comm> {
         self.split(0, self.rank() as i64)?
             .ok_or_else(|| Error::Internal(format!("dup on rank {}: no communicator came back", self.rank())))
-    }
-
-    /// Ends this rank's use of the communicator (NCCL's ncclCommFinalize): from now on
-    /// every call (collectives, split, dup) fails with `InvalidUsage` "finalized". The
-    /// operations already queued still run on their streams (the streams are the
-    /// caller's); this waits, up to the timeout, until they have. Returns the error that
-    /// failed the communicator, if one did (the queued work did not complete), or
-    /// `InvalidUsage` if the queued work was still running at the timeout. A second call
-    /// does the same again.
-    pub fn finalize(&self) -> Result<()> {
-        let timeout = self.h.timeout;
-        // Nonblocking: what the progress thread holds is launched first (within the timeout).
-        if let Some(p) = &self.h.progress {
-            p.wait_idle(Instant::now() + timeout, || self.h.cell.is_aborted());
-        }
-        let inner = self.inner("finalize")?;
-        if !inner.life.finalize(timeout) {
-            return Err(Error::InvalidUsage(format!(
-                "finalize on rank {}: operations still queued after {timeout:?}",
-                self.rank()
-            )));
-        }
-        if inner.enq.abort().load(Ordering::Acquire) != 0 {
-            return Err(Error::InvalidUsage(format!("finalize on rank {}: the communicator was aborted", self.rank())));
-        }
-        inner.failure.error().map_or(Ok(()), Err)
-    }
-
-    /// Whether [`finalize`](Self::finalize) was called.
-    pub fn is_finalized(&self) -> bool {
-        self.h.cell.get().is_some_and(|i| i.life.is_finalized())
     }
 
     /// Gives the ranks of one `init_all` the rendezvous their splits meet in.
