@@ -22,18 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t parse_size(const char *s) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s) return 0;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    return *end ? 0 : (size_t)v;
-}
+#include "args.h"
 
 /* Small integers, so every partial sum is exact in float and the check can use ==.
  * The value depends on the index too, so that misplaced blocks are caught. */
@@ -64,18 +53,7 @@ int main(int argc, char **argv) {
     size_t sizes[64];
     int nsizes = 0;
     for (int a = 1; a < argc; a++) {
-        if (!strcmp(argv[a], "-w") || !strcmp(argv[a], "-i")) {
-            char *end = NULL;
-            long v = a + 1 < argc ? strtol(argv[a + 1], &end, 10) : -1;
-            /* warmup may be 0, timed iterations may not */
-            if (!end || *end || v < (argv[a][1] == 'w' ? 0 : 1)) {
-                if (rank == 0) fprintf(stderr, "allreduce: %s needs a count (warmup >= 0, iters >= 1)\n", argv[a]);
-                MPI_Abort(MPI_COMM_WORLD, 2);
-            }
-            if (argv[a][1] == 'w') warmup = (int)v; else iters = (int)v;
-            a++;
-            continue;
-        }
+        if (parse_count(argc, argv, &a, rank, "allreduce", &warmup, &iters)) continue;
         size_t b = parse_size(argv[a]);
         /* MPI counts are int. */
         if (b < sizeof(float) || b / sizeof(float) > INT_MAX || nsizes == 64) {

@@ -20,20 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum coll { ALLTOALL, GATHER, SCATTER };
+#include "args.h"
 
-static size_t parse_size(const char *s) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s) return 0;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    return *end ? 0 : (size_t)v;
-}
+enum coll { ALLTOALL, GATHER, SCATTER };
 
 /* Element i of the block rank `src` sends rank `dst`: exact in float, and different for
  * every (src, dst, i % 4096), so that a misplaced block shows. */
@@ -66,17 +55,7 @@ int main(int argc, char **argv) {
             else have_coll = 0;
             continue;
         }
-        if (!strcmp(argv[a], "-w") || !strcmp(argv[a], "-i")) {
-            char *end = NULL;
-            long v = a + 1 < argc ? strtol(argv[a + 1], &end, 10) : -1;
-            if (!end || *end || v < (argv[a][1] == 'w' ? 0 : 1)) {
-                if (rank == 0) fprintf(stderr, "moves: %s needs a count (warmup >= 0, iters >= 1)\n", argv[a]);
-                MPI_Abort(MPI_COMM_WORLD, 2);
-            }
-            if (argv[a][1] == 'w') warmup = (int)v; else iters = (int)v;
-            a++;
-            continue;
-        }
+        if (parse_count(argc, argv, &a, rank, "moves", &warmup, &iters)) continue;
         size_t b = parse_size(argv[a]);
         if (b < sizeof(float) * (size_t)n || b / sizeof(float) > INT_MAX || nsizes == 64) {
             if (rank == 0) fprintf(stderr, "moves: bad or too many sizes at '%s' (at least one float a rank)\n", argv[a]);

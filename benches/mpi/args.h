@@ -1,0 +1,42 @@
+/* The command line the MPI side-by-side programs share: sizes with K/M/G suffixes and the
+ * -w WARMUP / -i ITERS counts. */
+#ifndef JITCCL_BENCH_MPI_ARGS_H
+#define JITCCL_BENCH_MPI_ARGS_H
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes in "8", "64K", "16M", "1G"; 0 for anything else. */
+static size_t parse_size(const char *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s) return 0;
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    default: break;
+    }
+    return *end ? 0 : (size_t)v;
+}
+
+/* Takes "-w N" or "-i N" at argv[*a] into *warmup or *iters (advancing *a past N) and
+ * returns 1; 0 if argv[*a] is neither. A bad count ends every rank: warmup may be 0, timed
+ * iterations may not. */
+static int parse_count(int argc, char **argv, int *a, int rank, const char *prog, int *warmup, int *iters) {
+    const char *flag = argv[*a];
+    if (strcmp(flag, "-w") && strcmp(flag, "-i")) return 0;
+    char *end = NULL;
+    long v = *a + 1 < argc ? strtol(argv[*a + 1], &end, 10) : -1;
+    if (!end || *end || v < (flag[1] == 'w' ? 0 : 1)) {
+        if (rank == 0) fprintf(stderr, "%s: %s needs a count (warmup >= 0, iters >= 1)\n", prog, flag);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (flag[1] == 'w') *warmup = (int)v; else *iters = (int)v;
+    (*a)++;
+    return 1;
+}
+
+#endif
