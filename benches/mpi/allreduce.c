@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "common.h"
 
 /* Small integers, so every partial sum is exact in float and the check can use ==.
  * The value depends on the index too, so that misplaced blocks are caught. */
@@ -111,18 +111,10 @@ int main(int argc, char **argv) {
         /* One checked call on a poisoned output buffer (NaN never equals the sum). */
         for (int i = 0; i < count; i++) recv[i] = __builtin_nanf("");
         MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        long long wrong = 0, wrong_all = 0;
+        long long wrong = 0;
         for (int i = 0; i < count; i++)
             if (recv[i] != expected(nranks, (size_t)i)) wrong++;
-        MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-
-        if (rank == 0) {
-            double algbw = (double)bytes / max_us / 1e3; /* bytes/us/1e3 = GB/s */
-            double busbw = algbw * 2.0 * (nranks - 1) / nranks;
-            printf("  %12zu %10.2f %8.2f %8.2f %8lld %6d %6d\n", bytes, max_us, algbw, busbw, wrong_all, w, it);
-            fflush(stdout);
-            if (wrong_all) failed = 1;
-        }
+        report(rank, wrong, bytes, max_us, 2.0 * (nranks - 1) / nranks, w, it, &failed);
     }
     MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
     free(send);

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "common.h"
 
 enum coll { ALLTOALL, GATHER, SCATTER };
 
@@ -100,21 +100,14 @@ int main(int argc, char **argv) {
 
         for (size_t i = 0; i < bytes / sizeof(float); i++) recv[i] = __builtin_nanf("");
         run(c, send, recv, count);
-        long long wrong = 0, wrong_all = 0;
+        long long wrong = 0;
         int nblocks = c == SCATTER ? 1 : (c == GATHER && rank != 0) ? 0 : n;
         for (int q = 0; q < nblocks; q++)
             for (int i = 0; i < count; i++) {
                 int src = c == SCATTER ? 0 : q, dst = c == GATHER ? 0 : rank;
                 if (recv[(size_t)q * count + i] != value(src, dst, (size_t)i)) wrong++;
             }
-        MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-        if (rank == 0) {
-            double algbw = (double)bytes / max_us / 1e3;
-            printf("  %12zu %10.2f %8.2f %8.2f %8lld %6d %6d\n", bytes, max_us, algbw, algbw * (n - 1) / n, wrong_all,
-                   warmup, iters);
-            fflush(stdout);
-            if (wrong_all) failed = 1;
-        }
+        report(rank, wrong, bytes, max_us, (double)(n - 1) / n, warmup, iters, &failed);
     }
     MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
     free(send);

@@ -1,7 +1,7 @@
-/* The command line the MPI side-by-side programs share: sizes with K/M/G suffixes and the
- * -w WARMUP / -i ITERS counts. */
-#ifndef JITCCL_BENCH_MPI_ARGS_H
-#define JITCCL_BENCH_MPI_ARGS_H
+/* What the MPI side-by-side programs share: their command line (sizes with K/M/G suffixes,
+ * the -w WARMUP / -i ITERS counts) and their result line. */
+#ifndef JITCCL_BENCH_MPI_COMMON_H
+#define JITCCL_BENCH_MPI_COMMON_H
 
 #include <mpi.h>
 #include <stdio.h>
@@ -37,6 +37,20 @@ static int parse_count(int argc, char **argv, int *a, int rank, const char *prog
     if (flag[1] == 'w') *warmup = (int)v; else *iters = (int)v;
     (*a)++;
     return 1;
+}
+
+/* Sums every rank's count of wrong elements on rank 0, which prints the size's line
+ * (busbw = algbw x bus_factor) and sets *failed where any was wrong. */
+static void report(int rank, long long wrong, size_t bytes, double max_us, double bus_factor, int warmup, int iters,
+                   int *failed) {
+    long long wrong_all = 0;
+    MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank != 0) return;
+    double algbw = (double)bytes / max_us / 1e3; /* bytes/us/1e3 = GB/s */
+    printf("  %12zu %10.2f %8.2f %8.2f %8lld %6d %6d\n", bytes, max_us, algbw, algbw * bus_factor, wrong_all, warmup,
+           iters);
+    fflush(stdout);
+    if (wrong_all) *failed = 1;
 }
 
 #endif
