@@ -117,3 +117,52 @@ fn abort_ends_a_waiting_operation() {
     let again = comms[0].all_reduce(&b, &b, 64, Op::Sum, &s);
     assert!(matches!(again, Err(Error::InvalidUsage(m)) if m.contains("aborted")));
 }
+
+/// Ranks that pass different counts to a Simple-protocol collective get an error naming the
+/// rank that called it differently, never a success with wrong data (the receiver compares
+/// each step's size with the sender's).
+#[test]
+fn counts_that_differ_across_ranks_fail_naming_the_peer() {
+    for (algo, coll) in
+        [(Algorithm::Ring, "all_reduce"), (Algorithm::Tree, "all_reduce"), (Algorithm::Ring, "all_gather")]
+    {
+        let config = Config { proto: Some(Protocol::Simple), algo: Some(algo), ..cfg(Duration::from_secs(5)) };
+        let comms = Comm::init_all(2, &config).unwrap();
+        let results: Vec<jitccl::Result<Vec<f32>>> = std::thread::scope(|s| {
+            let runs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || -> jitccl::Result<Vec<f32>> {
+                        let n = 4096 + 64 * c.rank();
+                        let st = c.device().stream()?;
+                        let send = c.device().alloc_from(&vec![1.0f32; n])?;
+                        let recv = c.device().alloc_from(&vec![0.0f32; n * 2])?;
+                        match coll {
+                            "all_reduce" => c.all_reduce(&send, &recv, n, Op::Sum, &st)?,
+                            _ => c.all_gather(&send, &recv, n, &st)?,
+                        }
+                        st.synchronize()?;
+                        Ok(recv.to_vec())
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        // A rank that received a step of another size says so; a rank that did not (it only
+        // sent to it, or waited) fails with it, naming it: every rank fails.
+        let mut named = 0;
+        for (r, res) in results.iter().enumerate() {
+            match res {
+                Err(Error::InvalidUsage(m)) => {
+                    assert!(m.contains(&format!("rank {}", 1 - r)) && m.contains("called it differently"), "{m}");
+                    named += 1;
+                }
+                Err(Error::PeerFailed { culprit, .. }) if *culprit == 1 - r => {}
+                other => {
+                    panic!("{algo} {coll}, rank {r}: expected an error, got {:?}", other.as_ref().map(|_| "success"))
+                }
+            }
+        }
+        assert!(named > 0, "{algo} {coll}: no rank said the call differed");
+    }
+}

@@ -164,7 +164,7 @@ fn ranks_naming_different_registrations_fail_not_mix_them() {
     w.comms[1].all_reduce(&b[1], &b[1], 64, Op::Sum, &w.streams[1]).unwrap();
     for (r, s) in w.streams.iter().enumerate() {
         let e = s.synchronize().unwrap_err();
-        assert!(matches!(&e, Error::InvalidUsage(m) if m.contains("other registered buffers")), "rank {r}: {e}");
+        assert!(matches!(&e, Error::InvalidUsage(m) if m.contains("buffers in other registrations")), "rank {r}: {e}");
     }
 }
 

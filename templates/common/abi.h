@@ -9,7 +9,7 @@
 #define JC_ERR_ABORTED 1
 #define JC_ERR_TIMEOUT 2
 #define JC_ERR_PEER 3    /* the peer waited for has failed (peer_failed[peer] != 0) */
-#define JC_ERR_MISMATCH 4 /* direct: a peer's call names other registered buffers or sizes */
+#define JC_ERR_MISMATCH 4 /* a peer's call differs: its step sizes, or (direct) its registered buffers, count or root */
 
 /* What a failed wait was waiting for. */
 #define JC_WAIT_DATA 1  /* data from the peer (its tail / line flags) */

@@ -149,8 +149,8 @@ impl Failure {
         }
         if let Some((_, st)) = failed().find(|(_, st)| st.code == abi::ERR_MISMATCH) {
             return Error::InvalidUsage(format!(
-                "{op} on rank {rank}: rank {} called it on other registered buffers, or another count or \
-                 root (a direct algorithm needs every rank's buffers in the same registrations)",
+                "{op} on rank {rank}: rank {} called it differently (another count, type or root; or, for a \
+                 direct algorithm, buffers in other registrations)",
                 st.peer
             ));
         }

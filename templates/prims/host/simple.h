@@ -15,7 +15,13 @@
 static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
   if (s) JC_CHECK(jc_wait_space(x, s));
-  if (r) JC_CHECK(jc_wait_ge(x, r->tail, r->step + 1, r->peer, JC_WAIT_DATA));
+  if (r) {
+    JC_CHECK(jc_wait_ge(x, r->tail, r->step + 1, r->peer, JC_WAIT_DATA));
+    /* The sender's size of this step, written before its tail: another size means its
+       call differs (count or type), and pairing the steps would give a wrong result. */
+    if (r->sizes[r->step % JC_STEPS] != (n * sizeof(T) | ((jc_u64)JC_PROTO << 56)))
+      return jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA);
+  }
   const T* in = r ? (const T*)jc_slot(r, JC_PROTO) : 0;
   T* out = s ? (T*)jc_slot(s, JC_PROTO) : 0;
   const T* from = in ? in : src;
