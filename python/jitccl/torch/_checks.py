@@ -25,6 +25,20 @@ class _Checks:
         if got != want:
             self._reject(op, f"the {what} has {got} elements, {want} are needed")
 
+    def _root_blocks(self, op: str, root: int, lists: list, what: str, numel: int) -> list:
+        """The root's list of one block per rank (`what`: "output" or "input"), each of
+        `numel` elements; other ranks must pass none. Empty off the root."""
+        self._root(op, root)
+        if self.rank() != root:
+            if any(len(t) for t in lists):
+                self._reject(op, f"only the root ({root}) has {what}s")
+            return []
+        blocks = self._one(lists, op)
+        self._blocks(op, f"{what} list", len(blocks))
+        for b in blocks:
+            self._sized(op, what, b.numel(), numel)
+        return blocks
+
     def _splits(self, op: str, what: str, t: torch.Tensor, splits: list) -> list:
         """The element counts of `t`'s blocks by rank: `splits` rows each, or equal blocks."""
         n = self.size()

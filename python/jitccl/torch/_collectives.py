@@ -218,15 +218,7 @@ class _Collectives:
     def gather(self, output_tensors, input_tensors, opts=None):
         x = self._one(input_tensors, "gather")
         root = opts.rootRank if opts is not None else 0
-        self._root("gather", root)
-        outs = []
-        if self.rank() == root:
-            outs = self._one(output_tensors, "gather")
-            self._blocks("gather", "output list", len(outs))
-            for o in outs:
-                self._sized("gather", "output", o.numel(), x.numel())
-        elif any(len(o) for o in output_tensors):
-            self._reject("gather", f"only the root ({root}) has outputs")
+        outs = self._root_blocks("gather", root, output_tensors, "output", x.numel())
         self._checked("gather", x, *outs)
 
         def post():
@@ -242,15 +234,7 @@ class _Collectives:
     def scatter(self, output_tensors, input_tensors, opts=None):
         out = self._one(output_tensors, "scatter")
         root = opts.rootRank if opts is not None else 0
-        self._root("scatter", root)
-        ins = []
-        if self.rank() == root:
-            ins = self._one(input_tensors, "scatter")
-            self._blocks("scatter", "input list", len(ins))
-            for i in ins:
-                self._sized("scatter", "input", i.numel(), out.numel())
-        elif any(len(i) for i in input_tensors):
-            self._reject("scatter", f"only the root ({root}) has inputs")
+        ins = self._root_blocks("scatter", root, input_tensors, "input", out.numel())
         self._checked("scatter", out, *ins)
 
         def post():
