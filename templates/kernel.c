@@ -3,6 +3,7 @@
    protocol's primitives for the target, then the (target-independent) algorithm. */
 {% if cuda %}{% include "prelude/cuda.h" %}{% else %}{% include "prelude/host.h" %}{% endif %}
 {% include "common/abi.h" %}
+#define JC_CALL_KIND {{ call_kind }}ull /* what jc_call_tag mixes in besides bytes and root */
 
 /* datatype {{ dtype }}: stored as T, combined as C */
 typedef {{ d.storage }} T;
@@ -50,6 +51,12 @@ static JC_DEVICE void jc_ctx_init(struct jc_ctx* x, const struct jc_args* args, 
   x->chan = chan;
   x->scalar = jc_scalar(args);
   x->wait_start = 0;
+#ifdef JC_P2P
+  x->tag_send = jc_call_tag(args->count * sizeof(T), 0);
+  x->tag_recv = jc_call_tag(args->recv_count * sizeof(T), 0);
+#else
+  x->tag_send = x->tag_recv = jc_call_tag(args->count * sizeof(T), ((jc_u64)(jc_u32)args->root << 32) ^ JC_CALL_KIND);
+#endif
 }
 
 JC_STATIC_ASSERT(sizeof(struct jc_conn) == {{ abi.conn }}, "jc_conn layout differs from runtime");

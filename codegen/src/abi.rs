@@ -18,6 +18,10 @@ pub const ERR_MISMATCH: i32 = 4;
 pub const WAIT_DATA: i32 = 1;
 pub const WAIT_SPACE: i32 = 2;
 pub const WAIT_BARRIER: i32 = 3;
+/// A FIFO step's size word (`JC_SIZE_*`): its bytes in the low 32 bits, the protocol from
+/// bit 56; between them the sending call's tag, which only kernels read.
+pub const SIZE_BYTES_MASK: u64 = 0xffff_ffff;
+pub const SIZE_PROTO_SHIFT: u32 = 56;
 /// The word of a 16-word LL128 line that holds its flag, for GPU (`cuda`) or host kernels
 /// (`JC_LL128_FLAG` of `prims/<target>/ll128.h`, asserted by every LL128 kernel); what else
 /// writes a line (the net proxy) stores it after the other 15. On the host it ends the

@@ -34,6 +34,7 @@ struct KernelSource<'a> {
     proto: &'static str,
     ll128_flag: usize,
     algo_file: &'static str,
+    call_kind: u64,
     dtype: DataType,
     d: Dtype,
     op_name: String,
@@ -134,6 +135,20 @@ fn algo_file(spec: &KernelSpec) -> &'static str {
     }
 }
 
+/// What a collective's kernel mixes into the identity its FIFO steps carry (see
+/// `jc_call_tag` in `templates/common/ctx.h`): the collective, algorithm, datatype and op,
+/// so that ranks which call with another of them fail instead of pairing their steps.
+/// Point to point carries bytes only: a send and its receive may name other datatypes.
+fn call_kind(spec: &KernelSpec) -> u64 {
+    if spec.coll == Collective::SendRecv {
+        return 0;
+    }
+    let op = spec.op.as_ref().map_or_else(String::new, |o| o.to_string());
+    let what = format!("{}.{}.{}.{op}", spec.coll, spec.algo, spec.dtype);
+    // FNV-1a: stable across builds and processes, unlike std's hasher.
+    what.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// The complete source of one kernel for one target.
 pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError> {
     spec.validate_for(target)?;
@@ -147,6 +162,7 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         proto: spec.proto.name(),
         ll128_flag: ll128_flag_word(cuda),
         algo_file: algo_file(spec),
+        call_kind: call_kind(spec),
         dtype: spec.dtype,
         d: dtype(spec.dtype),
         op_name: spec.op.map_or_else(|| "none (copy)".to_string(), |o| o.to_string()),

@@ -1,6 +1,8 @@
 /* SendRecv: `count` elements to the p2p_send peer and `recv_count` from the p2p_recv peer
    (either may be absent), one step of each in turn so that any pattern of pairs (a ring,
-   an exchange, a send to self) progresses within the FIFO depth. */
+   an exchange, a send to self) progresses within the FIFO depth. Its steps carry their
+   direction's bytes as the call's tag (see jc_ctx_init). */
+#define JC_P2P 1
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
   const struct jc_args* a = x->args;
   const T* in = (const T*)a->sendbuff;

@@ -9,7 +9,15 @@
 #define JC_ERR_ABORTED 1
 #define JC_ERR_TIMEOUT 2
 #define JC_ERR_PEER 3    /* the peer waited for has failed (peer_failed[peer] != 0) */
-#define JC_ERR_MISMATCH 4 /* a peer's call differs: its step sizes, or (direct) its registered buffers, count or root */
+#define JC_ERR_MISMATCH 4 /* a peer's call differs: its step's tag or size, or (direct) its registered buffers, count or root */
+
+/* A FIFO step's size word: its bytes (what a network proxy forwards), the tag of the call
+   that sent it (jc_call_tag), the protocol. LL128 flags carry the same tag above the step. */
+#define JC_SIZE_BYTES_MASK 0xffffffffull
+#define JC_SIZE_TAG_SHIFT 32
+#define JC_SIZE_PROTO_SHIFT 56
+#define JC_TAG_MASK 0xffffffull
+#define JC_LL128_TAG_SHIFT 40
 
 /* What a failed wait was waiting for. */
 #define JC_WAIT_DATA 1  /* data from the peer (its tail / line flags) */
@@ -31,7 +39,7 @@ struct jc_conn {
   char* buf[JC_NPROTOS];          /* per protocol: JC_STEPS slots of slot_bytes[p] bytes */
   jc_u64* head;                   /* steps consumed by the receiver (the sender waits on it) */
   jc_u64* tail;                   /* steps posted by the sender (Simple's receiver waits on it) */
-  jc_u64* sizes;                  /* bytes of each of the JC_STEPS slots, written before tail */
+  jc_u64* sizes;                  /* size word of each of the JC_STEPS slots, written before tail */
   jc_u64 slot_bytes[JC_NPROTOS];
   jc_u64 step;                    /* this end's step count; kept across launches */
   jc_u64 credit;                  /* sender: the head last read, so that a send with room

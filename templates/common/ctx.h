@@ -7,7 +7,22 @@ struct jc_ctx {
   int chan;
   C scalar;                       /* pre-op multiplier (PreMulSum, float Avg) */
   jc_u64 wait_start;              /* when the current wait started, 0 if not timing */
+  jc_u64 tag_send, tag_recv;      /* the call's identity as its sends carry it and its
+                                     receives expect it (jc_call_tag) */
 };
+
+/* The identity of a call that every FIFO step carries (in its size word, in LL's header
+   line, in LL128's flags): its bytes mixed with `salt` (root and the kernel's collective,
+   algorithm, datatype and op), JC_TAG_MASK wide. A receiver whose own differs fails the
+   call instead of pairing steps of different calls into a wrong result; two different calls
+   share a tag with odds of 1 in 2^24. */
+static JC_DEVICE JC_INLINE jc_u64 jc_call_tag(jc_u64 bytes, jc_u64 salt) {
+  jc_u64 h = (bytes ^ salt) * 0x9e3779b97f4a7c15ull;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 32;
+  return h & JC_TAG_MASK;
+}
 
 /* v mod n, in [0, n). The algorithms' v lie within a rank count of [0, n): those take no
    division (a 32-bit one is 14-30 cycles on the host's x86, on every small call's path). */
@@ -75,13 +90,17 @@ static JC_DEVICE int jc_wait_space(struct jc_ctx* x, struct jc_conn* s) {
   return e;
 }
 
-/* Publishes the sender's step: which protocol's slot it filled and how many bytes (a
-   network proxy forwards exactly those), then the tail counter with release order. */
-static JC_DEVICE JC_INLINE void jc_post_size(struct jc_conn* s, int proto, jc_u64 bytes) {
-  s->sizes[s->step % JC_STEPS] = bytes | ((jc_u64)proto << 56);
+/* A step's size word: which protocol's slot it fills, how many bytes (a network proxy
+   forwards exactly those) and the sending call's tag. */
+static JC_DEVICE JC_INLINE jc_u64 jc_size_word(int proto, jc_u64 bytes, jc_u64 tag) {
+  return bytes | (tag << JC_SIZE_TAG_SHIFT) | ((jc_u64)proto << JC_SIZE_PROTO_SHIFT);
 }
-static JC_DEVICE JC_INLINE void jc_post_step(struct jc_conn* s, int proto, jc_u64 bytes) {
-  jc_post_size(s, proto, bytes);
+/* Publishes the sender's step: its size word, then the tail counter with release order. */
+static JC_DEVICE JC_INLINE void jc_post_size(struct jc_ctx* x, struct jc_conn* s, int proto, jc_u64 bytes) {
+  s->sizes[s->step % JC_STEPS] = jc_size_word(proto, bytes, x->tag_send);
+}
+static JC_DEVICE JC_INLINE void jc_post_step(struct jc_ctx* x, struct jc_conn* s, int proto, jc_u64 bytes) {
+  jc_post_size(x, s, proto, bytes);
   jc_store_release(s->tail, ++s->step);
 }
 

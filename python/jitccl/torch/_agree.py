@@ -9,10 +9,12 @@ from ._tensors import _R
 
 # ---- Agreement: what every rank calls, checked before any data moves -------------------------
 
-# jitccl (as NCCL) does not check that the ranks of a call pass the same sizes: a mismatch
-# would leave some ranks' results wrong without an error. So before each collective the
-# ranks all-gather a descriptor of their call (operation, type, counts, root, op) and
-# refuse it, every rank alike, when they differ; a send tells its receiver what it sends.
+# jitccl's kernels fail a call whose ranks pass other counts, types or ops, but the rank
+# that notices names only its peer, and a rank that only sends may return first. Before
+# each collective the ranks all-gather a descriptor of their call (operation, type, counts,
+# root, op) and refuse it, every rank alike and naming both calls, when they differ (roots
+# and the per-tensor counts of coalesced calls included); a send tells its receiver what
+# it sends.
 _OPS = ["allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "allgather_coalesced",
         "all_gather_into_tensor", "allgather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_tensor",
         "reduce_scatter_tensor_coalesced", "gather", "scatter", "all_to_all_single", "all_to_all", "barrier"]

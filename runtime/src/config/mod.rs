@@ -163,13 +163,15 @@ resolved! {
 /// 122 GB/s at 64 MiB (2 ranks) and 32 channels no more; each channel costs every rank a
 /// FIFO per peer, so the default stops at 16 (`JITCCL_NCHANNELS` goes to 32).
 const CUDA_CHANNELS: usize = 16;
-/// Per protocol (Simple, LL, LL128), the smallest slot and what every slot is a multiple of.
-const MIN_SLOT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 16, 128];
+/// Per protocol (Simple, LL, LL128), what every slot is a multiple of (a line), and the
+/// smallest slot: LL's holds a header line and a data line.
+const SLOT_UNIT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 16, 128];
+const MIN_SLOT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 32, 128];
 
 /// Slot sizes of the three protocols from Simple's: LL and LL128 slots carry less data
 /// per byte and are latency protocols, so they get smaller slots (NCCL's ratio is ~1:8).
 fn slots_from_simple(simple: usize) -> [usize; NPROTOS] {
-    let ll = (simple / 8).max(16) / 16 * 16;
+    let ll = (simple / 8).max(MIN_SLOT[1]) / SLOT_UNIT[1] * SLOT_UNIT[1];
     let ll128 = (simple / 2).max(128) / 128 * 128;
     [simple, ll, ll128]
 }
@@ -243,15 +245,17 @@ impl Config {
             Some(s) => s,
             None => {
                 let buffsize = settings::BUFFSIZE.whole::<usize>(None)?;
-                slots_from_simple(buffsize / STEPS / MIN_SLOT[0] * MIN_SLOT[0])
+                slots_from_simple(buffsize / STEPS / SLOT_UNIT[0] * SLOT_UNIT[0])
             }
         };
         for p in 0..NPROTOS {
-            if slot_bytes[p] < MIN_SLOT[p] || slot_bytes[p] % MIN_SLOT[p] != 0 || slot_bytes[p] > MAX_BUFFSIZE / STEPS {
+            if slot_bytes[p] < MIN_SLOT[p] || slot_bytes[p] % SLOT_UNIT[p] != 0 || slot_bytes[p] > MAX_BUFFSIZE / STEPS
+            {
                 return Err(Error::InvalidArgument(format!(
-                    "{} slot size {} (JITCCL_BUFFSIZE / 8 for simple) must be a positive multiple of {} bytes, at most {}",
+                    "{} slot size {} (JITCCL_BUFFSIZE / 8 for simple) must be a multiple of {} bytes, from {} to {}",
                     Protocol::ALL[p],
                     slot_bytes[p],
+                    SLOT_UNIT[p],
                     MIN_SLOT[p],
                     MAX_BUFFSIZE / STEPS
                 )));

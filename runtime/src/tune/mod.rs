@@ -65,7 +65,8 @@ impl fmt::Display for Source {
 pub(crate) fn step_capacity(proto: Protocol, slot_bytes: usize) -> usize {
     match proto {
         Protocol::Simple => slot_bytes,
-        Protocol::LL => slot_bytes / 16 * 8,
+        // A step's first line is its header (prims/host/ll.h).
+        Protocol::LL => (slot_bytes / 16).saturating_sub(1) * 8,
         Protocol::LL128 => slot_bytes / 128 * 120,
     }
 }

@@ -4,9 +4,15 @@
    A line moves as one 16-byte volatile vector of two u64 halves, so every half (data and
    its flag) is a single 64-bit access, as on the host; no fence is needed. Thread 0 waits
    for space and advances the steps between barriers (see prims/cuda/simple.h); a failed
-   line wait is shared through jc_line_err so that all threads leave together. */
+   line wait is shared through jc_line_err so that all threads leave together. The step's
+   first line is the host's header (its bytes and the call's tag), which thread 0 checks
+   before it writes the header it sends on, so that a step of a call that differs is never
+   passed on as one of this call's. */
 #define JC_PROTO 1
 #define JC_LL_ELEMS (8 / sizeof(T))
+
+/* The header line's 8 data bytes: the step's bytes, then the tag. */
+static JC_DEVICE JC_INLINE jc_u64 jc_ll_header(jc_u64 n, jc_u64 tag) { return n * sizeof(T) | tag << 32; }
 
 static JC_DEVICE JC_INLINE void jc_ll_load(const jc_u64* p, jc_u64* lo, jc_u64* hi) {
   asm volatile("ld.volatile.global.v2.u64 { %0, %1 }, [%2];" : "=l"(*lo), "=l"(*hi) : "l"(p) : "memory");
@@ -31,7 +37,8 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   int e = jc_wait_err;
   if (e) return e;
   jc_u64 nlines = (n + JC_LL_ELEMS - 1) / JC_LL_ELEMS;
-  for (jc_u64 l = jc_tid(); l < nlines; l += jc_nthreads()) {
+  /* Line L of the slot: the header at 0, data line L - 1 after it. */
+  for (jc_u64 L = jc_tid(); L < nlines + 1; L += jc_nthreads()) {
     union { jc_u64 u; T v[JC_LL_ELEMS]; } in, out;
     in.u = 0;
     out.u = 0;
@@ -39,7 +46,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
       jc_u64 lo, hi, spins = 0;
       int failed = JC_OK;
       for (;;) {
-        jc_ll_load(rl + 2 * l, &lo, &hi);
+        jc_ll_load(rl + 2 * L, &lo, &hi);
         if ((jc_u32)(lo >> 32) == rflag && (jc_u32)(hi >> 32) == rflag) break;
         if (jc_line_err) { e = jc_line_err; break; }
         /* still short after a failed check */
@@ -50,8 +57,17 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
       if (e) break;
       x->wait_start = 0;
       in.u = (lo & 0xffffffffull) | (hi << 32);
+      if (L == 0 && in.u != jc_ll_header(n, x->tag_recv)) {
+        jc_line_err = e = jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA);
+        break;
+      }
     }
-    jc_u64 base = l * JC_LL_ELEMS;
+    if (L == 0) {
+      jc_u64 h = jc_ll_header(n, x->tag_send);
+      if (s) jc_ll_store(sl, (h & 0xffffffffull) | sflag, (h >> 32) | sflag);
+      continue;
+    }
+    jc_u64 base = (L - 1) * JC_LL_ELEMS;
 #pragma unroll
     for (jc_u64 k = 0; k < JC_LL_ELEMS; k++) {
       if (base + k >= n) break;
@@ -59,14 +75,14 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
       if (dst) dst[base + k] = v;
       out.v[k] = v;
     }
-    if (s) jc_ll_store(sl + 2 * l, (out.u & 0xffffffffull) | sflag, (out.u >> 32) | sflag);
+    if (s) jc_ll_store(sl + 2 * L, (out.u & 0xffffffffull) | sflag, (out.u >> 32) | sflag);
   }
   jc_barrier();
   e = jc_line_err;
   if (e) return e;
   if (jc_tid() == 0) {
     if (r) jc_store_release(r->head, ++r->step);
-    if (s) jc_post_step(s, JC_PROTO, nlines * 16);
+    if (s) jc_post_step(x, s, JC_PROTO, (nlines + 1) * 16);
   }
   jc_barrier();
   return JC_OK;

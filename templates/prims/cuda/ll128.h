@@ -1,5 +1,5 @@
 /* LL128 protocol, CUDA: the host's line (prims/host/ll128.h) — 128-byte lines of 15 data
-   words and a flag word (= step + 1), 120 data bytes per line — but with the flag last,
+   words and a flag word (step + 1 and the call's tag), 120 data bytes per line — but with the flag last,
    as a warp writes the line whole; eight threads a line, each moving 16 bytes of it (the
    eighth: the last data word and the flag), so that a warp reads and writes four whole
    lines at once (coalesced). JC_LL128_UNROLL lines per thread are in flight. A line's
@@ -30,7 +30,10 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   }
   jc_u64* rl = r ? (jc_u64*)jc_slot(r, JC_PROTO) : 0;
   jc_u64* sl = s ? (jc_u64*)jc_slot(s, JC_PROTO) : 0;
-  jc_u64 rflag = r ? r->step + 1 : 0, sflag = s ? s->step + 1 : 0;
+  /* Flags carry the call's tag above the step, as on the host (prims/host/ll128.h). */
+  jc_u64 rflag = r ? (r->step + 1) | x->tag_recv << JC_LL128_TAG_SHIFT : 0;
+  jc_u64 sflag = s ? (s->step + 1) | x->tag_send << JC_LL128_TAG_SHIFT : 0;
+  const jc_u64 step_mask = (1ull << JC_LL128_TAG_SHIFT) - 1;
   jc_barrier();
   int e = jc_wait_err;
   if (e) return e;
@@ -51,8 +54,11 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
         jc_u64* flag = rl + 16 * l + JC_LL128_FLAG;
         jc_u64 spins = 0;
         int failed = JC_OK;
-        while (jc_load_acquire(flag) != rflag) {
+        jc_u64 f;
+        while ((f = jc_load_acquire(flag)) != rflag) {
           if (jc_line_err) break;
+          /* this step's line from a call that differs */
+          if ((f & step_mask) == (rflag & step_mask)) { jc_line_err = jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA); break; }
           /* still short after a failed check */
           if (failed) { jc_line_err = jc_fail(x, failed, r->peer, JC_WAIT_DATA); break; }
           failed = jc_check(x, ++spins, r->peer);
@@ -102,7 +108,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   if (e) return e;
   if (jc_tid() == 0) {
     if (r) jc_store_release(r->head, ++r->step);
-    if (s) jc_post_step(s, JC_PROTO, nlines * 128);
+    if (s) jc_post_step(x, s, JC_PROTO, nlines * 128);
   }
   jc_barrier();
   return JC_OK;

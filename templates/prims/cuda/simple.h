@@ -41,6 +41,10 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   if (jc_tid() == 0) {
     int e = s ? jc_wait_space(x, s) : JC_OK;
     if (!e && r) e = jc_wait_ge(x, r->tail, r->step + 1, r->peer, JC_WAIT_DATA);
+    /* The sender's size word, written before its tail: another size or tag means its call
+       differs (prims/host/simple.h). */
+    if (!e && r && jc_load_relaxed(&r->sizes[r->step % JC_STEPS]) != jc_size_word(JC_PROTO, n * sizeof(T), x->tag_recv))
+      e = jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA);
     jc_wait_err = e;
   }
   /* Volatile for the same reason as jc_load16_volatile. */
@@ -86,7 +90,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
        thread's) and the step's size before both counters, which are then plain stores (a
        release store each would fence again); peers on this GPU need only GPU scope. On an
        H200, 8-byte ring AllReduce went 22-25 -> 21 us at 2 ranks, 73 -> 60 us at 8. */
-    if (s) jc_post_size(s, JC_PROTO, n * sizeof(T));
+    if (s) jc_post_size(x, s, JC_PROTO, n * sizeof(T));
     if ((r && !r->same_gpu) || (s && !s->same_gpu)) __threadfence_system();
     else __threadfence();
     if (r) jc_store_relaxed(r->head, ++r->step);

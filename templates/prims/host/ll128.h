@@ -1,4 +1,6 @@
-/* LL128 protocol, host: 128-byte lines of 15 data words and a flag word (= step + 1). The
+/* LL128 protocol, host: 128-byte lines of 15 data words and a flag word (step + 1, with
+   the sending call's tag above it: JC_LL128_TAG_SHIFT; a line of this step with another
+   tag fails the call, as ranks that call differently must not pair their steps). The
    flag is word 7, the last of the line's first 64-byte cache line, so that a step of up to
    56 bytes is one cache line handed over, not two in sequence (with the flag last, an 8-byte
    AllReduce at 2 ranks lost 16-39% in the VM's slower cross-CPU phases). The data are plain
@@ -36,14 +38,18 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   if (s) JC_CHECK(jc_wait_space(x, s));
   jc_u64* rl = r ? (jc_u64*)jc_slot(r, JC_PROTO) : 0;
   jc_u64* sl = s ? (jc_u64*)jc_slot(s, JC_PROTO) : 0;
-  jc_u64 rflag = r ? r->step + 1 : 0, sflag = s ? s->step + 1 : 0;
+  jc_u64 rflag = r ? (r->step + 1) | x->tag_recv << JC_LL128_TAG_SHIFT : 0;
+  jc_u64 sflag = s ? (s->step + 1) | x->tag_send << JC_LL128_TAG_SHIFT : 0;
+  const jc_u64 step_mask = (1ull << JC_LL128_TAG_SHIFT) - 1;
   jc_u64 nlines = (n + JC_LL128_ELEMS - 1) / JC_LL128_ELEMS;
   for (jc_u64 l = 0; l < nlines; l++) {
     jc_u64* in = r ? rl + 16 * l : 0;
     if (r) {
       jc_u64 spins = 0;
       int e = JC_OK;
-      while (jc_load_acquire(in + JC_LL128_FLAG) != rflag) {
+      jc_u64 f;
+      while ((f = jc_load_acquire(in + JC_LL128_FLAG)) != rflag) {
+        if ((f & step_mask) == (rflag & step_mask)) return jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA);
         if (e) return jc_fail(x, e, r->peer, JC_WAIT_DATA); /* still short after a failed check */
         e = jc_check(x, ++spins, r->peer);
         if (!e) jc_relax(spins, x->args->spin);
@@ -60,6 +66,6 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
     if (s) jc_store_release(out + JC_LL128_FLAG, sflag);
   }
   if (r) jc_store_release(r->head, ++r->step);
-  if (s) jc_post_step(s, JC_PROTO, nlines * 128);
+  if (s) jc_post_step(x, s, JC_PROTO, nlines * 128);
   return JC_OK;
 }

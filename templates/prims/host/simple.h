@@ -17,9 +17,9 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   if (s) JC_CHECK(jc_wait_space(x, s));
   if (r) {
     JC_CHECK(jc_wait_ge(x, r->tail, r->step + 1, r->peer, JC_WAIT_DATA));
-    /* The sender's size of this step, written before its tail: another size means its
-       call differs (count or type), and pairing the steps would give a wrong result. */
-    if (r->sizes[r->step % JC_STEPS] != (n * sizeof(T) | ((jc_u64)JC_PROTO << 56)))
+    /* The sender's size word of this step, written before its tail: another size or tag
+       means its call differs, and pairing the steps would give a wrong result. */
+    if (jc_load_relaxed(&r->sizes[r->step % JC_STEPS]) != jc_size_word(JC_PROTO, n * sizeof(T), x->tag_recv))
       return jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA);
   }
   const T* in = r ? (const T*)jc_slot(r, JC_PROTO) : 0;
@@ -57,6 +57,6 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   }
   if (stream || dstream) jc_stream_fence();
   if (r) jc_store_release(r->head, ++r->step);
-  if (s) jc_post_step(s, JC_PROTO, n * sizeof(T));
+  if (s) jc_post_step(x, s, JC_PROTO, n * sizeof(T));
   return JC_OK;
 }

@@ -10,6 +10,8 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
+use jitccl_codegen::abi::{SIZE_BYTES_MASK, SIZE_PROTO_SHIFT};
+
 const MAGIC: u64 = 0x3254_454e_4c43_434a; // "JCCLNET2"
 /// Frame header: step, size word.
 pub(super) const FRAME_HEADER: usize = 16;
@@ -18,7 +20,6 @@ pub(super) const FRAME_HEADER: usize = 16;
 pub(super) const FAULT_STEP: u64 = u64::MAX;
 /// Credit: the receiving kernel's head.
 pub(super) const CREDIT: usize = 8;
-const SIZE_MASK: u64 = (1 << 56) - 1;
 
 /// The first bytes on every socket of a connector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +73,7 @@ pub(super) fn parse_frame_header(b: &[u8]) -> (u64, u64) {
 
 /// (protocol, bytes) of a FIFO size word.
 pub(super) fn split_size_word(word: u64) -> (usize, usize) {
-    ((word >> 56) as usize, (word & SIZE_MASK) as usize)
+    ((word >> SIZE_PROTO_SHIFT) as usize, (word & SIZE_BYTES_MASK) as usize)
 }
 
 /// One non-blocking socket of a connector, with its readiness as the proxy's poller last
