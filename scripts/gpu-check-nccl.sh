@@ -55,7 +55,7 @@ nccl_side() {
   local nccl
   nccl=$(nccl230) || { echo "no NCCL 2.30 carried (scripts/gpu-extras.sh): torch+NCCL runs PyTorch's own NCCL"; nccl=; }
   timeout 300 python3 "$out/gpu/nccl_side.py" --jitccl "$out/jitccl" --libnccl "$out/libnccl.so.2" \
-    ${nccl:+--nccl "$nccl"} --out "${OUT:-$(extras_dir)}" --ranks 2,4 --rounds 3 --deadline 240
+    ${nccl:+--nccl "$nccl"} --out "${OUT:-$(extras_dir)}" --ranks 2,4 --rounds 3 --budget 0.05 --deadline 240
 }
 
 stage_nccl_side() {
