@@ -141,7 +141,8 @@ class Rank:
         self.check(coll, per_rank)
         # Zeros: sums of them stay finite however many calls run in place.
         bufs = self.buffers(coll, per_rank, lambda c: 0.0)
-        first = self.agreed(self.timed(coll, bufs, 1))  # also the warm-up
+        self.timed(coll, bufs, 1)  # a warm-up: connections, kernels built or loaded
+        first = self.agreed(self.timed(coll, bufs, 1))
         calls = int(max(1, min(self.args.max_calls, self.args.budget * 1e6 / max(first, 1.0))))
         samples = [self.mean(self.timed(coll, bufs, calls)) for _ in range(self.args.reps)]
         us = statistics.median(samples)
