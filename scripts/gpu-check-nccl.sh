@@ -8,7 +8,8 @@
 # (NCCL 2.30.7 cut to sm_90, MPICH), where it was run.
 build_nccl_side() {
   mkdir -p "$out/gpu"
-  cp benches/gpu/nccl_side.py benches/gpu/torch_side.py benches/gpu/nccl_tests_table.py "$out/gpu/"
+  cp benches/gpu/nccl_side.py benches/gpu/torch_side.py benches/gpu/threads_side.cu benches/gpu/nccl_tests_table.py \
+    "$out/gpu/"
   cp -r benches/gpu/third_party/nccl-tests benches/gpu/nccl-tests-api scripts/gpu-check-nccl.sh "$out/"
   if [ -d target/gpu-extras ]; then
     cp -r target/gpu-extras "$out/extras"
@@ -48,14 +49,19 @@ mpich() {
 }
 
 # benches/gpu/nccl_side.py: AllReduce, AllGather and ReduceScatter at 16 B - 256 MiB, 2 and 4
-# ranks on GPU 0, through jitccl perf, PyTorch on jitccl's libnccl.so.2 and PyTorch on NCCL
-# (2.30 where it was carried, else PyTorch's own), and the device's copy rate, in
-# interleaved rounds; the table goes to $OUT/nccl-side.txt, every sample to nccl-side.json.
+# ranks on GPU 0, through jitccl perf, NCCL's ranks in one process (threads_side.cu, built
+# here with nvcc), PyTorch on jitccl's libnccl.so.2 and PyTorch on NCCL (2.30 where it was
+# carried, else PyTorch's own), and the device's copy rate, in interleaved rounds; the table
+# goes to $OUT/nccl-side.txt, every sample to nccl-side.json.
 nccl_side() {
-  local nccl
+  local nccl threads
   nccl=$(nccl230) || { echo "no NCCL 2.30 carried (scripts/gpu-extras.sh): torch+NCCL runs PyTorch's own NCCL"; nccl=; }
+  threads="$(extras_dir)/threads_side"
+  nvcc -O2 -arch=native -I"$out/capi" "$out/gpu/threads_side.cu" -L"$out" -l:libnccl.so.2 -o "$threads" ||
+    { echo "threads_side.cu did not build: no threads+NCCL rows"; threads=; }
   timeout 300 python3 "$out/gpu/nccl_side.py" --jitccl "$out/jitccl" --libnccl "$out/libnccl.so.2" \
-    ${nccl:+--nccl "$nccl"} --out "${OUT:-$(extras_dir)}" --ranks 2,4 --rounds 3 --budget 0.05 --deadline 240
+    ${nccl:+--nccl "$nccl"} ${threads:+--threads "$threads"} --out "${OUT:-$(extras_dir)}" \
+    --ranks 2,4 --rounds 3 --budget 0.05 --deadline 240
 }
 
 stage_nccl_side() {

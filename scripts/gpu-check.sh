@@ -26,9 +26,9 @@
 # against libnccl.so.2, PyTorch's backend "nccl" with it preloaded, and jitccl's own
 # backend "jitccl" on CUDA tensors), and last jitccl beside NVIDIA's NCCL: `nccl_side`
 # (benches/gpu/nccl_side.py: AllReduce, AllGather, ReduceScatter at 16 B - 256 MiB, 2 and 4
-# ranks on GPU 0, through `jitccl perf`, PyTorch on jitccl's libnccl.so.2 and PyTorch on NCCL,
-# beside the device's copy rate, in interleaved rounds; tables to $OUT/nccl-side.txt and
-# .json) and `nccl_tests` (NVIDIA's nccl-tests, benches/gpu/third_party, built there with nvcc
+# ranks on GPU 0, through `jitccl perf` beside NCCL's ranks in one process, and PyTorch on
+# jitccl's libnccl.so.2 beside PyTorch on NCCL, with the device's copy rate, in interleaved
+# rounds; tables to $OUT/nccl-side.txt and .json) and `nccl_tests` (NVIDIA's nccl-tests, benches/gpu/third_party, built there with nvcc
 # against jitccl's nccl.h and libnccl.so.2, 1, 2 and 4 ranks on GPU 0 beside NCCL's own run;
 # table and logs to $OUT/nccl-tests.txt). Those two use what scripts/gpu-extras.sh fetched
 # here, if it was run before `build` (target/gpu-extras, carried in target/gpu-check/extras):

@@ -1,9 +1,12 @@
 """jitccl beside NVIDIA's NCCL on one GPU, in one run (scripts/gpu-check.sh, stage nccl_side):
 AllReduce, AllGather and ReduceScatter (float32 SUM, out of place for perf, in place for
-torch's AllReduce) at 16 B ... 256 MiB by 8x, 2 and 4 ranks on GPU 0, timed four ways:
+torch's AllReduce) at 16 B ... 256 MiB by 8x, 2 and 4 ranks on GPU 0, timed five ways:
 
   perf          `jitccl perf COLL --target cuda -N n -g n`: jitccl's ranks as threads of one
                 process (results checked against the reference in the first round);
+  threads+NCCL  benches/gpu/threads_side.cu (--threads, built by the stage) on NCCL 2.30
+                (--nccl): NCCL's ranks as one process's communicators on GPU 0, the layout
+                of perf (results checked against the reference in the first round);
   torch+jitccl  benches/gpu/torch_side.py, one process a rank, backend "nccl" with jitccl's
                 libnccl.so.2 preloaded (its INFO log must show that it served the ranks);
   torch+NCCL    the same script with NVIDIA's NCCL: a 2.30 library given with --nccl (carried
@@ -16,7 +19,7 @@ torch's AllReduce) at 16 B ... 256 MiB by 8x, 2 and 4 ranks on GPU 0, timed four
 The variants take turns: each round runs every one once per rank count, in a rotating order,
 and a cell is the median over the rounds (its spread, half the range over the median, in
 the JSON). Without MPS the GPU time-slices the torch processes, while perf's ranks share one
-process: perf and torch rows are different layouts; torch+jitccl and torch+NCCL are the same.
+process: perf and threads+NCCL are one layout, torch+jitccl and torch+NCCL another.
 
 --device cpu runs the same logic without a GPU: perf on the host target, the torch side with
 backend gloo (the peer) and jitccl's own backend "jitccl" (python/), the copy rate of host
@@ -37,7 +40,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLS = ("all_reduce", "all_gather", "reduce_scatter")
-VARIANTS = ("perf", "torch+jitccl", "torch+NCCL")
+VARIANTS = ("perf", "threads+NCCL", "torch+jitccl", "torch+NCCL")
 
 COPY_RATE = r"""
 import json, statistics, sys, time, torch
@@ -67,6 +70,7 @@ def parse():
     p.add_argument("--jitccl", required=True, help="the jitccl binary (perf, launch)")
     p.add_argument("--libnccl", required=True, help="jitccl's libnccl.so.2")
     p.add_argument("--nccl", default="", help="NVIDIA's libnccl.so.2 2.30+ to preload (else PyTorch's own)")
+    p.add_argument("--threads", default="", help="threads_side, built (threads+NCCL runs with --nccl only)")
     p.add_argument("--out", required=True)
     p.add_argument("--ranks", default="2,4")
     p.add_argument("--rounds", type=int, default=3)
@@ -107,6 +111,11 @@ def run(cmd, env=None, timeout=120):
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def nccl_served(out):
+    """Whether NVIDIA's NCCL ran (NCCL_DEBUG=VERSION: it prints its version) and jitccl did not."""
+    return "NCCL version 2." in out and "init_rank:" not in out
 
 
 class Side:
@@ -169,6 +178,35 @@ class Side:
                 if size in rows:
                     self.samples.setdefault(("perf", n, coll, size), []).append(rows[size][:2])
 
+    def threads(self, n, first):
+        """NCCL's ranks in one process (threads_side), on the library given with --nccl."""
+        key = ("threads+NCCL", n)
+        if not (self.a.threads and self.a.nccl):
+            self.notes[key] = "not run: needs --threads and --nccl (NCCL 2.30)"
+            self.done.add(key)
+            return
+        env = dict(os.environ, NCCL_MULTI_RANK_GPU_ENABLE="1", NCCL_DEBUG="VERSION")
+        if n > 2:
+            # One process's ranks run their kernels side by side; NCCL's guide expects 2 a GPU
+            # to fit with its defaults and advises NCCL_MAX_CTAS beyond (16: jitccl's channels).
+            env["NCCL_MAX_CTAS"] = "16"
+        env["LD_LIBRARY_PATH"] = os.path.dirname(self.a.nccl) + ":" + os.environ.get("LD_LIBRARY_PATH", "")
+        if not self.cuda:
+            env["JITCCL_DEVICE"] = "host"
+        cmd = [self.a.threads, str(n), str(self.sizes[0]), str(self.sizes[-1]), str(self.a.iters),
+               "1" if first else "0"]
+        rc, out = run(cmd, env=env, timeout=self.left(90))
+        if self.cuda and not nccl_served(out):
+            rc = rc or 1  # rows from another library than NCCL's would be mislabelled
+        rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] and ln.split()[0] in COLLS]
+        if rc != 0:
+            # NVIDIA's library failing in this layout is a finding, not a failure of jitccl.
+            self.notes[key] = f"exit code {rc}: " + (out.strip().splitlines() or ["no output"])[-1][:200]
+            self.done.add(key)
+            return self.log(f"threads+NCCL {n} ranks: exit code {rc}\n" + "\n".join(out.strip().splitlines()[-25:]))
+        for coll, size, us, busbw in rows:
+            self.samples.setdefault(key[:1] + (n, coll, int(size)), []).append((float(us), float(busbw)))
+
     def torch(self, variant, n):
         out_file = os.path.join(self.tmp, f"{variant}-{n}.jsonl")
         if os.path.exists(out_file):
@@ -222,7 +260,7 @@ class Side:
             return self.fail(f"{variant} {n} ranks: {why}", out)
         if self.cuda and variant == "torch+jitccl" and f"init_rank: rank {n - 1} of {n}" not in out:
             return self.fail(f"{variant} {n} ranks: jitccl's log shows no init_rank: was it preloaded?", out)
-        if self.cuda and variant == "torch+NCCL" and "NCCL version" not in out:
+        if self.cuda and variant == "torch+NCCL" and not nccl_served(out):
             return self.fail(f"{variant} {n} ranks: NCCL printed no version: did NCCL serve the calls?", out)
 
     def sweep(self):
@@ -233,7 +271,7 @@ class Side:
                 return ranks
             self.copy_rate()
             for n in ranks:
-                order = VARIANTS[rnd % 3:] + VARIANTS[:rnd % 3]
+                order = VARIANTS[rnd % len(VARIANTS):] + VARIANTS[:rnd % len(VARIANTS)]
                 for v in order:
                     if self.past_deadline():
                         self.notes[("all", 0)] = f"the deadline ({self.a.deadline} s) ended round {rnd + 1}"
@@ -241,6 +279,8 @@ class Side:
                     self.log(f"round {rnd + 1}/{self.a.rounds}, {n} ranks: {v}")
                     if v == "perf":
                         self.perf(n, rnd == 0)
+                    elif v == "threads+NCCL":
+                        self.threads(n, rnd == 0)
                     elif (v, n) not in self.done:
                         self.torch(v, n)
         return ranks
@@ -254,30 +294,36 @@ class Side:
                  f"{self.info.get('gpu', '?')}, torch {self.info.get('torch', '?')}, {peer_lib}",
                  f"# copy rate (256 MiB {'device-to-device' if self.cuda else 'in host memory'}, bytes copied): "
                  f"{copy:.1f} GB/s (rounds: {', '.join(f'{c:.1f}' for c in self.copy)})",
-                 "# perf: jitccl's ranks as threads of one process; torch+*: one process a rank "
-                 "(time-sliced without MPS); ratio: torch+jitccl's busbw over torch+" + peer + "'s"]
+                 "# one process, ranks on its streams: perf (jitccl), thr+NCCL (threads_side on NCCL); one process "
+                 "a rank (time-sliced without MPS): t+jitccl, t+" + peer + " (PyTorch)",
+                 "# ratio: busbw of perf over thr+NCCL, of t+jitccl over t+" + peer +
+                 "; thr+NCCL at more than 2 ranks with NCCL_MAX_CTAS=16"]
         if not self.cuda:
-            lines.append("# --device cpu: torch+jitccl is jitccl's own backend \"jitccl\"")
-        head = f"{'':<14} {'':>5} {'':>10} | {'time (us)':^26} | {'busbw (GB/s)':^26} | {'':>6} | {'% of copy rate':^17}"
-        cols = f"{'coll':<14} {'ranks':>5} {'size (B)':>10} | {'perf':>8} {'jitccl':>8} {peer:>8} | " \
-               f"{'perf':>8} {'jitccl':>8} {peer:>8} | {'ratio':>6} | {'perf':>8} {'jitccl':>8}"
+            lines.append("# --device cpu: t+jitccl is jitccl's own backend \"jitccl\"; thr+NCCL runs on the library "
+                         "given with --nccl (cpu-check.sh: jitccl's, on its host target)")
+        names = ("perf", "thr+NCCL", "t+jitccl", "t+" + peer)
+        w = 9 * len(names) - 1
+        head = f"{'':<14} {'':>5} {'':>10} | {'time (us)':^{w}} | {'busbw (GB/s)':^{w}} | {'ratio':^13} | " \
+               f"{'% of copy':^17}"
+        cols = f"{'coll':<14} {'ranks':>5} {'size (B)':>10} | {' '.join(f'{x:>8}' for x in names)} | " \
+               f"{' '.join(f'{x:>8}' for x in names)} | {'perf':>6} {'torch':>6} | {'perf':>8} {'t+jitccl':>8}"
         lines += [head, cols, "-" * len(cols)]
 
         def med(key, i):
             s = self.samples.get(key)
             return statistics.median(x[i] for x in s) if s else None
 
-        def cell(x, fmt="{:.2f}"):
-            return f"{fmt.format(x) if x is not None else '-':>8}"
+        def cell(x, fmt="{:.2f}", w=8):
+            return f"{fmt.format(x) if x is not None else '-':>{w}}"
 
         for coll in COLLS:
             for n in ranks:
                 for size in self.sizes:
                     us = [med((v, n, coll, size), 0) for v in VARIANTS]
-                    p, j, q = (med((v, n, coll, size), 1) for v in VARIANTS)
-                    ratio = j / q if j and q else None
-                    lines.append(f"{coll:<14} {n:>5} {size:>10} | {' '.join(cell(t, '{:.1f}') for t in us)} | "
-                                 f"{cell(p)} {cell(j)} {cell(q)} | {cell(ratio)[2:]} | "
+                    p, t, j, q = (med((v, n, coll, size), 1) for v in VARIANTS)
+                    lines.append(f"{coll:<14} {n:>5} {size:>10} | {' '.join(cell(x, '{:.1f}') for x in us)} | "
+                                 f"{cell(p)} {cell(t)} {cell(j)} {cell(q)} | "
+                                 f"{cell(p / t if p and t else None, w=6)} {cell(j / q if j and q else None, w=6)} | "
                                  f"{cell(p and 100 * p / copy, '{:.1f}%')} {cell(j and 100 * j / copy, '{:.1f}%')}")
         for (v, n), why in sorted(self.notes.items()):
             lines.append(f"# {v}, {n} ranks: {why}")
