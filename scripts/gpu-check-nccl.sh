@@ -147,17 +147,19 @@ nccl_tests() {
     done
   done
   # Without MPI, ranks of one process are its threads (-t) or GPUs (-g), and rank i takes
-  # GPU NCCL_TESTS_DEVICE + i: with one GPU, more than one rank asks for a GPU 1.
-  echo "-- one process, -g 2 and -t 2 (expected to fail on one GPU: ranks take GPUs 0 and 1)"
-  local probe one=()
+  # GPU NCCL_TESTS_DEVICE + i: with one GPU, more than one rank asks for a GPU 1. Shown, not
+  # counted: a second rank in one process, and whether CUDA lists GPU 0 twice when told to.
+  echo "-- one process, two ranks (rank 1 asks for GPU 1)"
+  local probe vars one=()
   [ -z "$NT_MPI" ] || one=("$NT_MPI/bin/mpiexec" -np 1)
-  for probe in "-g 2" "-t 2 -g 1"; do
-    # shellcheck disable=SC2086 # the flags are words
-    if LD_LIBRARY_PATH="$out:$(nccl_tests_libs)" NCCL_TESTS_DEVICE=0 timeout 60 "${one[@]}" \
-      "$NT_HOME/build/all_reduce_perf" -b 8 -e 8 $probe >"$dir/probe.txt" 2>&1; then
-      echo "$probe: ran (unexpected on one GPU)"
+  for probe in "-g 2" "-t 2 -g 1" "CUDA_VISIBLE_DEVICES=0,0 -g 2"; do
+    vars=${probe%%-*}
+    # shellcheck disable=SC2086 # the variables and flags are words
+    if env LD_LIBRARY_PATH="$out:$(nccl_tests_libs)" NCCL_TESTS_DEVICE=0 $vars timeout 60 "${one[@]}" \
+      "$NT_HOME/build/all_reduce_perf" -b 8 -e 8 -${probe#*-} >"$dir/probe.txt" 2>&1; then
+      echo "$probe: ran: $(grep -m1 'Out of bounds' "$dir/probe.txt")"
     else
-      echo "$probe: $(grep -m1 -i 'error\|invalid\|fail' "$dir/probe.txt")"
+      echo "$probe: failed: $(grep -m1 -i 'error\|invalid\|fail' "$dir/probe.txt")"
     fi
   done
   python3 "$out/gpu/nccl_tests_table.py" "$dir" | tee "${OUT:-$dir}/nccl-tests.txt"

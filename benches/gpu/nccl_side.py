@@ -129,6 +129,7 @@ class Side:
         self.samples, self.notes, self.copy, self.failures, self.done = {}, {}, [], [], set()
         self.info = {}
         self.start = time.monotonic()
+        self.rounds = 0  # rounds begun
 
     def left(self, want):
         """Seconds a command may run: `want`, within the deadline."""
@@ -270,6 +271,7 @@ class Side:
                 self.notes[("all", 0)] = f"the deadline ({self.a.deadline} s) ended the sweep before round {rnd + 1}"
                 return ranks
             self.copy_rate()
+            self.rounds = rnd + 1
             for n in ranks:
                 order = VARIANTS[rnd % len(VARIANTS):] + VARIANTS[:rnd % len(VARIANTS)]
                 for v in order:
@@ -290,7 +292,7 @@ class Side:
         peer = "NCCL" if self.cuda else "gloo"
         peer_lib = f"PyTorch's own NCCL {self.info.get('nccl')}, torch+NCCL ran NCCL " \
             f"{self.info.get('torch+NCCL version', '-')}" if self.cuda else "the peer: gloo"
-        lines = [f"# jitccl beside {peer}: median of {self.a.rounds} interleaved rounds; "
+        lines = [f"# jitccl beside {peer}: median of the rounds, {self.rounds} of {self.a.rounds} begun, interleaved; "
                  f"{self.info.get('gpu', '?')}, torch {self.info.get('torch', '?')}, {peer_lib}",
                  f"# copy rate (256 MiB {'device-to-device' if self.cuda else 'in host memory'}, bytes copied): "
                  f"{copy:.1f} GB/s (rounds: {', '.join(f'{c:.1f}' for c in self.copy)})",
