@@ -179,8 +179,8 @@ def main():
             for coll in args.colls.split(","):
                 r.measure(coll, size)
     except (RuntimeError, dist.DistBackendError) as e:
-        # NCCL refusing the layout (or any backend failing) is a row of the table, not a
-        # crash of the stage; the message says which.
+        # Written as a row naming the error: the driver counts NCCL refusing the layout as a
+        # finding, and jitccl failing as a failure (the exit code says the rank failed).
         msg = str(e).strip().splitlines()
         r.write(refused=f"{args.backend} {version}: {msg[0] if msg else type(e).__name__}")
         print(f"rank {rank}: {args.backend} failed: {e}", file=sys.stderr, flush=True)
