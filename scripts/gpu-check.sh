@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one command that proves the CUDA target on a GPU machine, in two halves:
 #
+#   bash scripts/gpu-extras.sh        # here, optional (PyPI): NCCL 2.30 and MPICH for the
+#                                     # last two stages, into target/gpu-extras (41 MiB)
 #   bash scripts/gpu-check.sh build   # here (Rust, no GPU): release binaries, stripped, into
-#                                     # target/gpu-check/ (ignored; well under 64 MiB)
+#                                     # target/gpu-check/ (ignored; under 64 MiB, checked)
 #   bash scripts/gpu-check.sh run [STAGE...]
 #                                     # there (a GPU, the CUDA driver and NVRTC 12 or 13; no
 #                                     # Rust, no network): runs from target/gpu-check/ only
@@ -22,7 +24,17 @@
 # timeout and abort tests, a short `jitccl perf` sweep, the cost model's points and a quick
 # `jitccl tune` to 128 MiB on the GPU, then the C API (a CUDA C program built with nvcc
 # against libnccl.so.2, PyTorch's backend "nccl" with it preloaded, and jitccl's own
-# backend "jitccl" on CUDA tensors); it ends with
+# backend "jitccl" on CUDA tensors), and last jitccl beside NVIDIA's NCCL: `nccl_side`
+# (benches/gpu/nccl_side.py: AllReduce, AllGather, ReduceScatter at 16 B - 256 MiB, 2 and 4
+# ranks on GPU 0, through `jitccl perf` beside NCCL's ranks in one process, and PyTorch on
+# jitccl's libnccl.so.2 beside PyTorch on NCCL, with the device's copy rate, in interleaved
+# rounds; tables to $OUT/nccl-side.txt and .json) and `nccl_tests` (NVIDIA's nccl-tests, benches/gpu/third_party, built there with nvcc
+# against jitccl's nccl.h and libnccl.so.2, 1, 2 and 4 ranks on GPU 0 beside NCCL's own run;
+# table and logs to $OUT/nccl-tests.txt). Those two use what scripts/gpu-extras.sh fetched
+# here, if it was run before `build` (target/gpu-extras, carried in target/gpu-check/extras):
+# NCCL 2.30.7's libnccl.so.2 cut to sm_90 (PyTorch 2.11 bundles NCCL 2.28.9, which cannot put
+# several ranks on one GPU) and MPICH (nccl-tests starts several rank processes only under
+# MPI); without them the NCCL rows say why they are missing. It ends with
 # `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
 # machine's NVRTC into a fresh cache.
 set -uo pipefail
@@ -53,6 +65,7 @@ build() {
   strip "$out/jitccl" "$out/cuda-tests" "$out/libnccl.so.2" 2>/dev/null ||
     echo "gpu-check build: strip not found; binaries kept whole"
   cp scripts/gpu-check.sh "$out/"
+  build_nccl_side
   git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
   local kib
   kib=$(du -sk "$out" | cut -f1)
@@ -315,8 +328,14 @@ stage_launch_perf() {
   step "perf: AllReduce 8 B and 128 MiB, 2 ranks, queued / blocking / CUDA graph, async and sync launches" launch_perf
 }
 
+# The stages that set jitccl beside NVIDIA's NCCL (nccl_side, nccl_tests), with what `build`
+# carries for them (build_nccl_side).
+# shellcheck source=scripts/gpu-check-nccl.sh
+source "$root/scripts/gpu-check-nccl.sh"
+
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query topo errors launches launch_perf sweep staged init_rank ipc net failures perf points tune capi torch)
+STAGES=(query topo errors launches launch_perf sweep staged init_rank ipc net failures perf points tune capi torch
+  nccl_side nccl_tests)
 
 run() {
   local stages=("$@") st
