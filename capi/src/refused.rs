@@ -1,5 +1,5 @@
 //! What jitccl does not have: growing a communicator, suspend/resume and memory stats, the
-//! one-sided calls and the parameter API. Each returns `ncclInvalidUsage` with a last-error
+//! device API's host calls, the one-sided calls and the parameter API. Each returns `ncclInvalidUsage` with a last-error
 //! text naming the function; none claims success.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -30,6 +30,14 @@ refused! {
     ncclCommSuspend / pncclCommSuspend(comm: *mut c_void, flags: c_int);
     ncclCommResume / pncclCommResume(comm: *mut c_void);
     ncclCommMemStats / pncclCommMemStats(comm: *mut c_void, stat: c_int, value: *mut u64);
+    // The device API's host calls (nccl_device/core.h): PyTorch 2.11's libtorch_cuda links
+    // the first two, so a libnccl.so.2 without them cannot be preloaded under it.
+    ncclDevCommCreate / pncclDevCommCreate(comm: *mut c_void, reqs: *const c_void, out: *mut c_void);
+    ncclDevCommDestroy / pncclDevCommDestroy(comm: *mut c_void, dev_comm: *const c_void);
+    ncclCommQueryProperties / pncclCommQueryProperties(comm: *mut c_void, props: *mut c_void);
+    ncclGetLsaDevicePointer / pncclGetLsaDevicePointer(win: *mut c_void, offset: usize, lsa_rank: c_int, out: *mut c_void);
+    ncclGetPeerDevicePointer / pncclGetPeerDevicePointer(win: *mut c_void, offset: usize, peer: c_int, out: *mut c_void);
+    ncclGetLsaMultimemDevicePointer / pncclGetLsaMultimemDevicePointer(win: *mut c_void, offset: usize, out: *mut c_void);
     ncclPutSignal / pncclPutSignal(
         buff: *const c_void, count: usize, dt: c_int, peer: c_int, win: *mut c_void, offset: usize, sig: c_int,
         ctx: c_int, flags: c_uint, comm: *mut c_void, stream: *mut c_void,
