@@ -53,11 +53,17 @@ struct Part {
 }
 
 impl Part {
-    fn encode(&self) -> [u8; DESC] {
+    /// Its wire form, from a rank on `device`.
+    fn encode(&self, device: &Device) -> [u8; DESC] {
         let mut b = [0u8; DESC];
         let arena = self.arena_base.unwrap_or(0) as u64;
         let ipc = self.ipc.is_some() as u64;
-        let words = [std::process::id() as u64, host_id(), self.id, self.ptr as u64, self.bytes as u64, arena, ipc];
+        let gpu = match device {
+            Device::Cuda { ordinal } => *ordinal as u64 + 1,
+            Device::Host { .. } => 0,
+        };
+        let words =
+            [std::process::id() as u64, host_id(), self.id, self.ptr as u64, self.bytes as u64, arena, ipc, gpu];
         for (i, w) in words.iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
@@ -79,6 +85,8 @@ struct Peer {
     arena_base: usize,
     /// The CUDA IPC handle of its device allocation, in its wire form (empty: none).
     ipc: String,
+    /// Its GPU's ordinal + 1 (0: the host).
+    gpu: u64,
 }
 
 fn decode(b: &[u8]) -> Peer {
@@ -96,6 +104,7 @@ fn decode(b: &[u8]) -> Peer {
         arena_base: w(5) as usize,
         segment,
         ipc,
+        gpu: w(7),
     }
 }
 
@@ -270,7 +279,7 @@ impl Comm {
     /// the same error on every rank. `own`: this rank's segment, unlinked once all mapped it.
     fn share(&self, what: &str, part: Part, own: Option<&ShmSegment>) -> Result<Region> {
         let (rank, n) = (self.rank(), self.nranks());
-        let parts = self.all_gather_bytes(&part.encode(), DESC)?;
+        let parts = self.all_gather_bytes(&part.encode(self.device()), DESC)?;
         let peers: Vec<Peer> = parts.chunks(DESC).map(decode).collect();
         let arena = self.inner(what)?.enq.sym.arena().cloned();
         let mapped = map_peers(what, rank, &part, &peers, arena, self.device());
@@ -304,6 +313,27 @@ impl Comm {
         stream.synchronize()?;
         Ok(recv.to_vec())
     }
+}
+
+/// Lets this rank's kernels (on `device`) reach peer `q`'s part `p` on another GPU of this
+/// process: through peer access, which reaches plain device allocations (`alloc_symmetric`'s),
+/// not the stream-ordered pool's that a registered buffer may be; or says why not.
+fn reach_gpu(what: &str, rank: usize, q: usize, p: &Peer, device: &Device) -> Result<()> {
+    let peer = match p.gpu.checked_sub(1) {
+        Some(ordinal) => Device::Cuda { ordinal: ordinal as usize }.gpu()?,
+        None => None,
+    };
+    let (Some(gpu), Some(peer)) = (device.gpu()?, peer) else {
+        return Err(Error::Internal(format!("{what} on rank {rank}: rank {q} and this rank on different targets")));
+    };
+    if p.ipc.is_empty() {
+        return Err(Error::Unsupported(format!(
+            "{what} on rank {rank}: rank {q} is on another GPU (cuda:{}), which reaches only buffers of \
+             Comm::alloc_symmetric there",
+            peer.ordinal
+        )));
+    }
+    gpu.enable_peer_access(&peer)
 }
 
 /// `ptrs` in device memory, where a GPU rank's kernels read them, and what keeps it:
@@ -359,6 +389,9 @@ fn map_peers(
         } else if p.pid == me.pid {
             // A thread rank of this process: its registration keeps the buffer alive while
             // it takes part in calls on it.
+            if p.gpu != me.gpu {
+                reach_gpu(what, rank, q, p, device)?;
+            }
             bases.push(p.ptr as *mut u8);
         } else if let (false, Some(gpu)) = (p.ipc.is_empty(), device.gpu()?) {
             // A device allocation of a peer process (from its start), opened here.
@@ -391,13 +424,14 @@ mod tests {
             arena_base: None,
             ipc,
         };
+        let (host, gpu) = (Device::host(0), Device::Cuda { ordinal: 3 });
         let handle = IpcHandle::decode(&"5a".repeat(64)).unwrap();
-        let p = decode(&part(None, Some(handle)).encode());
-        assert_eq!((p.id, p.ptr, p.bytes, p.segment.as_str()), (7, 0x1000, 64, ""));
+        let p = decode(&part(None, Some(handle)).encode(&gpu));
+        assert_eq!((p.id, p.ptr, p.bytes, p.segment.as_str(), p.gpu), (7, 0x1000, 64, "", 4));
         assert_eq!(IpcHandle::decode(&p.ipc), Ok(handle), "the handle arrives whole");
-        let p = decode(&part(Some("/jitccl-sym-1"), None).encode());
-        assert_eq!((p.segment.as_str(), p.ipc.as_str()), ("/jitccl-sym-1", ""));
-        let p = decode(&part(None, None).encode());
+        let p = decode(&part(Some("/jitccl-sym-1"), None).encode(&host));
+        assert_eq!((p.segment.as_str(), p.ipc.as_str(), p.gpu), ("/jitccl-sym-1", "", 0));
+        let p = decode(&part(None, None).encode(&host));
         assert!(p.segment.is_empty() && p.ipc.is_empty(), "process memory: neither");
     }
 }
