@@ -322,11 +322,24 @@ stage_launch_perf() {
 # one-shot) against ring at 2 ranks on registered buffers, busbw, the table also in
 # $OUT/direct-perf.txt.
 stage_direct() {
+  step "direct kernels: the tests' 93 compiled in parallel (NVRTC, GPU 0's arch)" direct_kernels
   step "direct kernels: registered and symmetric buffers, 1-8 ranks as threads on GPU 0, 16 CTAs past 8 MiB" \
     timeout 240 "$out/cuda-tests" gpu_direct_ --test-threads 4
   step "direct kernels, 2 rank processes through CUDA IPC (symmetric buffers): AllReduce, ReduceScatter, AllGather, Broadcast, Reduce" \
     direct_ipc
   step "perf: AllReduce direct / direct_oneshot / ring, 2 ranks on GPU 0, registered buffers, 8 B - 256 MiB" direct_perf
+}
+
+# The kernels of the direct tests (tests/cuda.rs's samples) into the run's cache, all at
+# once: the tests take turns on the GPU and would compile them one at a time (about a
+# second each).
+direct_kernels() {
+  local specs
+  specs=$("$out/jitccl" kernels list --target cuda 2>/dev/null |
+    grep -E '\.direct(_oneshot)?\.simple\.((f32|i32)\.[a-z]+|(f16|bf16|f64|u8|f8e4m3)\.(sum|max)|u8)$')
+  [ -n "$specs" ] || { echo "no direct kernel specs listed"; return 1; }
+  # shellcheck disable=SC2086 # one spec a word
+  "$out/jitccl" kernels compile --target cuda -j "$(nproc)" $specs
 }
 
 direct_ipc() {
