@@ -14,8 +14,10 @@
 #
 # `run` queries the device, detects the topology (`jitccl topo`: PCI, driver, NVML),
 # compares asynchronous launches with the synchronous fallback (tests and perf's queued,
-# blocking and CUDA-graph times), runs the CUDA reference tests (every collective x algorithm x
-# protocol over a sample of datatypes and every op; 1, 2, 4 and 8 ranks on GPU 0; counts
+# blocking and CUDA-graph times), runs the direct kernels on registered and symmetric
+# buffers (threads and CUDA IPC processes, and direct against ring in perf), runs the CUDA
+# reference tests (every collective x algorithm x protocol over a sample of datatypes and
+# every op; 1, 2, 4 and 8 ranks on GPU 0; counts
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
 # through the net proxy (`jitccl perf` checks every rank against the reference), the
