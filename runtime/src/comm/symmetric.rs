@@ -263,14 +263,9 @@ impl Comm {
             };
             let region = self.share(what, part, own.as_deref())?;
             let areas: Vec<*mut u64> = region.bases.iter().map(|&b| b.cast::<u64>()).collect();
-            let mut keep = vec![Arc::new(region) as Keep, mem];
-            let mut table = None;
-            if self.device().is_cuda() {
-                let (ptr, mem) = device_table(self.device(), &areas)?;
-                table = Some(ptr);
-                keep.push(mem);
-            }
-            registry.set_flags(Flags::new(areas, table, keep));
+            // The kernels read the areas where they read the region's bases.
+            let table = region.kernel_bases().cast::<*mut u64>();
+            registry.set_flags(Flags::new(areas, Some(table), vec![Arc::new(region) as Keep, mem]));
         }
         Ok(registry)
     }
@@ -282,24 +277,20 @@ impl Comm {
         let parts = self.all_gather_bytes(&part.encode(self.device()), DESC)?;
         let peers: Vec<Peer> = parts.chunks(DESC).map(decode).collect();
         let arena = self.inner(what)?.enq.sym.arena().cloned();
-        let mapped = map_peers(what, rank, &part, &peers, arena, self.device());
+        let mapped = map_peers(what, rank, &part, &peers, arena, self.device())
+            .and_then(|(bases, keep)| region(self.device(), &part, bases, keep));
         // Every rank learns whether every rank mapped every part.
         let ok = self.all_gather_bytes(&[mapped.is_ok() as u8], 1)?;
         if let Some(own) = own {
             own.unlink();
         }
-        let (bases, keep) = mapped?;
+        let region = mapped?;
         if let Some(q) = (0..n).find(|&q| ok[q] == 0) {
             return Err(Error::Unsupported(format!(
                 "{what} on rank {rank}: rank {q} cannot map every rank's memory (its error says why)"
             )));
         }
-        let region = Region::new(part.id, part.ptr..part.ptr + part.bytes, bases, keep);
-        if !self.device().is_cuda() {
-            return Ok(region);
-        }
-        let (table, mem) = device_table(self.device(), &region.bases)?;
-        Ok(region.on_device(table, mem))
+        Ok(region)
     }
 
     /// Every rank's `mine` (each `len` bytes), in rank order, through this communicator.
@@ -336,14 +327,19 @@ fn reach_gpu(what: &str, rank: usize, q: usize, p: &Peer, device: &Device) -> Re
     gpu.enable_peer_access(&peer)
 }
 
-/// `ptrs` in device memory, where a GPU rank's kernels read them, and what keeps it:
-/// stream-ordered pool memory, whose freeing (at deregistration) waits for no kernel of
-/// another rank on the GPU, unlike `cuMemFree`.
-fn device_table<P>(device: &Device, ptrs: &[*mut P]) -> Result<(*const *mut P, Keep)> {
-    let bytes: Vec<u8> = ptrs.iter().flat_map(|&p| (p as u64).to_le_bytes()).collect();
+/// The region of `part` with every rank's `bases` (as mapped here, kept by `keep`). On a
+/// GPU the kernels read the bases from a copy in device memory: stream-ordered pool
+/// memory, whose freeing (at deregistration) waits for no kernel of another rank on the
+/// GPU, unlike `cuMemFree`.
+fn region(device: &Device, part: &Part, bases: Vec<*mut u8>, keep: Vec<Keep>) -> Result<Region> {
+    let region = Region::new(part.id, part.ptr..part.ptr + part.bytes, bases, keep);
+    if !device.is_cuda() {
+        return Ok(region);
+    }
+    let bytes: Vec<u8> = region.bases.iter().flat_map(|&p| (p as u64).to_le_bytes()).collect();
     let mem = Memory::zeroed(device, bytes.len(), false)?;
     mem.write(0, &bytes)?;
-    Ok((mem.ptr().cast_const().cast(), Arc::new(mem)))
+    Ok(region.on_device(mem.ptr().cast_const().cast(), Arc::new(mem)))
 }
 
 /// A zeroed block of `len` elements in this process's host arena (`arena`: every rank's
