@@ -16,8 +16,10 @@
 #
 # `run` queries the device, detects the topology (`jitccl topo`: PCI, driver, NVML),
 # compares asynchronous launches with the synchronous fallback (tests and perf's queued,
-# blocking and CUDA-graph times), runs the CUDA reference tests (every collective x algorithm x
-# protocol over a sample of datatypes and every op; 1, 2, 4 and 8 ranks on GPU 0; counts
+# blocking and CUDA-graph times), runs the direct kernels on registered and symmetric
+# buffers (threads and CUDA IPC processes, and direct against ring in perf), runs the CUDA
+# reference tests (every collective x algorithm x protocol over a sample of datatypes and
+# every op; 1, 2, 4 and 8 ranks on GPU 0; counts
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
 # through the net proxy (`jitccl perf` checks every rank against the reference), the
@@ -328,13 +330,80 @@ stage_launch_perf() {
   step "perf: AllReduce 8 B and 128 MiB, 2 ranks, queued / blocking / CUDA graph, async and sync launches" launch_perf
 }
 
+# The direct algorithms on the GPU: ranks loading from and storing to each other's
+# registered or symmetric buffers. The CUDA reference tests of every direct kernel (ranks
+# as threads on GPU 0, 1-8 of them, and 16 CTAs past 8 MiB), rank processes through CUDA
+# IPC (symmetric buffers; perf checks every rank), then AllReduce direct (two-shot and
+# one-shot) against ring at 2 ranks on registered buffers, busbw, the table also in
+# $OUT/direct-perf.txt.
+stage_direct() {
+  step "direct kernels: the tests' 93 compiled in parallel (NVRTC, GPU 0's arch)" direct_kernels
+  step "direct kernels: registered and symmetric buffers, 1-8 ranks as threads on GPU 0, 16 CTAs past 8 MiB" \
+    timeout 240 "$out/cuda-tests" gpu_direct_ --test-threads 4
+  step "direct kernels, 2 rank processes through CUDA IPC (symmetric buffers): AllReduce, ReduceScatter, AllGather, Broadcast, Reduce" \
+    direct_ipc
+  step "perf: AllReduce direct / direct_oneshot / ring, 2 ranks on GPU 0, registered buffers, 8 B - 256 MiB" direct_perf
+}
+
+# The kernels of the direct tests (tests/cuda.rs's samples) into the run's cache, all at
+# once: the tests take turns on the GPU and would compile them one at a time (about a
+# second each).
+direct_kernels() {
+  local specs
+  specs=$("$out/jitccl" kernels list --target cuda 2>/dev/null |
+    grep -E '\.direct(_oneshot)?\.simple\.((f32|i32)\.[a-z]+|(f16|bf16|f64|u8|f8e4m3)\.(sum|max)|u8)$')
+  [ -n "$specs" ] || { echo "no direct kernel specs listed"; return 1; }
+  # shellcheck disable=SC2086 # one spec a word
+  "$out/jitccl" kernels compile --target cuda -j "$(nproc)" $specs
+}
+
+direct_ipc() {
+  local c algo
+  for c in all_reduce:direct all_reduce:direct_oneshot reduce_scatter:direct all_gather:direct broadcast:direct \
+    reduce:direct; do
+    algo=${c#*:}
+    timeout 60 "$out/jitccl" perf "${c%%:*}" --target cuda -N 2 --devices 0,0 -R 2 --algo "$algo" -b 8 -e 4M -f 8 \
+      -n 3 -w 1 || { echo "direct over CUDA IPC: ${c%%:*} $algo failed"; return 1; }
+  done
+}
+
+# Each algorithm's out-of-place time and busbw per size, side by side (perf checks results).
+direct_perf() {
+  local table="${OUT:-${TMPDIR:-/tmp}}/direct-perf.txt" algo dir
+  dir=$(mktemp -d)
+  for algo in direct direct_oneshot ring; do
+    # One-shot reads every rank's whole input: to 64 MiB.
+    local e=256M
+    [ "$algo" = direct_oneshot ] && e=64M
+    timeout 90 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -R 1 --algo "$algo" \
+      -b 8 -e "$e" -f 4 -n 10 -w 3 | awk '/^ +[0-9]+ /{print $1, $6, $8, $9}' >"$dir/$algo" || {
+      echo "perf --algo $algo failed"
+      return 1
+    }
+  done
+  {
+    echo "# AllReduce f32, 2 ranks as threads on GPU 0, registered buffers (-R 1), out of place, -n 10 -w 3;"
+    echo "# commit $(cat "$out/COMMIT" 2>/dev/null); time us / busbw GB/s / wrong per algorithm"
+    printf '%12s %24s %24s %24s\n' bytes direct direct_oneshot ring
+    # Rows by size, in the ring's order (it runs every size); "-" where an algorithm did not.
+    awk 'FNR == 1 { f++ } { t[f, $1] = $2 " " $3 " " $4 } f == 3 { order[++n] = $1 }
+      END { for (i = 1; i <= n; i++) { s = order[i]; line = sprintf("%12s", s)
+        for (g = 1; g <= 3; g++) { v = ((g, s) in t) ? t[g, s] : "- - -"; split(v, x, " ")
+          line = line sprintf(" %9s %7s %6s", x[1], x[2], x[3]) }
+        print line } }' "$dir/direct" "$dir/direct_oneshot" "$dir/ring"
+  } | tee "$table"
+  rm -rf "$dir"
+  # Every row of every algorithm checked: no wrong element anywhere.
+  ! awk 'NR > 3 { for (i = 4; i <= NF; i += 3) if ($i != "-" && $i != 0) bad = 1 } END { exit !bad }' "$table"
+}
+
 # The stages that set jitccl beside NVIDIA's NCCL (nccl_side, nccl_tests), with what `build`
 # carries for them (build_nccl_side).
 # shellcheck source=scripts/gpu-check-nccl.sh
 source "$root/scripts/gpu-check-nccl.sh"
 
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query topo errors launches launch_perf sweep staged init_rank ipc net failures perf points tune capi torch
+STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net failures perf points tune capi torch
   nccl_side nccl_tests)
 
 run() {

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol, UniqueId};
-use world::{check_cases, world_on, OPS};
+use world::{assert_past, check_cases, world_on, world_on_channels, Mem, World, OPS};
 
 /// GPU 0 and this test's turn on it, or None (the test returns) where there is none and
 /// none is required. One GPU test runs at a time: a test that frees or maps memory (a
@@ -164,14 +164,15 @@ fn samples(coll: Collective) -> Vec<(DataType, Option<Op>)> {
 }
 
 /// `coll` with `algo`/`proto` on `ranks` ranks of GPU 0 for every sample, count and
-/// placement; fails listing every combination that went wrong.
-fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize]) {
+/// placement, the buffers allocated as `mem` says; fails listing every combination that
+/// went wrong.
+fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize], mem: Mem) {
     let Some((dev, _turn)) = gpu(&format!("{coll} {algo}/{proto}")) else { return };
     let (mut failures, mut runs) = (Vec::new(), 0);
     for &n in ranks {
         let nchannels = 1 + n % 3;
-        let w = world_on(&vec![dev.clone(); n], algo, proto, nchannels);
-        let (r, f) = check_cases(&w, coll, &samples(coll), &format!("{coll} {algo}/{proto} n={n}"));
+        let w = World { mem, ..world_on(&vec![dev.clone(); n], algo, proto, nchannels) };
+        let (r, f) = check_cases(&w, coll, &samples(coll), &format!("{coll} {algo}/{proto} {mem:?} n={n}"));
         runs += r;
         failures.extend(f);
     }
@@ -180,12 +181,22 @@ fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize]) {
 }
 
 macro_rules! gpu_sweeps {
-    ($($name:ident: $coll:ident $algo:ident $proto:ident $ranks:expr;)+) => {$(
+    ($($name:ident: $coll:ident $algo:ident $proto:ident $ranks:expr $(, $mem:ident)?;)+) => {$(
         #[test]
         fn $name() {
-            sweep(Collective::$coll, Algorithm::$algo, Protocol::$proto, &$ranks);
+            sweep(Collective::$coll, Algorithm::$algo, Protocol::$proto, &$ranks, mem!($($mem)?));
         }
     )+};
+}
+
+/// A sweep's buffers: plain unless named.
+macro_rules! mem {
+    () => {
+        Mem::Plain
+    };
+    ($mem:ident) => {
+        Mem::$mem
+    };
 }
 
 gpu_sweeps! {
@@ -213,6 +224,78 @@ gpu_sweeps! {
     gpu_sendrecv_simple: SendRecv Ring Simple [1, 2, 4];
     gpu_sendrecv_ll: SendRecv Ring LL [4];
     gpu_sendrecv_ll128: SendRecv Ring LL128 [2, 8];
+}
+
+// The direct algorithms: ranks as threads on GPU 0 load from and store to each other's
+// registered (`Comm::register`) or symmetric (`Comm::alloc_symmetric`) buffers.
+gpu_sweeps! {
+    gpu_direct_all_reduce_registered: AllReduce Direct Simple [2, 4, 8], Registered;
+    gpu_direct_all_reduce_oneshot_registered: AllReduce DirectOneShot Simple [2, 4, 8], Registered;
+    gpu_direct_all_reduce_symmetric: AllReduce Direct Simple [1, 3], Symmetric;
+    gpu_direct_reduce_scatter_registered: ReduceScatter Direct Simple [2, 4, 8], Registered;
+    gpu_direct_all_gather_registered: AllGather Direct Simple [2, 4, 8], Registered;
+    gpu_direct_broadcast_registered: Broadcast Direct Simple [2, 4, 8], Registered;
+    gpu_direct_reduce_registered: Reduce Direct Simple [2, 4, 8], Registered;
+    gpu_direct_all_to_all_symmetric: AllToAll Direct Simple [2, 4], Symmetric;
+    gpu_direct_gather_registered: Gather Direct Simple [3], Registered;
+    gpu_direct_scatter_symmetric: Scatter Direct Simple [4], Symmetric;
+}
+
+/// Many CTAs: 16 channels (a CTA each, each its own slice and barrier line), counts just
+/// past 8 MiB (many tiles per CTA), every direct kernel that reduces or copies at 2 and 4
+/// ranks on GPU 0, registered buffers.
+#[test]
+fn gpu_direct_kernels_on_sixteen_ctas_match_the_reference() {
+    let Some((dev, _turn)) = gpu("direct, 16 CTAs") else { return };
+    let cases = [
+        (Collective::AllReduce, Algorithm::Direct, &[DataType::F32, DataType::BF16][..]),
+        (Collective::AllReduce, Algorithm::DirectOneShot, &[DataType::F32][..]),
+        (Collective::ReduceScatter, Algorithm::Direct, &[DataType::I32][..]),
+        (Collective::Reduce, Algorithm::Direct, &[DataType::F64][..]),
+        (Collective::AllGather, Algorithm::Direct, &[DataType::U8][..]),
+        (Collective::Broadcast, Algorithm::Direct, &[DataType::F16][..]),
+    ];
+    for n in [2, 4] {
+        assert_past(&cases, 8 << 20, "x16", |_, algo| {
+            world_on_channels(&vec![dev.clone(); n], algo, 16, Mem::Registered)
+        });
+    }
+}
+
+/// Direct kernels' failures on the GPU, every CTA leaving together (thread 0's result
+/// handed to the block): three ranks, rank 2 never calls, so ranks 0 and 1 time out
+/// naming it; then two ranks naming different registrations fail, not mix them.
+#[test]
+fn gpu_direct_a_missing_peer_is_a_timeout_and_different_registrations_fail() {
+    let Some((dev, _turn)) = gpu("direct failures") else { return };
+    let cfg = Config {
+        nchannels: Some(4),
+        algo: Some(Algorithm::DirectOneShot),
+        timeout: Some(Duration::from_secs(2)),
+        ..Config::default()
+    };
+    let comms = Comm::init_all_on(&vec![dev.clone(); 3], &cfg).unwrap();
+    let w = World { comms, streams: (0..3).map(|_| dev.stream().unwrap()).collect(), mem: Mem::Symmetric };
+    let bufs = w.on_all(|_, c| c.alloc_symmetric::<f32>(100_000).unwrap());
+    for ((c, s), b) in w.comms.iter().zip(&w.streams).zip(&bufs).take(2) {
+        c.all_reduce(b, b, 100_000, Op::Sum, s).unwrap();
+    }
+    let e = w.streams[0].synchronize().unwrap_err();
+    assert!(matches!(&e, Error::Timeout { rank: 0, peer: 2, waiting: "the barrier of", .. }), "{e}");
+    let e = w.streams[1].synchronize().unwrap_err();
+    assert!(e.to_string().contains("rank 2") || e.to_string().contains("peer 2"), "rank 1: {e}");
+
+    let cfg = Config { algo: Some(Algorithm::Direct), timeout: Some(Duration::from_secs(20)), ..cfg };
+    let comms = Comm::init_all_on(&[dev.clone(), dev.clone()], &cfg).unwrap();
+    let w = World { comms, streams: (0..2).map(|_| dev.stream().unwrap()).collect(), mem: Mem::Symmetric };
+    let a = w.on_all(|_, c| c.alloc_symmetric::<i32>(4096).unwrap());
+    let b = w.on_all(|_, c| c.alloc_symmetric::<i32>(4096).unwrap());
+    w.comms[0].all_reduce(&a[0], &a[0], 4096, Op::Sum, &w.streams[0]).unwrap();
+    w.comms[1].all_reduce(&b[1], &b[1], 4096, Op::Sum, &w.streams[1]).unwrap();
+    for (r, s) in w.streams.iter().enumerate() {
+        let e = s.synchronize().unwrap_err();
+        assert!(matches!(&e, Error::InvalidUsage(m) if m.contains("buffers in other registrations")), "rank {r}: {e}");
+    }
 }
 
 /// Two ranks on the GPU; rank 1 never launches: rank 0's kernel gives up after the

@@ -11,7 +11,7 @@ mod world;
 use std::time::Duration;
 
 use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol};
-use world::{check, check_past, world_on, Mem, World};
+use world::{assert_past, check, check_cases, world_on, world_on_channels, Mem, World};
 
 fn world(nranks: usize, algo: Algorithm, nchannels: usize, mem: Mem) -> World {
     let devices: Vec<Device> = (0..nranks).map(Device::host).collect();
@@ -71,11 +71,30 @@ fn large_direct_outputs_bypassing_the_cache_match_the_reference() {
         (Collective::Gather, Algorithm::Direct, &[DataType::F16][..]),
         (Collective::Scatter, Algorithm::Direct, &[DataType::U8][..]),
     ];
+    assert_past(&cases, 8 << 20, "large", |coll, algo| {
+        world(if coll == Collective::AllReduce { 3 } else { 2 }, algo, 1, Mem::Symmetric)
+    });
+}
+
+/// Many channels (CTAs, each its own slice and barrier line, as the CUDA kernels' many
+/// CTAs): 16 of them at 2 ranks, every count (fewer elements than channels too, which
+/// leaves channels empty), every direct kernel that reduces or copies.
+#[test]
+fn direct_kernels_on_sixteen_channels_match_the_reference() {
+    let cases = [
+        (Collective::AllReduce, Algorithm::Direct, DataType::F32),
+        (Collective::AllReduce, Algorithm::DirectOneShot, DataType::I32),
+        (Collective::ReduceScatter, Algorithm::Direct, DataType::BF16),
+        (Collective::Reduce, Algorithm::Direct, DataType::F64),
+        (Collective::AllGather, Algorithm::Direct, DataType::U8),
+        (Collective::Broadcast, Algorithm::Direct, DataType::F16),
+    ];
     let (mut runs, mut failures) = (0, Vec::new());
-    for (coll, algo, dtypes) in cases {
-        let n = if coll == Collective::AllReduce { 3 } else { 2 };
-        let w = world(n, algo, 1, Mem::Symmetric);
-        let (r, f) = check_past(&w, coll, dtypes, 8 << 20, &format!("{coll} {algo} n={n} large"));
+    for (coll, algo, dtype) in cases {
+        let w = world_on_channels(&[Device::host(0), Device::host(1)], algo, 16, Mem::Registered);
+        let ops = if coll.reduces() { vec![Some(Op::Sum), Some(Op::Max)] } else { vec![None] };
+        let samples: Vec<_> = ops.into_iter().map(|o| (dtype, o)).collect();
+        let (r, f) = check_cases(&w, coll, &samples, &format!("{coll} {algo} x16"));
         runs += r;
         failures.extend(f);
     }

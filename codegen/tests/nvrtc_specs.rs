@@ -116,13 +116,9 @@ fn shorten(log: &str) -> String {
     format!("{head}\n[... log truncated]")
 }
 
-#[test]
-fn every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80() {
-    let Some(nv) = nvrtc_or_skip("every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80") else {
-        return;
-    };
-    let generator = Generator::new(None);
-    let jobs = jobs(&generator);
+/// Compiles `jobs` on WORKERS threads; the failures (what, log), the wall time and the
+/// compilers' busy time.
+fn compile(jobs: &[(KernelSpec, CudaArch, CudaOutput)]) -> (Vec<(String, String)>, Duration, Duration) {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::<(String, String)>::new());
     let busy = Mutex::new(Duration::ZERO);
@@ -149,8 +145,35 @@ fn every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80() {
             });
         }
     });
-    let elapsed = started.elapsed();
     let busy = *busy.lock().unwrap();
+    (failures.into_inner().unwrap(), started.elapsed(), busy)
+}
+
+/// Fails naming every kernel of `failures` (of `total`), with the first logs.
+fn assert_compiled(mut failures: Vec<(String, String)>, total: usize) {
+    if failures.is_empty() {
+        return;
+    }
+    failures.sort();
+    let names: Vec<&str> = failures.iter().map(|(k, _)| k.as_str()).collect();
+    let logs: Vec<String> =
+        failures.iter().take(SHOWN_LOGS).map(|(k, log)| format!("--- {k}:\n{}", shorten(log))).collect();
+    panic!(
+        "{} of {total} kernels failed to compile: {}\n\nfirst logs:\n{}",
+        failures.len(),
+        names.join(", "),
+        logs.join("\n")
+    );
+}
+
+#[test]
+fn every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80() {
+    let Some(nv) = nvrtc_or_skip("every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80") else {
+        return;
+    };
+    let generator = Generator::new(None);
+    let jobs = jobs(&generator);
+    let (failures, elapsed, busy) = compile(&jobs);
     let cubins = jobs.iter().filter(|j| j.2 == CudaOutput::Cubin).count();
     println!(
         "nvrtc {} ({}): {} kernels to PTX (sm_90), {cubins} to CUBIN (sm_90 and sm_80 samples) in {:.1} s \
@@ -161,20 +184,31 @@ fn every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80() {
         elapsed.as_secs_f64(),
         busy.as_secs_f64() * 1e3 / jobs.len() as f64
     );
-    let mut failures = failures.into_inner().unwrap();
-    if !failures.is_empty() {
-        failures.sort();
-        let names: Vec<&str> = failures.iter().map(|(k, _)| k.as_str()).collect();
-        let logs: Vec<String> =
-            failures.iter().take(SHOWN_LOGS).map(|(k, log)| format!("--- {k}:\n{}", shorten(log))).collect();
-        panic!(
-            "{} of {} kernels failed to compile: {}\n\nfirst logs:\n{}",
-            failures.len(),
-            jobs.len(),
-            names.join(", "),
-            logs.join("\n")
-        );
-    }
+    assert_compiled(failures, jobs.len());
+}
+
+/// The direct kernels run on GPUs (ranks that address each other's buffers): every one of
+/// them, each reducing one over a sample of datatypes (every inline-PTX conversion) with
+/// every op, assembled to CUBIN for sm_90, so that their inline PTX is checked too.
+#[test]
+fn every_direct_kernel_assembles_to_cubin_for_every_op_over_a_datatype_sample() {
+    let Some(_) = nvrtc_or_skip("every_direct_kernel_assembles_to_cubin_for_every_op_over_a_datatype_sample") else {
+        return;
+    };
+    let sample =
+        [DataType::F32, DataType::I32, DataType::F16, DataType::BF16, DataType::F64, DataType::U8, DataType::F8E4M3];
+    let jobs: Vec<_> = KernelSpec::all()
+        .into_iter()
+        .filter(|s| s.algo.is_direct() && sample.contains(&s.dtype))
+        .map(|s| (s, SM90, CudaOutput::Cubin))
+        .collect();
+    let shapes: HashSet<_> = jobs.iter().map(|(s, _, _)| (s.coll, s.algo)).collect();
+    // AllReduce's two, and one each for Broadcast, Reduce, AllGather, ReduceScatter,
+    // AlltoAll, Gather and Scatter.
+    assert_eq!(shapes.len(), 9, "direct kernels: {shapes:?}");
+    let (failures, elapsed, _) = compile(&jobs);
+    println!("{} direct kernels to CUBIN (sm_90) in {:.1} s", jobs.len(), elapsed.as_secs_f64());
+    assert_compiled(failures, jobs.len());
 }
 
 #[test]
@@ -206,6 +240,18 @@ fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
         assert_eq!((vol.len(), plain.len()), (4, 4), "{spec}: 4 + 4 pack loads");
         assert!(stores.len() >= 4, "{spec}: pack stores");
         assert!(vol.iter().chain(&plain).all(|&l| l < stores[0]), "{spec}: every load before the first store");
+    }
+
+    // Direct: thread 0 fences at system scope and raises its counter with a release store,
+    // waits with acquire loads; the view of every rank is the block's, in shared memory;
+    // copies move 16-byte packs.
+    let (spec, ptx) = ptx_of("all_reduce.direct.simple.f32.sum");
+    for insn in ["membar.sys", "st.release.sys.u64", "ld.acquire.sys.u64", "bar.sync", ".shared"] {
+        assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
+    }
+    let (spec, ptx) = ptx_of("all_gather.direct.simple.u8");
+    for insn in ["ld.v4.u32", "st.v4.u32"] {
+        assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
     }
 
     let (spec, ptx) = ptx_of("reduce.ring.ll128.f8e4m3.sum");

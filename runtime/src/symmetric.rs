@@ -23,6 +23,9 @@ pub(crate) struct Region {
     pub range: Range<usize>,
     /// Per rank, the base of its part as this process addresses it.
     pub bases: Box<[*mut u8]>,
+    /// `bases` where this rank's kernels read them: the same on the host, a copy in device
+    /// memory on a GPU (`on_device`).
+    table: *const *mut u8,
     _keep: Vec<Keep>,
 }
 
@@ -33,7 +36,21 @@ unsafe impl Sync for Region {}
 
 impl Region {
     pub(crate) fn new(id: u64, range: Range<usize>, bases: Vec<*mut u8>, keep: Vec<Keep>) -> Region {
-        Region { id, range, bases: bases.into_boxed_slice(), _keep: keep }
+        let bases = bases.into_boxed_slice();
+        Region { id, range, table: bases.as_ptr(), bases, _keep: keep }
+    }
+
+    /// This region with its kernels reading the bases from `table` (a copy that `keep`
+    /// keeps), where they cannot read this process's memory.
+    pub(crate) fn on_device(mut self, table: *const *mut u8, keep: Keep) -> Region {
+        self.table = table;
+        self._keep.push(keep);
+        self
+    }
+
+    /// The bases as this rank's kernels address them.
+    pub(crate) fn kernel_bases(&self) -> *const *mut u8 {
+        self.table
     }
 
     /// Whether all of `bytes` lies in this region.
@@ -44,7 +61,10 @@ impl Region {
 
 /// Every rank's flags area as mapped here (see `templates/common/direct.h`).
 pub(crate) struct Flags {
-    pub areas: Box<[*mut u64]>,
+    /// Where this rank's kernels read the per-rank addresses of the areas (as `Region`'s
+    /// table).
+    table: *const *mut u64,
+    _areas: Box<[*mut u64]>,
     _keep: Vec<Keep>,
 }
 
@@ -53,8 +73,11 @@ unsafe impl Send for Flags {}
 unsafe impl Sync for Flags {}
 
 impl Flags {
-    pub(crate) fn new(areas: Vec<*mut u64>, keep: Vec<Keep>) -> Flags {
-        Flags { areas: areas.into_boxed_slice(), _keep: keep }
+    /// `areas` (per rank, as mapped here) for kernels that read this process's memory, or,
+    /// with `table`, for kernels that read that copy of them.
+    pub(crate) fn new(areas: Vec<*mut u64>, table: Option<*const *mut u64>, keep: Vec<Keep>) -> Flags {
+        let areas = areas.into_boxed_slice();
+        Flags { table: table.unwrap_or(areas.as_ptr()), _areas: areas, _keep: keep }
     }
 }
 
@@ -210,7 +233,7 @@ impl Registry {
 
     /// The regions of a call's send and recv bytes when both are registered.
     pub(crate) fn direct(&self, send: &Range<usize>, recv: &Range<usize>) -> Option<Direct> {
-        self.with(send, recv, |s, r, f| Direct { send: s.clone(), recv: r.clone(), flags: f.areas.as_ptr() })
+        self.with(send, recv, |s, r, f| Direct { send: s.clone(), recv: r.clone(), flags: f.table })
     }
 }
 
@@ -231,7 +254,7 @@ mod tests {
         reg.insert(Region::new(reg.next_id(), 0..8, vec![std::ptr::null_mut()], vec![]));
         assert_eq!(ids(&reg, 0..8, 0..8), None, "no flags area: no direct algorithm");
         reg.remove(0, 1);
-        reg.set_flags(Flags::new(vec![std::ptr::null_mut()], vec![]));
+        reg.set_flags(Flags::new(vec![std::ptr::null_mut()], None, vec![]));
         assert_eq!(ids(&reg, 0..8, 0..8), None);
         reg.insert(Region::new(reg.next_id(), 100..200, vec![std::ptr::null_mut()], vec![]));
         reg.insert(Region::new(reg.next_id(), 300..400, vec![std::ptr::null_mut()], vec![]));
@@ -258,7 +281,7 @@ mod tests {
     fn what_a_thread_remembers_of_a_lookup_ends_with_any_change_and_is_its_registrys_alone() {
         let (reg, other) = (Registry::new(1), Registry::new(2));
         for r in [&reg, &other] {
-            r.set_flags(Flags::new(vec![std::ptr::null_mut()], vec![]));
+            r.set_flags(Flags::new(vec![std::ptr::null_mut()], None, vec![]));
         }
         let region = |reg: &Registry, range: Range<usize>| Region::new(reg.next_id(), range, vec![], vec![]);
         reg.insert(region(&reg, 1000..2000));

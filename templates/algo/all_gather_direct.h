@@ -3,7 +3,7 @@
    place). Peers only read each other's inputs, which are never written here. */
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   const struct jc_args* a = x->args;

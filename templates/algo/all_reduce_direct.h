@@ -7,7 +7,7 @@
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
   int n = x->args->nranks, me = x->args->rank;
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   jc_sym_part(me, n, &beg, &end);

@@ -6,7 +6,7 @@
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
   jc_u64 tile = (jc_u64)JC_SYM_TILE * jc_nthreads();
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   /* The tile barriers also end the peers' reads of this rank's record and input; an empty

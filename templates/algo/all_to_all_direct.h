@@ -5,7 +5,7 @@
 #define JC_SYM_LOCAL_RECV
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   const struct jc_args* a = x->args;

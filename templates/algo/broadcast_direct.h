@@ -2,7 +2,7 @@
    root's input into its own output (the root too, unless in place). */
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   jc_sym_copy(&v, v.in[x->args->root], v.out[x->args->rank], beg, end);

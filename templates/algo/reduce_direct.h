@@ -3,7 +3,7 @@
    share the work. In place at the root is safe: part r is read and written by rank r only. */
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   jc_sym_part(x->args->rank, x->args->nranks, &beg, &end);

@@ -3,7 +3,7 @@
    only rank r reads block r, each tile before it is written. */
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   jc_sym_reduce(x, &v, (jc_u64)x->args->rank * x->args->count, beg, end, x->args->rank, 1);

@@ -16,7 +16,20 @@
 
    A kernel that touches only its own send (recv) buffer defines JC_SYM_LOCAL_SEND
    (JC_SYM_LOCAL_RECV) before including this: that side is this rank's own pointer, and
-   the peers' registrations of it are neither read nor compared. */
+   the peers' registrations of it are neither read nor compared.
+
+   Many CTAs (CUDA): a CTA is a channel, each with its own slice of the elements
+   (jc_channel_range) and its own line, so a barrier is per CTA line: CTA c of every rank
+   waits only for CTA c of the others, never for a grid-wide barrier (the CTAs of one rank
+   need not run at once, and no CTA waits for a sibling). Within a CTA, thread 0 alone
+   publishes, raises and waits for the counters, and fills the CTA's one `struct jc_sym`
+   (JC_SHARED: shared memory on CUDA); block barriers hand its results (the view, a wait's
+   error) to the other threads, so that every thread takes the same path. Before raising
+   the counter thread 0 fences at system scope (jc_fence_peers), after the block barrier
+   that made the block's accesses its own: the peers may be other processes (CUDA IPC) or
+   GPUs. Counters are read with acquire loads (system scope), and every wait is bounded
+   like the protocols' (jc_wait_ge: timeout, abort, failed peer, recorded in the channel's
+   status and the halt word). */
 #define JC_SYM_SEQ 0
 #define JC_SYM_SEND_ID 1
 #define JC_SYM_SEND_OFF 2
@@ -59,12 +72,14 @@ static JC_DEVICE JC_INLINE void jc_sym_flush(void) {
 #define JC_SYNC_FROM_ROOT 2 /* every rank waits for the root */
 
 static JC_DEVICE int jc_sym_sync(struct jc_ctx* x, struct jc_sym* v, int how) {
+  JC_SHARED int jc_sync_err;  /* thread 0's result, read by all after the barrier */
   const struct jc_args* a = x->args;
   int n = a->nranks, me = a->rank, root = a->root, e = JC_OK;
   jc_sym_flush();
   jc_barrier();
-  v->seq++;
   if (jc_tid() == 0) {
+    v->seq++;
+    jc_fence_peers();
     jc_store_release(jc_sym_line(a, me, x->chan) + JC_SYM_SEQ, v->seq);
     for (int k = 1; k < n && !e; k++) {
       int q = jc_mod(me + k, n);
@@ -79,9 +94,10 @@ static JC_DEVICE int jc_sym_sync(struct jc_ctx* x, struct jc_sym* v, int how) {
         e = jc_wait_ge(x, seq, v->seq, q, JC_WAIT_BARRIER);
       }
     }
+    jc_sync_err = e;
   }
   jc_barrier();
-  return e;
+  return jc_sync_err;
 }
 
 /* One barrier among the same channel of every rank. */
@@ -96,8 +112,10 @@ static JC_DEVICE int jc_sym_mismatch(struct jc_ctx* x, int q) {
 
 /* Publishes this rank's call, waits for every peer's (`how`: JC_SYNC_TO_ROOT, only the
    root waits, and only it reads the peers' calls), checks that they name the same
-   registrations, count and root, and fills `v` with every rank's buffers and scalar. */
+   registrations, count and root, and fills `v` (thread 0; the block's one, see above)
+   with every rank's buffers and scalar. */
 static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
+  JC_SHARED int jc_enter_bad;  /* the first rank whose call differs, or -1 */
   const struct jc_args* a = x->args;
   int n = a->nranks, me = a->rank;
   jc_u64* mine = jc_sym_line(a, me, x->chan);
@@ -113,34 +131,38 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
     mine[JC_SYM_ROOT] = (jc_u64)a->root;
     mine[JC_SYM_SCALAR_F] = f.u;
     mine[JC_SYM_SCALAR_I] = (jc_u64)a->scalar_i;
+    v->seq = jc_load_acquire(mine + JC_SYM_SEQ);
   }
-  v->seq = jc_load_acquire(mine + JC_SYM_SEQ);
   JC_CHECK(jc_sym_sync(x, v, how));
   if (how == JC_SYNC_TO_ROOT && me != a->root) return JC_OK;
-  for (int q = 0; q < n; q++) {
-    const jc_u64* l = jc_sym_line(a, q, x->chan);
-    int same = l[JC_SYM_COUNT] == a->count && l[JC_SYM_ROOT] == (jc_u64)a->root;
+  if (jc_tid() == 0) {
+    jc_enter_bad = -1;
+    for (int q = 0; q < n && jc_enter_bad < 0; q++) {
+      const jc_u64* l = jc_sym_line(a, q, x->chan);
+      int same = l[JC_SYM_COUNT] == a->count && l[JC_SYM_ROOT] == (jc_u64)a->root;
 #ifdef JC_SYM_LOCAL_SEND
-    v->in[q] = q == me ? (const T*)a->sendbuff : 0;
+      v->in[q] = q == me ? (const T*)a->sendbuff : 0;
 #else
-    same = same && l[JC_SYM_SEND_ID] == a->sym_send_id;
-    v->in[q] = (const T*)(a->sym_send[q] + l[JC_SYM_SEND_OFF]);
+      same = same && l[JC_SYM_SEND_ID] == a->sym_send_id;
+      v->in[q] = (const T*)(a->sym_send[q] + l[JC_SYM_SEND_OFF]);
 #endif
 #ifdef JC_SYM_LOCAL_RECV
-    v->out[q] = q == me ? (T*)a->recvbuff : 0;
+      v->out[q] = q == me ? (T*)a->recvbuff : 0;
 #else
-    same = same && l[JC_SYM_RECV_ID] == a->sym_recv_id;
-    v->out[q] = (T*)(a->sym_recv[q] + l[JC_SYM_RECV_OFF]);
+      same = same && l[JC_SYM_RECV_ID] == a->sym_recv_id;
+      v->out[q] = (T*)(a->sym_recv[q] + l[JC_SYM_RECV_OFF]);
 #endif
-    if (!same) return jc_sym_mismatch(x, q);
-    struct jc_args aq = *a;
-    f.u = l[JC_SYM_SCALAR_F];
-    aq.scalar_f = f.d;
-    aq.scalar_i = (jc_i64)l[JC_SYM_SCALAR_I];
-    v->px[q] = *x;
-    v->px[q].scalar = jc_scalar(&aq);
+      if (!same) jc_enter_bad = q;
+      struct jc_args aq = *a;
+      f.u = l[JC_SYM_SCALAR_F];
+      aq.scalar_f = f.d;
+      aq.scalar_i = (jc_i64)l[JC_SYM_SCALAR_I];
+      v->px[q] = *x;
+      v->px[q].scalar = jc_scalar(&aq);
+    }
   }
-  return JC_OK;
+  jc_barrier();
+  return jc_enter_bad < 0 ? JC_OK : jc_sym_mismatch(x, jc_enter_bad);
 }
 
 /* Elements [off, off + len) of the channel's range, len <= JC_SYM_TILE * nthreads: this
@@ -184,6 +206,23 @@ static JC_DEVICE JC_INLINE void jc_sym_copy(const struct jc_sym* v, const T* src
     return;
   }
 #endif
+#ifdef JC_SYM_PACK_UNROLL
+  /* 16-byte loads and stores where both sides allow (copies run as bytes), JC_SYM_PACK_UNROLL
+     of them in flight per thread; the rest element by element below. */
+  if ((((jc_u64)(src + beg) | (jc_u64)(dst + beg)) & 15) == 0) {
+    const jc_u64 nt = (jc_u64)jc_nthreads(), np = (end - beg) * sizeof(T) / 16;
+    const struct jc_pack16* s16 = (const struct jc_pack16*)(src + beg);
+    struct jc_pack16* d16 = (struct jc_pack16*)(dst + beg);
+    for (jc_u64 p = (jc_u64)jc_tid(); p < np; p += JC_SYM_PACK_UNROLL * nt) {
+      struct jc_pack16 r[JC_SYM_PACK_UNROLL];
+      for (int u = 0; u < JC_SYM_PACK_UNROLL; u++)
+        if (p + u * nt < np) r[u] = s16[p + u * nt];
+      for (int u = 0; u < JC_SYM_PACK_UNROLL; u++)
+        if (p + u * nt < np) d16[p + u * nt] = r[u];
+    }
+    beg += np * 16 / sizeof(T);
+  }
+#endif
   for (jc_u64 i = beg + (jc_u64)jc_tid(); i < end; i += (jc_u64)jc_nthreads()) dst[i] = src[i];
 }
 
@@ -199,11 +238,13 @@ static JC_DEVICE void jc_sym_part(int k, int n, jc_u64* beg, jc_u64* end) {
    see jc_sym_enter). Large outputs bypass the cache where the target can (the host
    prelude's JC_BYPASS_OUTPUT). */
 static JC_DEVICE int jc_sym_begin_as(struct jc_ctx* x, struct jc_sym* v, jc_u64* beg, jc_u64* end, int how) {
+  if (jc_tid() == 0) {
 #ifdef JC_BYPASS_OUTPUT
-  v->bypass = JC_BYPASS_OUTPUT(x->args);
+    v->bypass = JC_BYPASS_OUTPUT(x->args);
 #else
-  v->bypass = 0;
+    v->bypass = 0;
 #endif
+  }
   jc_channel_range(x->args->count, x->chan, x->args->nchannels, beg, end);
   return jc_sym_enter(x, v, how);
 }
@@ -229,7 +270,7 @@ static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym*
    channel's range of each block. The root's own block does not move when in place; the
    other ranks only publish their buffers and wait until the root is done with them. */
 static JC_DEVICE int jc_sym_rooted(struct jc_ctx* x, int to_root) {
-  struct jc_sym v;
+  JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin_as(x, &v, &beg, &end, JC_SYNC_TO_ROOT));
   const struct jc_args* a = x->args;

@@ -103,3 +103,13 @@ static __device__ __forceinline__ jc_u8 jc_f32_to_e5m2(float f) {
 
 /* Elements a direct kernel's thread folds at once (registers/local memory per thread). */
 #define JC_SYM_TILE 4
+/* What a CTA's threads share: the direct kernels' view of every rank (3 KiB at 64 ranks,
+   in shared memory rather than in every thread's local memory) and thread 0's results.
+   The fence before a barrier counter: after a block barrier it orders every thread's
+   loads and stores of peers' buffers before the counter, for peers on any GPU or process
+   (system scope, as the Simple protocol's posts to peers off this GPU). */
+#define JC_SHARED __shared__
+static __device__ __forceinline__ void jc_fence_peers(void) { __threadfence_system(); }
+/* The direct kernels' copies move 16-byte packs, four in flight per thread (as Simple's). */
+struct __align__(16) jc_pack16 { jc_u32 w[4]; };
+#define JC_SYM_PACK_UNROLL 4

@@ -188,3 +188,8 @@ static inline jc_u8 jc_f32_to_e5m2(float f) { return (jc_u8)jc_f32_to_narrow(f, 
 /* Elements a direct kernel's thread folds at once (its stack tile: the host's one thread
    per CTA takes big tiles). */
 #define JC_SYM_TILE 1024
+/* What a CTA's threads share (its one thread's stack), and the fence before a direct
+   kernel's barrier counter: none, the counter's release store orders the one thread's
+   accesses. */
+#define JC_SHARED
+static JC_INLINE void jc_fence_peers(void) {}

@@ -54,6 +54,31 @@ pub fn world_with(devices: &[Device], cfg: &Config) -> World {
     World { comms, streams, mem: Mem::Plain }
 }
 
+/// Ranks on `devices` (one each), buffers as `mem` says, running `algo` on exactly
+/// `nchannels` channels for every collective that has it, at every size: a tuning table of
+/// a row per collective forces the count, which the model alone lowers for small calls.
+#[allow(dead_code)] // the tests of many channels
+pub fn world_on_channels(devices: &[Device], algo: Algorithm, nchannels: usize, mem: Mem) -> World {
+    let rows: String = Collective::ALL
+        .iter()
+        .filter(|c| **c != Collective::SendRecv && c.algorithms().contains(&algo))
+        .map(|c| format!("{c},0,{},{algo},simple,{nchannels},-1,-1,-1,-1\n", u64::MAX >> 1))
+        .collect();
+    let path = std::env::temp_dir().join(format!("jitccl-channels-{}-{algo}-{nchannels}.csv", std::process::id()));
+    std::fs::write(&path, rows).expect("writing the tuning table");
+    let cfg = Config {
+        nchannels: Some(nchannels),
+        algo: Some(algo),
+        proto: Some(Protocol::Simple),
+        tuner_table: Some(path.clone()),
+        ..Config::default()
+    };
+    let w = World { mem, ..world_with(devices, &cfg) };
+    // Read at init.
+    let _ = std::fs::remove_file(path);
+    w
+}
+
 impl World {
     pub fn n(&self) -> usize {
         self.comms.len()
@@ -239,6 +264,23 @@ pub fn check_past(w: &World, coll: Collective, dtypes: &[DataType], bytes: usize
         failures.extend(f);
     }
     (runs, failures)
+}
+
+/// [`check_past`] of `bytes` for every (collective, algorithm, datatypes) of `cases`, each
+/// on the world `make(coll, algo)` gives; fails listing every run that went wrong.
+#[allow(dead_code)] // the large-output tests
+pub fn assert_past(
+    cases: &[(Collective, Algorithm, &[DataType])], bytes: usize, what: &str,
+    make: impl Fn(Collective, Algorithm) -> World,
+) {
+    let (mut runs, mut failures) = (0, Vec::new());
+    for &(coll, algo, dtypes) in cases {
+        let w = make(coll, algo);
+        let (r, f) = check_past(&w, coll, dtypes, bytes, &format!("{coll} {algo} n={} {what}", w.n()));
+        runs += r;
+        failures.extend(f);
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// Runs `coll` for every datatype of `dtypes`, every op, count and placement on the worlds

@@ -137,7 +137,7 @@ pub(super) fn share_processes(bs: &Bootstrap, rank: usize, shareable: bool, regi
         fifo_only(format!("rank {q} cannot map every arena"));
         return Ok(());
     }
-    install(registry, &local, m.bases, m.keep, Flags::new(m.areas, m.flags));
+    install(registry, &local, m.bases, m.keep, Flags::new(m.areas, None, m.flags));
     tracing::info!("rank {rank}: plain buffers may run the direct algorithms (every rank's host arena mapped)");
     Ok(())
 }
@@ -159,7 +159,7 @@ pub(super) fn share_threads(registries: &[&Registry]) -> Result<()> {
     // Every rank's registry keeps every flags area, which all of them address.
     let all: Vec<Keep> = locals.iter().map(|l| l.flags.clone() as Keep).collect();
     for (reg, local) in registries.iter().zip(&locals) {
-        install(reg, local, vec![local.arena.base(); n], Vec::new(), Flags::new(areas.clone(), all.clone()));
+        install(reg, local, vec![local.arena.base(); n], Vec::new(), Flags::new(areas.clone(), None, all.clone()));
     }
     Ok(())
 }

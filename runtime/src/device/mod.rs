@@ -118,6 +118,15 @@ impl Memory {
         }
     }
 
+    /// The `bytes` at `ptr` in memory of `device`, which `owner` keeps valid until this is
+    /// dropped.
+    pub(crate) fn kept(device: &Device, ptr: *mut u8, bytes: usize, owner: Box<dyn Send + Sync>) -> Result<Memory> {
+        Ok(match device.gpu()? {
+            None => Memory::Host(HostMemory::mapped(ptr, bytes, owner)),
+            Some(g) => Memory::Cuda(cuda::DeviceMemory::kept(&g, ptr, bytes, owner)),
+        })
+    }
+
     /// The whole address space of `device` as one region based at address 0, never freed:
     /// what every view of a caller's memory (`DeviceBuffer::from_raw`) shares, so that
     /// making one (each C API call makes two) allocates nothing.

@@ -309,7 +309,7 @@ impl Rank {
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
         let (b, Group { rank, nranks }) = (&self.base, self.group);
         let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
-            r.map_or((std::ptr::null(), 0, 0), |r| (r.bases.as_ptr(), r.id, (at - r.range.start) as u64))
+            r.map_or((std::ptr::null(), 0, 0), |r| (r.kernel_bases(), r.id, (at - r.range.start) as u64))
         };
         let (sym_send, sym_send_id, sym_send_off) = region(direct.as_ref().map(|d| &d.send), call.send as usize);
         let (sym_recv, sym_recv_id, sym_recv_off) = region(direct.as_ref().map(|d| &d.recv), call.recv as usize);
@@ -361,11 +361,11 @@ impl Rank {
     }
 
     /// The byte ranges of `call`'s send and recv buffers, when the direct algorithms could
-    /// run it if both are registered (the host target; channels within the flags area;
-    /// ranks within the kernels' tables).
+    /// run it if both are registered (channels within the flags area; ranks within the
+    /// kernels' tables), on the host and on GPUs alike.
     fn direct_ranges(&self, call: &Call) -> Option<Ranges> {
         use jitccl_codegen::abi::{SYM_CHANNELS, SYM_MAX_RANKS};
-        if self.device.is_cuda() || self.tuner.max_channels() > SYM_CHANNELS || self.group.nranks > SYM_MAX_RANKS {
+        if self.tuner.max_channels() > SYM_CHANNELS || self.group.nranks > SYM_MAX_RANKS {
             return None;
         }
         let elem = call.dtype.size();

@@ -353,3 +353,27 @@ fn the_cuda_model_reproduces_the_h200_measurements() {
         assert!((model / us - 1.0).abs() < 0.3, "n={n} {algo}/{proto} x{nch} {bytes} B: {model:.1} us, measured {us}");
     }
 }
+
+#[test]
+fn gpu_ranks_take_the_direct_algorithms_for_registered_buffers_alone() {
+    // The CUDA model's direct entries are model values (not measured): what is checked is
+    // the rule, as on the host: direct only where every buffer is registered, the ring for
+    // an op that does not commute, and the Simple protocol.
+    let gpu = Device::Cuda { ordinal: 0 };
+    let cfg = Config::default().resolve_on(4, &gpu).unwrap();
+    let graph = Graph::uniform(4, cfg.nchannels);
+    let t = from_plan(&plan(&graph, &cfg, &gpu).unwrap(), &graph, &cfg).unwrap();
+    for bytes in [8, 1 << 20, 256 << 20] {
+        for coll in [AllReduce, AllGather, ReduceScatter, Broadcast, Reduce] {
+            let reg = t.choose_for(coll, bytes, 4, true, true).unwrap();
+            assert!(reg.algo.is_direct() && reg.proto == Protocol::Simple, "{coll} {bytes} B registered: {reg:?}");
+            assert!(
+                reg.nchannels <= jitccl_codegen::abi::SYM_CHANNELS,
+                "{coll} {bytes} B: within the flags area's lines"
+            );
+            let plain = t.choose_for(coll, bytes, 4, true, false).unwrap();
+            assert!(!plain.algo.is_direct(), "{coll} {bytes} B plain: {plain:?}");
+        }
+        assert_eq!(t.choose_for(AllReduce, bytes, 4, false, true).unwrap().algo, Ring, "{bytes} B, not commutative");
+    }
+}

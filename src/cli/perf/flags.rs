@@ -213,11 +213,6 @@ impl PerfArgs {
         if self.root >= n {
             return Err(format!("root {} is not one of the {n} ranks", self.root));
         }
-        if self.register != Register::None && self.target == Target::Cuda {
-            return Err(
-                "-R: registered and symmetric buffers are host-target features; use -R 0 with --target cuda".into()
-            );
-        }
         if self.cudagraph > 0 {
             self.validate_graphs()?;
         }

@@ -31,12 +31,14 @@ pub(crate) struct DeviceMemory {
     bytes: usize,
     /// How to free it; `None`: the caller's memory (a C caller's buffer), never freed here.
     pool: Option<Pool>,
+    /// What keeps borrowed memory allocated, dropped with this (`kept`).
+    _owner: Option<Box<dyn Send + Sync>>,
 }
 
 impl DeviceMemory {
     pub(crate) fn zeroed(gpu: &Arc<Gpu>, bytes: usize, pool: Pool) -> Result<DeviceMemory> {
         if bytes == 0 {
-            return Ok(DeviceMemory { gpu: gpu.clone(), ptr: 0, bytes, pool: Some(pool) });
+            return Ok(DeviceMemory { gpu: gpu.clone(), ptr: 0, bytes, pool: Some(pool), _owner: None });
         }
         gpu.bind()?;
         let what = || format!("allocating {bytes} B on cuda:{}", gpu.ordinal);
@@ -48,7 +50,7 @@ impl DeviceMemory {
             }
         }
         .map_err(driver(what()))?;
-        let mem = DeviceMemory { gpu: gpu.clone(), ptr, bytes, pool: Some(pool) };
+        let mem = DeviceMemory { gpu: gpu.clone(), ptr, bytes, pool: Some(pool), _owner: None };
         // SAFETY: `bytes` bytes at `ptr` were just allocated.
         unsafe { cu::memset_d8_async(ptr, 0, bytes, gpu.mem_stream) }.map_err(driver(what()))?;
         gpu.sync_mem_stream()?;
@@ -57,7 +59,12 @@ impl DeviceMemory {
 
     /// `bytes` of the caller's device memory at `ptr`, which it keeps allocated.
     pub(crate) fn borrowed(gpu: &Arc<Gpu>, ptr: *mut u8, bytes: usize) -> DeviceMemory {
-        DeviceMemory { gpu: gpu.clone(), ptr: ptr as sys::CUdeviceptr, bytes, pool: None }
+        DeviceMemory { gpu: gpu.clone(), ptr: ptr as sys::CUdeviceptr, bytes, pool: None, _owner: None }
+    }
+
+    /// `bytes` of device memory at `ptr`, which `owner` keeps allocated until this is dropped.
+    pub(crate) fn kept(gpu: &Arc<Gpu>, ptr: *mut u8, bytes: usize, owner: Box<dyn Send + Sync>) -> DeviceMemory {
+        DeviceMemory { gpu: gpu.clone(), ptr: ptr as sys::CUdeviceptr, bytes, pool: None, _owner: Some(owner) }
     }
 
     /// The device address (0 for an empty allocation).

@@ -138,11 +138,15 @@ impl Constants {
     /// ring's bandwidth per channel, LL 0.21 of Simple's (its lines move one per thread at a
     /// time; Simple moves 16-byte packs, four in flight) and LL128 0.39 (eight threads a line,
     /// two lines in flight; measured on an H100, 2.8x its one-thread lines). The direct
-    /// algorithms do not run on GPUs; their entries only keep the table whole.
+    /// algorithms' entries are NOT measured (model values, to be replaced by a GPU run):
+    /// their base is a launch as the FIFO algorithms', their barriers a flag line each as
+    /// on the host, and, as on the host, a byte crossing is one load or store instead of a
+    /// FIFO's store and load: twice the ring's bandwidth per channel, one-shot twice the
+    /// FIFO one-shot's.
     pub const CUDA: Constants = Constants {
         base: [14.6, 14.6, 15.6, 14.6, 15.6],
         hop_factor: [1.0, 1.5, 1.55, 1.0, 1.0],
-        algo_bw: [1.0, 0.7, 0.65, 1.0, 0.65],
+        algo_bw: [1.0, 0.7, 0.65, 2.0, 1.3],
         proto_lat: [1.0, 0.84, 1.37],
         proto_lat_spin: [1.0, 0.84, 1.37],
         proto_bw: [1.0, 0.21, 0.39],
@@ -176,8 +180,9 @@ const CUDA_HOP: f64 = 3.23;
 const CUDA_BW: f64 = 9.5;
 const CUDA_BW_RANK: f64 = 130.0;
 const CUDA_CHAN_LAT: f64 = 0.1;
-/// Bumped when the CUDA constants change (2: the 16-byte Simple copy; 3: coalesced LL128).
-const CUDA_MODEL_VERSION: u64 = 3;
+/// Bumped when the CUDA constants change (2: the 16-byte Simple copy; 3: coalesced LL128;
+/// 4: the direct algorithms, unmeasured).
+const CUDA_MODEL_VERSION: u64 = 4;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
