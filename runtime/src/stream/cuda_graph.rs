@@ -5,7 +5,10 @@
 //! whose waits a capture forbids), and a captured call must be on the stream its
 //! communicator's eager calls used (see `device::LaunchOrder`).
 
-use crate::device::CudaGraph as DeviceGraph;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::device::{CudaEvent, CudaGraph as DeviceGraph};
 use crate::error::{Error, Result};
 use crate::stream::{Launch, Stream};
 
@@ -14,6 +17,8 @@ use crate::stream::{Launch, Stream};
 pub struct CudaGraph {
     graph: DeviceGraph,
     launches: Vec<Launch>,
+    /// Recorded after each replay, so that the stream's `synchronize` waits for it.
+    replayed: Arc<CudaEvent>,
 }
 
 impl std::fmt::Debug for CudaGraph {
@@ -53,16 +58,26 @@ impl Stream {
         let q = self.capture_queue("end_capture")?;
         let graph = q.with_pool(|p| DeviceGraph::end(p.cuda()?));
         let launches = q.end_captured();
-        graph.map(|graph| CudaGraph { graph, launches })
+        let graph = graph?;
+        let replayed = Arc::new(graph.event()?);
+        Ok(CudaGraph { graph, launches, replayed })
     }
 }
 
 impl CudaGraph {
-    /// Queues one replay of the graph on `stream` (a stream of the graph's device); the
-    /// application waits for it on that stream, then asks [`CudaGraph::check`] how it ended.
+    /// Queues one replay of the graph on `stream` (a stream of the graph's device);
+    /// `stream.synchronize()` waits for it, then [`CudaGraph::check`] says how it ended.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         let q = stream.capture_queue("CudaGraph::launch")?;
-        q.with_pool(|p| self.graph.launch(p.cuda()?))
+        q.with_pool(|p| {
+            let s = p.cuda()?;
+            self.graph.launch(s)?;
+            self.replayed.record(s)
+        })?;
+        // Each recorded collective's kernel ends within its owner's bound; so does the replay.
+        let bound = self.launches.iter().map(|l| l.owner.bound()).sum::<Duration>();
+        q.replayed(self.replayed.clone(), bound);
+        Ok(())
     }
 
     /// How the replays waited for so far ended: the first failure of a recorded

@@ -14,11 +14,11 @@
 //! ncclCommGetAsyncError looks at its streams first, as NCCL's polls).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Launch, Started};
-use crate::device::CtaPool;
+use crate::device::{CtaPool, CudaEvent};
 use crate::error::{Error, Result};
 use crate::wait::{poll, POLL};
 
@@ -60,6 +60,9 @@ struct State {
     /// Launches recorded into the graph that `Stream::begin_capture` started, for
     /// `end_captured` (None: no such capture).
     captured: Option<Vec<Launch>>,
+    /// The last graph replay queued: the event after it, when, and how long it may take.
+    /// Replays are in stream order, so the last one's end is every earlier one's too.
+    replay: Option<(Arc<CudaEvent>, Instant, Duration)>,
 }
 
 /// A CUDA stream's asynchronous launches (see the module comment).
@@ -76,6 +79,7 @@ impl GpuQueue {
                 error: None,
                 last: Front::Waiting,
                 captured: None,
+                replay: None,
             }),
         }
     }
@@ -124,7 +128,7 @@ impl GpuQueue {
     pub(crate) fn synchronize(&self, deadline: Option<Instant>) -> Result<bool> {
         let mut st = self.lock();
         let all = st.pending.len();
-        let waited = st.retire_until(all, deadline);
+        let waited = st.retire_until(all, deadline) && st.wait_replay(deadline)?;
         match st.error.take() {
             Some(e) => Err(e),
             // Without a deadline only a stuck launch ends the wait (its hang was reported
@@ -143,6 +147,11 @@ impl GpuQueue {
         let mut st = self.lock();
         st.retire();
         st.pending.is_empty()
+    }
+
+    /// Notes a graph replay just queued (see `State::replay`).
+    pub(crate) fn replayed(&self, done: Arc<CudaEvent>, bound: Duration) {
+        self.lock().replay = Some((done, Instant::now(), bound));
     }
 
     /// Keeps the launches recorded from now on, for `end_captured`.
@@ -188,6 +197,32 @@ impl State {
 
     /// Waits for the first `n` queued launches to finish, or until `deadline`, or until
     /// one is stuck; whether it reached them. Then retires whatever else has finished.
+    /// Waits for the last graph replay to end: false at `deadline`, an error past its bound
+    /// (its collectives' communicators then say why when the graph is checked).
+    fn wait_replay(&mut self, deadline: Option<Instant>) -> Result<bool> {
+        let Some((done, since, bound)) = self.replay.clone() else { return Ok(true) };
+        let busy_until = Instant::now() + POLL;
+        loop {
+            if done.done()? {
+                self.replay = None;
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+            if since.elapsed() > bound {
+                return Err(Error::Device(format!(
+                    "a CUDA graph replay on this stream has not ended {:.1} s after it was queued",
+                    since.elapsed().as_secs_f64()
+                )));
+            }
+            // Looked at busily first: a replay's end is what timings of replays wait for.
+            if Instant::now() >= busy_until {
+                std::thread::sleep(NAP);
+            }
+        }
+    }
+
     fn retire_until(&mut self, mut n: usize, deadline: Option<Instant>) -> bool {
         while n > 0 {
             let end = Instant::now() + POLL;

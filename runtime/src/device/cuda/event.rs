@@ -148,6 +148,11 @@ impl Graph {
         }
     }
 
+    /// An event of the graph's context, to mark where its replays end.
+    pub(crate) fn event(&self) -> Result<Event> {
+        Event::new(&self.gpu)
+    }
+
     /// Queues one replay of the graph on `s`.
     pub(crate) fn launch(&self, s: &CudaStream) -> Result<()> {
         self.gpu.bind()?;
