@@ -208,6 +208,17 @@ impl Registry {
         found.is_some()
     }
 
+    /// The region holding all of `bytes`, if any (and the flags areas exist).
+    pub(crate) fn region_of(&self, bytes: &Range<usize>) -> Option<Arc<Region>> {
+        self.with(bytes, bytes, |r, _, _| r.clone())
+    }
+
+    /// Every region this rank has (the arena's first): where a peer's buffer may lie.
+    pub(crate) fn regions(&self) -> Vec<Arc<Region>> {
+        let m = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        self.arena.get().into_iter().chain(m.values()).cloned().collect()
+    }
+
     /// The regions of a call's send and recv bytes when both are registered.
     pub(crate) fn direct(&self, send: &Range<usize>, recv: &Range<usize>) -> Option<Direct> {
         self.with(send, recv, |s, r, f| Direct { send: s.clone(), recv: r.clone(), flags: f.areas.as_ptr() })

@@ -1,8 +1,9 @@
 //! AlltoAll(v), Gather and Scatter. Where every rank's buffers are registered (plain host
 //! buffers are, through the host arenas) the tuner may pick a direct kernel: one launch
-//! that copies every block straight from or into the peers' buffers. Otherwise, and always
-//! for AlltoAllv, they run as NCCL builds them: from point-to-point transfers, one
-//! `sendrecv` launch per round. Round `k` sends to `rank + k` and receives from `rank - k`
+//! that copies every block straight from or into the peers' buffers (AlltoAllv: the direct
+//! point-to-point kernel, which compares each block's size with its sender's, see
+//! `enqueue::p2p`). Otherwise they run as NCCL builds them: from point-to-point transfers,
+//! one `sendrecv` launch per round. Round `k` sends to `rank + k` and receives from `rank - k`
 //! (mod nranks), so every round pairs up across ranks and a cycle of exchanges cannot
 //! deadlock; round 0 is the rank's own block, moved by a transfer to itself. Every
 //! transfer of a call is built and checked before anything is queued, so a bad argument
@@ -56,7 +57,7 @@ impl Comm {
             let name = "AllToAllv";
             let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
             let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
-            self.rounds(name, sends, recvs)?.into_iter().try_for_each(|call| self.submit(Ok(call), stream))
+            self.submit(Ok(Call::batch(Collective::AllToAll, self.rounds(name, sends, recvs)?)), stream)
         })())
     }
 

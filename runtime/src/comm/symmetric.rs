@@ -25,7 +25,7 @@ use crate::enqueue::Call;
 use crate::error::{Error, Result};
 use crate::symmetric::{Flags, Keep, Region, Registry};
 use crate::transport::shm::ShmSegment;
-use jitccl_codegen::abi::{SYM_CHANNELS, SYM_LINE};
+use jitccl_codegen::abi::SYM_FLAGS_WORDS;
 
 /// Bytes of one rank's description of its part.
 const DESC: usize = 160;
@@ -205,7 +205,7 @@ impl Comm {
         }
         let registry = self.inner(what)?.enq.sym.clone();
         if registry.flags().is_none() {
-            let bytes = SYM_CHANNELS * SYM_LINE * size_of::<u64>();
+            let bytes = SYM_FLAGS_WORDS * size_of::<u64>();
             let seg = ShmSegment::create(segment_bytes(bytes))?;
             let part =
                 Part { id: 0, ptr: seg.ptr() as usize, bytes, segment: Some(seg.name().to_string()), arena_base: None };

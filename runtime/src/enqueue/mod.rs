@@ -4,6 +4,7 @@
 //! arguments and queue the launch on the caller's stream.
 
 mod checks;
+mod p2p;
 mod plan;
 mod tables;
 
@@ -94,6 +95,8 @@ pub(crate) struct Ready {
     choice: Choice,
     kernel: KernelRef,
     direct: Option<Direct>,
+    /// Direct point-to-point: its table (`p2p`).
+    ops: Option<Arc<p2p::Ops>>,
 }
 
 /// One checked operation, ready to be tuned and launched.
@@ -121,6 +124,9 @@ pub(crate) struct Call {
     /// AlltoAll, Gather, Scatter: the same call as point-to-point transfers, launched in
     /// its place where the direct algorithm does not run it (see `Rank::in_rounds`).
     pub rounds: Vec<Call>,
+    /// `rounds` are a batch of transfers (AlltoAllv's, a group's sends and receives) that
+    /// run as one direct point-to-point launch where they can (`p2p`), else one by one.
+    pub batch: bool,
 }
 
 impl Call {
@@ -152,6 +158,31 @@ impl Call {
         Call { rounds, ..Call::of(coll, None, send, recv, count, root, group.nranks) }
     }
 
+    /// A batch of point-to-point `rounds` (see `Call::batch`); `coll`'s overrides decide
+    /// whether it may run direct. Counted in bytes.
+    pub(crate) fn batch(coll: Collective, rounds: Vec<Call>) -> Call {
+        let bytes = rounds.iter().map(|c| (c.count + c.recv_count) * c.dtype.size()).sum();
+        Call {
+            coll,
+            dtype: DataType::U8,
+            op: None,
+            count: bytes,
+            recv_count: 0,
+            root: 0,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            keep: [None, None],
+            // Each transfer's buffers were checked when it was made.
+            devices: [None, None],
+            bytes,
+            send_peer: None,
+            recv_peer: None,
+            internal: false,
+            rounds,
+            batch: true,
+        }
+    }
+
     /// A collective's call on `send` and `recv`, `blocks` blocks of `count` to tune by.
     fn of<T: Element>(
         coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize,
@@ -173,6 +204,7 @@ impl Call {
             recv_peer: None,
             internal: false,
             rounds: Vec::new(),
+            batch: false,
         }
     }
 
@@ -205,6 +237,7 @@ impl Call {
             recv_peer,
             internal: false,
             rounds: Vec::new(),
+            batch: false,
         })
     }
 }
@@ -260,6 +293,9 @@ impl Rank {
     /// ring is rounds, where its buffers are not all registered or the tuner picks the
     /// rounds. Every rank decides alike, as for every choice.
     pub(crate) fn in_rounds(&self, call: &Call) -> Result<bool> {
+        if call.batch {
+            return Ok(!self.p2p_direct(call));
+        }
         if !call.coll.in_rounds() || call.count == 0 {
             return Ok(false);
         }
@@ -279,7 +315,18 @@ impl Rank {
         if call.count == 0 && call.recv_count == 0 {
             return Ok(None);
         }
-        let (shape, ranges) = self.shape(call);
+        let (mut shape, mut ranges) = self.shape(call);
+        let ops = self.p2p_ops(call, true).map(Arc::new);
+        if ops.is_some() {
+            shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct: true, ..shape };
+            ranges = None;
+        } else if call.batch {
+            return Err(Error::InvalidUsage(format!(
+                "{} on rank {}: a buffer was deregistered while the call was made",
+                call.coll.name(),
+                self.group.rank
+            )));
+        }
         let (choice, kernel) = self.plan(shape)?;
         let rank = self.group.rank;
         tracing::trace!("rank {rank}: enqueue {} {choice:?} x {} elements", call.coll.name(), call.count);
@@ -293,7 +340,7 @@ impl Rank {
             })?),
             _ => None,
         };
-        Ok(Some(Ready { choice, kernel, direct }))
+        Ok(Some(Ready { choice, kernel, direct, ops }))
     }
 
     /// Writes the launch of a prepared `call` through `owner` (its communicator) into `dst`;
@@ -305,7 +352,7 @@ impl Rank {
     pub(crate) fn launch_into(
         &self, dst: &mut Option<Launch>, owner: Arc<dyn Owner>, call: &mut Call, ready: &mut Ready,
     ) {
-        let (choice, kernel, direct) = (ready.choice, ready.kernel, ready.direct.take());
+        let (choice, kernel, direct, ops) = (ready.choice, ready.kernel, ready.direct.take(), ready.ops.take());
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
         let (b, Group { rank, nranks }) = (&self.base, self.group);
         let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
@@ -337,11 +384,16 @@ impl Rank {
             peer_failed: b.peer_failed,
             sym_send,
             sym_recv,
-            sym_flags: direct.as_ref().map_or(std::ptr::null(), |d| d.flags),
+            sym_flags: match (&direct, &ops) {
+                (Some(d), _) => d.flags,
+                (None, Some(o)) => o.flags,
+                (None, None) => std::ptr::null(),
+            },
             sym_send_id,
             sym_recv_id,
             sym_send_off,
             sym_recv_off,
+            table: ops.as_ref().map_or(std::ptr::null(), |o| o.words.as_ptr()),
             scalar_f,
             scalar_i: scalar_f as i64,
             // Set when the launch runs (`CommInner::run`), from the ranks running then.
@@ -355,7 +407,11 @@ impl Rank {
         *dst = Some(Launch {
             owner,
             call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
-            _keep: std::mem::take(&mut call.keep),
+            // A direct point-to-point table holds its buffers.
+            _keep: match ops {
+                Some(o) => [Some(o), None],
+                None => std::mem::take(&mut call.keep),
+            },
             _direct: direct,
         });
     }
