@@ -230,6 +230,23 @@ fn all_to_allv_counts_that_differ_fail_naming_the_peer() {
     assert!(took < Duration::from_secs(10), "the mismatch took {took:?}");
 }
 
+#[test]
+fn an_all_to_allv_block_one_side_counts_as_empty_fails_naming_the_peer() {
+    // Rank 1 expects 3 elements from rank 0, which sends it none.
+    let (res, took) = two(|r, c| {
+        let s = c.device().stream()?;
+        let (send, recv) = (c.device().alloc::<i32>(16)?, c.device().alloc::<i32>(16)?);
+        let (send_counts, recv_counts) = if r == 0 { ([4, 0], [4, 4]) } else { ([4, 4], [3, 4]) };
+        c.all_to_allv(&send, &send_counts, &[0, 8], &recv, &recv_counts, &[0, 8], &s)?;
+        s.synchronize()
+    });
+    for (r, e) in res.iter().enumerate() {
+        let e = e.as_ref().expect_err("a block counted as empty by one side only went unnoticed");
+        assert!(names_the_peer(r, e), "rank {r}: {e}");
+    }
+    assert!(took < Duration::from_secs(10), "the mismatch took {took:?}: found by a timeout, not the sizes");
+}
+
 /// Rank 1 of 2 never posts its receive: rank 0's direct send fails within its timeout,
 /// naming rank 1, and so does its next call.
 #[test]

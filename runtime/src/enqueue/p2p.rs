@@ -50,6 +50,9 @@ impl Rank {
             return None;
         }
         let parts: Vec<&Call> = if call.batch { call.rounds.iter().collect() } else { vec![call] };
+        // An AlltoAllv's empty blocks too: every rank takes part with every peer, so the
+        // receiver compares a zero size as any other (elsewhere an empty side is no transfer).
+        let empty = call.batch && call.coll == Collective::AllToAll;
         let (mut ops, mut keep) = (Vec::new(), Vec::new());
         // Per peer, the sends and receives so far: the step of the next.
         let (mut sent, mut got) = (vec![0u64; self.group.nranks], vec![0u64; self.group.nranks]);
@@ -57,7 +60,7 @@ impl Rank {
             let size = c.dtype.size();
             let sides = [(c.send_peer, c.send as usize, c.count, 0), (c.recv_peer, c.recv as usize, c.recv_count, 1)];
             for (peer, at, count, side) in sides {
-                let Some(peer) = peer.filter(|_| count > 0) else { continue };
+                let Some(peer) = peer.filter(|_| empty || count > 0) else { continue };
                 let bytes = count * size;
                 let region = self.sym.region_of(&(at..at + bytes))?;
                 if !build {
