@@ -247,6 +247,36 @@ fn an_all_to_allv_block_one_side_counts_as_empty_fails_naming_the_peer() {
     assert!(took < Duration::from_secs(10), "the mismatch took {took:?}: found by a timeout, not the sizes");
 }
 
+/// A group that sends a buffer to one rank and receives into it from another at once (a
+/// ring shift in place; NCCL leaves it undefined): the FIFOs move it chunk by chunk, in
+/// order; the direct copy, where a peer may still read the buffer being received into,
+/// refuses it at the group's end instead of returning a wrong result as success.
+#[test]
+fn an_in_place_shift_in_a_group_is_right_or_refused() {
+    for algo in [Algorithm::Ring, Algorithm::Direct] {
+        let w = world(3, Some(algo), Mem::Plain);
+        let res = w.on_all(|r, c| {
+            let s = &w.streams[r];
+            let b = c.device().alloc_from(&payload::<f32>(r, (r + 1) % 3, 0, 5000)).unwrap();
+            group(|| {
+                c.send(&b, 5000, (r + 1) % 3, s)?;
+                c.recv(&b, 5000, (r + 2) % 3, s)
+            })
+            .and_then(|()| s.synchronize())
+            .map(|()| b.to_vec())
+        });
+        for (r, got) in res.into_iter().enumerate() {
+            match (algo, got) {
+                (Algorithm::Ring, Ok(got)) => {
+                    compare(&format!("rank {r}"), &got, &payload((r + 2) % 3, r, 0, 5000)).unwrap()
+                }
+                (Algorithm::Direct, Err(Error::InvalidArgument(e))) => assert!(e.contains("overlaps"), "{e}"),
+                (_, other) => panic!("{algo}: rank {r}: {:?}", other.map(|v| v.len())),
+            }
+        }
+    }
+}
+
 /// Rank 1 of 2 never posts its receive: rank 0's direct send fails within its timeout,
 /// naming rank 1, and so does its next call.
 #[test]

@@ -316,7 +316,7 @@ impl Rank {
             return Ok(None);
         }
         let (mut shape, mut ranges) = self.shape(call);
-        let ops = self.p2p_ops(call, true).map(Arc::new);
+        let ops = self.p2p_table(call)?.map(Arc::new);
         if ops.is_some() {
             shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct: true, ..shape };
             ranges = None;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use jitccl_codegen::abi::SYM_MAX_RANKS;
 use jitccl_codegen::Collective;
 
-use super::{Call, Rank};
+use super::{checks, Call, Rank};
+use crate::error::{invalid, Result};
 use crate::symmetric::{Keep, Region};
 
 /// The table a direct point-to-point launch reads, and what keeps its memory alive.
@@ -39,8 +40,29 @@ impl Rank {
         self.p2p_ops(call, false).is_some()
     }
 
+    /// The table of `call` if it runs direct, or InvalidArgument where a receive of a step
+    /// overlaps a send of it: a peer may still be reading what the receive overwrites (the
+    /// FIFOs move such an in-place exchange chunk by chunk; NCCL leaves it undefined).
+    pub(super) fn p2p_table(&self, call: &Call) -> Result<Option<Ops>> {
+        let Some(ops) = self.p2p_ops(call, true) else { return Ok(None) };
+        let all = || ops.words[2..].chunks(OP).take(ops.words[0] as usize).filter(|o| o[2] > 0);
+        let range = |o: &[u64]| o[3] as usize..(o[3] + o[2]) as usize;
+        for a in all().filter(|o| o[1] & RECV != 0) {
+            let clash = |b: &&[u64]| b[0] == a[0] && b[1] & RECV == 0 && checks::overlap(&range(a), &range(b));
+            if let Some(b) = all().find(clash) {
+                return invalid(format!(
+                    "{}: a receive from rank {} overlaps a send to rank {} of the same group (in place)",
+                    call.coll.name(),
+                    a[1] as u32,
+                    b[1] as u32
+                ));
+            }
+        }
+        Ok(Some(ops))
+    }
+
     /// The table of `call` if it runs direct (`build`; else an empty one, only to say so).
-    pub(super) fn p2p_ops(&self, call: &Call, build: bool) -> Option<Ops> {
+    fn p2p_ops(&self, call: &Call, build: bool) -> Option<Ops> {
         let p2p = call.batch || call.coll == Collective::SendRecv;
         if !p2p || call.internal || self.device.is_cuda() || self.group.nranks > SYM_MAX_RANKS {
             return None;
