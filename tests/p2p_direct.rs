@@ -291,3 +291,28 @@ fn a_receiver_that_never_comes_is_named() {
     let again = comms[0].send(&b, 64, 1, &s).and_then(|()| s.synchronize());
     assert!(again.is_err(), "a send on a failed communicator succeeded");
 }
+
+/// One thread drives both ranks, each call outside a group, the send's stream synchronized
+/// first: the receive runs on its own stream's dispatcher meanwhile; and the same through
+/// nonblocking communicators, whose calls leave from their progress threads.
+#[test]
+fn one_thread_driving_both_ranks_and_nonblocking_communicators() {
+    for blocking in [true, false] {
+        let cfg = Config {
+            timeout: Some(Duration::from_secs(20)),
+            algo: Some(Algorithm::Direct),
+            blocking: Some(blocking),
+            ..Config::default()
+        };
+        let comms = Comm::init_all(2, &cfg).unwrap();
+        let s: Vec<_> = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+        let want = payload::<f64>(0, 1, 0, 777);
+        let send = comms[0].device().alloc_from(&want).unwrap();
+        let recv = comms[1].device().alloc::<f64>(777).unwrap();
+        comms[0].send(&send, 777, 1, &s[0]).unwrap();
+        comms[1].recv(&recv, 777, 0, &s[1]).unwrap();
+        s[0].synchronize().unwrap();
+        s[1].synchronize().unwrap();
+        compare(&format!("blocking={blocking}"), &recv.to_vec(), &want).unwrap();
+    }
+}
