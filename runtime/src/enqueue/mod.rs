@@ -158,31 +158,6 @@ impl Call {
         Call { rounds, ..Call::of(coll, None, send, recv, count, root, group.nranks) }
     }
 
-    /// A batch of point-to-point `rounds` (see `Call::batch`); `coll`'s overrides decide
-    /// whether it may run direct. Counted in bytes.
-    pub(crate) fn batch(coll: Collective, rounds: Vec<Call>) -> Call {
-        let bytes = rounds.iter().map(|c| (c.count + c.recv_count) * c.dtype.size()).sum();
-        Call {
-            coll,
-            dtype: DataType::U8,
-            op: None,
-            count: bytes,
-            recv_count: 0,
-            root: 0,
-            send: std::ptr::null(),
-            recv: std::ptr::null_mut(),
-            keep: [None, None],
-            // Each transfer's buffers were checked when it was made.
-            devices: [None, None],
-            bytes,
-            send_peer: None,
-            recv_peer: None,
-            internal: false,
-            rounds,
-            batch: true,
-        }
-    }
-
     /// A collective's call on `send` and `recv`, `blocks` blocks of `count` to tune by.
     fn of<T: Element>(
         coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize,

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use jitccl_codegen::abi::SYM_MAX_RANKS;
-use jitccl_codegen::Collective;
+use jitccl_codegen::{Collective, DataType};
 
 use super::{checks, Call, Rank};
 use crate::error::{invalid, Result};
@@ -28,6 +28,33 @@ pub(crate) struct Ops {
 // communicator (which the launch holds) keep alive; only the kernel dereferences them.
 unsafe impl Send for Ops {}
 unsafe impl Sync for Ops {}
+
+impl Call {
+    /// A batch of point-to-point `rounds` (see `Call::batch`); `coll`'s overrides decide
+    /// whether it may run direct. Counted in bytes.
+    pub(crate) fn batch(coll: Collective, rounds: Vec<Call>) -> Call {
+        let bytes = rounds.iter().map(|c| (c.count + c.recv_count) * c.dtype.size()).sum();
+        Call {
+            coll,
+            dtype: DataType::U8,
+            op: None,
+            count: bytes,
+            recv_count: 0,
+            root: 0,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            keep: [None, None],
+            // Each transfer's buffers were checked when it was made.
+            devices: [None, None],
+            bytes,
+            send_peer: None,
+            recv_peer: None,
+            internal: false,
+            rounds,
+            batch: true,
+        }
+    }
+}
 
 /// Words per transfer in the table (JC_P2P_OP).
 const OP: usize = 6;
