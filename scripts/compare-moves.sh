@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Side-by-side AlltoAll, Gather and Scatter on the host target, in one run: OpenMPI's
-# MPI_Alltoall / MPI_Gather / MPI_Scatter over its shared-memory BTL (benches/mpi/moves.c)
-# against `jitccl perf` of the same collective (processes, plain buffers, f32, out of
-# place, root 0, one synchronization per call as MPI blocks: -z 1; -a 3: the slowest rank's
-# time, as MPI's program reports it). The size is the whole buffer of n blocks, as
-# nccl-tests counts it. The two sides alternate within every repetition, so that the VM's
-# slow phases and foreign load hit both alike; each figure is the median of REPEATS runs
-# with the spread of the times around it (min..max, %), and the ratio is jitccl's median
-# over MPI's (below 1.00: jitccl is faster). Target: ratio <= 1.00 at every size.
+# Side-by-side AlltoAll, AlltoAllv, Gather, Scatter and Send/Recv on the host target, in one
+# run: OpenMPI's MPI_Alltoall / MPI_Alltoallv / MPI_Gather / MPI_Scatter / MPI_Sendrecv (to
+# rank + 1, from rank - 1) over its shared-memory BTL (benches/mpi/moves.c) against
+# `jitccl perf` of the same collective (processes, plain buffers, f32, out of place, root
+# 0, one synchronization per call as MPI blocks: -z 1; -a 3: the slowest rank's time, as
+# MPI's program reports it). The size is the whole buffer of n blocks, as nccl-tests
+# counts it (sendrecv: the one block each rank sends). The two sides alternate within
+# every repetition, so that the VM's slow phases and foreign load hit both alike; each
+# figure is the median of REPEATS runs with the spread of the times around it (min..max,
+# %), and the ratio is jitccl's median over MPI's (below 1.00: jitccl is faster). Target: ratio <= 1.00 at every size.
 # A missed target is a finding, not an error: the script exits non-zero only when a side
 # cannot be built or run, or gives wrong elements.
 #
 # Usage: scripts/compare-moves.sh [SIZE...]      (default sizes: 4K 64K 1M 16M 256M)
 # Environment:
 #   NRANKS   rank counts (default "2 4")
-#   COLLS    collectives (default "all_to_all gather scatter")
+#   COLLS    collectives (default "all_to_all gather scatter"; also all_to_allv, sendrecv)
 #   REPEATS  runs per figure (default 3)
 #   JITCCL_BIN  a jitccl binary to measure instead of building this tree's (e.g. a copy
 #               of an earlier build, for a before/after table)
@@ -29,7 +30,7 @@ colls=${COLLS:-all_to_all gather scatter}
 repeats=${REPEATS:-3}
 die() { echo "compare-moves: $*" >&2; exit 1; }
 [[ $repeats =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive count"
-for c in $colls; do [[ $c =~ ^(all_to_all|gather|scatter)$ ]] || die "COLLS holds '$c'"; done
+for c in $colls; do [[ $c =~ ^(all_to_all|all_to_allv|gather|scatter|sendrecv)$ ]] || die "COLLS holds '$c'"; done
 [ $# -gt 0 ] || set -- 4K 64K 1M 16M 256M
 command -v mpicc >/dev/null && command -v mpirun >/dev/null ||
   die "mpicc/mpirun not found: install OpenMPI (Debian: apt-get install openmpi-bin libopenmpi-dev)"
@@ -72,7 +73,7 @@ median() {
 
 echo "# compare-moves: $(ompi_info --parsable | sed -n 's/^ompi:version:full://p' | head -n 1) (pml ob1, btl self,$btl) against $jitccl"
 echo "# $(nproc) cores; f32, out of place, root 0, time of one call (slowest rank), median of $repeats interleaved runs, spread min..max in %"
-printf '# %-10s %2s %5s | %10s %9s | %10s %9s | %6s %s\n' coll n size mpi_us spread jit_us spread ratio verdict
+printf '# %-11s %2s %5s | %10s %9s | %10s %9s | %6s %s\n' coll n size mpi_us spread jit_us spread ratio verdict
 bad=0 missed=0 total=0
 for c in $colls; do
   for n in $nranks_list; do
@@ -92,7 +93,7 @@ for c in $colls; do
       verdict=PASS
       awk -v r="$ratio" 'BEGIN { exit !(r > 1.0) }' && { verdict=MISS; missed=$((missed + 1)); }
       total=$((total + 1))
-      printf '  %-10s %2s %5s | %10.2f %9s | %10.2f %9s | %6s %s\n' "$c" "$n" "$s" "$mu" "$msp" "$ju" "$jsp" "$ratio" "$verdict"
+      printf '  %-11s %2s %5s | %10.2f %9s | %10.2f %9s | %6s %s\n' "$c" "$n" "$s" "$mu" "$msp" "$ju" "$jsp" "$ratio" "$verdict"
     done
   done
 done

@@ -53,6 +53,8 @@ sweep_tests! {
     all_to_all_direct_registered: AllToAll Direct [3], SOME_TYPES, Registered;
     gather_direct_registered: Gather Direct [2], SOME_TYPES, Registered;
     scatter_direct_registered: Scatter Direct [3], SOME_TYPES, Registered;
+    sendrecv_direct_symmetric: SendRecv Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
+    sendrecv_direct_registered: SendRecv Direct [3], SOME_TYPES, Registered;
 }
 
 /// Out-of-place calls of 8 MiB and more store their outputs bypassing the cache. Counts just

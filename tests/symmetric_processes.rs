@@ -1,5 +1,6 @@
 //! The direct algorithms with ranks as processes: every collective that has one (AlltoAll,
-//! Gather and Scatter on plain buffers), through
+//! Gather and Scatter, and Send/Recv and AlltoAllv's direct point-to-point, on plain
+//! buffers), through
 //! `jitccl perf -R 2` (symmetric buffers in shared memory; perf checks every rank's result
 //! against the reference), forced and as the tuner picks them; on plain buffers (every
 //! process's host arena, which the others map), and with one rank's arena off, which turns
@@ -127,6 +128,11 @@ fn plain_buffers_of_rank_processes_run_the_direct_algorithms() {
         ("all_to_all", "", "4", "float", "sum"),
         ("gather", "", "2", "bfloat16", "sum"),
         ("scatter", "", "4", "double", "sum"),
+        // Point-to-point: the receiver's single copy, one launch per call.
+        ("sendrecv", "direct", "3", "float", "sum"),
+        ("sendrecv", "", "4", "int8", "sum"),
+        ("all_to_allv", "direct", "3", "half", "sum"),
+        ("all_to_allv", "", "4", "double", "sum"),
     ];
     each_run(&rows, "320K", &[], |n, out| {
         let stderr = text(&out.stderr);
@@ -140,23 +146,25 @@ fn one_rank_without_an_arena_keeps_every_rank_on_the_fifo_algorithms() {
     // Rank 1 allocates from the heap: no rank may run a direct kernel (the others would
     // wait for it), so every rank logs why and all calls, checked, take the FIFOs.
     let exe = env!("CARGO_BIN_EXE_jitccl");
-    let script = format!(
-        r#"[ "$RANK" = 1 ] && export JITCCL_HOST_ARENA=0; exec "{exe}" perf all_reduce -N 3 -b 4 -e 1M -f 8 -w 1 -n 2"#
-    );
-    let out = Command::new(exe)
-        .args(["launch", "-n", "3", "--", "sh", "-c", &script])
-        .env("JITCCL_TIMEOUT", "60")
-        .env("JITCCL_DEBUG", "DEBUG")
-        .output()
-        .expect("run jitccl launch");
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success() && stdout.contains("# Out of bounds values : 0 OK"), "{stdout}\n{stderr}");
-    let all = format!("{stdout}{stderr}");
-    for r in 0..3 {
-        let line = format!("rank {r}: plain buffers take the FIFO algorithms only (rank 1 has no host arena");
-        assert!(all.contains(&line), "{all}");
+    for coll in ["all_reduce", "sendrecv", "all_to_allv"] {
+        let script = format!(
+            r#"[ "$RANK" = 1 ] && export JITCCL_HOST_ARENA=0; exec "{exe}" perf {coll} -N 3 -b 4 -e 1M -f 8 -w 1 -n 2"#
+        );
+        let out = Command::new(exe)
+            .args(["launch", "-n", "3", "--", "sh", "-c", &script])
+            .env("JITCCL_TIMEOUT", "60")
+            .env("JITCCL_DEBUG", "DEBUG")
+            .output()
+            .expect("run jitccl launch");
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success() && stdout.contains("# Out of bounds values : 0 OK"), "{coll}: {stdout}\n{stderr}");
+        let all = format!("{stdout}{stderr}");
+        for r in 0..3 {
+            let line = format!("rank {r}: plain buffers take the FIFO algorithms only (rank 1 has no host arena");
+            assert!(all.contains(&line), "{coll}: {all}");
+        }
+        assert!(!all.contains("ranks: direct"), "{coll}: a direct kernel ran:\n{all}");
     }
-    assert!(!all.contains("ranks: direct"), "a direct kernel ran:\n{all}");
     // Forcing a direct algorithm there is refused, not left waiting for the peers.
     let out = perf_with(
         &["all_reduce", "-N", "2", "-b", "64", "-e", "64", "--algo", "direct"],

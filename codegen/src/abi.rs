@@ -39,6 +39,10 @@ pub const SYM_CHANNELS: usize = 32;
 pub const SYM_LINE: usize = 16;
 /// Direct algorithms: the most ranks (their kernels hold every rank's pointers).
 pub const SYM_MAX_RANKS: usize = 64;
+/// Direct point-to-point: u64 words of a rank's record per peer, after the channel lines.
+pub const SYM_P2P_WORDS: usize = 8;
+/// u64 words of a rank's flags area: the channel lines, then a point-to-point record per peer.
+pub const SYM_FLAGS_WORDS: usize = SYM_CHANNELS * SYM_LINE + SYM_MAX_RANKS * SYM_P2P_WORDS;
 
 /// One end of a connector (`struct jc_conn`).
 #[repr(C)]
@@ -150,6 +154,9 @@ pub struct Args {
     pub sym_recv_id: u64,
     pub sym_send_off: u64,
     pub sym_recv_off: u64,
+    /// Direct point-to-point: the launch's table of transfers and of this rank's regions
+    /// (see `templates/algo/sendrecv_direct.h`), null otherwise.
+    pub table: *const u64,
     pub scalar_f: f64,
     pub scalar_i: i64,
     /// Host: busy-poll rounds before a wait yields its core.

@@ -127,6 +127,7 @@ fn algo_file(spec: &KernelSpec) -> &'static str {
         (Collective::Reduce, _) => "reduce_ring",
         (Collective::AllGather, _) => "all_gather_ring",
         (Collective::ReduceScatter, _) => "reduce_scatter_ring",
+        (Collective::SendRecv, Algorithm::Direct) => "sendrecv_direct",
         (Collective::SendRecv, _) => "sendrecv",
         // Only their direct algorithms have kernels (see KernelSpec::validate).
         (Collective::AllToAll, _) => "all_to_all_direct",

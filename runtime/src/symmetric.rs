@@ -79,6 +79,11 @@ impl Flags {
         let areas = areas.into_boxed_slice();
         Flags { table: table.unwrap_or(areas.as_ptr()), _areas: areas, _keep: keep }
     }
+
+    /// What kernels take as `sym_flags`: every rank's area, as they address it.
+    pub(crate) fn table(&self) -> *const *mut u64 {
+        self.table
+    }
 }
 
 /// The send and recv regions of a call that runs a direct algorithm (kept alive by its
@@ -229,6 +234,17 @@ impl Registry {
             SEEN.set(Some(f));
         }
         found.is_some()
+    }
+
+    /// The region holding all of `bytes`, if any (and the flags areas exist).
+    pub(crate) fn region_of(&self, bytes: &Range<usize>) -> Option<Arc<Region>> {
+        self.with(bytes, bytes, |r, _, _| r.clone())
+    }
+
+    /// Every region this rank has (the arena's first): where a peer's buffer may lie.
+    pub(crate) fn regions(&self) -> Vec<Arc<Region>> {
+        let m = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        self.arena.get().into_iter().chain(m.values()).cloned().collect()
     }
 
     /// The regions of a call's send and recv bytes when both are registered.

@@ -30,6 +30,10 @@
 #define JC_SYM_CHANNELS 32
 #define JC_SYM_LINE 16
 #define JC_SYM_MAX_RANKS 64 /* direct kernels keep every rank's pointers on their stack */
+/* Direct point-to-point: after the channel lines, a record of JC_SYM_P2P_WORDS words per
+   peer, written by the area's rank only (see templates/algo/sendrecv_direct.h). */
+#define JC_SYM_P2P (JC_SYM_CHANNELS * JC_SYM_LINE)
+#define JC_SYM_P2P_WORDS 8
 
 /* One end of a connector. The FIFO lives with the receiver and the sender writes into it
    (same process, or shared memory), and head/tail/sizes are the same counters at both
@@ -93,6 +97,7 @@ struct jc_args {
   jc_u64 sym_recv_id;
   jc_u64 sym_send_off;            /* direct: byte offsets of the buffers in them */
   jc_u64 sym_recv_off;
+  const jc_u64* table;            /* direct point-to-point: the transfers and this rank's regions */
   double scalar_f;                /* PreMulSum / Avg multiplier, float types */
   jc_i64 scalar_i;                /* PreMulSum multiplier, integer types */
   jc_u64 spin;                    /* host: busy-poll rounds before a wait yields its core */

@@ -238,7 +238,7 @@ impl Collective {
             Collective::AllReduce => {
                 &[Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::Direct, Algorithm::DirectOneShot]
             }
-            Collective::SendRecv => &[Algorithm::Ring],
+            Collective::SendRecv => &[Algorithm::Ring, Algorithm::Direct],
             _ => &[Algorithm::Ring, Algorithm::Direct],
         }
     }

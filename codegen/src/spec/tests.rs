@@ -18,8 +18,10 @@ fn invalid_combinations_say_why() {
     assert!(e.0.contains("only moves bytes"), "{e}");
     let e = "all_reduce.direct.ll.f32.sum".parse::<KernelSpec>().unwrap_err();
     assert!(e.0.contains("simple protocol only"), "{e}");
-    let e = "sendrecv.direct.simple.u8".parse::<KernelSpec>().unwrap_err();
-    assert!(e.0.contains("no direct algorithm"), "{e}");
+    let e = "sendrecv.tree.simple.u8".parse::<KernelSpec>().unwrap_err();
+    assert!(e.0.contains("no tree algorithm"), "{e}");
+    let e = "sendrecv.direct.ll.u8".parse::<KernelSpec>().unwrap_err();
+    assert!(e.0.contains("simple protocol only"), "{e}");
     let e = "all_reduce.ring.xx.f32.sum".parse::<KernelSpec>().unwrap_err();
     assert!(e.0.contains("unknown protocol 'xx'"), "{e}");
     let fp8: KernelSpec = "all_reduce.ring.ll.f8e4m3.max".parse().unwrap();
@@ -47,8 +49,9 @@ fn spec_count() {
     // 3 reducing collectives (all_reduce with 3 FIFO algorithms) x 3 protos x 12 dtypes x
     // 6 ops, plus 3 byte-moving collectives x 3 protos; direct algorithms (all_reduce: 2,
     // reduce and reduce_scatter: 1; broadcast and all_gather: 1; all_to_all, gather and
-    // scatter: their only kernels, whose ring is sendrecv rounds) with Simple only.
-    assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3 + 4 * 12 * 6 + 2 + 3);
+    // scatter: their only kernels, whose ring is sendrecv rounds; sendrecv's single copy)
+    // with Simple only.
+    assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3 + 4 * 12 * 6 + 2 + 3 + 1);
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! AlltoAll(v), Gather and Scatter. Where every rank's buffers are registered (plain host
 //! buffers are, through the host arenas) the tuner may pick a direct kernel: one launch
-//! that copies every block straight from or into the peers' buffers. Otherwise, and always
-//! for AlltoAllv, they run as NCCL builds them: from point-to-point transfers, one
-//! `sendrecv` launch per round. Round `k` sends to `rank + k` and receives from `rank - k`
+//! that copies every block straight from or into the peers' buffers (AlltoAllv: the direct
+//! point-to-point kernel, which compares each block's size with its sender's, see
+//! `enqueue::p2p`). Otherwise they run as NCCL builds them: from point-to-point transfers,
+//! one `sendrecv` launch per round. Round `k` sends to `rank + k` and receives from `rank - k`
 //! (mod nranks), so every round pairs up across ranks and a cycle of exchanges cannot
 //! deadlock; round 0 is the rank's own block, moved by a transfer to itself. Every
 //! transfer of a call is built and checked before anything is queued, so a bad argument
@@ -37,7 +38,7 @@ impl Comm {
                 self.even_blocks(name, "send", send, count, total)?,
                 self.even_blocks(name, "recv", recv, count, total)?,
             );
-            let rounds = self.rounds(name, sends, recvs)?;
+            let rounds = self.rounds(name, sends, recvs, false)?;
             self.submit(Ok(Call::moves(&self.group(), Collective::AllToAll, send, recv, count, 0, rounds)), stream)
         })())
     }
@@ -56,7 +57,7 @@ impl Comm {
             let name = "AllToAllv";
             let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
             let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
-            self.rounds(name, sends, recvs)?.into_iter().try_for_each(|call| self.submit(Ok(call), stream))
+            self.submit(Ok(Call::batch(Collective::AllToAll, self.rounds(name, sends, recvs, true)?)), stream)
         })())
     }
 
@@ -102,7 +103,7 @@ impl Comm {
             }
         }
         let (sends, recvs) = if to_root { (ones, alls) } else { (alls, ones) };
-        let rounds = self.rounds(name, sends, recvs)?;
+        let rounds = self.rounds(name, sends, recvs, false)?;
         self.submit(Ok(Call::moves(&self.group(), coll, send, recv, count, root, rounds)), stream)
     }
 
@@ -131,9 +132,11 @@ impl Comm {
         counts.iter().zip(displs).map(|(&c, &d)| block(name, side, buf, d, c).map(Some)).collect()
     }
 
-    /// One transfer per round (see the module comment); empty blocks move nothing. All
-    /// transfers are checked, and send blocks against recv blocks.
-    fn rounds<T: Element>(&self, name: &str, sends: Blocks<T>, recvs: Blocks<T>) -> Result<Vec<Call>> {
+    /// One transfer per round (see the module comment); empty blocks move nothing, and are
+    /// left out unless `empty` (AlltoAllv: its direct kernel compares every block's size with
+    /// the sender's, a zero one too). All transfers are checked, and send blocks against
+    /// recv blocks.
+    fn rounds<T: Element>(&self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, empty: bool) -> Result<Vec<Call>> {
         let used = |v: &Blocks<T>| {
             v.iter().flatten().filter(|b| !b.is_empty()).map(DeviceBuffer::byte_range).collect::<Vec<_>>()
         };
@@ -141,13 +144,13 @@ impl Comm {
             return invalid(format!("{name}: a send block overlaps a recv block"));
         }
         let (rank, n) = (self.rank(), self.nranks());
-        fn side<T: Element>(v: &Blocks<T>, peer: usize) -> Option<(&DeviceBuffer<T>, usize, usize)> {
-            v[peer].as_ref().filter(|b| !b.is_empty()).map(|b| (b, b.len(), peer))
+        fn side<T: Element>(v: &Blocks<T>, peer: usize, empty: bool) -> Option<(&DeviceBuffer<T>, usize, usize)> {
+            v[peer].as_ref().filter(|b| empty || !b.is_empty()).map(|b| (b, b.len(), peer))
         }
         let mut calls = Vec::with_capacity(n);
         for k in 0..n {
             let (to, from) = ((rank + k) % n, (rank + n - k) % n);
-            let (send, recv) = (side(&sends, to), side(&recvs, from));
+            let (send, recv) = (side(&sends, to, empty), side(&recvs, from, empty));
             if send.is_some() || recv.is_some() {
                 calls.push(Call::checked_p2p(&self.group(), send, recv)?);
             }

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use jitccl_codegen::abi::{SYM_CHANNELS, SYM_LINE, SYM_MAX_RANKS};
+use jitccl_codegen::abi::{SYM_FLAGS_WORDS, SYM_MAX_RANKS};
 
 use crate::bootstrap::Bootstrap;
 use crate::device::{Arena, ArenaId, PeerArena};
@@ -26,8 +26,9 @@ use crate::transport::shm::ShmSegment;
 /// Bytes of a rank's description: a flag, its arena, its flags segment's name.
 const DESC: usize = 128;
 const NAME_AT: usize = 32;
-/// A flags area: a line per channel (at least a page: an empty mapping is refused).
-const FLAGS_BYTES: usize = if SYM_CHANNELS * SYM_LINE * 8 > 4096 { SYM_CHANNELS * SYM_LINE * 8 } else { 4096 };
+/// A flags area: a line per channel and a record per peer (at least a page: an empty
+/// mapping is refused).
+const FLAGS_BYTES: usize = if SYM_FLAGS_WORDS * 8 > 4096 { SYM_FLAGS_WORDS * 8 } else { 4096 };
 
 /// One rank's arena and flags area.
 struct Local {

@@ -5,7 +5,8 @@
 //! launches nothing, so every communicator is as before.
 //!
 //! Per communicator, the end launches its collectives in posted order, then its
-//! point-to-point transfers scheduled in rounds as AlltoAll's: round (k, j) sends the j-th
+//! point-to-point transfers: as one direct launch where their buffers are addressable
+//! (`enqueue::p2p`), else scheduled in rounds as AlltoAll's: round (k, j) sends the j-th
 //! transfer posted to `rank + k` and receives the j-th posted from `rank - k` (mod
 //! nranks), both in one launch. Every rank runs the rounds in the same order and each round
 //! pairs with the same round of its two partners, so sends and receives posted in any order
@@ -168,10 +169,9 @@ fn launch(posted: Vec<Posted>) -> Result<()> {
     let mut ready: Vec<(Batch, Vec<Launch>)> = Vec::new();
     let mut deferred = Vec::new();
     for mut b in batches {
-        let calls = std::mem::take(&mut b.colls)
-            .into_iter()
-            .chain(rounds(b.comm.rank(), b.comm.nranks(), std::mem::take(&mut b.p2p)))
-            .collect();
+        let p2p = rounds(b.comm.rank(), b.comm.nranks(), std::mem::take(&mut b.p2p));
+        let p2p = (!p2p.is_empty()).then(|| Call::batch(Collective::SendRecv, p2p));
+        let calls = std::mem::take(&mut b.colls).into_iter().chain(p2p).collect();
         match &b.comm.h.progress {
             None => {
                 let launches = b.comm.inner("group")?.prepare_all(calls, &b.stream)?;
@@ -245,5 +245,6 @@ fn pair(send: Option<Side>, recv: Option<Side>) -> Call {
         recv_peer,
         internal: false,
         rounds: Vec::new(),
+        batch: false,
     }
 }

@@ -32,7 +32,7 @@ use crate::enqueue::Call;
 use crate::error::{Error, Result};
 use crate::symmetric::{Flags, Keep, Region, Registry};
 use crate::transport::shm::ShmSegment;
-use jitccl_codegen::abi::{SYM_CHANNELS, SYM_LINE};
+use jitccl_codegen::abi::SYM_FLAGS_WORDS;
 
 /// Bytes of one rank's description of its part: words, then a segment's name or a CUDA
 /// IPC handle (its 128 hex digits).
@@ -245,7 +245,7 @@ impl Comm {
         }
         let registry = self.inner(what)?.enq.sym.clone();
         if registry.flags().is_none() {
-            let bytes = SYM_CHANNELS * SYM_LINE * size_of::<u64>();
+            let bytes = SYM_FLAGS_WORDS * size_of::<u64>();
             let (part, own, mem): (Part, Option<Arc<ShmSegment>>, Keep) = if self.device().is_cuda() {
                 let mem = Memory::zeroed(self.device(), bytes, true)?;
                 let ipc = Some(mem.ipc_handle()?);

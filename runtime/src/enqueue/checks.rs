@@ -66,7 +66,7 @@ fn need(coll: Collective) -> Option<Need> {
     })
 }
 
-fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+pub(super) fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
     a.start < b.end && b.start < a.end
 }
 

@@ -4,6 +4,7 @@
 //! arguments and queue the launch on the caller's stream.
 
 mod checks;
+mod p2p;
 mod plan;
 mod tables;
 
@@ -94,6 +95,8 @@ pub(crate) struct Ready {
     choice: Choice,
     kernel: KernelRef,
     direct: Option<Direct>,
+    /// Direct point-to-point: its table (`p2p`).
+    ops: Option<Arc<p2p::Ops>>,
 }
 
 /// One checked operation, ready to be tuned and launched.
@@ -121,6 +124,9 @@ pub(crate) struct Call {
     /// AlltoAll, Gather, Scatter: the same call as point-to-point transfers, launched in
     /// its place where the direct algorithm does not run it (see `Rank::in_rounds`).
     pub rounds: Vec<Call>,
+    /// `rounds` are a batch of transfers (AlltoAllv's, a group's sends and receives) that
+    /// run as one direct point-to-point launch where they can (`p2p`), else one by one.
+    pub batch: bool,
 }
 
 impl Call {
@@ -173,6 +179,7 @@ impl Call {
             recv_peer: None,
             internal: false,
             rounds: Vec::new(),
+            batch: false,
         }
     }
 
@@ -205,6 +212,7 @@ impl Call {
             recv_peer,
             internal: false,
             rounds: Vec::new(),
+            batch: false,
         })
     }
 }
@@ -260,6 +268,9 @@ impl Rank {
     /// ring is rounds, where its buffers are not all registered or the tuner picks the
     /// rounds. Every rank decides alike, as for every choice.
     pub(crate) fn in_rounds(&self, call: &Call) -> Result<bool> {
+        if call.batch {
+            return Ok(!self.p2p_direct(call));
+        }
         if !call.coll.in_rounds() || call.count == 0 {
             return Ok(false);
         }
@@ -279,7 +290,18 @@ impl Rank {
         if call.count == 0 && call.recv_count == 0 {
             return Ok(None);
         }
-        let (shape, ranges) = self.shape(call);
+        let (mut shape, mut ranges) = self.shape(call);
+        let ops = self.p2p_table(call)?.map(Arc::new);
+        if ops.is_some() {
+            shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct: true, ..shape };
+            ranges = None;
+        } else if call.batch {
+            return Err(Error::InvalidUsage(format!(
+                "{} on rank {}: a buffer was deregistered while the call was made",
+                call.coll.name(),
+                self.group.rank
+            )));
+        }
         let (choice, kernel) = self.plan(shape)?;
         let rank = self.group.rank;
         tracing::trace!("rank {rank}: enqueue {} {choice:?} x {} elements", call.coll.name(), call.count);
@@ -293,7 +315,7 @@ impl Rank {
             })?),
             _ => None,
         };
-        Ok(Some(Ready { choice, kernel, direct }))
+        Ok(Some(Ready { choice, kernel, direct, ops }))
     }
 
     /// Writes the launch of a prepared `call` through `owner` (its communicator) into `dst`;
@@ -305,7 +327,7 @@ impl Rank {
     pub(crate) fn launch_into(
         &self, dst: &mut Option<Launch>, owner: Arc<dyn Owner>, call: &mut Call, ready: &mut Ready,
     ) {
-        let (choice, kernel, direct) = (ready.choice, ready.kernel, ready.direct.take());
+        let (choice, kernel, direct, ops) = (ready.choice, ready.kernel, ready.direct.take(), ready.ops.take());
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
         let (b, Group { rank, nranks }) = (&self.base, self.group);
         let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
@@ -337,11 +359,16 @@ impl Rank {
             peer_failed: b.peer_failed,
             sym_send,
             sym_recv,
-            sym_flags: direct.as_ref().map_or(std::ptr::null(), |d| d.flags),
+            sym_flags: match (&direct, &ops) {
+                (Some(d), _) => d.flags,
+                (None, Some(o)) => o.flags,
+                (None, None) => std::ptr::null(),
+            },
             sym_send_id,
             sym_recv_id,
             sym_send_off,
             sym_recv_off,
+            table: ops.as_ref().map_or(std::ptr::null(), |o| o.words.as_ptr()),
             scalar_f,
             scalar_i: scalar_f as i64,
             // Set when the launch runs (`CommInner::run`), from the ranks running then.
@@ -355,7 +382,11 @@ impl Rank {
         *dst = Some(Launch {
             owner,
             call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
-            _keep: std::mem::take(&mut call.keep),
+            // A direct point-to-point table holds its buffers.
+            _keep: match ops {
+                Some(o) => [Some(o), None],
+                None => std::mem::take(&mut call.keep),
+            },
             _direct: direct,
         });
     }

@@ -188,6 +188,12 @@ impl Tuner {
     }
 
     /// The most channels a choice may use.
+    /// Whether the overrides let `coll` run direct (whatever the size): the choice of calls
+    /// whose ranks move different sizes (AlltoAllv, point-to-point), which must still agree.
+    pub(crate) fn allows_direct(&self, coll: Collective) -> bool {
+        self.algos.allowed(coll).contains(Algorithm::Direct)
+    }
+
     pub(crate) fn max_channels(&self) -> usize {
         self.topo.nchannels
     }
@@ -205,7 +211,9 @@ impl Tuner {
         }
         let eligible = |a: &Algorithm| k.direct || !a.is_direct();
         let algos: Vec<Algorithm> = algos.into_iter().filter(eligible).collect();
-        if algos.is_empty() {
+        // Point-to-point without addressable buffers has the FIFO alone, whatever the
+        // overrides (see below).
+        if algos.is_empty() && coll != Collective::SendRecv {
             return Err(Error::InvalidArgument(format!(
                 "{coll}: JITCCL_ALGO='{}' allows only direct algorithms, which need every buffer of the \
                  call registered (Comm::alloc_symmetric, Comm::register, or plain buffers where every rank \
@@ -234,8 +242,13 @@ impl Tuner {
         };
 
         // Point-to-point: sender and receiver each launch with their own byte count (the
-        // larger of the pair's halves), so nothing may depend on it: every channel, and
-        // the first allowed protocol in Simple, LL128, LL order.
+        // larger of the pair's halves), so nothing may depend on it: on addressable
+        // buffers the receiver's single copy (one channel: its records are per peer), else
+        // every channel, and the first allowed protocol in Simple, LL128, LL order.
+        if coll == Collective::SendRecv && algos.contains(&Algorithm::Direct) {
+            let why = "point-to-point on addressable buffers: the receiver copies from the sender's";
+            return Ok((make(Algorithm::Direct, Protocol::Simple, 1, None), Source::Rule, why.into()));
+        }
         if coll == Collective::SendRecv {
             let proto = [Protocol::Simple, Protocol::LL128, Protocol::LL]
                 .into_iter()

@@ -103,8 +103,11 @@ fn choices_are_always_valid_and_allowed() {
                                 continue;
                             };
                             let what = format!("{a} / {p}: {coll} n={n} {bytes} B commutative={commutative}: {c:?}");
+                            // Point-to-point on buffers that are not addressable has the
+                            // FIFO alone, whatever the overrides.
+                            let fifo = coll == Collective::SendRecv && c.algo == Ring;
                             assert!(
-                                coll.algorithms().contains(&c.algo) && algos.allowed(coll).contains(c.algo),
+                                coll.algorithms().contains(&c.algo) && (fifo || algos.allowed(coll).contains(c.algo)),
                                 "{what}"
                             );
                             assert!(protos.allowed(coll).contains(c.proto), "{what}");
@@ -210,6 +213,22 @@ fn point_to_point_uses_every_channel_at_every_size() {
         assert_eq!((c.algo, c.proto, c.nchannels), (Ring, Protocol::Simple, 3));
     }
     assert_eq!(tuner(4, 3, "", "^simple", None).choose(SendRecv, 8, 1, true).unwrap().proto, Protocol::LL128);
+}
+
+#[test]
+fn point_to_point_on_addressable_buffers_is_the_direct_copy_unless_overridden() {
+    let t = tuner(4, 3, "", "", None);
+    for bytes in sizes() {
+        let c = t.choose_for(SendRecv, bytes, 1, true, true).unwrap();
+        assert_eq!((c.algo, c.proto, c.nchannels), (Direct, Protocol::Simple, 1));
+    }
+    assert!(t.allows_direct(SendRecv) && t.allows_direct(AllToAll));
+    let ring = tuner(4, 3, "sendrecv:ring;alltoall:ring", "", None);
+    assert!(!ring.allows_direct(SendRecv) && !ring.allows_direct(AllToAll));
+    assert_eq!(ring.choose_for(SendRecv, 64, 1, true, true).unwrap().algo, Ring);
+    // Forced direct, but the buffers are not addressable: the FIFO, its only way.
+    let direct = tuner(4, 3, "direct", "", None);
+    assert_eq!(direct.choose_for(SendRecv, 64, 1, true, false).unwrap().algo, Ring);
 }
 
 #[test]

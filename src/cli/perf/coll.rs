@@ -15,6 +15,8 @@ pub enum PerfColl {
     ReduceScatter,
     SendRecv,
     AllToAll,
+    /// AlltoAll's even blocks through the AlltoAllv call (counts and offsets per peer).
+    AllToAllv,
     Gather,
     Scatter,
 }
@@ -22,6 +24,9 @@ pub enum PerfColl {
 impl FromStr for PerfColl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if matches!(s, "all_to_allv" | "alltoallv") {
+            return Ok(PerfColl::AllToAllv);
+        }
         match Collective::from_str(s) {
             Ok(Collective::AllReduce) => Ok(PerfColl::AllReduce),
             Ok(Collective::Broadcast) => Ok(PerfColl::Broadcast),
@@ -33,7 +38,7 @@ impl FromStr for PerfColl {
             Ok(Collective::Gather) => Ok(PerfColl::Gather),
             Ok(Collective::Scatter) => Ok(PerfColl::Scatter),
             Err(_) => Err(format!(
-                "unknown collective '{s}' (expected one of: all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all, gather, scatter)"
+                "unknown collective '{s}' (expected one of: all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all, all_to_allv, gather, scatter)"
             )),
         }
     }
@@ -49,6 +54,7 @@ impl std::fmt::Display for PerfColl {
             PerfColl::ReduceScatter => "reduce_scatter",
             PerfColl::SendRecv => "sendrecv",
             PerfColl::AllToAll => "all_to_all",
+            PerfColl::AllToAllv => "all_to_allv",
             PerfColl::Gather => "gather",
             PerfColl::Scatter => "scatter",
         })
@@ -68,13 +74,13 @@ impl PerfColl {
 
     /// Whether the size column counts all n per-rank blocks (nccl-tests' byte counts).
     pub fn blocks(self) -> bool {
-        matches!(self, AllGather | ReduceScatter | AllToAll | Gather | Scatter)
+        matches!(self, AllGather | ReduceScatter | AllToAll | AllToAllv | Gather | Scatter)
     }
 
-    /// Whether an in-place form exists: not for send/recv, nor AlltoAll (NCCL has none;
+    /// Whether an in-place form exists: not for send/recv, nor AlltoAll(v) (NCCL has none;
     /// nccl-tests reports no errors for it).
     pub fn in_place(self) -> bool {
-        !matches!(self, SendRecv | AllToAll)
+        !matches!(self, SendRecv | AllToAll | AllToAllv)
     }
 
     /// (elements per rank or block, bytes in the size column) for a requested size.
@@ -92,7 +98,7 @@ impl PerfColl {
         let n = n as f64;
         match self {
             AllReduce => 2.0 * (n - 1.0) / n,
-            AllGather | ReduceScatter | AllToAll | Gather | Scatter => (n - 1.0) / n,
+            AllGather | ReduceScatter | AllToAll | AllToAllv | Gather | Scatter => (n - 1.0) / n,
             Broadcast | Reduce | SendRecv => 1.0,
         }
     }
@@ -108,7 +114,7 @@ impl PerfColl {
             (AllGather | Gather, true) => (recv.slice(mine)?, recv.slice(0..all)?),
             (ReduceScatter | Scatter, false) => (send.slice(0..all)?, recv.slice(0..c)?),
             (ReduceScatter | Scatter, true) => (send.slice(0..all)?, send.slice(mine)?),
-            (AllToAll, _) => (send.slice(0..all)?, recv.slice(0..all)?),
+            (AllToAll | AllToAllv, _) => (send.slice(0..all)?, recv.slice(0..all)?),
             (_, false) => (send.slice(0..c)?, recv.slice(0..c)?),
             (_, true) => (send.slice(0..c)?, send.slice(0..c)?),
         })
@@ -130,6 +136,10 @@ impl PerfColl {
             ReduceScatter => c.reduce_scatter(send, recv, count, op(), s),
             SendRecv => c.sendrecv(send, count, (r + 1) % n, recv, count, (r + n - 1) % n, s),
             AllToAll => c.all_to_all(send, recv, count, s),
+            AllToAllv => {
+                let (counts, displs): (Vec<usize>, Vec<usize>) = (0..n).map(|q| (count, q * count)).unzip();
+                c.all_to_allv(send, &counts, &displs, recv, &counts, &displs, s)
+            }
             Gather => c.gather(send, recv, count, root, s),
             Scatter => c.scatter(send, recv, count, root, s),
         }
@@ -151,7 +161,9 @@ impl PerfColl {
             ReduceScatter => (0..count).map(|i| reduced(red(), n, r * count + i)).collect(),
             SendRecv => inputs(op, (r + n - 1) % n, count),
             // Block q comes from rank q's send block r.
-            AllToAll => (0..n).flat_map(|q| (0..count).map(move |i| input::<T>(op, q, r * count + i))).collect(),
+            AllToAll | AllToAllv => {
+                (0..n).flat_map(|q| (0..count).map(move |i| input::<T>(op, q, r * count + i))).collect()
+            }
             Scatter => (0..count).map(|i| input(op, root, r * count + i)).collect(),
         })
     }

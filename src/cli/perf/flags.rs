@@ -35,7 +35,7 @@ pub enum Average {
 #[derive(clap::Args)]
 pub struct PerfArgs {
     /// all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all,
-    /// gather or scatter.
+    /// all_to_allv, gather or scatter.
     pub coll: PerfColl,
     /// Total number of ranks (at most max(1024, 4 x CPUs)): -N / (-t x -g) processes.
     #[arg(short = 'N', long, default_value_t = 2, value_parser = parse_nranks)]
