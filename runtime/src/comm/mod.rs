@@ -19,7 +19,6 @@
 
 mod alltoall;
 mod arena;
-mod failure;
 mod group;
 mod handle;
 mod init;

@@ -5,7 +5,7 @@
 
 mod checks;
 mod plan;
-mod tables;
+mod queuing;
 
 use std::ops::Range;
 use std::sync::atomic::AtomicI32;
@@ -23,20 +23,20 @@ use crate::element::Element;
 use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
 use crate::op::Op;
-use crate::stream::{KernelCall, Launch, Owner, Stream};
+use crate::stream::{Executor, KernelCall, Launch, Stream, Tables};
 use crate::symmetric::{Direct, Registry};
 use crate::tune::{Choice, Tuner};
 use checks::Buf;
 pub(crate) use checks::Group;
 use plan::Shape;
-pub(crate) use tables::Tables;
 
 /// One rank's side of the launch path: what every launch of its communicator reads.
 pub(crate) struct Rank {
     pub group: Group,
     pub device: Device,
     pub cfg: Resolved,
-    pub tables: Tables,
+    /// What runs this rank's launches: its kernel tables, its failure state.
+    pub exec: Arc<Executor>,
     /// The CPUs this rank's kernel threads are bound to, if any.
     pub cpus: Option<Arc<CpuSet>>,
     /// The same choices on every rank (built from rank 0's plan).
@@ -216,16 +216,16 @@ fn buf<T: Element>(b: &DeviceBuffer<T>) -> Buf {
 
 impl Rank {
     pub(crate) fn new(
-        group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
+        group: Group, device: Device, cfg: Resolved, exec: Arc<Executor>, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
         let uid = plan::next_uid();
         Rank {
-            base: Base::new(&cfg, &tables, &board),
+            base: Base::new(&cfg, &exec.tables, &board),
             group,
             device,
             cfg,
-            tables,
+            exec,
             cpus,
             tuner,
             sym: Arc::new(Registry::new(uid)),
@@ -237,7 +237,7 @@ impl Rank {
 
     /// Nonzero once the rank is aborted; its kernels poll it.
     pub(crate) fn abort(&self) -> &AtomicI32 {
-        self.tables.abort()
+        self.exec.tables.abort()
     }
 
     /// `call`'s shape as plans see it, and its bytes if the direct algorithms could run it.
@@ -296,14 +296,14 @@ impl Rank {
         Ok(Some(Ready { choice, kernel, direct }))
     }
 
-    /// Writes the launch of a prepared `call` through `owner` (its communicator) into `dst`;
-    /// takes what `call` and `ready` keep alive. It cannot fail, so the stream can have it
-    /// written straight into a queue slot (`Stream::enqueue_with`): built here, in place,
-    /// not returned and moved. `ready` is borrowed, not moved, for the same reason: its
+    /// Writes the launch of a prepared `call` of `comm` (the communicator, which the launch
+    /// keeps alive) into `dst`; takes what `call` and `ready` keep alive. It cannot fail, so
+    /// the stream can have it written straight into a queue slot (`Stream::enqueue_with`):
+    /// built here, in place, not returned and moved. `ready` is borrowed, not moved, for the same reason: its
     /// copy stalled on the stores that had just built it (perf, 2 ranks, 8 B).
     #[inline]
     pub(crate) fn launch_into(
-        &self, dst: &mut Option<Launch>, owner: Arc<dyn Owner>, call: &mut Call, ready: &mut Ready,
+        &self, dst: &mut Option<Launch>, comm: Arc<dyn Send + Sync>, call: &mut Call, ready: &mut Ready,
     ) {
         let (choice, kernel, direct) = (ready.choice, ready.kernel, ready.direct.take());
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
@@ -314,7 +314,7 @@ impl Rank {
         let (sym_send, sym_send_id, sym_send_off) = region(direct.as_ref().map(|d| &d.send), call.send as usize);
         let (sym_recv, sym_recv_id, sym_recv_off) = region(direct.as_ref().map(|d| &d.recv), call.recv as usize);
 
-        let t = &self.tables;
+        let t = &self.exec.tables;
         let scalar_f = match call.op {
             Some(Op::PreMulSum(s)) => s,
             Some(Op::Avg) => 1.0 / nranks as f64,
@@ -344,7 +344,7 @@ impl Rank {
             sym_recv_off,
             scalar_f,
             scalar_i: scalar_f as i64,
-            // Set when the launch runs (`CommInner::run`), from the ranks running then.
+            // Set when the launch runs (`Executor::run`), from the ranks running then.
             spin: 0,
             nranks: nranks as i32,
             rank: rank as i32,
@@ -353,10 +353,11 @@ impl Rank {
         };
         let name = call.coll.name();
         *dst = Some(Launch {
-            owner,
+            owner: self.exec.clone(),
             call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
             _keep: std::mem::take(&mut call.keep),
             _direct: direct,
+            _comm: comm,
         });
     }
 

@@ -1,5 +1,5 @@
-//! What a stream runs: a launch, its owner (the communicator that runs it) and the kernel
-//! call the owner makes of it.
+//! What a stream runs: a launch, its owner (what runs it: its communicator's `Executor`)
+//! and the kernel call the owner makes of it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +11,9 @@ use crate::device::{CtaPool, KernelRef};
 use crate::error::{Error, Result};
 use crate::stream::gpu::Completion;
 
-/// What a launch's owner (its communicator) does to run it: its own checks and
-/// bookkeeping around the device launch.
+/// What a launch's owner does to run it: its checks and bookkeeping around the device
+/// launch. Implemented by `Executor`, at this layer (a communicator's launches), and by
+/// the tests' stand-ins, which drive the ring and the GPU queue without a communicator.
 pub(crate) trait Owner: Send + Sync {
     /// `call` is the queue slot's own: the owner sets in it what is only known at run time
     /// (in place: a copy of the arguments would stall on the stores that just wrote them).
@@ -67,14 +68,18 @@ pub(crate) struct Launch {
     pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
     /// A direct algorithm's registered regions (their peer address tables).
     pub _direct: Option<crate::symmetric::Direct>,
+    /// The communicator: what the kernel borrows from it (its kernel table, the segments
+    /// its connectors point into). Only held, never called.
+    pub _comm: Arc<dyn Send + Sync>,
 }
 
-/// What a launch holds (references to its communicator, buffers and registered regions),
-/// taken out of its queue slot by `Launch::take_held`.
+/// What a launch holds (references to its owner, buffers, registered regions and
+/// communicator), taken out of its queue slot by `Launch::take_held`.
 pub(crate) struct Held {
     _owner: Arc<dyn Owner>,
     _keep: [Option<Arc<dyn Send + Sync>>; 2],
     _direct: Option<crate::symmetric::Direct>,
+    _comm: Arc<dyn Send + Sync>,
 }
 
 impl Launch {
@@ -91,6 +96,7 @@ impl Launch {
                 _owner: std::ptr::read(&l.owner),
                 _keep: std::ptr::read(&l._keep),
                 _direct: std::ptr::read(&l._direct),
+                _comm: std::ptr::read(&l._comm),
             };
             std::ptr::write(slot, None);
             Some(held)

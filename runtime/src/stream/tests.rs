@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use jitccl_codegen::Protocol;
 
-use super::{KernelCall, Launch, OnCaller, Owner, DEPTH};
+use super::launch::Owner;
+use super::{KernelCall, Launch, OnCaller, DEPTH};
 use crate::device::{CtaPool, Device, KernelRef};
 use crate::error::Result;
 
@@ -70,6 +71,7 @@ pub(super) fn launch<O: Owner + 'static>(owner: &Arc<O>, keep: &Arc<()>) -> Laun
         },
         _keep: [Some(keep.clone()), None],
         _direct: None,
+        _comm: owner.clone(),
     }
 }
 
