@@ -1,8 +1,8 @@
 //! Communicators: a rank's view of a group, and the collectives it runs. Each public call
 //! here is thin: `enqueue` checks it (an error changes nothing), then tunes, compiles
-//! (once) and queues it on the caller's stream. The
-//! rank's state lives in `state`, its failure state in `failure`, its creation in `init`;
-//! new communicators from it come from `split` and `shrink`.
+//! (once) and queues it on the caller's stream. The rank's state lives in `state` (what
+//! runs its launches, with its failure state, is the stream's: `stream::Executor`), its
+//! creation in `init`; new communicators from it come from `split` and `shrink`.
 //!
 //! Where each `Comm` method lives (a test keeps this index true):
 //! - `mod.rs`: rank, nranks, name, device, is_blocking, bind_current_thread, all_reduce,
