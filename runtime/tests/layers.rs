@@ -139,10 +139,11 @@ fn every_import_goes_to_a_lower_layer() {
     assert!(upward.is_empty(), "imports that do not go down:\n{}", upward.join("\n"));
 }
 
-/// The traits `code` declares.
+/// The traits `code` declares (`trait X`, after nothing but `pub(..)` and `unsafe`).
 fn traits_declared(code: &str) -> Vec<String> {
+    let declaration = |before: &str| before.split_whitespace().all(|w| w == "unsafe" || w.starts_with("pub"));
     code.lines()
-        .filter_map(|l| l.split_once("trait ").filter(|(before, _)| !before.contains("//")).map(|(_, after)| after))
+        .filter_map(|l| l.split_once("trait ").filter(|(before, _)| declaration(before)).map(|(_, after)| after))
         .map(|after| after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>())
         .filter(|name| !name.is_empty())
         .collect()
@@ -210,7 +211,7 @@ fn no_lower_layer_calls_up_through_a_trait() {
 
 #[test]
 fn paths_and_layers_are_read_as_written() {
-    let traits = "pub(crate) trait Owner: Send {\n// a trait Doc\nunsafe trait Raw {}";
+    let traits = "pub(crate) trait Owner: Send {\n// a trait Doc\nunsafe trait Raw {}\nlet s = \"a trait here\";";
     assert_eq!(traits_declared(traits), ["Owner", "Raw"]);
     let impls = "impl Owner for A {}\nimpl<T: Item> fmt::Display for S<T> {}\n    unsafe impl crate::x::Raw for B {}\nimpl A {}";
     let found: Vec<_> = traits_implemented(impls).into_iter().map(|(n, _)| n).collect();
