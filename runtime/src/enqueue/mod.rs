@@ -353,7 +353,7 @@ impl Rank {
         };
         let name = call.coll.name();
         *dst = Some(Launch {
-            owner: self.exec.clone(),
+            owner: self.exec.as_owner(),
             call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
             _keep: std::mem::take(&mut call.keep),
             _direct: direct,

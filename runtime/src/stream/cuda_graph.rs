@@ -68,7 +68,7 @@ impl CudaGraph {
     /// How the replays waited for so far ended: the first failure of a recorded
     /// collective (its communicator then fails), as a synchronize reports an eager one's.
     pub fn check(&self) -> Result<()> {
-        self.launches.iter().try_for_each(|l| l.owner.finish(&l.call, false))
+        self.launches.iter().try_for_each(|l| l.owner().finish(&l.call, false))
     }
 
     /// How many collectives the graph replays.

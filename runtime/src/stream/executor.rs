@@ -5,6 +5,7 @@
 //! fails the communicator here, where it ran, and tells the peers at once; and the count
 //! of launches queued and not yet run, which `finalize` waits for.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -70,6 +71,12 @@ impl Executor {
             queued: AtomicUsize::new(0),
             finalized: AtomicBool::new(false),
         }
+    }
+
+    /// This executor as its launches' owner: borrowed, each launch keeping its
+    /// communicator, which holds the executor, alive (`Launch::_comm`).
+    pub(crate) fn as_owner(&self) -> NonNull<dyn Owner> {
+        NonNull::from(self as &dyn Owner)
     }
 
     pub(crate) fn finalized_error(name: &str, rank: usize) -> Error {

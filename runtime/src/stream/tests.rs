@@ -4,6 +4,7 @@
 //! fills the ring runs the queued launches itself only where it shares the rank's one CPU,
 //! and what it leaves queued still runs without a synchronize.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -59,7 +60,7 @@ impl Owner for Counting {
 /// A launch of `owner` holding `keep` (shared with the asynchronous queue's tests).
 pub(super) fn launch<O: Owner + 'static>(owner: &Arc<O>, keep: &Arc<()>) -> Launch {
     Launch {
-        owner: owner.clone(),
+        owner: NonNull::from(&**owner as &dyn Owner),
         call: KernelCall {
             kernel: KernelRef::Host(std::ptr::null()),
             // SAFETY: every field is a number or a pointer, for which zero is a value; the
