@@ -7,7 +7,7 @@
 //!
 //! 1. `process_group`: an asynchronous process group (c10d style) over a communicator:
 //!    `Work` handles, a worker thread per group, a watchdog;
-//! 2. `comm`: the communicator (`Comm`): thin public calls, its state (`state`) and its
+//! 2. `comm`: the communicator (`Comm`): thin public calls, its state (`inner`) and its
 //!    creation (`init`: all ranks in one process, or one rank of a group of processes
 //!    through `bootstrap` and `store`); a handle (`handle`: identity, abort, `async_error`)
 //!    that exists before init ends in nonblocking mode, whose work then runs on a progress
@@ -25,7 +25,7 @@
 //!    graph's rings and trees;
 //! 6. `graph`: the rings and trees of each channel, computed once and handed to channel
 //!    setup;
-//! 7. `topo`: the machine model (NCCL's XML, detection); `symmetric`: registered regions;
+//! 7. `topo`: the machine model (NCCL's XML, detection); `registry`: registered regions;
 //!    `fault`: the failure boards through which a failure reaches the peers;
 //! 8. `config`: what a communicator is created with (the `JITCCL_ALGO`/`PROTO` grammar in
 //!    `overrides`), completed from the settings and agreed on at init;
@@ -54,11 +54,11 @@ pub mod graph;
 mod logging;
 mod op;
 mod process_group;
+mod registry;
 /// Every `JITCCL_*` variable, its parser and its reference (public for `jitccl env` and the C API).
 pub mod settings;
 pub mod store;
 mod stream;
-mod symmetric;
 pub mod topo;
 mod transport;
 /// Tuning internals, for `jitccl tune`, `jitccl topo` and tools that read or write tuning

@@ -14,22 +14,22 @@
 //! - `init/threads.rs`: init_all, init_all_on
 //! - `split.rs`: split, split_with, dup, share_rendezvous
 //! - `shrink.rs`: shrink, revoke
-//! - `symmetric.rs`: alloc_symmetric, register
+//! - `registration.rs`: alloc_symmetric, register
 //! - `submit.rs`: submit, defer
 
 mod alltoall;
-mod arena;
 mod group;
 mod handle;
 mod init;
-mod life;
+mod inner;
+mod peer_arenas;
 mod progress;
+mod registration;
 mod rendezvous;
 mod shrink;
 mod split;
-mod state;
+mod splits;
 mod submit;
-mod symmetric;
 
 use std::sync::Arc;
 
@@ -43,10 +43,10 @@ use crate::op::Op;
 use crate::stream::Stream;
 pub use group::{group, group_discard, group_end, group_start};
 use handle::Handle;
+pub(crate) use inner::CommInner;
 pub use progress::CommState;
+pub use registration::Registration;
 pub use split::Split;
-pub(crate) use state::CommInner;
-pub use symmetric::Registration;
 
 /// One rank of a communicator: a handle (clones share the rank). In nonblocking mode
 /// (`Config::blocking = false`) it may exist before its init is done: see

@@ -23,8 +23,8 @@ use crate::element::Element;
 use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
 use crate::op::Op;
+use crate::registry::{Direct, Registry};
 use crate::stream::{Executor, KernelCall, Launch, Stream, Tables};
-use crate::symmetric::{Direct, Registry};
 use crate::tune::{Choice, Tuner};
 use checks::Buf;
 pub(crate) use checks::Group;
@@ -308,7 +308,7 @@ impl Rank {
         let (choice, kernel, direct) = (ready.choice, ready.kernel, ready.direct.take());
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
         let (b, Group { rank, nranks }) = (&self.base, self.group);
-        let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
+        let region = |r: Option<&Arc<crate::registry::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.bases.as_ptr(), r.id, (at - r.range.start) as u64))
         };
         let (sym_send, sym_send_id, sym_send_off) = region(direct.as_ref().map(|d| &d.send), call.send as usize);

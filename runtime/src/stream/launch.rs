@@ -70,7 +70,7 @@ pub(crate) struct Launch {
     /// The send and recv memory (no heap allocation per launch).
     pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
     /// A direct algorithm's registered regions (their peer address tables).
-    pub _direct: Option<crate::symmetric::Direct>,
+    pub _direct: Option<crate::registry::Direct>,
     /// The communicator, holding the owner and what the kernel borrows (its kernel table,
     /// the segments its connectors point into). Only held, never called.
     pub _comm: Arc<dyn Send + Sync>,
@@ -80,7 +80,7 @@ pub(crate) struct Launch {
 /// taken out of its queue slot by `Launch::take_held`.
 pub(crate) struct Held {
     _keep: [Option<Arc<dyn Send + Sync>>; 2],
-    _direct: Option<crate::symmetric::Direct>,
+    _direct: Option<crate::registry::Direct>,
     _comm: Arc<dyn Send + Sync>,
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::affinity::{self, CpuSet};
 use crate::bootstrap::{test_hook, Bootstrap, BootstrapConfig, UniqueId};
-use crate::comm::arena;
+use crate::comm::peer_arenas;
 use crate::comm::{Comm, CommInner};
 use crate::config::{Config, Resolved};
 use crate::device::Device;
@@ -170,7 +170,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let shareable = !device.is_cuda() && nnet == 0;
     let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
     let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
-    arena::share_processes(bs, rank, shareable, &inner.enq.sym)?;
+    peer_arenas::share_processes(bs, rank, shareable, &inner.enq.sym)?;
     Ok(inner)
 }
 
