@@ -1,6 +1,6 @@
 //! Communicators: a rank's view of a group, and the collectives it runs. Each public call
 //! here is thin: `enqueue` checks it (an error changes nothing), then tunes, compiles
-//! (once) and queues it on the caller's stream. The rank's state lives in `state` (what
+//! (once) and queues it on the caller's stream. The rank's state lives in `inner` (what
 //! runs its launches, with its failure state, is the stream's: `stream::Executor`), its
 //! creation in `init`; new communicators from it come from `split` and `shrink`.
 //!
