@@ -7,24 +7,25 @@
 //!
 //! 1. `process_group`: an asynchronous process group (c10d style) over a communicator:
 //!    `Work` handles, a worker thread per group, a watchdog;
-//! 2. `comm`: the communicator (`Comm`): thin public calls, its state (`state`), its
-//!    failure state (`failure`) and its creation (`init`: all ranks in one process, or one
-//!    rank of a group of processes through `bootstrap` and `store`); a handle (`handle`:
-//!    identity, abort, `async_error`) that exists before init ends in nonblocking mode,
-//!    whose work then runs on a progress thread (`progress`); how calls leave it
-//!    (`submit`) and groups (`group`); `split` and `shrink` make communicators from it;
+//! 2. `comm`: the communicator (`Comm`): thin public calls, its state (`inner`) and its
+//!    creation (`init`: all ranks in one process, or one rank of a group of processes
+//!    through `bootstrap` and `store`); a handle (`handle`: identity, abort, `async_error`)
+//!    that exists before init ends in nonblocking mode, whose work then runs on a progress
+//!    thread (`progress`); how calls leave it (`submit`) and groups (`group`); `split` and
+//!    `shrink` make communicators from it;
 //! 3. `enqueue`: the one path from a call to a queued launch: table-driven argument checks,
-//!    the tuning choice, the kernel lookup (`jitccl-codegen`), launch arguments, and the
-//!    kernel-visible tables;
+//!    the tuning choice, the kernel lookup (`jitccl-codegen`), launch arguments;
 //! 4. `tune`: the algorithm, protocol and channels of each call (tuning tables, the cost
-//!    model);
+//!    model); `stream`: ordered queues of launches, and what runs a communicator's
+//!    launches on them (`Executor`: one kernel at a time, the kernel tables, the failure
+//!    state, the count `finalize` waits for), so that a launch runs without a call back up
+//!    into `comm`;
 //! 5. `transport`: the transport table (p2p, shm, net: which one connects each pair and
 //!    how a peer's receive segment is reached), FIFO layout, and the connectors of the
 //!    graph's rings and trees;
 //! 6. `graph`: the rings and trees of each channel, computed once and handed to channel
-//!    setup; `stream`: ordered queues of launches, run by their owner (it knows no
-//!    communicator);
-//! 7. `topo`: the machine model (NCCL's XML, detection); `symmetric`: registered regions;
+//!    setup;
+//! 7. `topo`: the machine model (NCCL's XML, detection); `registry`: registered regions;
 //!    `fault`: the failure boards through which a failure reaches the peers;
 //! 8. `config`: what a communicator is created with (the `JITCCL_ALGO`/`PROTO` grammar in
 //!    `overrides`), completed from the settings and agreed on at init;
@@ -53,11 +54,11 @@ pub mod graph;
 mod logging;
 mod op;
 mod process_group;
+mod registry;
 /// Every `JITCCL_*` variable, its parser and its reference (public for `jitccl env` and the C API).
 pub mod settings;
 pub mod store;
 mod stream;
-mod symmetric;
 pub mod topo;
 mod transport;
 /// Tuning internals, for `jitccl tune`, `jitccl topo` and tools that read or write tuning

@@ -139,8 +139,83 @@ fn every_import_goes_to_a_lower_layer() {
     assert!(upward.is_empty(), "imports that do not go down:\n{}", upward.join("\n"));
 }
 
+/// The traits `code` declares (`trait X`, after nothing but `pub(..)` and `unsafe`).
+fn traits_declared(code: &str) -> Vec<String> {
+    let declaration = |before: &str| before.split_whitespace().all(|w| w == "unsafe" || w.starts_with("pub"));
+    code.lines()
+        .filter_map(|l| l.split_once("trait ").filter(|(before, _)| declaration(before)).map(|(_, after)| after))
+        .map(|after| after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// The traits `code` implements (`impl<..> Trait for`, a path's last name), with their line.
+fn traits_implemented(code: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (i, line) in code.lines().enumerate() {
+        let line = line.trim_start();
+        let Some(rest) = line.strip_prefix("impl").or_else(|| line.strip_prefix("unsafe impl")) else { continue };
+        let Some((head, _)) = rest.split_once(" for ") else { continue };
+        // Past the generics: `impl<T: A> B for` names B.
+        let head = match head.strip_prefix('<') {
+            Some(g) => g.split_once("> ").map_or("", |(_, t)| t),
+            None => head,
+        };
+        let name = head.trim().split('<').next().unwrap().rsplit("::").next().unwrap();
+        out.push((name.to_string(), i + 1));
+    }
+    out
+}
+
+fn module_of(rel: &Path) -> String {
+    rel.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string()
+}
+
+/// A trait of a lower layer implemented by a higher one is a call up: the lower layer
+/// calls through it into code above it (as the stream once ran its launches through a
+/// trait the communicator implemented). The implementations live at the trait's layer or
+/// below it.
+#[test]
+fn no_lower_layer_calls_up_through_a_trait() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let layers = layers(&lib, &modules(&lib));
+    let mut files = Vec::new();
+    sources(&src(), &mut files);
+    let files: Vec<_> = files
+        .iter()
+        .filter(|f| !f.ends_with("src/lib.rs"))
+        .map(|f| (module_of(f.strip_prefix(src()).unwrap()), f, std::fs::read_to_string(f).unwrap()))
+        .collect();
+    let mut declared = BTreeMap::new();
+    for (module, _, code) in &files {
+        for name in traits_declared(code) {
+            declared.insert(name, module.clone());
+        }
+    }
+    let mut up = Vec::new();
+    for (module, file, code) in &files {
+        for (name, line) in traits_implemented(code) {
+            match declared.get(&name) {
+                Some(home) if home != module && layers[module] < layers[home] => up.push(format!(
+                    "{}:{line}: {module} (layer {}) implements {home}'s trait {name} (layer {})",
+                    file.strip_prefix(src()).unwrap().display(),
+                    layers[module],
+                    layers[home]
+                )),
+                _ => {}
+            }
+        }
+    }
+    assert!(up.is_empty(), "traits through which a lower layer calls up:\n{}", up.join("\n"));
+}
+
 #[test]
 fn paths_and_layers_are_read_as_written() {
+    let traits = "pub(crate) trait Owner: Send {\n// a trait Doc\nunsafe trait Raw {}\nlet s = \"a trait here\";";
+    assert_eq!(traits_declared(traits), ["Owner", "Raw"]);
+    let impls = "impl Owner for A {}\nimpl<T: Item> fmt::Display for S<T> {}\n    unsafe impl crate::x::Raw for B {}\nimpl A {}";
+    let found: Vec<_> = traits_implemented(impls).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(found, ["Owner", "Display", "Raw"]);
     let code = "use crate::a::B;\n// crate::z::Doc\nuse crate::{\n    b::{C, D},\n    c,\n};\nlet x = crate::d::f(); jitccl_crate::e;";
     let found: Vec<_> = crate_paths(code).into_iter().map(|(n, _)| n).collect();
     assert_eq!(found, ["a", "b", "c", "d"]);

@@ -184,7 +184,7 @@ fn launch(posted: Vec<Posted>) -> Result<()> {
         }
     }
     for (b, launches) in ready {
-        b.comm.inner("group")?.enqueue_all(launches, &b.stream)?;
+        b.comm.inner("group")?.enq.enqueue_all(launches, &b.stream)?;
     }
     deferred.into_iter().try_for_each(|(b, calls)| b.comm.defer(calls, &b.stream))
 }

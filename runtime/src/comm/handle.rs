@@ -150,7 +150,7 @@ impl Comm {
         if let Some(e) = cell.init_error.get() {
             return Err(e.duplicate());
         }
-        if let Some(e) = cell.inner.get().and_then(|i| i.failure.error()) {
+        if let Some(e) = cell.inner.get().and_then(|i| i.failure().error()) {
             return Err(e);
         }
         let pending = self.h.progress.as_ref().is_some_and(Progress::pending);
@@ -214,7 +214,7 @@ impl Comm {
             p.wait_idle(Instant::now() + timeout, || self.h.cell.is_aborted());
         }
         let inner = self.inner("finalize")?;
-        if !inner.life.finalize(timeout) {
+        if !inner.exec().finalize(timeout) {
             return Err(Error::InvalidUsage(format!(
                 "finalize on rank {}: operations still queued after {timeout:?}",
                 self.rank()
@@ -223,11 +223,11 @@ impl Comm {
         if inner.enq.abort().load(Ordering::Acquire) != 0 {
             return Err(Error::InvalidUsage(format!("finalize on rank {}: the communicator was aborted", self.rank())));
         }
-        inner.failure.error().map_or(Ok(()), Err)
+        inner.failure().error().map_or(Ok(()), Err)
     }
 
     /// Whether [`finalize`](Self::finalize) was called.
     pub fn is_finalized(&self) -> bool {
-        self.h.cell.get().is_some_and(|i| i.life.is_finalized())
+        self.h.cell.get().is_some_and(|i| i.exec().is_finalized())
     }
 }

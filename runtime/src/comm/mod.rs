@@ -1,8 +1,8 @@
 //! Communicators: a rank's view of a group, and the collectives it runs. Each public call
 //! here is thin: `enqueue` checks it (an error changes nothing), then tunes, compiles
-//! (once) and queues it on the caller's stream. The
-//! rank's state lives in `state`, its failure state in `failure`, its creation in `init`;
-//! new communicators from it come from `split` and `shrink`.
+//! (once) and queues it on the caller's stream. The rank's state lives in `inner` (what
+//! runs its launches, with its failure state, is the stream's: `stream::Executor`), its
+//! creation in `init`; new communicators from it come from `split` and `shrink`.
 //!
 //! Where each `Comm` method lives (a test keeps this index true):
 //! - `mod.rs`: rank, nranks, name, device, is_blocking, bind_current_thread, all_reduce,
@@ -14,23 +14,22 @@
 //! - `init/threads.rs`: init_all, init_all_on
 //! - `split.rs`: split, split_with, dup, share_rendezvous
 //! - `shrink.rs`: shrink, revoke
-//! - `symmetric.rs`: alloc_symmetric, register
+//! - `registration.rs`: alloc_symmetric, register
 //! - `submit.rs`: submit, defer
 
 mod alltoall;
-mod arena;
-mod failure;
 mod group;
 mod handle;
 mod init;
-mod life;
+mod inner;
+mod peer_arenas;
 mod progress;
+mod registration;
 mod rendezvous;
 mod shrink;
 mod split;
-mod state;
+mod splits;
 mod submit;
-mod symmetric;
 
 use std::sync::Arc;
 
@@ -44,10 +43,10 @@ use crate::op::Op;
 use crate::stream::Stream;
 pub use group::{group, group_discard, group_end, group_start};
 use handle::Handle;
+pub(crate) use inner::CommInner;
 pub use progress::CommState;
+pub use registration::Registration;
 pub use split::Split;
-pub(crate) use state::CommInner;
-pub use symmetric::Registration;
 
 /// One rank of a communicator: a handle (clones share the rank). In nonblocking mode
 /// (`Config::blocking = false`) it may exist before its init is done: see

@@ -59,7 +59,7 @@ impl Comm {
                 "shrink on rank {rank}: communicators made by init_all cannot shrink (split them instead)"
             )));
         };
-        let seq = inner.life.next_shrink();
+        let seq = inner.splits.next_shrink();
         let cfg = config.clone().or(Config { device: Some(self.device().clone()), ..child_config(&inner.enq.cfg) });
         let (id, new_rank) = child_id(bs, &members, id_tag(seq))?;
         tracing::info!("{self:?}: shrink {seq} without ranks {exclude:?} -> rank {new_rank} of {}", members.len());

@@ -141,7 +141,7 @@ impl Comm {
         let inner = self.inner("split")?;
         let own = inner.usable("split");
         let entry = Entry { color, key, broken: own.is_err() };
-        let seq = inner.life.next_split();
+        let seq = inner.splits.next_split();
         let cfg = config.clone().or(Config { device: Some(self.device().clone()), ..child_config(&inner.enq.cfg) });
         // A rank that cannot split still takes part, so the others fail at once; it
         // reports its own error. (An aborted process rank cannot: its bootstrap is closed,
@@ -152,7 +152,7 @@ impl Comm {
             }
             let child = split_processes(bs, seq, entry, &cfg);
             own.and(child)
-        } else if let Some(rv) = inner.life.rendezvous.get() {
+        } else if let Some(rv) = inner.splits.rendezvous.get() {
             let child = rv.arrive(seq, rank, entry, &cfg, inner.enq.cfg.timeout);
             own.and(child)
         } else {
@@ -179,7 +179,7 @@ impl Comm {
         let rv = Arc::new(Rendezvous::new(ranks.iter().map(|i| Arc::downgrade(i)).collect()));
         for inner in ranks {
             // Freshly made: not set yet.
-            let _ = inner.life.rendezvous.set(rv.clone());
+            let _ = inner.splits.rendezvous.set(rv.clone());
         }
         comms
     }

@@ -1,7 +1,7 @@
 //! How a call leaves a `Comm`: into the open group (see `group`), onto its stream at once
 //! (blocking mode), or to the communicator's progress thread (nonblocking mode, queued in
-//! call order behind init). Either way every launch of a batch is compiled before any is
-//! queued, so an error leaves nothing half-launched.
+//! call order behind init). Either way `enqueue` then queues it (`enqueue::queuing`), once
+//! the communicator is found usable.
 
 use std::sync::Arc;
 
@@ -24,82 +24,19 @@ impl Calls {
 }
 
 impl CommInner {
-    /// Launches one call on `stream` now (blocking mode's path: no allocation beyond the
-    /// launch itself). The call is borrowed, not moved: see `Comm::submit`.
+    /// Launches one call on `stream` now (blocking mode's path), if the communicator is
+    /// usable: `enqueue` takes it from there down to the stream.
+    #[inline]
     pub(crate) fn launch(self: &Arc<Self>, call: &mut Call, stream: &Stream) -> Result<()> {
-        let name = call.coll.name();
-        self.usable(name)?;
-        if self.enq.in_rounds(call)? {
-            let launches = self.prepare_all(std::mem::take(&mut call.rounds), stream)?;
-            return self.enqueue_all(launches, stream);
-        }
-        // Counted for finalize from here until the launch has run; a call that queues
-        // nothing (an error, or nothing to move) is uncounted now.
-        self.life.queue(name, self.enq.group.rank)?;
-        match self.enq.prepare(call, stream) {
-            // A CUDA stream's launch is queued on the GPU now, and its error returned.
-            Ok(Some(mut ready)) if stream.launches_now() => {
-                let mut launch = None;
-                self.enq.launch_into(&mut launch, self.clone(), call, &mut ready);
-                launch.map_or(Ok(()), |l| stream.launch_now(l))
-            }
-            Ok(Some(mut ready)) => {
-                stream.enqueue_with(|slot| self.enq.launch_into(slot, self.clone(), call, &mut ready));
-                Ok(())
-            }
-            res => {
-                self.life.unqueue();
-                res.map(|_| ())
-            }
-        }
+        self.usable(call.coll.name())?;
+        self.enq.launch(self, call, stream)
     }
 
-    /// Compiles every call's launch; queues none.
+    /// Compiles every call's launch, if the communicator is usable; queues none (see
+    /// `enqueue::Rank::enqueue_all`).
     pub(crate) fn prepare_all(self: &Arc<Self>, calls: Vec<Call>, stream: &Stream) -> Result<Vec<Launch>> {
-        let name = calls.first().map_or("group", |c| c.coll.name());
-        self.usable(name)?;
-        let mut out = Vec::with_capacity(calls.len());
-        for call in calls {
-            self.prepare_into(call, stream, &mut out)?;
-        }
-        Ok(out)
-    }
-
-    /// `call`'s launches (its rounds' where it runs in rounds) onto `out`.
-    fn prepare_into(self: &Arc<Self>, mut call: Call, stream: &Stream, out: &mut Vec<Launch>) -> Result<()> {
-        if self.enq.in_rounds(&call)? {
-            return std::mem::take(&mut call.rounds).into_iter().try_for_each(|c| self.prepare_into(c, stream, out));
-        }
-        if let Some(mut ready) = self.enq.prepare(&call, stream)? {
-            let mut launch = None;
-            self.enq.launch_into(&mut launch, self.clone(), &mut call, &mut ready);
-            out.extend(launch);
-        }
-        Ok(())
-    }
-
-    /// Queues launches made by [`CommInner::prepare_all`], in order.
-    pub(crate) fn enqueue_all(&self, launches: Vec<Launch>, stream: &Stream) -> Result<()> {
-        for (i, l) in launches.iter().enumerate() {
-            if let Err(e) = self.life.queue(l.call.name, self.enq.group.rank) {
-                (0..i).for_each(|_| self.life.unqueue());
-                return Err(e);
-            }
-        }
-        if !stream.launches_now() {
-            launches.into_iter().for_each(|l| stream.enqueue(l));
-            return Ok(());
-        }
-        // Queued on the GPU now: a launch that could not be queued is the error, and the
-        // ones behind it are not queued (their count is undone).
-        let mut launches = launches.into_iter();
-        while let Some(l) = launches.next() {
-            if let Err(e) = stream.launch_now(l) {
-                launches.for_each(|_| self.life.unqueue());
-                return Err(e);
-            }
-        }
-        Ok(())
+        self.usable(calls.first().map_or("group", |c| c.coll.name()))?;
+        self.enq.prepare_all(self, calls, stream)
     }
 
     /// Stops this rank: kernels end with `Aborted`, bootstrap waits end, and with
@@ -111,7 +48,7 @@ impl CommInner {
             bs.abort();
         }
         if self.enq.cfg.abort_propagates {
-            self.failure.announce_abort();
+            self.failure().announce_abort();
         }
     }
 }
@@ -163,10 +100,10 @@ impl Comm {
                 return res.fail(e);
             }
             let stream = res.stream().clone();
-            match inner.prepare_all(calls.into_inner(), &stream).and_then(|l| inner.enqueue_all(l, &stream)) {
+            match inner.prepare_all(calls.into_inner(), &stream).and_then(|l| inner.enq.enqueue_all(l, &stream)) {
                 Ok(()) => res.fulfil(),
                 Err(e) => {
-                    inner.failure.fail(&e);
+                    inner.failure().fail(&e);
                     res.fail(e);
                 }
             }

@@ -6,7 +6,7 @@
 mod checks;
 mod p2p;
 mod plan;
-mod tables;
+mod queuing;
 
 use std::ops::Range;
 use std::sync::atomic::AtomicI32;
@@ -24,20 +24,20 @@ use crate::element::Element;
 use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
 use crate::op::Op;
-use crate::stream::{KernelCall, Launch, Owner, Stream};
-use crate::symmetric::{Direct, Registry};
+use crate::registry::{Direct, Registry};
+use crate::stream::{Executor, KernelCall, Launch, Stream, Tables};
 use crate::tune::{Choice, Tuner};
 use checks::Buf;
 pub(crate) use checks::Group;
 use plan::Shape;
-pub(crate) use tables::Tables;
 
 /// One rank's side of the launch path: what every launch of its communicator reads.
 pub(crate) struct Rank {
     pub group: Group,
     pub device: Device,
     pub cfg: Resolved,
-    pub tables: Tables,
+    /// What runs this rank's launches: its kernel tables, its failure state.
+    pub exec: Arc<Executor>,
     /// The CPUs this rank's kernel threads are bound to, if any.
     pub cpus: Option<Arc<CpuSet>>,
     /// The same choices on every rank (built from rank 0's plan).
@@ -224,16 +224,16 @@ fn buf<T: Element>(b: &DeviceBuffer<T>) -> Buf {
 
 impl Rank {
     pub(crate) fn new(
-        group: Group, device: Device, cfg: Resolved, tables: Tables, board: Board, cpus: Option<Arc<CpuSet>>,
+        group: Group, device: Device, cfg: Resolved, exec: Arc<Executor>, board: Board, cpus: Option<Arc<CpuSet>>,
         tuner: Arc<Tuner>,
     ) -> Rank {
         let uid = plan::next_uid();
         Rank {
-            base: Base::new(&cfg, &tables, &board),
+            base: Base::new(&cfg, &exec.tables, &board),
             group,
             device,
             cfg,
-            tables,
+            exec,
             cpus,
             tuner,
             sym: Arc::new(Registry::new(uid)),
@@ -245,7 +245,7 @@ impl Rank {
 
     /// Nonzero once the rank is aborted; its kernels poll it.
     pub(crate) fn abort(&self) -> &AtomicI32 {
-        self.tables.abort()
+        self.exec.tables.abort()
     }
 
     /// `call`'s shape as plans see it, and its bytes if the direct algorithms could run it.
@@ -318,25 +318,25 @@ impl Rank {
         Ok(Some(Ready { choice, kernel, direct, ops }))
     }
 
-    /// Writes the launch of a prepared `call` through `owner` (its communicator) into `dst`;
-    /// takes what `call` and `ready` keep alive. It cannot fail, so the stream can have it
-    /// written straight into a queue slot (`Stream::enqueue_with`): built here, in place,
-    /// not returned and moved. `ready` is borrowed, not moved, for the same reason: its
+    /// Writes the launch of a prepared `call` of `comm` (the communicator, which the launch
+    /// keeps alive) into `dst`; takes what `call` and `ready` keep alive. It cannot fail, so
+    /// the stream can have it written straight into a queue slot (`Stream::enqueue_with`):
+    /// built here, in place, not returned and moved. `ready` is borrowed, not moved, for the same reason: its
     /// copy stalled on the stores that had just built it (perf, 2 ranks, 8 B).
     #[inline]
     pub(crate) fn launch_into(
-        &self, dst: &mut Option<Launch>, owner: Arc<dyn Owner>, call: &mut Call, ready: &mut Ready,
+        &self, dst: &mut Option<Launch>, comm: Arc<dyn Send + Sync>, call: &mut Call, ready: &mut Ready,
     ) {
         let (choice, kernel, direct, ops) = (ready.choice, ready.kernel, ready.direct.take(), ready.ops.take());
         let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
         let (b, Group { rank, nranks }) = (&self.base, self.group);
-        let region = |r: Option<&Arc<crate::symmetric::Region>>, at: usize| {
+        let region = |r: Option<&Arc<crate::registry::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.kernel_bases(), r.id, (at - r.range.start) as u64))
         };
         let (sym_send, sym_send_id, sym_send_off) = region(direct.as_ref().map(|d| &d.send), call.send as usize);
         let (sym_recv, sym_recv_id, sym_recv_off) = region(direct.as_ref().map(|d| &d.recv), call.recv as usize);
 
-        let t = &self.tables;
+        let t = &self.exec.tables;
         let scalar_f = match call.op {
             Some(Op::PreMulSum(s)) => s,
             Some(Op::Avg) => 1.0 / nranks as f64,
@@ -371,7 +371,7 @@ impl Rank {
             table: ops.as_ref().map_or(std::ptr::null(), |o| o.words.as_ptr()),
             scalar_f,
             scalar_i: scalar_f as i64,
-            // Set when the launch runs (`CommInner::run`), from the ranks running then.
+            // Set when the launch runs (`Executor::run`), from the ranks running then.
             spin: 0,
             nranks: nranks as i32,
             rank: rank as i32,
@@ -380,7 +380,7 @@ impl Rank {
         };
         let name = call.coll.name();
         *dst = Some(Launch {
-            owner,
+            owner: self.exec.as_owner(),
             call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
             // A direct point-to-point table holds its buffers.
             _keep: match ops {
@@ -388,6 +388,7 @@ impl Rank {
                 None => std::mem::take(&mut call.keep),
             },
             _direct: direct,
+            _comm: comm,
         });
     }
 

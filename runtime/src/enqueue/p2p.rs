@@ -13,7 +13,7 @@ use jitccl_codegen::{Collective, DataType};
 
 use super::{checks, Call, Rank};
 use crate::error::{invalid, Result};
-use crate::symmetric::{Keep, Region};
+use crate::registry::{Keep, Region};
 
 /// The table a direct point-to-point launch reads, and what keeps its memory alive.
 pub(crate) struct Ops {

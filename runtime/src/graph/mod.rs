@@ -5,14 +5,14 @@
 //! this spreads roots and leaves like NCCL's double binary tree and exercises the ring
 //! position mapping.
 
-mod model;
 mod rings;
 mod search;
 mod trees;
+mod types;
 mod xml;
 
-pub use model::{Channel, Device, GlobalSystem, Graph, RankPlace, SearchParams};
 pub use search::search;
+pub use types::{Channel, Device, GlobalSystem, Graph, RankPlace, SearchParams};
 pub use xml::search_or_load;
 
 use crate::topo::PathType;

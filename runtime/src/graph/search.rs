@@ -4,9 +4,9 @@
 //! ([`super::trees`]), and the bandwidth and latency estimates. A pure function of its
 //! inputs: every rank that runs it on the same global system gets the same graph.
 
-use super::model::{Channel, GlobalSystem, Graph, SearchParams};
 use super::rings::{self, Budget, HostRings};
 use super::trees;
+use super::types::{Channel, GlobalSystem, Graph, SearchParams};
 use crate::topo::{PathType, System, TopoError};
 
 /// Latency of one hop of a path of type `ty`, µs (rough: for comparing graphs, not a model).

@@ -6,8 +6,8 @@
 
 use std::path::Path as FsPath;
 
-use super::model::{Device, GlobalSystem, Graph, SearchParams};
 use super::search::{hosts_of, nearest_nic, search, HostRanks, Plan};
+use super::types::{Device, GlobalSystem, Graph, SearchParams};
 use crate::settings;
 use crate::topo::xml::{self, bad_attr, float_attr, num_attr, Element};
 use crate::topo::{read_file, write_file, PathType, TopoError};

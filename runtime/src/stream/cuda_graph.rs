@@ -75,7 +75,7 @@ impl CudaGraph {
             self.replayed.record(s)
         })?;
         // Each recorded collective's kernel ends within its owner's bound; so does the replay.
-        let bound = self.launches.iter().map(|l| l.owner.bound()).sum::<Duration>();
+        let bound = self.launches.iter().map(|l| l.owner().bound()).sum::<Duration>();
         q.replayed(self.replayed.clone(), bound);
         Ok(())
     }
@@ -83,7 +83,7 @@ impl CudaGraph {
     /// How the replays waited for so far ended: the first failure of a recorded
     /// collective (its communicator then fails), as a synchronize reports an eager one's.
     pub fn check(&self) -> Result<()> {
-        self.launches.iter().try_for_each(|l| l.owner.finish(&l.call, false))
+        self.launches.iter().try_for_each(|l| l.owner().finish(&l.call, false))
     }
 
     /// How many collectives the graph replays.

@@ -92,7 +92,8 @@ impl GpuQueue {
     /// queued. Finished launches are then retired (without waiting).
     pub(crate) fn launch(&self, mut launch: Launch) -> Result<()> {
         let mut st = self.lock();
-        let started = launch.owner.clone().start(&mut launch.call, &st.pool)?;
+        let (owner, call) = launch.parts();
+        let started = owner.start(call, &st.pool)?;
         match started {
             // Replays of a graph are the application's to order and wait for; the graph
             // keeps what the launch holds (see `graph`). Nothing is looked at while the
@@ -251,13 +252,13 @@ impl State {
         let Some(front) = self.pending.front_mut() else { return Front::Waiting };
         let since = *front.oldest_since.get_or_insert_with(Instant::now);
         let result = match front.done.done() {
-            Ok(true) => front.launch.owner.finish(&front.launch.call, false),
-            Ok(false) if since.elapsed() <= front.launch.owner.bound() => return Front::Waiting,
+            Ok(true) => front.launch.owner().finish(&front.launch.call, false),
+            Ok(false) if since.elapsed() <= front.launch.owner().bound() => return Front::Waiting,
             Ok(false) if front.hung => return Front::Stuck,
             Ok(false) => {
                 front.hung = true;
                 front.oldest_since = Some(Instant::now());
-                if let Err(e) = front.launch.owner.finish(&front.launch.call, true) {
+                if let Err(e) = front.launch.owner().finish(&front.launch.call, true) {
                     self.note(e);
                 }
                 return Front::Waiting;

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::gpu::{Completion, GpuQueue};
+use super::launch::Owner;
 use super::tests::launch;
-use super::{KernelCall, OnCaller, Owner, Started};
+use super::{KernelCall, OnCaller, Started};
 use crate::device::CtaPool;
 use crate::error::{Error, Result};
 

@@ -1,6 +1,7 @@
-//! What a stream runs: a launch, its owner (the communicator that runs it) and the kernel
-//! call the owner makes of it.
+//! What a stream runs: a launch, its owner (what runs it: its communicator's `Executor`)
+//! and the kernel call the owner makes of it.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +12,9 @@ use crate::device::{CtaPool, KernelRef};
 use crate::error::{Error, Result};
 use crate::stream::gpu::Completion;
 
-/// What a launch's owner (its communicator) does to run it: its own checks and
-/// bookkeeping around the device launch.
+/// What a launch's owner does to run it: its checks and bookkeeping around the device
+/// launch. Implemented by `Executor`, at this layer (a communicator's launches), and by
+/// the tests' stand-ins, which drive the ring and the GPU queue without a communicator.
 pub(crate) trait Owner: Send + Sync {
     /// `call` is the queue slot's own: the owner sets in it what is only known at run time
     /// (in place: a copy of the arguments would stall on the stores that just wrote them).
@@ -61,23 +63,40 @@ pub(crate) enum OnCaller {
 
 /// One queued kernel launch, holding everything its CTAs touch until it is released.
 pub(crate) struct Launch {
-    pub owner: Arc<dyn Owner>,
+    /// What runs it, borrowed (`Launch::owner`): `_comm` keeps it alive, so a launch
+    /// counts one reference, not two (a blocking call's path takes and drops each).
+    pub owner: NonNull<dyn Owner>,
     pub call: KernelCall,
     /// The send and recv memory (no heap allocation per launch).
     pub _keep: [Option<Arc<dyn Send + Sync>>; 2],
     /// A direct algorithm's registered regions (their peer address tables).
-    pub _direct: Option<crate::symmetric::Direct>,
+    pub _direct: Option<crate::registry::Direct>,
+    /// The communicator, holding the owner and what the kernel borrows (its kernel table,
+    /// the segments its connectors point into). Only held, never called.
+    pub _comm: Arc<dyn Send + Sync>,
 }
 
-/// What a launch holds (references to its communicator, buffers and registered regions),
+/// What a launch holds (references to its buffers, registered regions and communicator),
 /// taken out of its queue slot by `Launch::take_held`.
 pub(crate) struct Held {
-    _owner: Arc<dyn Owner>,
     _keep: [Option<Arc<dyn Send + Sync>>; 2],
-    _direct: Option<crate::symmetric::Direct>,
+    _direct: Option<crate::registry::Direct>,
+    _comm: Arc<dyn Send + Sync>,
 }
 
 impl Launch {
+    /// What runs it.
+    pub(crate) fn owner(&self) -> &dyn Owner {
+        // SAFETY: `_comm` keeps the owner alive as long as the launch lives.
+        unsafe { self.owner.as_ref() }
+    }
+
+    /// Its owner, and the kernel call the owner runs (and completes in place).
+    pub(crate) fn parts(&mut self) -> (&dyn Owner, &mut KernelCall) {
+        // SAFETY: as in `owner`.
+        (unsafe { self.owner.as_ref() }, &mut self.call)
+    }
+
     /// Empties `slot`, returning what its launch holds: only that needs dropping, so the
     /// rest (the arguments, most of its bytes) is not copied out, as taking the whole
     /// launch would (a call into the C library's memcpy for each blocking call).
@@ -88,9 +107,9 @@ impl Launch {
         // (asserted below), so nothing is dropped twice or leaked.
         unsafe {
             let held = Held {
-                _owner: std::ptr::read(&l.owner),
                 _keep: std::ptr::read(&l._keep),
                 _direct: std::ptr::read(&l._direct),
+                _comm: std::ptr::read(&l._comm),
             };
             std::ptr::write(slot, None);
             Some(held)
@@ -102,7 +121,7 @@ const _: () = assert!(!std::mem::needs_drop::<KernelCall>(), "take_held would le
 
 /// What a launch runs: the kernel and its arguments.
 pub(crate) struct KernelCall {
-    /// Borrowed from its owner's kernel table, which the launch's `owner` keeps alive.
+    /// Borrowed from its communicator's kernel table, which the launch keeps alive.
     pub kernel: KernelRef,
     pub args: Args,
     pub nchannels: usize,
@@ -112,7 +131,7 @@ pub(crate) struct KernelCall {
 }
 
 // SAFETY: the pointers in `args` and the kernel borrow stay valid while the launch lives
-// (`keep` and the owner hold what they point to), and kernels synchronize their own
-// accesses.
+// (`keep` and the communicator hold what they point to), the owner is only called through
+// `&self` (it synchronizes its own state), and kernels synchronize their own accesses.
 unsafe impl Send for Launch {}
 unsafe impl Sync for Launch {}

@@ -1,7 +1,9 @@
 //! Streams: ordered, asynchronous queues of kernel launches (cf. CUDA streams). A stream is
 //! a dispatcher thread with its device's CTA pool (`device::CtaPool`: CPU threads on the
 //! host, a CUDA stream on a GPU, where each launch runs and is waited for in order). A
-//! stream runs each launch through its owner (`Owner`): it knows nothing of communicators.
+//! stream runs each launch through its owner (`Owner`): a communicator's `Executor`, which
+//! holds what running its launches needs (kernel tables, failure state), so that nothing
+//! calls back up into the communicator.
 //!
 //! The queue is a fixed ring of `DEPTH` launch slots, like a GPU's command queue: callers
 //! write launches into it, the dispatcher runs them in place, and a finished launch's
@@ -29,6 +31,8 @@ use crate::error::{Error, Result};
 use crate::wait::{poll, POLL};
 
 mod cuda_graph;
+mod executor;
+mod failure;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
@@ -36,12 +40,17 @@ mod handle;
 mod launch;
 mod reservation;
 mod run;
+mod tables;
 #[cfg(test)]
 mod tests;
 
 pub use cuda_graph::CudaGraph;
+pub(crate) use executor::Executor;
+pub(crate) use failure::Failure;
 pub use handle::Stream;
-pub(crate) use launch::{KernelCall, Launch, OnCaller, Owner, Started};
+pub(crate) use launch::{KernelCall, Launch};
+use launch::{OnCaller, Started};
+pub(crate) use tables::Tables;
 
 /// Launch slots per stream. A caller that runs this far ahead waits until half of them
 /// have finished.

@@ -126,12 +126,15 @@ impl Shared {
             // SAFETY: launch i was submitted and is not emptied before it completes, and only
             // the holder of `running` reads it meanwhile; the pool is used only by that holder.
             let (launch, pool) = unsafe { ((*self.slot(i)).as_mut(), &mut *self.pool.get()) };
-            if caller && launch.as_ref().is_some_and(|l| !by.may_run(l.owner.on_caller())) {
+            if caller && launch.as_ref().is_some_and(|l| !by.may_run(l.owner().on_caller())) {
                 return i - first;
             }
             let res = match (launch, pool) {
-                (Some(l), Some(pool)) => catch_unwind(AssertUnwindSafe(|| l.owner.run(&mut l.call, pool)))
-                    .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
+                (Some(l), Some(pool)) => catch_unwind(AssertUnwindSafe(|| {
+                    let (owner, call) = l.parts();
+                    owner.run(call, pool)
+                }))
+                .unwrap_or_else(|_| Err(Error::Internal("a stream operation panicked".into()))),
                 (None, _) => Err(Error::Internal("empty stream slot".into())),
                 (_, None) => Err(Error::Internal("a launch in the ring of a stream that launches on the GPU".into())),
             };

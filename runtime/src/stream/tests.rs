@@ -4,6 +4,7 @@
 //! fills the ring runs the queued launches itself only where it shares the rank's one CPU,
 //! and what it leaves queued still runs without a synchronize.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use jitccl_codegen::Protocol;
 
-use super::{KernelCall, Launch, OnCaller, Owner, DEPTH};
+use super::launch::Owner;
+use super::{KernelCall, Launch, OnCaller, DEPTH};
 use crate::device::{CtaPool, Device, KernelRef};
 use crate::error::Result;
 
@@ -58,7 +60,7 @@ impl Owner for Counting {
 /// A launch of `owner` holding `keep` (shared with the asynchronous queue's tests).
 pub(super) fn launch<O: Owner + 'static>(owner: &Arc<O>, keep: &Arc<()>) -> Launch {
     Launch {
-        owner: owner.clone(),
+        owner: NonNull::from(&**owner as &dyn Owner),
         call: KernelCall {
             kernel: KernelRef::Host(std::ptr::null()),
             // SAFETY: every field is a number or a pointer, for which zero is a value; the
@@ -70,6 +72,7 @@ pub(super) fn launch<O: Owner + 'static>(owner: &Arc<O>, keep: &Arc<()>) -> Laun
         },
         _keep: [Some(keep.clone()), None],
         _direct: None,
+        _comm: owner.clone(),
     }
 }
 

@@ -7,16 +7,16 @@
 //! and the other way round.
 
 mod detect;
-mod model;
 mod paths;
+mod system;
 pub(crate) mod xml;
 
 use std::path::Path as FsPath;
 
 use crate::settings;
 
-pub use model::{Cpu, Gpu, Link, LinkKind, Nic, Node, NodeKind, System};
 pub use paths::{Hop, Path, PathType, LOC_BW};
+pub use system::{Cpu, Gpu, Link, LinkKind, Nic, Node, NodeKind, System};
 
 /// A topology (or graph) file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +59,7 @@ impl System {
 
     /// The system described by XML `text`; `file` names it in errors.
     pub fn from_xml_str(file: &str, text: &str) -> Result<System, TopoError> {
-        model::build(file, xml::parse(file, text)?)
+        system::build(file, xml::parse(file, text)?)
     }
 
     /// This host: the topology file named by `JITCCL_TOPO_FILE` (else `NCCL_TOPO_FILE`),
@@ -90,7 +90,7 @@ impl System {
     /// `root` completed with what detection finds under `roots`.
     fn completed(file: &str, mut root: xml::Element, roots: &detect::Roots) -> Result<System, TopoError> {
         detect::complete(&mut root, roots);
-        model::build(file, root)
+        system::build(file, root)
     }
 
     /// The topology as NCCL topology XML.

@@ -11,16 +11,16 @@ use std::sync::Arc;
 
 use crate::affinity::{self, CpuSet};
 use crate::bootstrap::{test_hook, Bootstrap, BootstrapConfig, UniqueId};
-use crate::comm::arena;
-use crate::comm::failure::Failure;
+use crate::comm::peer_arenas;
 use crate::comm::{Comm, CommInner};
 use crate::config::{Config, Resolved};
 use crate::device::Device;
-use crate::enqueue::{self, Group, Tables};
+use crate::enqueue::{self, Group};
 use crate::error::{invalid, Error, Result};
 use crate::fault::{Board, Watch};
 use crate::graph::{self, GlobalSystem, Graph, SearchParams};
 use crate::store::Server;
+use crate::stream::{Executor, Failure, Tables};
 use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::cuda_ipc::{self, DeviceSegment};
@@ -170,7 +170,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let shareable = !device.is_cuda() && nnet == 0;
     let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
     let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
-    arena::share_processes(bs, rank, shareable, &inner.enq.sym)?;
+    peer_arenas::share_processes(bs, rank, shareable, &inner.enq.sym)?;
     Ok(inner)
 }
 
@@ -307,6 +307,7 @@ fn rank_state(
     let nranks = w.boards.len();
     let failure = Failure::new(rank, cfg.timeout, w.board, w.boards, activity.clone());
     let tables = Tables::new(w.conns, cfg.nchannels, &w.device)?;
-    let enq = enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, tables, w.board, cpus, tuner);
-    Ok(CommInner::new(enq, failure, activity, segments))
+    let exec = Executor::new(rank, cfg.spin, cpus.clone(), cfg.timeout, tables, failure, activity);
+    let enq = enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, Arc::new(exec), w.board, cpus, tuner);
+    Ok(CommInner::new(enq, segments))
 }

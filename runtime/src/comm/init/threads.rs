@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{attach, rank_state, Attached, Wiring};
 use crate::affinity;
-use crate::comm::{arena, Comm};
+use crate::comm::{peer_arenas, Comm};
 use crate::config::Config;
 use crate::device::Device;
 use crate::error::{invalid, Result};
@@ -69,7 +69,7 @@ impl Comm {
             })
             .collect::<Result<Vec<_>>>()?;
         if !devices[0].is_cuda() {
-            arena::share_threads(&inners.iter().map(|i| &*i.enq.sym).collect::<Vec<_>>())?;
+            peer_arenas::share_threads(&inners.iter().map(|i| &*i.enq.sym).collect::<Vec<_>>())?;
         }
         Ok(Comm::share_rendezvous(inners.into_iter().map(Comm::from_inner).collect()))
     }

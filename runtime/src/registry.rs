@@ -1,7 +1,7 @@
 //! Registered memory for the direct algorithms: per communicator rank, the regions whose
 //! every rank's part this rank addresses (its own part's address range, the base of each
 //! rank's part as mapped here), looked up by address at enqueue; and the flags areas the
-//! direct kernels' barriers use. Regions are made collectively (`comm::symmetric`), in the
+//! direct kernels' barriers use. Regions are made collectively (`comm::registration`), in the
 //! same order on every rank, so their ids agree across ranks; the kernels check the ids
 //! each rank publishes, so a call whose ranks name different regions fails, never reads
 //! the wrong memory.

@@ -20,7 +20,7 @@ use jitccl_codegen::abi::{SYM_FLAGS_WORDS, SYM_MAX_RANKS};
 use crate::bootstrap::Bootstrap;
 use crate::device::{Arena, ArenaId, PeerArena};
 use crate::error::{Error, Result};
-use crate::symmetric::{Flags, Keep, Region, Registry};
+use crate::registry::{Flags, Keep, Region, Registry};
 use crate::transport::shm::ShmSegment;
 
 /// Bytes of a rank's description: a flag, its arena, its flags segment's name.

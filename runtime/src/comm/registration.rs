@@ -30,7 +30,7 @@ use crate::device::{Device, DeviceBuffer, HostMemory, IpcHandle, IpcMapping, Mem
 use crate::element::Element;
 use crate::enqueue::Call;
 use crate::error::{Error, Result};
-use crate::symmetric::{Flags, Keep, Region, Registry};
+use crate::registry::{Flags, Keep, Region, Registry};
 use crate::transport::shm::ShmSegment;
 use jitccl_codegen::abi::SYM_FLAGS_WORDS;
 

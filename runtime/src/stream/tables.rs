@@ -3,7 +3,8 @@
 //! word per channel and the abort flag. They live where the rank's kernels run: on a GPU
 //! the connector tables are device memory (the kernels advance the step counters in them,
 //! at device speed), while the statuses and the abort flag are host memory mapped into the
-//! device, which the host reads and writes directly.
+//! device, which the host reads and writes directly. Held by the rank's `Executor`, which
+//! reads the statuses after each kernel; `enqueue` points the launch arguments at them.
 
 use std::marker::PhantomData;
 use std::sync::atomic::AtomicI32;

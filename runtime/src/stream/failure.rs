@@ -1,6 +1,7 @@
 //! A communicator's failure state: the first error that failed it (every later call and
 //! every queued operation returns it), and how the failure is told to the peers and traced
 //! back to the rank that failed first (see `fault` for the boards this reads and writes).
+//! Held by the rank's `Executor`: a launch that fails fails the communicator where it ran.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,32 @@
+//! The bookkeeping splits and shrinks need: per-rank split and shrink counters, the
+//! rendezvous shared by the thread ranks of one `init_all`. (Finalize, which waits for the
+//! queued launches, is the executor's: `stream::Executor`.)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::comm::rendezvous::Rendezvous;
+
+#[derive(Default)]
+pub(crate) struct Splits {
+    /// How many splits this rank has started: ranks split in the same order, so the n-th
+    /// split of every rank meets in round n.
+    splits: AtomicU64,
+    /// How many shrinks this rank has started: kept apart from splits, since only the
+    /// remaining ranks shrink (a shared count would pair the excluded ranks' next split
+    /// with another round than the others').
+    shrinks: AtomicU64,
+    /// Set for ranks made by `init_all` (they have no bootstrap to split over).
+    pub rendezvous: OnceLock<Arc<Rendezvous>>,
+}
+
+impl Splits {
+    /// The sequence number of this rank's next split.
+    pub(crate) fn next_split(&self) -> u64 {
+        self.splits.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_shrink(&self) -> u64 {
+        self.shrinks.fetch_add(1, Ordering::Relaxed)
+    }
+}
