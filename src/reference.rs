@@ -52,7 +52,8 @@ float_ref!(
     float8::F8E5M2: float8::F8E5M2::from_f64, |x: float8::F8E5M2| float8::F8E5M2::to_f64(&x), 0.25;
 );
 
-/// The PreMulSum scalar rank `rank` uses in checks: +-2, exact in every type.
+/// The PreMulSum scalar rank `rank` uses in checks (and puts where a `PreMulSumAt` points):
+/// +-2, exact in every type.
 pub fn premul_scalar(rank: usize) -> f64 {
     if rank.is_multiple_of(2) {
         2.0
@@ -123,7 +124,9 @@ pub fn reduced<T: RefElement>(op: Op, nranks: usize, i: usize) -> T {
                 let s = wrap(v.iter().sum()).to_i128();
                 wrap(s / nranks as i128)
             }
-            Op::PreMulSum(_) => wrap((0..nranks).map(|r| wrap(v[r] * premul_scalar(r) as i128).to_i128()).sum()),
+            Op::PreMulSum(_) | Op::PreMulSumAt(_) => {
+                wrap((0..nranks).map(|r| wrap(v[r] * premul_scalar(r) as i128).to_i128()).sum())
+            }
             Op::Custom(c) => panic!("custom op {} has no built-in reference", c.name),
         }
     } else {
@@ -134,7 +137,7 @@ pub fn reduced<T: RefElement>(op: Op, nranks: usize, i: usize) -> T {
             Op::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
             Op::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             Op::Avg => v.iter().sum::<f64>() / nranks as f64,
-            Op::PreMulSum(_) => (0..nranks).map(|r| v[r] * premul_scalar(r)).sum(),
+            Op::PreMulSum(_) | Op::PreMulSumAt(_) => (0..nranks).map(|r| v[r] * premul_scalar(r)).sum(),
             Op::Custom(c) => panic!("custom op {} has no built-in reference", c.name),
         })
     }

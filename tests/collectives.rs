@@ -155,3 +155,22 @@ fn large_outputs_bypassing_the_cache_match_the_reference() {
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// PreMulSum with each rank's multiplier read from its memory by the kernel when it runs
+/// (NCCL's ncclScalarDevice), over the FIFO algorithms and protocols.
+#[test]
+fn premul_sum_read_by_the_kernel() {
+    use Algorithm::{OneShot, Ring, Tree};
+    use Protocol::{Simple, LL, LL128};
+    for (coll, algo, proto, n) in [
+        (Collective::AllReduce, Ring, Simple, 3),
+        (Collective::AllReduce, Ring, LL, 2),
+        (Collective::AllReduce, Tree, LL128, 4),
+        (Collective::AllReduce, OneShot, LL, 3),
+        (Collective::Reduce, Ring, LL128, 3),
+        (Collective::ReduceScatter, Ring, Simple, 2),
+    ] {
+        let w = world(n, algo, proto, 2);
+        world::check_premul_at(&w, coll, ALL_TYPES, &format!("{coll} {algo}/{proto} n={n}"));
+    }
+}

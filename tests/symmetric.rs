@@ -216,3 +216,18 @@ fn an_aborted_rank_ends_its_direct_kernel() {
     let e = w.streams[0].synchronize().unwrap_err();
     assert!(matches!(&e, Error::Aborted { rank: 0, .. }), "{e}");
 }
+
+/// PreMulSum with each rank's multiplier read from its memory by the kernel when it runs:
+/// the direct kernels apply every rank's own, as it published it.
+#[test]
+fn premul_sum_read_by_the_direct_kernels() {
+    for (coll, algo, n) in [
+        (Collective::AllReduce, Algorithm::Direct, 3),
+        (Collective::AllReduce, Algorithm::DirectOneShot, 2),
+        (Collective::ReduceScatter, Algorithm::Direct, 3),
+        (Collective::Reduce, Algorithm::Direct, 2),
+    ] {
+        let w = world(n, algo, 2, Mem::Symmetric);
+        world::check_premul_at(&w, coll, ALL_TYPES, &format!("{coll} {algo} n={n}"));
+    }
+}

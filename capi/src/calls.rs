@@ -5,7 +5,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op, Stream};
+use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op, ScalarAt, Stream};
 
 use crate::group;
 use crate::handle::{last_error, CommHandle, Live, PreMul, Scalar};
@@ -122,14 +122,12 @@ unsafe fn user_op(live: &Live, op: c_int, dt: DataType) -> Result<Op, Failure> {
     if *made_for != dt {
         return Err(fail(INVALID_ARGUMENT, format!("op {op} was made for data type {made_for}, not {dt}")));
     }
-    Ok(Op::PreMulSum(match scalar {
-        Scalar::Value(v) => *v,
-        Scalar::At(p) => {
-            let mut b = [0u8; 8];
-            buf::<u8>(live, *p as *const c_void, dt.size())?.copy_to_host(&mut b[..dt.size()])?;
-            scalar_value(dt, &b)
-        }
-    }))
+    Ok(match scalar {
+        Scalar::Value(v) => Op::PreMulSum(*v),
+        // Read by the kernel when it runs, as NCCL does: a kernel queued before it on the
+        // stream may write it. The caller keeps it valid while the op lives (NCCL's rule).
+        Scalar::At(p) => Op::PreMulSumAt(ScalarAt::new(*p as *const c_void)),
+    })
 }
 
 /// One call: checks the communicator and type, finds the stream it runs on (on a GPU the

@@ -159,6 +159,9 @@ pub struct Args {
     pub table: *const u64,
     pub scalar_f: f64,
     pub scalar_i: i64,
+    /// PreMulSum: where the kernel reads its multiplier (one element of the call's type)
+    /// when it runs, instead of `scalar_f` / `scalar_i`; null otherwise.
+    pub scalar_ptr: *const u8,
     /// Host: busy-poll rounds before a wait yields its core.
     pub spin: u64,
     pub nranks: i32,

@@ -100,13 +100,17 @@ fn op_source(spec: &KernelSpec) -> OpSource {
             BuiltinOp::Avg => src.pre = "return v * x->scalar;",
             BuiltinOp::PreMulSum if int => {
                 src.combine = wrap("+");
+                src.scalar = "return a->scalar_ptr ? (C)*(const T*)a->scalar_ptr : (C)a->scalar_i;";
                 src.pre = match d.size() {
                     1 => "return (C)((jc_u8)v * (jc_u8)x->scalar);",
                     4 => "return (C)((jc_u32)v * (jc_u32)x->scalar);",
                     _ => "return (C)((jc_u64)v * (jc_u64)x->scalar);",
                 };
             }
-            BuiltinOp::PreMulSum => src.pre = "return v * x->scalar;",
+            BuiltinOp::PreMulSum => {
+                src.pre = "return v * x->scalar;";
+                src.scalar = "return a->scalar_ptr ? jc_to_c(*(const T*)a->scalar_ptr) : (C)a->scalar_f;";
+            }
         },
     }
     src

@@ -79,7 +79,7 @@ pub use element::Element;
 pub use error::{Error, Result};
 pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
 pub use logging::init as init_logging;
-pub use op::Op;
+pub use op::{Op, ScalarAt};
 pub use process_group::{ProcessGroup, Work};
 pub use settings::MAX_CHANNELS;
 pub use stream::{CudaGraph, Stream};

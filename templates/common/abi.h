@@ -100,6 +100,8 @@ struct jc_args {
   const jc_u64* table;            /* direct point-to-point: the transfers and this rank's regions */
   double scalar_f;                /* PreMulSum / Avg multiplier, float types */
   jc_i64 scalar_i;                /* PreMulSum multiplier, integer types */
+  const void* scalar_ptr;         /* PreMulSum: where the kernel reads its multiplier (one T),
+                                     instead of scalar_f / scalar_i, when not null */
   jc_u64 spin;                    /* host: busy-poll rounds before a wait yields its core */
   jc_i32 nranks;
   jc_i32 rank;

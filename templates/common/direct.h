@@ -112,7 +112,7 @@ static JC_DEVICE int jc_sym_mismatch(struct jc_ctx* x, int q) {
 
 /* Publishes this rank's call, waits for every peer's (`how`: JC_SYNC_TO_ROOT, only the
    root waits, and only it reads the peers' calls), checks that they name the same
-   registrations, count and root, and fills `v` (thread 0; the block's one, see above)
+   registrations, count, root and call tag (jc_call_tag), and fills `v` (thread 0; the block's one, see above)
    with every rank's buffers and scalar. */
 static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
   JC_SHARED int jc_enter_bad;  /* the first rank whose call differs, or -1 */
@@ -120,7 +120,10 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
   int n = a->nranks, me = a->rank;
   jc_u64* mine = jc_sym_line(a, me, x->chan);
   union { double d; jc_u64 u; } f;
-  f.d = a->scalar_f;
+  /* The multiplier as this rank's kernel has it (it may have read it from memory). */
+  f.d = (double)x->scalar;
+  /* The root with the call's tag (jc_call_tag: also its datatype and op) above it. */
+  const jc_u64 root = (jc_u64)(jc_u32)a->root | x->tag_send << 32;
   if (n > JC_SYM_MAX_RANKS) return jc_sym_mismatch(x, me);
   if (jc_tid() == 0) {
     mine[JC_SYM_SEND_ID] = a->sym_send_id;
@@ -128,9 +131,9 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
     mine[JC_SYM_RECV_ID] = a->sym_recv_id;
     mine[JC_SYM_RECV_OFF] = a->sym_recv_off;
     mine[JC_SYM_COUNT] = a->count;
-    mine[JC_SYM_ROOT] = (jc_u64)a->root;
+    mine[JC_SYM_ROOT] = root;
     mine[JC_SYM_SCALAR_F] = f.u;
-    mine[JC_SYM_SCALAR_I] = (jc_u64)a->scalar_i;
+    mine[JC_SYM_SCALAR_I] = (jc_u64)(jc_i64)x->scalar;
     v->seq = jc_load_acquire(mine + JC_SYM_SEQ);
   }
   JC_CHECK(jc_sym_sync(x, v, how));
@@ -139,7 +142,7 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
     jc_enter_bad = -1;
     for (int q = 0; q < n && jc_enter_bad < 0; q++) {
       const jc_u64* l = jc_sym_line(a, q, x->chan);
-      int same = l[JC_SYM_COUNT] == a->count && l[JC_SYM_ROOT] == (jc_u64)a->root;
+      int same = l[JC_SYM_COUNT] == a->count && l[JC_SYM_ROOT] == root;
 #ifdef JC_SYM_LOCAL_SEND
       v->in[q] = q == me ? (const T*)a->sendbuff : 0;
 #else
@@ -157,6 +160,7 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
       f.u = l[JC_SYM_SCALAR_F];
       aq.scalar_f = f.d;
       aq.scalar_i = (jc_i64)l[JC_SYM_SCALAR_I];
+      aq.scalar_ptr = 0;
       v->px[q] = *x;
       v->px[q].scalar = jc_scalar(&aq);
     }

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use jitccl::reference::{count_wrong, inputs, op_for_rank, reduced, RefElement};
+use jitccl::reference::{count_wrong, inputs, op_for_rank, premul_scalar, reduced, RefElement};
 use jitccl::{
     with_element_type, Algorithm, Collective, Comm, Config, DataType, Device, DeviceBuffer, Op, Protocol, Registration,
-    Stream,
+    ScalarAt, Stream,
 };
 
 /// Counts checked: 0, 1, primes and sizes that are not multiples of any step.
@@ -147,8 +147,26 @@ pub fn check<T: RefElement>(
         }
     };
     let mut outs: Vec<DeviceBuffer<T>> = Vec::new();
+    let mut scalars: Vec<DeviceBuffer<T>> = Vec::new();
     for (r, (c, s)) in w.comms.iter().zip(&w.streams).enumerate() {
-        let op_r = op.map(|o| op_for_rank(o, r));
+        let op_r = match op {
+            // The address a PreMulSumAt case names is a placeholder: each rank's points at
+            // memory holding that rank's scalar, which lives until the results are read.
+            Some(Op::PreMulSumAt(_)) => {
+                // Integers hold it as the kernels multiply by it: wrapped into the type.
+                let v = if T::DTYPE.is_integer() {
+                    T::from_i128_wrapping(premul_scalar(r) as i128)
+                } else {
+                    T::from_f64(premul_scalar(r))
+                };
+                let at = c.device().alloc_from(&[v]).unwrap();
+                // SAFETY: one T, kept in `scalars` until after `w.sync()`.
+                let op = Op::PreMulSumAt(unsafe { ScalarAt::new(at.address() as *const std::ffi::c_void) });
+                scalars.push(at);
+                Some(op)
+            }
+            o => o.map(|o| op_for_rank(o, r)),
+        };
         let (send, recv) = (&sends[r], &recvs[r]);
         let res = match coll {
             Collective::AllReduce | Collective::Reduce | Collective::Broadcast => {
@@ -300,4 +318,15 @@ pub fn sweep(coll: Collective, what: &str, ranks: &[usize], dtypes: &[DataType],
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
     eprintln!("{coll} {what}: {runs} runs passed");
+}
+
+/// Checks `coll` on `w` with a PreMulSum whose multiplier each rank's kernel reads from that
+/// rank's memory (`Op::PreMulSumAt`), for every datatype of `dtypes`, count and placement.
+#[allow(dead_code)] // not every test file checks it
+pub fn check_premul_at(w: &World, coll: Collective, dtypes: &[DataType], what: &str) {
+    // SAFETY: never dereferenced: `check` gives each rank an address of its own.
+    let placeholder = Op::PreMulSumAt(unsafe { ScalarAt::new(std::ptr::null()) });
+    let cases: Vec<_> = dtypes.iter().map(|&d| (d, Some(placeholder))).collect();
+    let (runs, failures) = check_cases(w, coll, &cases, what);
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }

@@ -371,6 +371,10 @@ impl Rank {
             table: ops.as_ref().map_or(std::ptr::null(), |o| o.words.as_ptr()),
             scalar_f,
             scalar_i: scalar_f as i64,
+            scalar_ptr: match call.op {
+                Some(Op::PreMulSumAt(at)) => at.addr() as *const u8,
+                _ => std::ptr::null(),
+            },
             // Set when the launch runs (`Executor::run`), from the ranks running then.
             spin: 0,
             nranks: nranks as i32,
@@ -433,10 +437,14 @@ pub(crate) fn precheck(call: &Call, device: &Device, stream: &Stream) -> Result<
     if let Some(d) = call.devices.iter().flatten().find(|d| *d != device) {
         return invalid(format!("{name}: a buffer is on {d:?}, the communicator on {device:?}"));
     }
-    if let (Some(Op::PreMulSum(s)), true) = (call.op, call.dtype.is_integer()) {
-        if s.fract() != 0.0 || !s.is_finite() {
+    match call.op {
+        Some(Op::PreMulSum(s)) if call.dtype.is_integer() && (s.fract() != 0.0 || !s.is_finite()) => {
             return invalid(format!("PreMulSum scalar {s} is not a whole number, as {} needs", call.dtype));
         }
+        Some(Op::PreMulSumAt(at)) if at.addr() == 0 || at.addr() % call.dtype.size() != 0 => {
+            return invalid(format!("PreMulSum scalar at {:#x}: not an aligned {} address", at.addr(), call.dtype));
+        }
+        _ => {}
     }
     Ok(())
 }
