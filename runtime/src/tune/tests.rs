@@ -374,25 +374,29 @@ fn the_cuda_model_reproduces_the_h200_measurements() {
 }
 
 #[test]
-fn gpu_ranks_take_the_direct_algorithms_for_registered_buffers_alone() {
-    // The CUDA model's direct entries are model values (not measured): what is checked is
-    // the rule, as on the host: direct only where every buffer is registered, the ring for
-    // an op that does not commute, and the Simple protocol.
+fn gpu_ranks_keep_the_ring_where_the_direct_kernels_measured_slower() {
+    // On an H200 (2 ranks) the direct kernels took as long as the ring up to 512 KiB and
+    // reached half its busbw above (the CUDA model's direct entries): registered buffers
+    // keep AllReduce on the FIFO algorithms from 1 MiB.
     let gpu = Device::Cuda { ordinal: 0 };
-    let cfg = Config::default().resolve_on(4, &gpu).unwrap();
-    let graph = Graph::uniform(4, cfg.nchannels);
-    let t = from_plan(&plan(&graph, &cfg, &gpu).unwrap(), &graph, &cfg).unwrap();
+    let tuner = |cfg: Config| {
+        let cfg = cfg.resolve_on(2, &gpu).unwrap();
+        let graph = Graph::uniform(2, cfg.nchannels);
+        from_plan(&plan(&graph, &cfg, &gpu).unwrap(), &graph, &cfg).unwrap()
+    };
+    let t = tuner(Config::default());
+    for bytes in [1 << 20, 256 << 20] {
+        let reg = t.choose_for(AllReduce, bytes, 4, true, true).unwrap();
+        assert!(!reg.algo.is_direct(), "{bytes} B registered: {reg:?}");
+    }
+    // Forced, direct runs registered buffers alone, with Simple, within the flags area's lines.
+    let t = tuner(Config { algo: Some(Algorithm::Direct), ..Config::default() });
     for bytes in [8, 1 << 20, 256 << 20] {
         for coll in [AllReduce, AllGather, ReduceScatter, Broadcast, Reduce] {
             let reg = t.choose_for(coll, bytes, 4, true, true).unwrap();
-            assert!(reg.algo.is_direct() && reg.proto == Protocol::Simple, "{coll} {bytes} B registered: {reg:?}");
-            assert!(
-                reg.nchannels <= jitccl_codegen::abi::SYM_CHANNELS,
-                "{coll} {bytes} B: within the flags area's lines"
-            );
-            let plain = t.choose_for(coll, bytes, 4, true, false).unwrap();
-            assert!(!plain.algo.is_direct(), "{coll} {bytes} B plain: {plain:?}");
+            assert!(reg.algo == Algorithm::Direct && reg.proto == Protocol::Simple, "{coll} {bytes} B: {reg:?}");
+            assert!(reg.nchannels <= jitccl_codegen::abi::SYM_CHANNELS, "{coll} {bytes} B: within the flags area");
+            assert!(t.choose_for(coll, bytes, 4, true, false).is_err(), "{coll} {bytes} B plain, forced direct");
         }
-        assert_eq!(t.choose_for(AllReduce, bytes, 4, false, true).unwrap().algo, Ring, "{bytes} B, not commutative");
     }
 }

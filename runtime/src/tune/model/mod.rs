@@ -138,15 +138,14 @@ impl Constants {
     /// ring's bandwidth per channel, LL 0.21 of Simple's (its lines move one per thread at a
     /// time; Simple moves 16-byte packs, four in flight) and LL128 0.39 (eight threads a line,
     /// two lines in flight; measured on an H100, 2.8x its one-thread lines). The direct
-    /// algorithms' entries are NOT measured (model values, to be replaced by a GPU run):
-    /// their base is a launch as the FIFO algorithms', their barriers a flag line each as
-    /// on the host, and, as on the host, a byte crossing is one load or store instead of a
-    /// FIFO's store and load: twice the ring's bandwidth per channel, one-shot twice the
-    /// FIFO one-shot's.
+    /// algorithms: their base is a launch as the FIFO algorithms' (16-18 us at 8 B-512 KiB
+    /// for all three, 2 ranks on an H200), and their bandwidth what they reached beside the
+    /// ring there: two-shot 0.53 of its busbw at 32-128 MiB, one-shot 0.20-0.25 at 8-32
+    /// MiB (docs/performance.md, "Direct kernels on the GPU"), so the tuner keeps the ring.
     pub const CUDA: Constants = Constants {
         base: [14.6, 14.6, 15.6, 14.6, 15.6],
         hop_factor: [1.0, 1.5, 1.55, 1.0, 1.0],
-        algo_bw: [1.0, 0.7, 0.65, 2.0, 1.3],
+        algo_bw: [1.0, 0.7, 0.65, 0.53, 0.2],
         proto_lat: [1.0, 0.84, 1.37],
         proto_lat_spin: [1.0, 0.84, 1.37],
         proto_bw: [1.0, 0.21, 0.39],
@@ -181,8 +180,8 @@ const CUDA_BW: f64 = 9.5;
 const CUDA_BW_RANK: f64 = 130.0;
 const CUDA_CHAN_LAT: f64 = 0.1;
 /// Bumped when the CUDA constants change (2: the 16-byte Simple copy; 3: coalesced LL128;
-/// 4: the direct algorithms, unmeasured).
-const CUDA_MODEL_VERSION: u64 = 4;
+/// 4: the direct algorithms, unmeasured; 5: the direct algorithms as an H200 ran them).
+const CUDA_MODEL_VERSION: u64 = 5;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
