@@ -204,8 +204,8 @@ fn every_direct_kernel_assembles_to_cubin_for_every_op_over_a_datatype_sample() 
         .collect();
     let shapes: HashSet<_> = jobs.iter().map(|(s, _, _)| (s.coll, s.algo)).collect();
     // AllReduce's two, and one each for Broadcast, Reduce, AllGather, ReduceScatter,
-    // AlltoAll, Gather and Scatter.
-    assert_eq!(shapes.len(), 9, "direct kernels: {shapes:?}");
+    // AlltoAll, Gather, Scatter and SendRecv.
+    assert_eq!(shapes.len(), 10, "direct kernels: {shapes:?}");
     let (failures, elapsed, _) = compile(&jobs);
     println!("{} direct kernels to CUBIN (sm_90) in {:.1} s", jobs.len(), elapsed.as_secs_f64());
     assert_compiled(failures, jobs.len());
