@@ -11,9 +11,9 @@
 #define JC_ERR_PEER 3    /* the peer waited for has failed (peer_failed[peer] != 0) */
 #define JC_ERR_MISMATCH 4 /* a peer's call differs: its step's tag or size, or (direct) its registered buffers, count or root */
 
-/* A FIFO step's size word: its bytes (what a network proxy forwards), the tag of the call
-   that sent it (jc_call_tag), the protocol. LL128 flags carry the same tag above the step. */
-#define JC_SIZE_BYTES_MASK 0xffffffffull
+/* A FIFO step's size word: its bytes (the low 32 bits, what a network proxy forwards), the
+   tag of the call that sent it (jc_call_tag), the protocol. LL128 flags carry the same tag
+   above the step. */
 #define JC_SIZE_TAG_SHIFT 32
 #define JC_SIZE_PROTO_SHIFT 56
 #define JC_TAG_MASK 0xffffffull
