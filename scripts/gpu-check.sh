@@ -218,6 +218,18 @@ probe_ll_steps() {
   point 2 ring ll 1 4M && point 2 ring ll 1 4M JITCCL_BUFFSIZE=4194304
 }
 
+# How a ring's bandwidth grows with its channels (a CTA each), beside what one rank's copy
+# (no peer, no FIFO) moves with as many CTAs: whether the copy or the channel count bounds it.
+channels() {
+  local ch
+  for ch in 8 16 32; do point 2 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
+  for ch in 1 16 32; do point 1 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
+}
+
+stage_channels() {
+  step "channels: ring Simple AllReduce 256 MiB, 2 ranks, 8/16/32 channels; 1 rank's copy, 1/16/32" channels
+}
+
 stage_tune() {
   # A GPU tuning table measured, not modelled: every candidate side by side, then the
   # table against the model alone and the best fixed candidates (--verify).
@@ -403,8 +415,8 @@ direct_perf() {
 source "$root/scripts/gpu-check-nccl.sh"
 
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net failures perf points tune capi torch
-  nccl_side nccl_tests)
+STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net failures perf points channels tune capi
+  torch nccl_side nccl_tests)
 
 run() {
   local stages=("$@") st

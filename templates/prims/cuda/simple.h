@@ -26,12 +26,13 @@ static JC_DEVICE JC_INLINE struct jc_v16 jc_load16_volatile(const volatile T* p)
                : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(p));
   return v;
 }
-/* One pack's outputs: jc_elem on each element, then one 16-byte store per destination. */
-static JC_DEVICE JC_INLINE void jc_pack_out(struct jc_ctx* x, const union jc_pack* rv, int has_recv,
-                                            const union jc_pack* sv, T* dst, T* out, jc_u64 i, int pre, int post) {
+/* One pack's outputs: jc_fold on each element, then one 16-byte store per destination. The
+   packs come by value: a pointer to one (null without a source) kept them in local memory. */
+static JC_DEVICE JC_INLINE void jc_pack_out(struct jc_ctx* x, union jc_pack rv, int has_recv, union jc_pack sv,
+                                            int has_src, T* dst, T* out, jc_u64 i, int pre, int post) {
   union jc_pack o;
 #pragma unroll
-  for (int k = 0; k < (int)JC_PACK; k++) o.e[k] = jc_elem(x, rv->e[k], has_recv, sv ? sv->e : 0, k, pre, post);
+  for (int k = 0; k < (int)JC_PACK; k++) o.e[k] = jc_fold(x, rv.e[k], has_recv, has_src, sv.e[k], pre, post);
   if (dst) *(struct jc_v16*)(dst + i) = o.v;
   if (out) *(struct jc_v16*)(out + i) = o.v;
 }
@@ -77,7 +78,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
     }
 #pragma unroll
     for (int u = 0; u < JC_UNROLL; u++)
-      if (p + u * nt < np) jc_pack_out(x, &rv[u], in != 0, src ? &sv[u] : 0, dst, out, (p + u * nt) * JC_PACK, pre, post);
+      if (p + u * nt < np) jc_pack_out(x, rv[u], in != 0, sv[u], src != 0, dst, out, (p + u * nt) * JC_PACK, pre, post);
   }
   for (jc_u64 i = np * JC_PACK + (jc_u64)jc_tid(); i < n; i += nt) {
     T v = jc_elem(x, in ? in[i] : (T)0, in != 0, src, i, pre, post);
