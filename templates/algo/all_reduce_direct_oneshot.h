@@ -12,6 +12,20 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   /* The tile barriers also end the peers' reads of this rank's record and input; an empty
      range still needs one. */
   if (beg == end) return jc_sym_barrier(x, &v);
+#ifdef JC_SYM_PACK_UNROLL
+  /* Whole packs first, JC_SYM_PACK_UNROLL a thread per tile; every rank takes as many
+     barriers, since whether the inputs allow packs is the same on every rank. */
+  if (jc_sym_inputs_pack(x, &v, beg)) {
+    const jc_u64 nt = (jc_u64)jc_nthreads(), np = (end - beg) / JC_PACK;
+    for (jc_u64 p = 0; p < np; p += JC_SYM_PACK_UNROLL * nt) {
+      union jc_sym_pk pk[JC_SYM_PACK_UNROLL];
+      jc_sym_fold_packs(x, &v, beg, p + (jc_u64)jc_tid(), np, pk);
+      JC_CHECK(jc_sym_barrier(x, &v));
+      jc_sym_put_packs(pk, v.out[x->args->rank], beg, p + (jc_u64)jc_tid(), np);
+    }
+    beg += np * JC_PACK;
+  }
+#endif
   T res[JC_SYM_TILE];
   for (jc_u64 off = beg; off < end; off += tile) {
     jc_u64 len = jc_min(tile, end - off);

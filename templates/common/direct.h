@@ -190,6 +190,64 @@ static JC_DEVICE void jc_sym_fold(const struct jc_ctx* x, const struct jc_sym* v
   JC_SYM_EACH(off, len) res[j] = jc_from_c(jc_post(x, acc[j]));
 }
 
+#ifdef JC_SYM_PACK_UNROLL
+/* The fold by 16-byte packs (CUDA): this thread's JC_SYM_PACK_UNROLL packs p, p + nt, ...
+   (of np) of the inputs at element `base`, every rank's loaded before any is combined, the
+   accumulators in registers. The tile of jc_sym_fold is indexed at run time, which keeps it
+   in local memory with one load in flight per thread. The same expression, in rank order. */
+union jc_sym_pk { struct jc_pack16 v; T e[JC_PACK]; };
+static JC_DEVICE JC_INLINE void jc_sym_fold_packs(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 base, jc_u64 p, jc_u64 np,
+                                                  union jc_sym_pk* res) {
+  const jc_u64 nt = (jc_u64)jc_nthreads();
+  C acc[JC_SYM_PACK_UNROLL][JC_PACK];
+  for (int q = 0; q < x->args->nranks; q++) {
+    const struct jc_pack16* s = (const struct jc_pack16*)(v->in[q] + base);
+    const struct jc_ctx* pq = &v->px[q];
+    union jc_sym_pk in[JC_SYM_PACK_UNROLL];
+#pragma unroll
+    for (int u = 0; u < JC_SYM_PACK_UNROLL; u++)
+      if (p + u * nt < np) in[u].v = s[p + u * nt];
+#pragma unroll
+    for (int u = 0; u < JC_SYM_PACK_UNROLL; u++)
+#pragma unroll
+      for (int k = 0; k < (int)JC_PACK; k++) {
+        C c = jc_pre(pq, jc_to_c(in[u].e[k]));
+        acc[u][k] = q == 0 ? c : jc_combine(acc[u][k], c);
+      }
+  }
+#pragma unroll
+  for (int u = 0; u < JC_SYM_PACK_UNROLL; u++)
+#pragma unroll
+    for (int k = 0; k < (int)JC_PACK; k++) res[u].e[k] = jc_from_c(jc_post(x, acc[u][k]));
+}
+
+/* The packs this thread folded (jc_sym_fold_packs) into dst at element `base`: 16-byte
+   stores where dst allows. */
+static JC_DEVICE JC_INLINE void jc_sym_put_packs(const union jc_sym_pk* res, T* dst, jc_u64 base, jc_u64 p, jc_u64 np) {
+  const jc_u64 nt = (jc_u64)jc_nthreads();
+  T* d = dst + base;
+  const int whole = ((jc_u64)d & 15) == 0;
+#pragma unroll
+  for (int u = 0; u < JC_SYM_PACK_UNROLL; u++) {
+    if (p + u * nt >= np) continue;
+    if (whole) {
+      ((struct jc_pack16*)d)[p + u * nt] = res[u].v;
+    } else {
+#pragma unroll
+      for (int k = 0; k < (int)JC_PACK; k++) d[(p + u * nt) * JC_PACK + k] = res[u].e[k];
+    }
+  }
+}
+
+/* Whether every rank's input allows packs from element `at` (their offsets within 16
+   bytes, and so the answer, are the same on every rank). */
+static JC_DEVICE JC_INLINE int jc_sym_inputs_pack(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 at) {
+  jc_u64 bits = 0;
+  for (int q = 0; q < x->args->nranks; q++) bits |= (jc_u64)(v->in[q] + at);
+  return (bits & 15) == 0;
+}
+#endif
+
 /* dst[off..off+len) = the tile `res`. */
 static JC_DEVICE JC_INLINE void jc_sym_put(const struct jc_sym* v, const T* res, T* dst, jc_u64 off, jc_u64 len) {
 #ifdef JC_BYPASS_OUTPUT
@@ -260,6 +318,17 @@ static JC_DEVICE int jc_sym_begin(struct jc_ctx* x, struct jc_sym* v, jc_u64* be
 /* Folds [beg, end) of the inputs shifted by `shift` elements, tile by tile, and stores each
    tile into the outputs of ranks first, first + 1, ... (ndst of them, mod n). */
 static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 shift, jc_u64 beg, jc_u64 end, int first, int ndst) {
+#ifdef JC_SYM_PACK_UNROLL
+  if (jc_sym_inputs_pack(x, v, shift + beg)) {
+    const jc_u64 nt = (jc_u64)jc_nthreads(), np = (end - beg) / JC_PACK;
+    for (jc_u64 p = (jc_u64)jc_tid(); p < np; p += JC_SYM_PACK_UNROLL * nt) {
+      union jc_sym_pk res[JC_SYM_PACK_UNROLL];
+      jc_sym_fold_packs(x, v, shift + beg, p, np, res);
+      for (int k = 0; k < ndst; k++) jc_sym_put_packs(res, v->out[jc_mod(first + k, x->args->nranks)], beg, p, np);
+    }
+    beg += np * JC_PACK;
+  }
+#endif
   jc_u64 tile = (jc_u64)JC_SYM_TILE * jc_nthreads();
   T res[JC_SYM_TILE];
   for (jc_u64 off = beg; off < end; off += tile) {

@@ -176,12 +176,13 @@ const HOST_MODEL_VERSION: u64 = 8;
 /// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over
 /// all channels (GB/s), and each channel past the first (us): see [`Topology::cuda`].
 const CUDA_HOP: f64 = 3.23;
-const CUDA_BW: f64 = 9.5;
-const CUDA_BW_RANK: f64 = 130.0;
+const CUDA_BW: f64 = 12.0;
+const CUDA_BW_RANK: f64 = 400.0;
 const CUDA_CHAN_LAT: f64 = 0.1;
 /// Bumped when the CUDA constants change (2: the 16-byte Simple copy; 3: coalesced LL128;
-/// 4: the direct algorithms, unmeasured; 5: the direct algorithms as an H200 ran them).
-const CUDA_MODEL_VERSION: u64 = 5;
+/// 4: the direct algorithms, unmeasured; 5: the direct algorithms as an H200 ran them; 6: the
+/// Simple copy's packs in registers, 32 channels).
+const CUDA_MODEL_VERSION: u64 = 6;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
