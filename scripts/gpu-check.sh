@@ -23,8 +23,8 @@
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
 # through the net proxy (`jitccl perf` checks every rank against the reference), the
-# timeout and abort tests, a short `jitccl perf` sweep, the cost model's points and a quick
-# `jitccl tune` to 128 MiB on the GPU, then the C API (a CUDA C program built with nvcc
+# timeout and abort tests, a short `jitccl perf` sweep, the cost model's points, how the ring's
+# bandwidth grows with channels, and a quick `jitccl tune` to 128 MiB on the GPU, then the C API (a CUDA C program built with nvcc
 # against libnccl.so.2, PyTorch's backend "nccl" with it preloaded, and jitccl's own
 # backend "jitccl" on CUDA tensors), and last jitccl beside NVIDIA's NCCL: `nccl_side`
 # (benches/gpu/nccl_side.py: AllReduce, AllGather, ReduceScatter at 16 B - 256 MiB, 2 and 4

@@ -20,6 +20,7 @@ Rank 0 writes JSON lines to --out: first {"version": ...}, then one line per (co
 size) as soon as it is measured (a run cut short by its time limit keeps what it measured)."""
 
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -51,7 +52,15 @@ def parse():
 
 
 def nccl_version():
-    """The version of the NCCL torch calls (ncclGetVersion of the loaded libnccl.so.2)."""
+    """The version of the NCCL torch calls: ncclGetVersion of a preloaded libnccl.so.2, else
+    torch's own (torch.cuda.nccl.version() is the version torch was built against, which a
+    preloaded library does not change)."""
+    for lib in os.environ.get("LD_PRELOAD", "").split():
+        if "libnccl" in os.path.basename(lib):
+            code = ctypes.c_int()
+            if ctypes.CDLL(lib).ncclGetVersion(ctypes.byref(code)) == 0:
+                c = code.value
+                return f"{c // 10000}.{c % 10000 // 100}.{c % 100}" if c >= 10000 else f"{c // 1000}.{c % 1000 // 100}.{c % 100}"
     v = torch.cuda.nccl.version()
     return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 

@@ -45,7 +45,7 @@ pub const NCHANNELS: Setting = config(
     "JITCCL_NCHANNELS",
     "nchannels",
     CTAS,
-    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 16; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
+    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 32; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
     Ranks::Agree,
     "channels (CTAs) per rank",
 );

@@ -132,23 +132,23 @@ impl Constants {
         proto_bw: [1.0, 0.125, 0.5],
     };
 
-    /// Measured on an H200 (see [`Topology::cuda`]): every algorithm's base is a launch and
-    /// its wait, 14.6 us (15.6 for one-shot); tree hops cost 1.5x, one-shot's 1.55x; LL's
-    /// hop 0.84x and LL128's 1.37x Simple's; tree reaches 0.7 and one-shot 0.65 of the
-    /// ring's bandwidth per channel, LL 0.21 of Simple's (its lines move one per thread at a
-    /// time; Simple moves 16-byte packs, four in flight) and LL128 0.39 (eight threads a line,
-    /// two lines in flight; measured on an H100, 2.8x its one-thread lines). The direct
-    /// algorithms: their base is a launch as the FIFO algorithms' (16-18 us at 8 B-512 KiB
-    /// for all three, 2 ranks on an H200), and their bandwidth what they reached beside the
-    /// ring there: two-shot 0.53 of its busbw at 32-128 MiB, one-shot 0.20-0.25 at 8-32
-    /// MiB (docs/performance.md, "Direct kernels on the GPU"), so the tuner keeps the ring.
+    /// Fitted to an H200's runs (see [`Topology::cuda`]; ranks as threads sharing it,
+    /// calls queued back to back): every algorithm's base is a launch, 2.75 us (3.75 for
+    /// one-shot); tree hops cost 1.5x, one-shot's 1.89x; LL's hop 1.11x and LL128's 1.37x
+    /// Simple's; tree reaches 0.65 and one-shot 0.67 of the ring's bandwidth per channel, LL
+    /// 0.16 of Simple's (one line per thread at a time) and LL128 0.29 (eight threads a
+    /// line, two lines in flight). The direct algorithms on registered buffers, beside the
+    /// ring at 2 ranks and 32 channels: two-shot 1.67x its busbw (586 against 342 GB/s at
+    /// 128 MiB: a byte is loaded and stored once per rank, where the ring also moves it
+    /// through a FIFO), one-shot 0.63x (each rank reads every input), level with it below
+    /// 1 MiB (docs/performance.md, "The GPU kernels").
     pub const CUDA: Constants = Constants {
-        base: [14.6, 14.6, 15.6, 14.6, 15.6],
-        hop_factor: [1.0, 1.5, 1.55, 1.0, 1.0],
-        algo_bw: [1.0, 0.7, 0.65, 0.53, 0.2],
-        proto_lat: [1.0, 0.84, 1.37],
-        proto_lat_spin: [1.0, 0.84, 1.37],
-        proto_bw: [1.0, 0.21, 0.39],
+        base: [2.75, 2.75, 3.75, 2.75, 2.75],
+        hop_factor: [1.0, 1.5, 1.89, 1.0, 1.0],
+        algo_bw: [1.0, 0.65, 0.67, 1.67, 0.63],
+        proto_lat: [1.0, 1.11, 1.37],
+        proto_lat_spin: [1.0, 1.11, 1.37],
+        proto_bw: [1.0, 0.16, 0.29],
     };
 }
 
@@ -175,9 +175,9 @@ const HOST_NET_HOP: f64 = 135.0;
 const HOST_MODEL_VERSION: u64 = 8;
 /// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over
 /// all channels (GB/s), and each channel past the first (us): see [`Topology::cuda`].
-const CUDA_HOP: f64 = 3.23;
-const CUDA_BW: f64 = 12.0;
-const CUDA_BW_RANK: f64 = 400.0;
+const CUDA_HOP: f64 = 4.54;
+const CUDA_BW: f64 = 13.3;
+const CUDA_BW_RANK: f64 = 350.0;
 const CUDA_CHAN_LAT: f64 = 0.1;
 /// Bumped when the CUDA constants change (2: the 16-byte Simple copy; 3: coalesced LL128;
 /// 4: the direct algorithms, unmeasured; 5: the direct algorithms as an H200 ran them; 6: the
@@ -226,16 +226,15 @@ impl Topology {
     }
 
     /// Ranks on CUDA GPUs over a searched graph (between hosts, the network as for the
-    /// host). Measured with `jitccl perf all_reduce --target cuda` on one H200 holding 1-8
-    /// ranks (threads of one process), the choice forced by one-row tables, 8 B and 4-64
-    /// MiB (`scripts/gpu-check.sh run points` measures the test's points again): 8-byte
-    /// ring AllReduce took 13.3 us at 1 rank and 21-24, 36, 60-63 us at 2, 4, 8 ranks (2, 6,
-    /// 14 hops: 14.6 us + 3.23 per hop); with the 16-byte Simple copy a channel
-    /// (a CTA) moved 8.1-9 GB/s of bus bandwidth at 2 ranks and 11.7 at 8, near linearly to
-    /// about 125-145 GB/s a rank (2 ranks: 8.95 with 1 channel, 65 with 8, 122 with 16, 119
-    /// with 32); more channels cost nothing measurable at 8 B. Ranks on separate GPUs
-    /// (NVLink, PCIe) were not measured: their hops and per-channel bandwidth may differ;
-    /// `jitccl tune` measures the machine at hand.
+    /// host). Fitted to `jitccl perf all_reduce --target cuda` on one H200 holding 1-8 ranks
+    /// (threads of one process), each choice forced by a one-row table, 8 B to 256 MiB
+    /// (`scripts/gpu-check.sh run points channels direct` measures them again): 8-byte ring
+    /// AllReduce took 13.3, 34.0 and 61.3 us at 2, 4 and 8 ranks (2, 6 and 14 hops: a 2.75 us
+    /// launch and 4.54 a hop); a channel (a CTA) moved 12-14 GB/s of bus bandwidth at 2 ranks
+    /// and 17 at 8, near linearly to 345 GB/s (2 ranks, 256 MiB: 98, 190 and 345 GB/s with 8, 16
+    /// and 32 channels), the most this model gives a rank; more channels cost nothing
+    /// measurable at 8 B. Ranks on separate GPUs (NVLink, PCIe) were not measured: their
+    /// hops and per-channel bandwidth may differ; `jitccl tune` measures the machine at hand.
     pub fn cuda(graph: &Graph) -> Topology {
         Topology {
             nranks: graph.nranks.max(1),
