@@ -100,7 +100,8 @@ fn prints_the_models_pick_per_collective_and_size() {
             last[c] = us;
         }
     }
-    assert!(last.iter().all(|&us| us > 500.0), "128 MiB takes more than 0.5 ms (under 256 GB/s): {text}");
+    // AllGather moves 2/3 of 128 MiB a rank: at most the CUDA model's 350 GB/s a rank.
+    assert!(last.iter().all(|&us| us > 250.0), "128 MiB takes more than 0.25 ms (under 360 GB/s): {text}");
     assert!(text.contains("GPU constants"), "a file of GPUs plans GPU ranks: {text}");
     let bad = jitccl_topo(&["-N", "0"], &[]);
     assert!(!bad.status.success());

@@ -76,6 +76,17 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
         if (l < nlines) jc_ll128_load(rl + 16 * l + 2 * part, &in[u].w[0], &in[u].w[1]);
       }
     }
+    /* Every line's source elements are loaded before any result is stored: with a store to
+       dst between them, each load would wait for the one before (dst may alias src). */
+    union { jc_u64 w[2]; T v[JC_PACK]; } sv[JC_LL128_UNROLL];
+#pragma unroll
+    for (int u = 0; u < JC_LL128_UNROLL; u++) {
+      const jc_u64 l = base + u * lpp + mine, e0 = l * JC_LL128_ELEMS + first;
+      sv[u].w[0] = sv[u].w[1] = 0;
+#pragma unroll
+      for (int k = 0; k < (int)JC_PACK; k++)
+        if (src && l < nlines && k < count && e0 + k < n) sv[u].v[k] = src[e0 + k];
+    }
 #pragma unroll
     for (int u = 0; u < JC_LL128_UNROLL; u++) {
       const jc_u64 l = base + u * lpp + mine;
@@ -85,7 +96,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
 #pragma unroll
       for (int k = 0; k < (int)JC_PACK; k++) {
         if (k >= count || e0 + k >= n) break;
-        T v = jc_elem(x, r ? in[u].v[k] : (T)0, r != 0, src, e0 + k, pre, post);
+        T v = jc_fold(x, r ? in[u].v[k] : (T)0, r != 0, src != 0, sv[u].v[k], pre, post);
         if (dst) dst[e0 + k] = v;
         out.v[k] = v;
       }
