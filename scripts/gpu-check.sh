@@ -354,7 +354,8 @@ stage_direct() {
     timeout 240 "$out/cuda-tests" gpu_direct_ --test-threads 4
   step "direct kernels, 2 rank processes through CUDA IPC (symmetric buffers): AllReduce, ReduceScatter, AllGather, Broadcast, Reduce" \
     direct_ipc
-  step "perf: AllReduce direct / direct_oneshot / ring, 2 ranks on GPU 0, registered buffers, 8 B - 256 MiB" direct_perf
+  step "perf: direct against ring (AllReduce, AllGather, ReduceScatter), 2 ranks on GPU 0, registered buffers, 8 B - 256 MiB" \
+    direct_perf
 }
 
 # The kernels of the direct tests (tests/cuda.rs's samples) into the run's cache, all at
@@ -379,34 +380,52 @@ direct_ipc() {
   done
 }
 
-# Each algorithm's out-of-place time and busbw per size, side by side (perf checks results).
+# Each algorithm's out-of-place time and busbw per size, side by side (perf checks results):
+# AllReduce direct, direct one-shot and ring, then AllGather and ReduceScatter direct and
+# ring (the CUDA model gives every direct collective AllReduce's measured factor).
 direct_perf() {
-  local table="${OUT:-${TMPDIR:-/tmp}}/direct-perf.txt" algo dir
+  : >"${OUT:-${TMPDIR:-/tmp}}/direct-perf.txt"
+  direct_table all_reduce direct direct_oneshot ring && direct_table all_gather direct ring &&
+    direct_table reduce_scatter direct ring
+}
+
+# direct_table COLL ALGO...: COLL's time us / busbw GB/s / wrong per size and algorithm,
+# 2 ranks as threads on GPU 0, registered buffers; appended to $OUT/direct-perf.txt.
+direct_table() {
+  local coll=$1 table="${OUT:-${TMPDIR:-/tmp}}/direct-perf.txt" algo dir files=()
+  shift
   dir=$(mktemp -d)
-  for algo in direct direct_oneshot ring; do
+  for algo in "$@"; do
     # One-shot reads every rank's whole input: to 64 MiB.
     local e=256M
     [ "$algo" = direct_oneshot ] && e=64M
-    timeout 90 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -R 1 --algo "$algo" \
+    timeout 90 "$out/jitccl" perf "$coll" --target cuda -N 2 -g 2 --devices 0,0 -R 1 --algo "$algo" \
       -b 8 -e "$e" -f 4 -n 10 -w 3 | awk '/^ +[0-9]+ /{print $1, $6, $8, $9}' >"$dir/$algo" || {
-      echo "perf --algo $algo failed"
+      echo "perf $coll --algo $algo failed"
       return 1
     }
+    files+=("$dir/$algo")
   done
   {
-    echo "# AllReduce f32, 2 ranks as threads on GPU 0, registered buffers (-R 1), out of place, -n 10 -w 3;"
+    echo "# $coll f32, 2 ranks as threads on GPU 0, registered buffers (-R 1), out of place, -n 10 -w 3;"
     echo "# commit $(cat "$out/COMMIT" 2>/dev/null); time us / busbw GB/s / wrong per algorithm"
-    printf '%12s %24s %24s %24s\n' bytes direct direct_oneshot ring
-    # Rows by size, in the ring's order (it runs every size); "-" where an algorithm did not.
-    awk 'FNR == 1 { f++ } { t[f, $1] = $2 " " $3 " " $4 } f == 3 { order[++n] = $1 }
+    printf '%12s' bytes
+    printf ' %24s' "$@"
+    echo
+    # Rows by size, in the last algorithm's order (the ring runs every size); "-" where an
+    # algorithm did not.
+    awk -v na=$# 'FNR == 1 { f++ } { t[f, $1] = $2 " " $3 " " $4 } f == na { order[++n] = $1 }
       END { for (i = 1; i <= n; i++) { s = order[i]; line = sprintf("%12s", s)
-        for (g = 1; g <= 3; g++) { v = ((g, s) in t) ? t[g, s] : "- - -"; split(v, x, " ")
+        for (g = 1; g <= na; g++) { v = ((g, s) in t) ? t[g, s] : "- - -"; split(v, x, " ")
           line = line sprintf(" %9s %7s %6s", x[1], x[2], x[3]) }
-        print line } }' "$dir/direct" "$dir/direct_oneshot" "$dir/ring"
-  } | tee "$table"
-  rm -rf "$dir"
+        print line } }' "${files[@]}"
+  } >"$dir/table"
+  tee -a "$table" <"$dir/table"
   # Every row of every algorithm checked: no wrong element anywhere.
-  ! awk 'NR > 3 { for (i = 4; i <= NF; i += 3) if ($i != "-" && $i != 0) bad = 1 } END { exit !bad }' "$table"
+  ! awk 'NR > 3 { for (i = 4; i <= NF; i += 3) if ($i != "-" && $i != 0) bad = 1 } END { exit !bad }' "$dir/table"
+  local rc=$?
+  rm -rf "$dir"
+  return $rc
 }
 
 # The stages that set jitccl beside NVIDIA's NCCL (nccl_side, nccl_tests), with what `build`

@@ -38,6 +38,8 @@ struct KernelSource<'a> {
     dtype: DataType,
     d: Dtype,
     op_name: String,
+    /// No reduction op: the kernel only moves bytes.
+    copy_only: bool,
     op: OpSource,
     abi: &'a AbiSizes,
 }
@@ -171,6 +173,7 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         dtype: spec.dtype,
         d: dtype(spec.dtype),
         op_name: spec.op.map_or_else(|| "none (copy)".to_string(), |o| o.to_string()),
+        copy_only: spec.op.is_none(),
         op: op_source(spec),
         abi: &abi,
     };

@@ -8,9 +8,14 @@
    per call site halves NVRTC's compile time; its branches on r/s/src/dst are uniform. */
 #define JC_PROTO 0
 /* 16-byte packs in flight per thread and stream: four (eight measured slower on an H200);
-   two for 1-byte types, whose 16 elements a pack make each pack's code (and NVRTC's time)
-   four times a float's. */
+   two for 1-byte types that reduce, whose 16 elements a pack make each pack's code (and
+   NVRTC's time) four times a float's. Kernels that only move bytes (JC_OP_COPY) move whole
+   packs, four. */
+#ifdef JC_OP_COPY
+#define JC_UNROLL 4
+#else
 #define JC_UNROLL (sizeof(T) == 1 ? 2 : 4)
+#endif
 struct __align__(16) jc_v16 { jc_u32 w[4]; };
 union jc_pack { struct jc_v16 v; T e[JC_PACK]; };
 static JC_DEVICE JC_INLINE int jc_aligned16(const volatile void* p) { return ((jc_u64)p & 15) == 0; }
@@ -31,8 +36,13 @@ static JC_DEVICE JC_INLINE struct jc_v16 jc_load16_volatile(const volatile T* p)
 static JC_DEVICE JC_INLINE void jc_pack_out(struct jc_ctx* x, union jc_pack rv, int has_recv, union jc_pack sv,
                                             int has_src, T* dst, T* out, jc_u64 i, int pre, int post) {
   union jc_pack o;
+#ifdef JC_OP_COPY
+  /* jc_fold without an op: the source, unless the received value is the right operand. */
+  o.v = has_src && !(has_recv && (post & JC_SRC_FIRST)) ? sv.v : rv.v;
+#else
 #pragma unroll
   for (int k = 0; k < (int)JC_PACK; k++) o.e[k] = jc_fold(x, rv.e[k], has_recv, has_src, sv.e[k], pre, post);
+#endif
   if (dst) *(struct jc_v16*)(dst + i) = o.v;
   if (out) *(struct jc_v16*)(out + i) = o.v;
 }
