@@ -205,8 +205,11 @@ static JC_DEVICE JC_INLINE void jc_sym_fold_packs(const struct jc_ctx* x, const 
     const struct jc_ctx* pq = &v->px[q];
     union jc_sym_pk in[JC_SYM_PACK_UNROLL];
 #pragma unroll
-    for (int u = 0; u < JC_SYM_PACK_UNROLL; u++)
+    for (int u = 0; u < JC_SYM_PACK_UNROLL; u++) {
+      /* Packs past the end fold zeros (never stored) rather than unset registers. */
+      in[u].v.w[0] = in[u].v.w[1] = in[u].v.w[2] = in[u].v.w[3] = 0;
       if (p + u * nt < np) in[u].v = s[p + u * nt];
+    }
 #pragma unroll
     for (int u = 0; u < JC_SYM_PACK_UNROLL; u++)
 #pragma unroll
