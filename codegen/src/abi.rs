@@ -41,8 +41,15 @@ pub const SYM_LINE: usize = 16;
 pub const SYM_MAX_RANKS: usize = 64;
 /// Direct point-to-point: u64 words of a rank's record per peer, after the channel lines.
 pub const SYM_P2P_WORDS: usize = 8;
-/// u64 words of a rank's flags area: the channel lines, then a point-to-point record per peer.
-pub const SYM_FLAGS_WORDS: usize = SYM_CHANNELS * SYM_LINE + SYM_MAX_RANKS * SYM_P2P_WORDS;
+/// Direct AlltoAll's eager area, after the point-to-point records: two halves (chosen by the
+/// barrier counter's parity) of a header of SYM_EAGER_HEADER words and a rank's whole input
+/// when it holds at most SYM_EAGER_BYTES (see `templates/algo/all_to_all_direct.h`).
+pub const SYM_EAGER_BYTES: usize = 8192;
+pub const SYM_EAGER_HEADER: usize = 8;
+/// u64 words of a rank's flags area: the channel lines, a point-to-point record per peer,
+/// the eager area's two halves.
+pub const SYM_FLAGS_WORDS: usize =
+    SYM_CHANNELS * SYM_LINE + SYM_MAX_RANKS * SYM_P2P_WORDS + 2 * (SYM_EAGER_HEADER + SYM_EAGER_BYTES / 8);
 
 /// One end of a connector (`struct jc_conn`).
 #[repr(C)]
@@ -176,6 +183,7 @@ pub(crate) struct AbiSizes {
     pub channel: usize,
     pub status: usize,
     pub args: usize,
+    pub sym_flags_words: usize,
 }
 
 impl AbiSizes {
@@ -185,6 +193,7 @@ impl AbiSizes {
             channel: size_of::<Channel>(),
             status: size_of::<Status>(),
             args: size_of::<Args>(),
+            sym_flags_words: SYM_FLAGS_WORDS,
         }
     }
 }
