@@ -13,9 +13,11 @@
    its previous call's last synchronization showed every peer at v - 1 (at v - 2 after a
    rooted call, whose previous eager barrier was at most v - 4), that is past the eager call
    that last read the half (at v - 2 or earlier: a rank raises its counter next only in its
-   next call, after those reads). */
+   next call, after those reads). Host only (JC_SYM_EAGER_STAGING: the flags areas outlive
+   their owners' calls there). */
 #define JC_SYM_LOCAL_RECV
 {% include "common/direct.h" %}
+#ifdef JC_SYM_EAGER_STAGING
 #define JC_EAGER_SEQ 0
 #define JC_EAGER_COUNT 1
 #define JC_EAGER_ROOT 2
@@ -66,10 +68,13 @@ static JC_DEVICE int jc_run_eager(struct jc_ctx* x) {
   }
   return JC_OK;
 }
+#endif
 
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
   const struct jc_args* a = x->args;
+#ifdef JC_SYM_EAGER_STAGING
   if (a->nranks <= JC_SYM_MAX_RANKS && a->count <= JC_SYM_EAGER_BYTES / sizeof(T) / a->nranks) return jc_run_eager(x);
+#endif
   JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
