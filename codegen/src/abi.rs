@@ -46,10 +46,16 @@ pub const SYM_P2P_WORDS: usize = 8;
 /// when it holds at most SYM_EAGER_BYTES (see `templates/algo/all_to_all_direct.h`).
 pub const SYM_EAGER_BYTES: usize = 8192;
 pub const SYM_EAGER_HEADER: usize = 8;
+/// Direct point-to-point's eager slots, after the AlltoAll's eager area: two per peer (by
+/// the post's parity), each for one AlltoAllv block of at most SYM_P2P_EAGER_BYTES (see
+/// `templates/algo/sendrecv_direct.h`).
+pub const SYM_P2P_EAGER_BYTES: usize = 2048;
 /// u64 words of a rank's flags area: the channel lines, a point-to-point record per peer,
-/// the eager area's two halves.
-pub const SYM_FLAGS_WORDS: usize =
-    SYM_CHANNELS * SYM_LINE + SYM_MAX_RANKS * SYM_P2P_WORDS + 2 * (SYM_EAGER_HEADER + SYM_EAGER_BYTES / 8);
+/// the AlltoAll's eager area's two halves, two point-to-point eager slots per peer.
+pub const SYM_FLAGS_WORDS: usize = SYM_CHANNELS * SYM_LINE
+    + SYM_MAX_RANKS * SYM_P2P_WORDS
+    + 2 * (SYM_EAGER_HEADER + SYM_EAGER_BYTES / 8)
+    + SYM_MAX_RANKS * 2 * SYM_P2P_EAGER_BYTES / 8;
 
 /// One end of a connector (`struct jc_conn`).
 #[repr(C)]

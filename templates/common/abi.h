@@ -41,7 +41,11 @@
 #define JC_SYM_EAGER_BYTES 8192
 #define JC_SYM_EAGER_HEADER 8
 #define JC_SYM_EAGER_HALF (JC_SYM_EAGER_HEADER + JC_SYM_EAGER_BYTES / 8)
-#define JC_SYM_FLAGS_WORDS (JC_SYM_EAGER + 2 * JC_SYM_EAGER_HALF)
+/* Direct point-to-point's eager slots, after it: two per peer of JC_SYM_P2P_EAGER_BYTES,
+   written by the area's rank only (see templates/algo/sendrecv_direct.h). */
+#define JC_SYM_P2P_EAGER (JC_SYM_EAGER + 2 * JC_SYM_EAGER_HALF)
+#define JC_SYM_P2P_EAGER_BYTES 2048
+#define JC_SYM_FLAGS_WORDS (JC_SYM_P2P_EAGER + JC_SYM_MAX_RANKS * 2 * JC_SYM_P2P_EAGER_BYTES / 8)
 
 /* One end of a connector. The FIFO lives with the receiver and the sender writes into it
    (same process, or shared memory), and head/tail/sizes are the same counters at both
