@@ -3,10 +3,11 @@
    starting after its own so that the ranks read different peers at once. Peers only read
    each other's inputs, which are never written here.
 
-   Eager, where a rank's whole input fits JC_SYM_EAGER_BYTES (every rank decides alike, from
-   the count they agree on): one barrier instead of two, on channel 0 alone. Each rank stages
-   its input, under a header (the barrier it precedes, the count, jc_sym_enter's root word),
-   in the half of its eager area that this barrier's parity picks; after the barrier it
+   Eager, where a rank's whole input fits JC_SYM_EAGER_BYTES and there are at least
+   JC_SYM_EAGER_MIN_RANKS ranks (every rank decides alike, from the count they agree on):
+   one barrier instead of two, on channel 0 alone. Each rank stages its blocks for its
+   peers, under a header (the barrier it precedes, the count, jc_sym_enter's root word), in
+   the half of its eager area that this barrier's parity picks; after the barrier it
    checks every peer's header and copies its block from the peer's staged input. No exit
    barrier: peers read only the eager half, never this rank's buffers or line record, so the
    caller may reuse its buffers at once. A rank rewrites a half before barrier v only once
@@ -44,7 +45,12 @@ static JC_DEVICE int jc_run_eager(struct jc_ctx* x) {
   }
   jc_barrier();
   jc_u64* mine = jc_eager_half(a, me, v.seq + 1);
-  jc_sym_copy(&v, (const T*)a->sendbuff, (T*)(mine + JC_SYM_EAGER_HEADER), 0, (jc_u64)n * a->count);
+  const T* in = (const T*)a->sendbuff;
+  T* stage = (T*)(mine + JC_SYM_EAGER_HEADER);
+  jc_u64 at = (jc_u64)me * a->count;
+  /* The peers' blocks only, each at its place: this rank's own goes straight across. */
+  jc_sym_copy(&v, in, stage, 0, at);
+  jc_sym_copy(&v, in, stage, at + a->count, (jc_u64)n * a->count);
   if (jc_tid() == 0) {
     mine[JC_EAGER_SEQ] = v.seq + 1;
     mine[JC_EAGER_COUNT] = a->count;
@@ -60,10 +66,9 @@ static JC_DEVICE int jc_run_eager(struct jc_ctx* x) {
   }
   jc_barrier();
   if (jc_eager_bad >= 0) return jc_sym_mismatch(x, jc_eager_bad);
-  jc_u64 at = (jc_u64)me * a->count;
   for (int k = 0; k < n; k++) {
     int q = jc_mod(me + k, n);
-    const T* staged = (const T*)(jc_eager_half(a, q, v.seq) + JC_SYM_EAGER_HEADER);
+    const T* staged = q == me ? in : (const T*)(jc_eager_half(a, q, v.seq) + JC_SYM_EAGER_HEADER);
     jc_sym_copy(&v, staged + at, (T*)a->recvbuff + (jc_u64)q * a->count, 0, a->count);
   }
   return JC_OK;
@@ -73,7 +78,7 @@ static JC_DEVICE int jc_run_eager(struct jc_ctx* x) {
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
   const struct jc_args* a = x->args;
 #ifdef JC_SYM_EAGER_STAGING
-  if (a->nranks <= JC_SYM_MAX_RANKS && a->count <= JC_SYM_EAGER_BYTES / sizeof(T) / a->nranks) return jc_run_eager(x);
+  if (a->nranks >= JC_SYM_EAGER_MIN_RANKS && a->nranks <= JC_SYM_MAX_RANKS && a->count <= JC_SYM_EAGER_BYTES / sizeof(T) / a->nranks) return jc_run_eager(x);
 #endif
   JC_SHARED struct jc_sym v;
   jc_u64 beg, end;

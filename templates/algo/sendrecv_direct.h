@@ -11,14 +11,14 @@
    buffer; the receiver compares the sizes, as NCCL's must match, and fails naming the
    sender when they differ.
 
-   Eager (an AlltoAllv's block to another rank of at most JC_SYM_P2P_EAGER_BYTES, which the
-   runtime marks JC_P2P_EAGER_OK): the sender copies the block into its eager slot for q of
-   the post's parity (in its flags area, which every rank maps and keeps), marks the post
-   STAGED and does not wait for DONE: one handshake. The slot, like the post's words, is
-   rewritten only once DONE reached j - 2. The sender of a refused eager block may return
-   before the receiver refuses it: it fails at its next wait on that DONE, and its
-   communicator with the receiver's failure; the receiver never takes a block of another
-   size.
+   Eager (an AlltoAllv's block to another rank of at most JC_SYM_P2P_EAGER_BYTES, at least
+   JC_SYM_EAGER_MIN_RANKS ranks, which the runtime marks JC_P2P_EAGER_OK): the sender copies
+   the block into its eager slot for q of the post's parity (in its flags area, which every
+   rank maps and keeps), marks the post STAGED and does not wait for DONE: one handshake.
+   The slot, like the post's words, is rewritten only once DONE reached j - 2. The sender
+   of a refused eager block may return before the receiver refuses it: it fails at its next
+   wait on that DONE, and its communicator with the receiver's failure; the receiver never
+   takes a block of another size.
 
    The launch's table (args->table): the number of transfers and of directory entries, the
    transfers (JC_P2P_OP words each: step, peer | kind << 32, bytes, this rank's pointer,

@@ -39,6 +39,7 @@
    the area's rank only (see templates/algo/all_to_all_direct.h). */
 #define JC_SYM_EAGER (JC_SYM_P2P + JC_SYM_MAX_RANKS * JC_SYM_P2P_WORDS)
 #define JC_SYM_EAGER_BYTES 8192
+#define JC_SYM_EAGER_MIN_RANKS 3 /* the fewest ranks at which the eager paths run */
 #define JC_SYM_EAGER_HEADER 8
 #define JC_SYM_EAGER_HALF (JC_SYM_EAGER_HEADER + JC_SYM_EAGER_BYTES / 8)
 /* Direct point-to-point's eager slots, after it: two per peer of JC_SYM_P2P_EAGER_BYTES,

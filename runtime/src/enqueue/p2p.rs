@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use jitccl_codegen::abi::{SYM_MAX_RANKS, SYM_P2P_EAGER_BYTES};
+use jitccl_codegen::abi::{SYM_EAGER_MIN_RANKS, SYM_MAX_RANKS, SYM_P2P_EAGER_BYTES};
 use jitccl_codegen::{Collective, DataType};
 
 use super::{checks, Call, Rank};
@@ -123,7 +123,10 @@ impl Rank {
                 // An AlltoAllv's small blocks to other ranks go eager (one handshake; its
                 // sender learns of a refused block by its next call at the latest, see
                 // sendrecv_direct.h); a Send still fails at once with its receiver.
-                let eager = empty && peer != self.group.rank && bytes <= SYM_P2P_EAGER_BYTES;
+                let eager = empty
+                    && self.group.nranks >= SYM_EAGER_MIN_RANKS
+                    && peer != self.group.rank
+                    && bytes <= SYM_P2P_EAGER_BYTES;
                 let kind = if side == 1 {
                     RECV
                 } else if eager {
