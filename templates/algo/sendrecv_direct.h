@@ -91,9 +91,12 @@ static JC_DEVICE int jc_p2p_send(struct jc_ctx* x, const jc_u64* o) {
   const jc_u64* done = jc_p2p_rec(a, q, me) + JC_P2P_DONE;
   jc_u64 j = r[JC_P2P_POSTED] + 1;
   int staged = ((o[1] >> 32) & JC_P2P_EAGER_OK) != 0;
-  if (jc_tid() == 0 && j > 2) jc_wait_ge(x, done, j - 2, q, JC_WAIT_SPACE);
+  /* Only a staged post j - 2 may still be read (a sender waited for any other's DONE), so
+     only then is the peer's DONE read here. */
+  int reuse = j > 2 && (r[JC_P2P_POST(j) + JC_P2P_BYTES] & JC_P2P_STAGED);
+  if (jc_tid() == 0 && reuse) jc_wait_ge(x, done, j - 2, q, JC_WAIT_SPACE);
   JC_CHECK(jc_p2p_sync(x));
-  JC_CHECK(jc_p2p_refused(x, done, q));
+  if (reuse) JC_CHECK(jc_p2p_refused(x, done, q));
   if (staged) jc_p2p_copy(jc_p2p_slot(a, me, q, j), (const char*)o[3], o[2]);
   jc_barrier();
   if (jc_tid() == 0) {
