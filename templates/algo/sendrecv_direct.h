@@ -88,7 +88,7 @@ static JC_DEVICE int jc_p2p_send(struct jc_ctx* x, const jc_u64* o) {
   const struct jc_args* a = x->args;
   int me = a->rank, q = (int)(o[1] & 0xffffffffu);
   jc_u64* r = jc_p2p_rec(a, me, q);
-  const jc_u64* done = jc_p2p_rec(a, q, me) + JC_P2P_DONE;
+  jc_u64* done = jc_p2p_rec(a, q, me) + JC_P2P_DONE;
   jc_u64 j = r[JC_P2P_POSTED] + 1;
   int staged = ((o[1] >> 32) & JC_P2P_EAGER_OK) != 0;
   /* Only a staged post j - 2 may still be read (a sender waited for any other's DONE), so
@@ -153,7 +153,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
       const jc_u64* o = ops + k * JC_P2P_OP;
       int q = (int)(o[1] & 0xffffffffu);
       if ((o[1] >> 32) == JC_P2P_RECV) continue;
-      const jc_u64* done = jc_p2p_rec(a, q, me) + JC_P2P_DONE;
+      jc_u64* done = jc_p2p_rec(a, q, me) + JC_P2P_DONE;
       if (((o[1] >> 32) & JC_P2P_EAGER_OK) == 0 && jc_wait_ge(x, done, jc_p2p_rec(a, me, q)[JC_P2P_POSTED], q, JC_WAIT_BARRIER)) break;
       if (jc_p2p_refused(x, done, q)) break;
     }
