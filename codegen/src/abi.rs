@@ -41,8 +41,25 @@ pub const SYM_LINE: usize = 16;
 pub const SYM_MAX_RANKS: usize = 64;
 /// Direct point-to-point: u64 words of a rank's record per peer, after the channel lines.
 pub const SYM_P2P_WORDS: usize = 8;
-/// u64 words of a rank's flags area: the channel lines, then a point-to-point record per peer.
-pub const SYM_FLAGS_WORDS: usize = SYM_CHANNELS * SYM_LINE + SYM_MAX_RANKS * SYM_P2P_WORDS;
+/// Direct AlltoAll's eager area, after the point-to-point records: two halves (chosen by the
+/// barrier counter's parity) of a header of SYM_EAGER_HEADER words and a rank's whole input
+/// when it holds at most SYM_EAGER_BYTES (see `templates/algo/all_to_all_direct.h`).
+pub const SYM_EAGER_BYTES: usize = 8192;
+/// The fewest ranks at which the eager paths run: at 2 ranks (a core each on the 2-core VM)
+/// the barrier the AlltoAll saves and the wait the AlltoAllv saves cost less than moving the
+/// blocks through the flags area (docs/performance.md, "eager AlltoAll and AlltoAllv").
+pub const SYM_EAGER_MIN_RANKS: usize = 3;
+pub const SYM_EAGER_HEADER: usize = 8;
+/// Direct point-to-point's eager slots, after the AlltoAll's eager area: two per peer (by
+/// the post's parity), each for one AlltoAllv block of at most SYM_P2P_EAGER_BYTES (see
+/// `templates/algo/sendrecv_direct.h`).
+pub const SYM_P2P_EAGER_BYTES: usize = 2048;
+/// u64 words of a rank's flags area: the channel lines, a point-to-point record per peer,
+/// the AlltoAll's eager area's two halves, two point-to-point eager slots per peer.
+pub const SYM_FLAGS_WORDS: usize = SYM_CHANNELS * SYM_LINE
+    + SYM_MAX_RANKS * SYM_P2P_WORDS
+    + 2 * (SYM_EAGER_HEADER + SYM_EAGER_BYTES / 8)
+    + SYM_MAX_RANKS * 2 * SYM_P2P_EAGER_BYTES / 8;
 
 /// One end of a connector (`struct jc_conn`).
 #[repr(C)]
@@ -176,6 +193,7 @@ pub(crate) struct AbiSizes {
     pub channel: usize,
     pub status: usize,
     pub args: usize,
+    pub sym_flags_words: usize,
 }
 
 impl AbiSizes {
@@ -185,6 +203,7 @@ impl AbiSizes {
             channel: size_of::<Channel>(),
             status: size_of::<Status>(),
             args: size_of::<Args>(),
+            sym_flags_words: SYM_FLAGS_WORDS,
         }
     }
 }

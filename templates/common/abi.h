@@ -34,6 +34,19 @@
    peer, written by the area's rank only (see templates/algo/sendrecv_direct.h). */
 #define JC_SYM_P2P (JC_SYM_CHANNELS * JC_SYM_LINE)
 #define JC_SYM_P2P_WORDS 8
+/* Direct AlltoAll's eager area, after the point-to-point records: two halves of a header
+   of JC_SYM_EAGER_HEADER words and up to JC_SYM_EAGER_BYTES of a rank's input, written by
+   the area's rank only (see templates/algo/all_to_all_direct.h). */
+#define JC_SYM_EAGER (JC_SYM_P2P + JC_SYM_MAX_RANKS * JC_SYM_P2P_WORDS)
+#define JC_SYM_EAGER_BYTES 8192
+#define JC_SYM_EAGER_MIN_RANKS 3 /* the fewest ranks at which the eager paths run */
+#define JC_SYM_EAGER_HEADER 8
+#define JC_SYM_EAGER_HALF (JC_SYM_EAGER_HEADER + JC_SYM_EAGER_BYTES / 8)
+/* Direct point-to-point's eager slots, after it: two per peer of JC_SYM_P2P_EAGER_BYTES,
+   written by the area's rank only (see templates/algo/sendrecv_direct.h). */
+#define JC_SYM_P2P_EAGER (JC_SYM_EAGER + 2 * JC_SYM_EAGER_HALF)
+#define JC_SYM_P2P_EAGER_BYTES 2048
+#define JC_SYM_FLAGS_WORDS (JC_SYM_P2P_EAGER + JC_SYM_MAX_RANKS * 2 * JC_SYM_P2P_EAGER_BYTES / 8)
 
 /* One end of a connector. The FIFO lives with the receiver and the sender writes into it
    (same process, or shared memory), and head/tail/sizes are the same counters at both

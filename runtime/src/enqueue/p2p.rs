@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use jitccl_codegen::abi::SYM_MAX_RANKS;
+use jitccl_codegen::abi::{SYM_EAGER_MIN_RANKS, SYM_MAX_RANKS, SYM_P2P_EAGER_BYTES};
 use jitccl_codegen::{Collective, DataType};
 
 use super::{checks, Call, Rank};
@@ -59,6 +59,8 @@ impl Call {
 /// Words per transfer in the table (JC_P2P_OP).
 const OP: usize = 6;
 const RECV: u64 = 1 << 32;
+/// A send that may go through the sender's eager slot (JC_P2P_EAGER_OK).
+const EAGER_OK: u64 = 2 << 32;
 
 impl Rank {
     /// Whether `call` runs as one direct point-to-point launch (see the module comment): a
@@ -118,7 +120,20 @@ impl Rank {
                 let steps = if side == 0 { &mut sent } else { &mut got };
                 let step = steps[peer];
                 steps[peer] += 1;
-                let kind = if side == 0 { 0 } else { RECV };
+                // An AlltoAllv's small blocks to other ranks go eager (one handshake; its
+                // sender learns of a refused block by its next call at the latest, see
+                // sendrecv_direct.h); a Send still fails at once with its receiver.
+                let eager = empty
+                    && self.group.nranks >= SYM_EAGER_MIN_RANKS
+                    && peer != self.group.rank
+                    && bytes <= SYM_P2P_EAGER_BYTES;
+                let kind = if side == 1 {
+                    RECV
+                } else if eager {
+                    EAGER_OK
+                } else {
+                    0
+                };
                 let off = (at - region.range.start) as u64;
                 ops.push([step, peer as u64 | kind, bytes as u64, at as u64, region.id, off]);
                 keep.extend(c.keep[side].clone());
