@@ -21,6 +21,7 @@ static JC_DEVICE JC_INLINE C jc_post(const struct jc_ctx* x, C v) { {{ op.post }
 static JC_DEVICE JC_INLINE C jc_scalar(const struct jc_args* a) { {{ op.scalar }} }
 {% if copy_only %}#define JC_OP_COPY 1 /* no op: every fold picks an operand whole */
 {% endif %}
+
 /* The bits of the primitives' `post` argument: apply the post-op to the result; combine the
    source element first (src (+) recv), where the fold's order puts it left of the received
    one (the op may not commute). */
