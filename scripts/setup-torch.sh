@@ -24,14 +24,43 @@ marker="$dir/.jitccl-torch-ready"
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # gcc and libc6-dev: jitccl compiles its host kernels with `cc` inside the chroot (its
 # kernel cache keys name the compiler, so they never mix with the ones built outside).
-packages=python3-torch,python3-numpy,gcc,libc6-dev
+# g++, libtorch-dev (PyTorch's C++ headers), pybind11-dev and python3-dev: the backend
+# compiles its C++ part (python/jitccl/torch/_native.cpp) at first use.
+packages=python3-torch,python3-numpy,gcc,libc6-dev,g++,libtorch-dev,pybind11-dev,python3-dev
 
 need_root() {
   [ "$(id -u)" = 0 ] || { echo "setup-torch: $1 needs root (debootstrap, chroot, mount)" >&2; exit 1; }
 }
 
+# The packages of the list that the chroot at $1 lacks (one made before they joined it).
+missing() {
+  local p
+  for p in ${packages//,/ }; do
+    [ -f "$1/var/lib/dpkg/info/$p.list" ] || [ -f "$1/var/lib/dpkg/info/$p:amd64.list" ] || printf '%s ' "$p"
+  done
+}
+
 setup() {
   if [ -f "$marker" ]; then
+    local lacking
+    lacking=$(missing "$dir")
+    if [ -n "$lacking" ]; then
+      need_root "adding packages"
+      exec 9>"$dir.lock"
+      flock 9
+      lacking=$(missing "$dir")
+      if [ -n "$lacking" ]; then
+        echo "setup-torch: adding ${lacking% } to $dir"
+        # shellcheck disable=SC2086 # one word per package
+        if ! chroot "$dir" /usr/bin/env -i PATH=/usr/bin:/bin DEBIAN_FRONTEND=noninteractive \
+          sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends $lacking" >"$dir.log" 2>&1; then
+          echo "setup-torch: apt-get install failed; the end of $dir.log:" >&2
+          tail -n 30 "$dir.log" >&2
+          exit 1
+        fi
+      fi
+      exec 9>&-
+    fi
     [ "${1:-}" = quiet ] || echo "setup-torch: present at $dir ($(cat "$marker"))"
     return 0
   fi

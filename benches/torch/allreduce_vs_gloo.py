@@ -9,7 +9,9 @@ call of each batch is one sample. The table gives each side's median and its spr
 jitccl is faster). At 8 B it also sets out where jitccl's time goes, each measured in the
 same repetitions: `jitccl perf`'s own time (its Rust ranks, started by rank 0 here while
 the others wait), a bare C API call through ctypes on the group's communicator, the
-group's agreement step alone, and the whole dist.all_reduce.
+group's agreement step alone (through ctypes), the Python group's allreduce called directly
+(the path every call took before the C++ backend), and the whole dist.all_reduce (through
+the C++ backend where it is on: the header says which).
 
 Environment: BENCH_REPS (default 7), BENCH_SIZES (bytes, default 8 B to 256 MiB by 8x,
 and 256 MiB), BENCH_BATCH_S (seconds per batch, default 0.05), JITCCL_BIN (the jitccl
@@ -26,7 +28,7 @@ os.environ.setdefault("USE_LIBUV", "0")  # Debian's torch has no libuv
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-import jitccl.torch  # noqa: E402,F401 - registers "jitccl"
+import jitccl.torch  # noqa: E402 - registers "jitccl"
 from jitccl.torch._tensors import _buf  # noqa: E402
 
 REPS = int(os.environ.get("BENCH_REPS", "7"))
@@ -83,9 +85,9 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     GLOO = dist.new_group(backend="gloo")
     jit_barrier, gloo_barrier = (lambda: dist.barrier()), (lambda: dist.barrier(group=GLOO))
-    pg = dist.group.WORLD
+    pg = jitccl.torch.python_group(dist.group.WORLD)
     samples = {(s, side): [] for s in SIZES for side in ("jitccl", "gloo")}
-    small = {k: [] for k in ("perf", "capi", "agree", "torch")}
+    small = {k: [] for k in ("perf", "capi", "agree", "python", "torch")}
     tensors = {s: torch.ones(s // 4) for s in SIZES}
     eight = tensors[8] if 8 in tensors else torch.ones(2)
     eight_buf = _buf(eight)
@@ -107,6 +109,7 @@ def main():
         small["torch"].append(timed(lambda: dist.all_reduce(eight), n, jit_barrier))
         small["capi"].append(timed(lambda: pg._comm.all_reduce(eight_buf), n, jit_barrier))
         small["agree"].append(timed(lambda: pg._agreement.check(pg._comm, desc), n, jit_barrier))
+        small["python"].append(timed(lambda: pg.allreduce([eight]), n, jit_barrier))
         if os.environ.get("JITCCL_BIN"):
             dist.barrier(group=GLOO)
             if rank == 0:
@@ -117,6 +120,7 @@ def main():
         return
     print(f"\ntorch.distributed.all_reduce, float32 SUM in place, {world} ranks, {REPS} repetitions interleaved "
           f"(torch {torch.__version__}); microseconds per call: median [lower - upper quartile]")
+    print(f"jitccl backend: {jitccl.torch.implementation()}")
     print(f"{'size':>9} | {'jitccl':>24} | {'gloo':>24} | gloo/jitccl | jitccl GB/s")
     for s in SIZES:
         j, g = quartiles(samples[(s, "jitccl")]), quartiles(samples[(s, "gloo")])
@@ -124,7 +128,8 @@ def main():
               f"| {g[1] / j[1]:10.2f}x | {s / j[1] / 1e3:10.3f}")
     print(f"\n8 B, where jitccl's time goes ({world} ranks), microseconds per call: median [quartiles]")
     for key, what in (("perf", "jitccl perf (Rust ranks, in place)"), ("capi", "C API call through ctypes"),
-                      ("agree", "the agreement step alone"), ("torch", "dist.all_reduce on jitccl")):
+                      ("agree", "the agreement step alone"), ("python", "the Python group's allreduce"),
+                      ("torch", "dist.all_reduce on jitccl")):
         if small[key]:
             q = quartiles(small[key])
             print(f"  {what:<36} {q[1]:8.2f} [{q[0]:.2f} - {q[2]:.2f}]")

@@ -46,6 +46,10 @@ fn the_package_installs_with_pip_and_runs_every_collective() {
     let out = run(pip, tmp.path(), "pip");
     assert!(out.status.is_some_and(|s| s.success()), "pip install ./python: {}", out.report());
     assert!(site.join("jitccl/lib/libnccl.so.2").exists(), "the package holds no library");
+    assert!(
+        site.join("jitccl/torch/_native.cpp").exists(),
+        "the package holds no source of the PyTorch backend's C++ part (compiled at first use)"
+    );
     for n in [1, 2, 3] {
         let mut cmd = Command::new(&built.jitccl);
         rank_env(&mut cmd)

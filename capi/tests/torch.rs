@@ -11,7 +11,10 @@
 //! training against DDP on Gloo, async Works, sends and receives, new_group and
 //! destroy_process_group, and calls that disagree across ranks (an error on every rank,
 //! nothing written), at 2 and 4 ranks. `torch_killed_rank.py` kills one rank of 3 or 4 with
-//! SIGKILL at several points: the others' calls must fail naming it within seconds.
+//! SIGKILL at several points: the others' calls must fail naming it within seconds. Both run
+//! the C++ backend (`python/jitccl/torch/_native.cpp`, compiled in the chroot at first use);
+//! the collectives run once more on the Python group alone, and `torch_native_modes.py` checks
+//! what `JITCCL_TORCH_NATIVE` does where the C++ part cannot be built.
 
 mod common;
 
@@ -105,6 +108,8 @@ fn torch_env<'a>(cmd: &'a mut Command, dir: &Path) -> &'a mut Command {
         .env("JITCCL_TORCH_BIND", std::env::join_paths(&binds).expect("paths without ':'"))
         // Debian's torch has no libuv; Gloo on loopback (the host name may not resolve).
         .env("USE_LIBUV", "0")
+        // The C++ backend, or a failure where it does not build (not a silent fallback).
+        .env("JITCCL_TORCH_NATIVE", "1")
         .env("GLOO_SOCKET_IFNAME", "lo")
         .current_dir(dir)
 }
@@ -125,17 +130,36 @@ fn the_jitccl_backend_matches_gloo_at_2_and_4_ranks() {
     );
     let before = chroot_mounts();
     let tmp = tempfile::tempdir().expect("a temporary folder");
-    for n in [2, 4] {
+    // The C++ backend (required, so that a failed build fails the test) at 2 and 4 ranks;
+    // the Python group alone at 2.
+    for (n, native) in [(2, "1"), (4, "1"), (2, "0")] {
         let mut cmd = Command::new(&built.jitccl);
         rank_env(&mut cmd)
             .args(["launch", "-n", &n.to_string(), "--timeout", &(RUN_LIMIT.as_secs() - 10).to_string(), "--"])
             .arg(setup_script())
             .args(["run", "python3"])
             .arg(repo().join("python/tests/torch_collectives.py"));
-        torch_env(&mut cmd, tmp.path());
-        run_limited(cmd, tmp.path(), &format!("torch-{n}")).assert_passed(n, 700);
+        torch_env(&mut cmd, tmp.path()).env("JITCCL_TORCH_NATIVE", native);
+        run_limited(cmd, tmp.path(), &format!("torch-{n}-native{native}")).assert_passed(n, 700);
     }
     assert_eq!(chroot_mounts(), before, "the ranks' mounts are gone with them");
+}
+
+#[test]
+fn without_a_cpp_compiler_the_python_group_serves_or_the_setting_refuses() {
+    let built = built();
+    setup();
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    for mode in ["auto", "1", "bogus"] {
+        let mut cmd = Command::new(&built.jitccl);
+        rank_env(&mut cmd)
+            .args(["launch", "-n", "1", "--timeout", &(RUN_LIMIT.as_secs() - 10).to_string(), "--"])
+            .arg(setup_script())
+            .args(["run", "python3"])
+            .arg(repo().join("python/tests/torch_native_modes.py"));
+        torch_env(&mut cmd, tmp.path()).env("JITCCL_TORCH_NATIVE", mode).env("CXX", "/nonexistent/c++");
+        run_limited(cmd, tmp.path(), &format!("native-{mode}")).assert_passed(1, if mode == "auto" { 4 } else { 2 });
+    }
 }
 
 /// One killed-rank run: `nranks` ranks of `python/tests/torch_killed_rank.py`, started one

@@ -98,6 +98,11 @@ def noncontig(t):
     return v
 
 
+def backend_of(pg):
+    """What serves a jitccl group's CPU tensors: the C++ backend, or the Python group itself."""
+    return pg if isinstance(pg, jitccl.torch.ProcessGroupJitccl) else pg._get_backend(torch.device("cpu"))
+
+
 def both(fn, make):
     """fn(tensor, group) on the jitccl default group and on Gloo, with equal inputs (Gloo's
     contiguous: torch 2.6's Gloo all_reduce gives wrong results on strided views); the two
@@ -490,7 +495,8 @@ def test_groups():
     same(t, torch.full((3,), float(members[-1])), "broadcast in a subgroup from its last member")
     # A device map naming jitccl for both devices gives the same kind of group.
     both_devices = dist.new_group(backend="cpu:jitccl,cuda:jitccl")
-    check(type(both_devices).__name__ == "ProcessGroupJitccl", f"cpu:jitccl,cuda:jitccl: {type(both_devices)}")
+    check(type(backend_of(both_devices)) is type(backend_of(dist.group.WORLD)),
+          f"cpu:jitccl,cuda:jitccl: {type(backend_of(both_devices))}")
     x = torch.full((5,), float(RANK))
     dist.all_reduce(x, group=both_devices)
     same(x, torch.full((5,), float(sum(range(WORLD)))), "all_reduce on a cpu:jitccl,cuda:jitccl group")
@@ -502,7 +508,7 @@ def test_groups():
     same(t, torch.full((2,), float(WORLD - 1)), "broadcast in a reversed group")
     # destroy_process_group(subgroup) frees its communicator; the others go on.
     pg = mine
-    fin = pg._finalizer
+    fin = jitccl.torch.python_group(pg)._finalizer
     dist.destroy_process_group(mine)
     del pg, mine, evens, odds
     gc.collect()
@@ -519,10 +525,14 @@ def test_errors():
     # Local: refused at once, on every rank alike here.
     raises(ValueError, lambda: dist.all_gather_into_tensor(torch.zeros(WORLD + 1), torch.zeros(1)),
            "all_gather_into_tensor into a wrong-sized output", ("all_gather_into_tensor", f"rank {RANK}"))
-    raises(ValueError, lambda: dist.all_reduce(torch.zeros(2, device="meta")), "a tensor on the meta device",
-           ("CPU and CUDA tensors", "meta"))
+    if NATIVE:  # torch's dispatcher refuses it before a C++ backend sees it, as for Gloo
+        raises(NotImplementedError, lambda: dist.all_reduce(torch.zeros(2, device="meta")),
+               "a tensor on the meta device", ("Meta",))
+    else:
+        raises(ValueError, lambda: dist.all_reduce(torch.zeros(2, device="meta")), "a tensor on the meta device",
+               ("CPU and CUDA tensors", "meta"))
     if not torch.cuda.is_available():
-        check(dist.group.WORLD._cuda is None, "no CUDA communicator where torch sees no GPU")
+        check(jitccl.torch.python_group(dist.group.WORLD)._cuda is None, "no CUDA communicator where torch sees no GPU")
     raises(TypeError, lambda: dist.all_reduce(torch.zeros(2, dtype=torch.int16)), "int16",
            ("int16", "allreduce"))
     raises(TypeError, lambda: dist.all_reduce(torch.zeros(2), op=R.BAND), "BAND on float32", ("BAND",))
@@ -589,6 +599,20 @@ def test_errors():
         raises(dist.DistBackendError, lambda: dist.all_reduce(torch.ones(3), group=g), "a failed group's call")
         check(time.time() - start < 15, "a failed group raises soon")
     dist.destroy_process_group(g)
+    # A group shut down through its backend: its calls raise (the C++ backend's fast ones
+    # included), write nothing, and other groups go on.
+    g = dist.new_group(backend="jitccl")
+    backend_of(g).shutdown()
+    for what, call in (("all_reduce", lambda t: dist.all_reduce(t, group=g)),
+                       ("broadcast", lambda t: dist.broadcast(t, 0, group=g))):
+        x = torch.full((4,), 3.0)
+        raises(dist.DistBackendError, lambda: call(x), f"{what} on a group shut down", ("destroyed or aborted",))
+        check(torch.equal(x, torch.full((4,), 3.0)), f"the refused {what} wrote nothing")
+    raises(dist.DistBackendError, lambda: dist.barrier(group=g), "barrier on a group shut down")
+    dist.destroy_process_group(g)
+    x = torch.ones(2)
+    dist.all_reduce(x)
+    same(x, torch.full((2,), float(WORLD)), "the default group after another was shut down")
 
 
 TESTS = [test_allreduce, test_broadcast_reduce, test_allgather_family, test_reduce_scatter_family,
@@ -596,10 +620,16 @@ TESTS = [test_allreduce, test_broadcast_reduce, test_allgather_family, test_redu
 
 
 def main():
-    global RANK, WORLD, GLOO
+    global RANK, WORLD, GLOO, NATIVE
     dist.init_process_group("jitccl", timeout=timedelta(seconds=60))
     RANK, WORLD = dist.get_rank(), dist.get_world_size()
     check(dist.get_backend() == "jitccl", "the default group is jitccl's")
+    # JITCCL_TORCH_NATIVE (set by the test): 1, the C++ backend; 0, the Python group alone.
+    NATIVE = os.environ.get("JITCCL_TORCH_NATIVE") == "1"
+    kind = type(backend_of(dist.group.WORLD)).__name__
+    check(kind == ("NativeBackend" if NATIVE else "ProcessGroupJitccl"), f"the group's backend is a {kind}")
+    if RANK == 0:
+        print(f"rank 0: backend {jitccl.torch.implementation()}", flush=True)
     check(RANK == int(os.environ["RANK"]) and WORLD == int(os.environ["WORLD_SIZE"]), "rank and size")
     GLOO = dist.new_group(backend="gloo")
     only = os.environ.get("JITCCL_TORCH_TESTS")
@@ -610,7 +640,7 @@ def main():
         test()
         print(f"rank {RANK}: {test.__name__}: {passed() - before} checks in {time.time() - start:.1f} s", flush=True)
     pg = dist.group.WORLD
-    fin = pg._finalizer
+    fin = jitccl.torch.python_group(pg)._finalizer
     dist.destroy_process_group()
     del pg
     gc.collect()

@@ -28,7 +28,7 @@ os.environ.setdefault("USE_LIBUV", "0")  # Debian's torch has no libuv
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-import jitccl.torch  # noqa: E402,F401 - registers "jitccl"
+import jitccl.torch  # noqa: E402 - registers "jitccl"
 from torch_rank import RANK, check, passed, run  # noqa: E402
 
 LIMIT = 10.0  # seconds from a survivor's call to its error
@@ -82,15 +82,19 @@ def main():
             die("while the others wait in an all_reduce")
         fails_naming_victim("a pending all_reduce", lambda: dist.all_reduce(torch.ones(4)))
     elif POINT == "agreed":
-        agreement = dist.group.WORLD._agreement
+        t = torch.ones(1 << 16)
         if RANK == VICTIM:
+            # A strided view: the victim's call goes through the Python group, whose agreement
+            # step is hooked; the others' (the C++ backend's, where it is on) agree with it.
+            t = torch.ones(1 << 16, 2)[:, 0]
+            agreement = jitccl.torch.python_group(dist.group.WORLD)._agreement
             agree = agreement.check
 
             def agree_then_die(*args):
                 agree(*args)
                 die("after the agreement, before the data")
             agreement.check = agree_then_die
-        fails_naming_victim("an agreed all_reduce", lambda: dist.all_reduce(torch.ones(1 << 16)))
+        fails_naming_victim("an agreed all_reduce", lambda: dist.all_reduce(t))
     elif POINT == "during":
         if RANK == VICTIM:
             threading.Timer(0.05, die, ("inside a 64 MiB all_reduce",)).start()

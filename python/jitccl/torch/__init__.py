@@ -43,6 +43,12 @@ movement; MIN, MAX and the bitwise ops). Ops: SUM, PRODUCT, MIN, MAX, AVG, PREMU
 tensors) by an all-gather and a local fold, since jitccl has no bitwise reductions.
 Non-contiguous tensors are copied to contiguous ones and the results copied back.
 
+The group lives in a C++ c10d::Backend, compiled at first use against the PyTorch at hand
+(_native.py; JITCCL_TORCH_NATIVE=0 turns it off, =1 requires it), which runs all_reduce,
+broadcast and barrier of one contiguous CPU tensor itself, with the same checks, and hands
+every other call to the Python group; without a C++ compiler and PyTorch's headers the
+Python group serves alone (`implementation()` says which, and why).
+
 A failed call raises torch.distributed.DistBackendError naming the operation, the rank
 and the group, chained from the jitccl.Error; a bad argument raises ValueError or
 TypeError before anything is sent. A failed communicator stays failed: later operations
@@ -52,16 +58,29 @@ on its group raise too.
 import torch
 import torch.distributed as dist
 
+from . import _native
 from ._group import BACKEND, ProcessGroupJitccl
+from ._native import implementation
 
-__all__ = ["BACKEND", "ProcessGroupJitccl", "create_backend"]
+__all__ = ["BACKEND", "ProcessGroupJitccl", "create_backend", "implementation", "python_group"]
 
 
-def create_backend(dist_opts, backend_options=None) -> ProcessGroupJitccl:
+def create_backend(dist_opts, backend_options=None):
     """The creator registered for "jitccl" (PyTorch's extended API: the options carry the
-    store, the group's rank, size, timeout and name)."""
-    return ProcessGroupJitccl(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
-                              dist_opts.group_id)
+    store, the group's rank, size, timeout and name): the group inside the C++ backend, or
+    the Python group alone where that is off or unavailable."""
+    group = ProcessGroupJitccl(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
+                               dist_opts.group_id)
+    native = _native.wrap(group)
+    return group if native is None else native
+
+
+def python_group(pg) -> ProcessGroupJitccl:
+    """The ProcessGroupJitccl of a jitccl group (what `new_group` or the default group gives):
+    the group itself, or the one inside its C++ backend."""
+    if isinstance(pg, ProcessGroupJitccl):
+        return pg
+    return pg._get_backend(torch.device("cpu")).python_group
 
 
 if BACKEND.upper() not in dist.Backend._plugins:

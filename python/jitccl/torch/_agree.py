@@ -80,8 +80,11 @@ class _Agreement:
         """Raises _Mismatch on every rank when the ranks' descriptors differ."""
         self.mine[:] = desc
         comm.all_gather(*self.bufs)
-        if bytes(self.every) == bytes(self.mine) * self.size:
-            return
+        if bytes(self.every) != bytes(self.mine) * self.size:
+            self.refuse()
+
+    def refuse(self) -> None:
+        """Raises _Mismatch naming what each rank called, from the gathered descriptors."""
         every = [tuple(self.every[q * 8:(q + 1) * 8]) for q in range(self.size)]
         kinds: dict = {}
         for q, d in enumerate(every):

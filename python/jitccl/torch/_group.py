@@ -1,6 +1,7 @@
 """The process group: its communicators, how a call runs (the ranks' agreement, posting,
 finishing), sends and receives."""
 
+import ctypes
 import os
 import weakref
 from datetime import timedelta
@@ -15,7 +16,7 @@ from ._agree import _Agreement, _Mismatch, _desc
 from ._checks import _Checks
 from ._collectives import SMALL, _Collectives
 from ._cuda import _Cuda, _cuda_device
-from ._held import _HELD, _HELD_LOCK, _Held, _flush
+from ._held import _HELD, _Held, _flush, _hold
 from ._steps import _destroy, _env, _fresh_unique_id
 from ._tensors import Finish, _Reject, _Staged, _buf, _check_tensor, _resolve
 from ._work import _HeldWork, _done_work
@@ -53,6 +54,9 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
         with _env(JITCCL_DEVICE="host"):
             self._agreement = _Agreement(size, Memory(64 * (size + 1)))
             self._scratch = Memory(SMALL)
+        self._scratch_bytes = SMALL
+        # 1 once the communicators are ended: the C++ backend then hands its calls here.
+        self._closed = ctypes.c_int(0)
         self._used_cuda = False
         self._timeout = timeout
         # Frees the communicators when the group goes (destroy_process_group) or at exit.
@@ -105,10 +109,12 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
         """Frees the communicators now (later calls on the group raise); destroy_process_group
         frees them when the group object goes."""
         _flush()
+        self._closed.value = 1
         self._finalizer()
 
     def abort(self) -> None:
         """Ends the communicators at once, from any thread: calls waiting in them fail."""
+        self._closed.value = 1
         self._comm.abort()
         if self._cuda is not None:
             self._cuda.comm.abort()
@@ -157,6 +163,23 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             raise self._error(op, e) from e
         return _done_work(result, self._cuda_device if self._used_cuda else None)
 
+    def _native_refusal(self, op: str, _code: int) -> str:
+        """The C++ backend's error text for a call the ranks made differently (its
+        descriptors are in the agreement's memory)."""
+        try:
+            self._agreement.refuse()
+        except _Mismatch as e:
+            return str(self._error(op, e))
+        return f"jitccl backend: {op} on rank {self.rank()} of group {self._name!r}: the ranks' calls differ"
+
+    def _native_failure(self, op: str, code: int) -> str:
+        """The C++ backend's error text for a call whose C API call returned `code`."""
+        try:
+            errors.check(code, self._comm._h)
+        except errors.Error as e:
+            return str(self._error(op, e))
+        return f"jitccl backend: {op} failed on rank {self.rank()} of {self.size()} in group {self._name!r}"
+
     def _agree_extra(self, values: list, check) -> None:
         """Once the descriptors agree: all-gathers `values` (ints, as many on every rank)
         and gives them to `check`, which raises _Mismatch where they do not fit."""
@@ -168,8 +191,7 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
     def _hold(self, kind: str, peer: int, t: torch.Tensor):
         staged = _Staged(t, copy_in=kind == "send")
         work = _HeldWork([t])
-        with _HELD_LOCK:
-            _HELD.append(_Held(self, kind, peer, staged, work))
+        _hold(_Held(self, kind, peer, staged, work))
         return work
 
     @staticmethod

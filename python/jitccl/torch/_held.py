@@ -1,5 +1,6 @@
 """Held operations: sends and receives run together as one NCCL group."""
 
+import ctypes
 import threading
 
 import torch
@@ -26,9 +27,17 @@ class _Held:
         return torch.tensor([f.numel(), _DTYPES[f.dtype], _DTYPE_ID[t.dtype], t.numel()], dtype=torch.int64)
 
 
-# Sends and receives of every jitccl group of this process, in the order posted.
+# Sends and receives of every jitccl group of this process, in the order posted; the flag
+# (1 while any are held) tells the C++ backend (_native.cpp) to hand its calls to Python.
 _HELD: list = []
 _HELD_LOCK = threading.Lock()
+_HELD_FLAG = ctypes.c_int(0)
+
+
+def _hold(held: "_Held") -> None:
+    with _HELD_LOCK:
+        _HELD.append(held)
+        _HELD_FLAG.value = 1
 _TORCH_OF_CODE = {code: dt for dt, code in _DTYPES.items()}
 
 
@@ -40,6 +49,7 @@ def _flush() -> None:
     with _HELD_LOCK:
         ops = list(_HELD)
         _HELD.clear()
+        _HELD_FLAG.value = 0
     if ops:
         with torch.no_grad():
             _run_held(ops)

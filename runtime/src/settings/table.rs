@@ -298,6 +298,12 @@ pub const NCCL_SO: Setting = user(
     Initial::Computed("the library shipped in the package"),
     "the `libnccl.so.2` the Python package loads (and `pip install` ships, instead of building it)",
 );
+pub const TORCH_NATIVE: Setting = user(
+    "JITCCL_TORCH_NATIVE",
+    Kind::Choice(&["auto", "0", "1"]),
+    Initial::Text("auto"),
+    "the PyTorch backend's C++ part (`python/jitccl/torch/_native.cpp`, compiled at first use into the kernel cache): `auto` uses it where it builds (else a warning, and the Python group alone), `0` never, `1` requires it",
+);
 pub const DEVICE: Setting = user(
     "JITCCL_DEVICE",
     Kind::Choice(&["auto", "host", "cuda"]),
@@ -378,6 +384,7 @@ pub const ALL: &[Setting] = &[
     NVRTC_PATH,
     DEVICE,
     NCCL_SO,
+    TORCH_NATIVE,
     REQUIRE_NVRTC,
     TEST_DIE_AT,
     TEST_PAUSE_AT,

@@ -1,0 +1,343 @@
+// The "jitccl" backend as a C++ c10d::Backend (built at first use by _native.py against the
+// PyTorch it runs in). The hot calls on CPU tensors run here, through the C API's function
+// pointers, without Python: all_reduce and broadcast of one contiguous tensor of a type
+// jitccl has, and barrier. Every other call, and these in any other form, is handed to the
+// Python group (ProcessGroupJitccl), which keeps every rule: the ranks' agreement on the call,
+// held sends and receives, staging, CUDA, errors. The calls here keep the same rules with the
+// same descriptors, so a rank on this path and a rank on the Python one agree or refuse alike.
+#include <Python.h>
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace py = pybind11;
+using Tensors = std::vector<at::Tensor>;
+using c10::intrusive_ptr;
+using c10d::Work;
+
+// The C API's calls, as the Python package's ctypes loaded them (one library in the process).
+// ncclAllReduce and ncclBroadcast: (send, recv, count, type, op or root, comm, stream).
+using RootedFn = int(const void*, void*, size_t, int, int, void*, void*);
+using AllGatherFn = int(const void*, void*, size_t, int, void*, void*);
+struct Api {
+  RootedFn* all_reduce;
+  RootedFn* broadcast;
+  AllGatherFn* all_gather;
+};
+
+constexpr int kInProgress = 7;  // ncclInProgress: a success on a blocking communicator
+constexpr int kInt64 = 4;       // ncclInt64
+constexpr int64_t kDescWords = 8;
+
+// What the Python group shares with this one, all set up by _native.py.
+struct Shared {
+  void* comm;               // the group's host communicator
+  int64_t* agree;           // its agreement memory: this rank's descriptor, then every rank's
+  char* scratch;            // its scratch in the host arena (small all_reduces)
+  int64_t scratch_bytes;
+  const int* held;          // nonzero while sends or receives are held (every group's)
+  const int* closed;        // nonzero once the Python group is shut down or aborted
+  std::array<int, 64> nccl_type{};  // by at::ScalarType: ncclDataType_t, -1 when not direct
+  std::array<int, 64> desc_type{};  // by at::ScalarType: the descriptor's type number
+  std::array<int, 16> nccl_op{};    // by RedOpType: ncclRedOp_t, -1 when not direct
+  std::array<int, 16> desc_op{};    // by RedOpType: the descriptor's op number
+  int64_t op_allreduce, op_broadcast, op_barrier;  // the descriptor's operation numbers
+};
+
+// Whether Python objects may be let go of here (not once the interpreter is ending).
+bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// Lets go of `o`: with the GIL while Python runs, else leaks it (nothing to give back to).
+void let_go(py::object& o) {
+  if (python_alive()) {
+    py::gil_scoped_acquire gil;
+    o = py::object();
+  } else {
+    o.release();
+  }
+}
+
+intrusive_ptr<Work> done(const Tensors& result) {
+  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  fut->markCompleted(c10::IValue(result));
+  return Work::create_from_future(fut);
+}
+
+// The Work of a held send or receive, a Python object (torch's trampoline Work forwards only
+// wait and get_future to Python): holds it, and asks it.
+class HeldWork : public Work {
+ public:
+  HeldWork(py::object owner, intrusive_ptr<Work> inner) : owner_(std::move(owner)), inner_(std::move(inner)) {}
+  ~HeldWork() override { let_go(owner_); }
+  bool isCompleted() override { return ask("is_completed"); }
+  bool isSuccess() const override { return ask("is_success"); }
+  std::exception_ptr exception() const override {
+    py::gil_scoped_acquire gil;
+    py::object e = owner_.attr("exception")();
+    if (e.is_none()) return nullptr;
+    return std::make_exception_ptr(
+        c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, py::str(e).cast<std::string>()));
+  }
+  Tensors result() override {
+    py::gil_scoped_acquire gil;
+    return owner_.attr("result")().cast<Tensors>();
+  }
+  bool wait(std::chrono::milliseconds timeout) override { return inner_->wait(timeout); }
+  intrusive_ptr<c10::ivalue::Future> getFuture() override { return inner_->getFuture(); }
+
+ private:
+  bool ask(const char* name) const {
+    py::gil_scoped_acquire gil;
+    return owner_.attr(name)().cast<bool>();
+  }
+
+  py::object owner_;
+  intrusive_ptr<Work> inner_;
+};
+
+class Native : public c10d::Backend {
+ public:
+  Native(int rank, int size, py::object group, const Shared& shared, const Api& api)
+      : Backend(rank, size), group_(std::move(group)), s_(shared), api_(api) {
+    init();
+  }
+
+  ~Native() override { let_go(group_); }
+
+  const std::string getBackendName() const override { return "jitccl"; }
+
+  py::object group() const { return group_; }
+
+  // ---- The calls run here -----------------------------------------------------------------
+
+  intrusive_ptr<Work> allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
+    const int op = opts.reduceOp.op_ < s_.nccl_op.size() ? s_.nccl_op[opts.reduceOp.op_] : -1;
+    const int type = direct_type(tensors);
+    if (op < 0 || type < 0) return forward("allreduce", tensors, opts);
+    at::Tensor& t = tensors[0];
+    const int64_t n = t.numel();
+    agree("allreduce", {s_.op_allreduce, s_.desc_type[idx(t)], 1, n, n, -1, s_.desc_op[opts.reduceOp.op_], 0});
+    const size_t bytes = static_cast<size_t>(n) * t.element_size();
+    if (static_cast<int64_t>(bytes) <= s_.scratch_bytes) {
+      // Through the scratch in the host arena, which the peers read in place.
+      if (bytes) std::memcpy(s_.scratch, t.data_ptr(), bytes);
+      check("allreduce", api_.all_reduce(s_.scratch, s_.scratch, n, type, op, s_.comm, nullptr));
+      if (bytes) std::memcpy(t.data_ptr(), s_.scratch, bytes);
+    } else {
+      check("allreduce", api_.all_reduce(t.data_ptr(), t.data_ptr(), n, type, op, s_.comm, nullptr));
+    }
+    return done(tensors);
+  }
+
+  intrusive_ptr<Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
+    const int type = direct_type(tensors);
+    if (type < 0 || opts.rootRank < 0 || opts.rootRank >= size_) return forward("broadcast", tensors, opts);
+    at::Tensor& t = tensors[0];
+    const int64_t n = t.numel();
+    agree("broadcast", {s_.op_broadcast, s_.desc_type[idx(t)], 1, n, n, opts.rootRank, -1, 0});
+    check("broadcast", api_.broadcast(t.data_ptr(), t.data_ptr(), n, type, static_cast<int>(opts.rootRank),
+                                      s_.comm, nullptr));
+    return done(tensors);
+  }
+
+  intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
+    if (python_path()) return forward("barrier", opts);
+    agree("barrier", {s_.op_barrier, 0, 0, 0, 0, -1, -1, 0});
+    return done(Tensors{});
+  }
+
+  // ---- The calls handed to the Python group -------------------------------------------------
+
+  intrusive_ptr<Work> allreduce_coalesced(Tensors& t, const c10d::AllreduceCoalescedOptions& o) override {
+    return forward("allreduce_coalesced", t, o);
+  }
+  intrusive_ptr<Work> reduce(Tensors& t, const c10d::ReduceOptions& o) override { return forward("reduce", t, o); }
+  intrusive_ptr<Work> allgather(std::vector<Tensors>& out, Tensors& in, const c10d::AllgatherOptions& o) override {
+    return forward("allgather", out, in, o);
+  }
+  intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& o) override {
+    return forward("_allgather_base", out, in, o);
+  }
+  intrusive_ptr<Work> allgather_coalesced(std::vector<Tensors>& out, Tensors& in,
+                                          const c10d::AllgatherOptions& o) override {
+    return forward("allgather_coalesced", out, in, o);
+  }
+  intrusive_ptr<Work> allgather_into_tensor_coalesced(Tensors& out, Tensors& in,
+                                                      const c10d::AllgatherOptions& o) override {
+    return forward("allgather_into_tensor_coalesced", out, in, o);
+  }
+  intrusive_ptr<Work> gather(std::vector<Tensors>& out, Tensors& in, const c10d::GatherOptions& o) override {
+    return forward("gather", out, in, o);
+  }
+  intrusive_ptr<Work> scatter(Tensors& out, std::vector<Tensors>& in, const c10d::ScatterOptions& o) override {
+    return forward("scatter", out, in, o);
+  }
+  intrusive_ptr<Work> reduce_scatter(Tensors& out, std::vector<Tensors>& in,
+                                     const c10d::ReduceScatterOptions& o) override {
+    return forward("reduce_scatter", out, in, o);
+  }
+  intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                           const c10d::ReduceScatterOptions& o) override {
+    return forward("_reduce_scatter_base", out, in, o);
+  }
+  intrusive_ptr<Work> reduce_scatter_tensor_coalesced(Tensors& out, Tensors& in,
+                                                      const c10d::ReduceScatterOptions& o) override {
+    return forward("reduce_scatter_tensor_coalesced", out, in, o);
+  }
+  intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                                    std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& o) override {
+    return forward("alltoall_base", out, in, out_splits, in_splits, o);
+  }
+  intrusive_ptr<Work> alltoall(Tensors& out, Tensors& in, const c10d::AllToAllOptions& o) override {
+    return forward("alltoall", out, in, o);
+  }
+  intrusive_ptr<Work> send(Tensors& t, int dst, int tag) override { return forward_held("send", t, dst, tag); }
+  intrusive_ptr<Work> recv(Tensors& t, int src, int tag) override { return forward_held("recv", t, src, tag); }
+  intrusive_ptr<Work> recvAnysource(Tensors& t, int tag) override { return forward("recv_anysource", t, tag); }
+  void startCoalescing() override {
+    py::gil_scoped_acquire gil;
+    group_.attr("_start_coalescing")(py::none());
+  }
+  intrusive_ptr<Work> endCoalescing() override {
+    py::gil_scoped_acquire gil;
+    return group_.attr("_end_coalescing")(py::none()).cast<intrusive_ptr<Work>>();
+  }
+
+  // The Python group's: they end its communicators (later calls here go to it, which
+  // refuses them). Not marked override: Backend has them as virtuals only from torch 2.7 on,
+  // where ProcessGroup's shutdown and abort reach them.
+  void shutdown() { call("shutdown"); }
+  void abort() { call("abort"); }
+
+ private:
+  static size_t idx(const at::Tensor& t) { return static_cast<size_t>(t.scalar_type()); }
+
+  // Whether a call must go through the Python group: sends or receives are held (they run
+  // first, in order), or the group was ended (its error comes from there).
+  bool python_path() const {
+    return __atomic_load_n(s_.held, __ATOMIC_RELAXED) != 0 || __atomic_load_n(s_.closed, __ATOMIC_RELAXED) != 0;
+  }
+
+  // The ncclDataType_t of a one-tensor call that runs here, or -1.
+  int direct_type(const Tensors& tensors) const {
+    if (tensors.size() != 1 || python_path()) return -1;
+    const at::Tensor& t = tensors[0];
+    if (!t.defined() || t.device().type() != c10::DeviceType::CPU || t.layout() != c10::kStrided ||
+        !t.is_contiguous() || idx(t) >= s_.nccl_type.size())
+      return -1;
+    return s_.nccl_type[idx(t)];
+  }
+
+  // The ranks' agreement, as the Python group's: every rank's descriptor, all-gathered.
+  void agree(const char* op, std::array<int64_t, kDescWords> desc) {
+    std::memcpy(s_.agree, desc.data(), sizeof(desc));
+    int64_t* every = s_.agree + kDescWords;
+    const int code = api_.all_gather(s_.agree, every, kDescWords, kInt64, s_.comm, nullptr);
+    if (code != 0 && code != kInProgress) {
+      fail("_native_failure", std::string(op) + " (checking that the ranks agree on it)", code);
+    }
+    for (int q = 0; q < size_; ++q) {
+      if (std::memcmp(every + q * kDescWords, desc.data(), sizeof(desc)) != 0) fail("_native_refusal", op, 0);
+    }
+  }
+
+  void check(const char* op, int code) {
+    if (code != 0 && code != kInProgress) fail("_native_failure", op, code);
+  }
+
+  // Raises the Python group's DistBackendError text for a failed or refused call.
+  [[noreturn]] void fail(const char* how, const std::string& op, int code) {
+    std::string text;
+    {
+      py::gil_scoped_acquire gil;
+      text = group_.attr(how)(op, code).cast<std::string>();
+    }
+    C10_THROW_ERROR(DistBackendError, text);
+  }
+
+  void call(const char* name) {
+    py::gil_scoped_acquire gil;
+    group_.attr(name)();
+  }
+
+  template <typename... Args>
+  intrusive_ptr<Work> forward(const char* name, Args&&... args) {
+    py::gil_scoped_acquire gil;
+    return group_.attr(name)(std::forward<Args>(args)...).template cast<intrusive_ptr<Work>>();
+  }
+
+  intrusive_ptr<Work> forward_held(const char* name, Tensors& t, int peer, int tag) {
+    py::gil_scoped_acquire gil;
+    py::object work = group_.attr(name)(t, peer, tag);
+    auto inner = work.cast<intrusive_ptr<Work>>();
+    return c10::make_intrusive<HeldWork>(std::move(work), std::move(inner));
+  }
+
+  py::object group_;
+  Shared s_;
+  Api api_;
+};
+
+template <typename T>
+T* address(int64_t a) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(a));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "jitccl's c10d::Backend in C++ (see _native.py)";
+  py::class_<Native, c10d::Backend, intrusive_ptr<Native>>(m, "NativeBackend")
+      .def(py::init([](int rank, int size, py::object group, py::dict shared) {
+             Shared s{};
+             s.comm = address<void>(shared["comm"].cast<int64_t>());
+             s.agree = address<int64_t>(shared["agree"].cast<int64_t>());
+             s.scratch = address<char>(shared["scratch"].cast<int64_t>());
+             s.scratch_bytes = shared["scratch_bytes"].cast<int64_t>();
+             s.held = address<const int>(shared["held"].cast<int64_t>());
+             s.closed = address<const int>(shared["closed"].cast<int64_t>());
+             s.nccl_type.fill(-1);
+             s.desc_type.fill(0);
+             // (a tensor of the type, ncclDataType_t, descriptor number) for each direct type
+             for (auto row : shared["types"].cast<py::list>()) {
+               auto [t, nccl, desc] = row.cast<std::tuple<at::Tensor, int, int>>();
+               s.nccl_type.at(static_cast<size_t>(t.scalar_type())) = nccl;
+               s.desc_type.at(static_cast<size_t>(t.scalar_type())) = desc;
+             }
+             s.nccl_op.fill(-1);
+             s.desc_op.fill(-2);
+             for (auto row : shared["ops"].cast<py::list>()) {
+               auto [kind, nccl, desc] = row.cast<std::tuple<int, int, int>>();
+               s.nccl_op.at(static_cast<size_t>(kind)) = nccl;
+               s.desc_op.at(static_cast<size_t>(kind)) = desc;
+             }
+             s.op_allreduce = shared["op_allreduce"].cast<int64_t>();
+             s.op_broadcast = shared["op_broadcast"].cast<int64_t>();
+             s.op_barrier = shared["op_barrier"].cast<int64_t>();
+             Api api{address<RootedFn>(shared["ncclAllReduce"].cast<int64_t>()),
+                     address<RootedFn>(shared["ncclBroadcast"].cast<int64_t>()),
+                     address<AllGatherFn>(shared["ncclAllGather"].cast<int64_t>())};
+             return c10::make_intrusive<Native>(rank, size, std::move(group), s, api);
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("group"), py::arg("shared"))
+      .def_property_readonly("python_group", &Native::group, "the ProcessGroupJitccl that serves the other calls")
+      .def("shutdown", &Native::shutdown, "frees the group's communicators now")
+      .def("abort", &Native::abort, "ends the group's communicators at once, from any thread");
+}
