@@ -277,6 +277,8 @@ torch_jitccl_ranks() {
   TORCH_BACKEND=jitccl PYTHONPATH="$root/python" JITCCL_NCCL_SO="$out/libnccl.so.2" PYTHONUNBUFFERED=1 \
     timeout 300 "$out/jitccl" launch -n 2 -- python3 "$out/capi/torch_nccl.py" >"$log" 2>&1
   local rc=$?
+  # Which backend served (its C++ part compiled there, or the warning that says why not).
+  grep "jitccl backend:\|C++ backend" "$log" | head -n 5
   grep -v "INFO" "$log" | tail -n 40
   [ $rc -eq 0 ] && [ "$(grep -c "checks passed" "$log")" -eq 2 ]
 }

@@ -21,9 +21,11 @@ rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 backend = os.environ.get("TORCH_BACKEND", "nccl")
 torch.cuda.set_device(int(os.environ.get("CUDA_DEVICE", "0")))
 if backend == "jitccl":
-    import jitccl.torch  # noqa: F401 - registers "jitccl" (cpu and, with a GPU, cuda)
+    import jitccl.torch  # registers "jitccl" (cpu and, with a GPU, cuda)
     dist.init_process_group("cpu:jitccl,cuda:jitccl")
     assert dist.get_backend() == "cpu:jitccl,cuda:jitccl", dist.get_backend()
+    if rank == 0:  # the C++ backend (compiled here at the first group), or why not
+        print(f"jitccl backend: {jitccl.torch.implementation()}", flush=True)
 else:
     dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
 gloo = dist.new_group(backend="gloo")
