@@ -1,6 +1,6 @@
-//! The eager paths on the host target: the direct AlltoAll's (a rank's whole input within
-//! SYM_EAGER_BYTES: staged in the flags area, one barrier, no exit barrier;
-//! `templates/algo/all_to_all_direct.h`) and the direct AlltoAllv's (a block within
+//! The eager paths on the host target: the direct AlltoAll's, Gather's and Scatter's (a
+//! rank's blocks within SYM_EAGER_BYTES: staged in the flags area, one barrier, no exit
+//! barrier; `templates/common/eager.h`) and the direct AlltoAllv's (a block within
 //! SYM_P2P_EAGER_BYTES: staged in the sender's eager slot, no wait for the receiver;
 //! `templates/algo/sendrecv_direct.h`). Ranks as threads that run ahead of each other:
 //! calls back to back that rewrite the send buffer as soon as a call returns, eager and
@@ -82,6 +82,42 @@ fn calls<T: RefElement>(c: &Comm, st: &Stream, plan: &[usize], v: bool) -> Resul
     Ok(())
 }
 
+/// Rank `r`'s Gathers (Scatters where `scatter`) of the (count, root) pairs of `plan` in
+/// turn (roots taken modulo the ranks), on one send and one recv buffer, each call waited
+/// for and checked, the send buffer rewritten for the next call at once.
+fn rooted_calls<T: RefElement>(c: &Comm, st: &Stream, plan: &[(usize, usize)], scatter: bool) -> Result<(), String> {
+    let (n, r) = (c.nranks(), c.rank());
+    let most = plan.iter().map(|p| p.0).max().unwrap_or(0) * n + 1;
+    let (send, recv) = (c.device().alloc::<T>(most).unwrap(), c.device().alloc::<T>(most).unwrap());
+    for (k, &(count, root)) in plan.iter().enumerate() {
+        let root = root % n;
+        let whole = |src: &dyn Fn(usize) -> usize, dst: &dyn Fn(usize) -> usize| -> Vec<T> {
+            (0..n).flat_map(|q| block::<T>(k, src(q), dst(q), count)).collect()
+        };
+        let (mine, want, sends, recvs) = if scatter {
+            let mine = if r == root { whole(&|_| root, &|q| q) } else { Vec::new() };
+            (mine, block::<T>(k, root, r, count), n * count, count)
+        } else {
+            let want = if r == root { whole(&|q| q, &|_| root) } else { Vec::new() };
+            (block::<T>(k, r, root, count), want, count, n * count)
+        };
+        send.slice(0..mine.len()).unwrap().copy_from_host(&mine).unwrap();
+        let (s, d) = (send.slice(0..sends).unwrap(), recv.slice(0..recvs).unwrap());
+        let res = if scatter { c.scatter(&s, &d, count, root, st) } else { c.gather(&s, &d, count, root, st) };
+        res.and_then(|()| st.synchronize()).map_err(|e| format!("call {k} (count {count}, root {root}): {e}"))?;
+        let got = recv.to_vec();
+        let bits = |v: &[T]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
+        if let Some(i) = bits(&got[..want.len()]).iter().zip(bits(&want)).position(|(a, b)| *a != b) {
+            return Err(format!(
+                "call {k} (count {count}, root {root}): first wrong at {i}: got {:?}, want {:?}",
+                got[i].to_f64(),
+                want[i].to_f64()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Runs `f` on every rank of `comms` at once (threads), each with its own stream.
 fn on_every_rank<R: Send>(comms: &[Comm], f: &(dyn Fn(&Comm, &Stream) -> R + Sync)) -> Vec<R> {
     std::thread::scope(|s| {
@@ -90,21 +126,18 @@ fn on_every_rank<R: Send>(comms: &[Comm], f: &(dyn Fn(&Comm, &Stream) -> R + Syn
     })
 }
 
-/// Every rank of worlds of `ranks` ranks (each algorithm of `algos`) runs `pattern`'s counts
-/// (repeated to 60 calls; `pattern` is given the largest eager count) for each of `types`,
-/// as AlltoAlls (AlltoAllvs where `v`).
-fn sweep(
-    v: bool, ranks: &[usize], algos: &[Option<Algorithm>], types: &[DataType], pattern: &dyn Fn(usize) -> Vec<usize>,
-) {
+/// One rank's part of a sweep: its communicator, stream, the datatype and the world's size.
+type RankRun<'a> = dyn Fn(&Comm, &Stream, DataType, usize) -> Result<(), String> + Sync + 'a;
+
+/// Every rank of worlds of `ranks` ranks (each algorithm of `algos`) runs `run` for each of
+/// `types` (given the world's size); every rank's failure is reported.
+fn sweep_with(ranks: &[usize], algos: &[Option<Algorithm>], types: &[DataType], run: &RankRun) {
     let mut failures = Vec::new();
     for &n in ranks {
         for &algo in algos {
             let comms = comms(n, algo);
             for &d in types {
-                let p = pattern(eager_max(v, d, n));
-                let plan: Vec<usize> = (0..60).map(|k| p[k % p.len()]).collect();
-                let results = on_every_rank(&comms, &|c, st| with_element_type!(d, calls(c, st, &plan, v)));
-                for (r, res) in results.iter().enumerate() {
+                for (r, res) in on_every_rank(&comms, &|c, st| run(c, st, d, n)).iter().enumerate() {
                     if let Err(e) = res {
                         failures.push(format!("n={n} {algo:?} {d} rank {r}: {e}"));
                     }
@@ -113,6 +146,19 @@ fn sweep(
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// [`sweep_with`] of `pattern`'s counts (repeated to 60 calls; `pattern` is given the largest
+/// eager count) as AlltoAlls (AlltoAllvs where `v`).
+fn sweep(
+    v: bool, ranks: &[usize], algos: &[Option<Algorithm>], types: &[DataType],
+    pattern: &(dyn Fn(usize) -> Vec<usize> + Sync),
+) {
+    sweep_with(ranks, algos, types, &|c, st, d, n| {
+        let p = pattern(eager_max(v, d, n));
+        let plan: Vec<usize> = (0..60).map(|k| p[k % p.len()]).collect();
+        with_element_type!(d, calls(c, st, &plan, v))
+    });
 }
 
 #[test]
@@ -143,6 +189,53 @@ fn all_to_allv_eager_blocks_back_to_back_and_among_others() {
     sweep(true, &[1, 2, 3, 5, 8], &algos, &types, &|max| vec![max, 1, 0, 7, 2 * max / 3 + 1, 3000]);
 }
 
+#[test]
+fn eager_gathers_and_scatters_back_to_back_at_every_root() {
+    // Eager counts, zero, just past the bound (two barriers) and a large call, the root
+    // moving from call to call; gathers, then scatters, on one communicator.
+    let types = [DataType::U8, DataType::F16, DataType::F32, DataType::F64];
+    sweep_with(&[2, 3, 4, 8], &[Some(Algorithm::Direct), None], &types, &|c, st, d, n| {
+        let max = eager_max(false, d, n);
+        let counts = [1, max, 7, 0, max + 1, 3000, max / 2 + 1, 2];
+        let plan: Vec<(usize, usize)> = (0..40).map(|k| (counts[k % counts.len()], k * 3 + k / 8)).collect();
+        [false, true].into_iter().try_for_each(|scatter| {
+            with_element_type!(d, rooted_calls(c, st, &plan, scatter)).map_err(|e| format!("scatter={scatter}: {e}"))
+        })
+    });
+}
+
+/// Whether `res` fails naming rank `q` as the one that called differently (or failed first).
+fn names(res: &Result<(), Error>, q: usize) -> bool {
+    match res {
+        Err(Error::InvalidUsage(m)) => m.contains(&format!("rank {q} called it differently")),
+        Err(Error::PeerFailed { culprit, .. }) => *culprit == q,
+        _ => false,
+    }
+}
+
+/// Rank 2 of 3 names another root than ranks 0 and 1 in an eager Gather or Scatter: every
+/// rank fails naming a rank that called differently, and none returns a result.
+#[test]
+fn a_mismatched_root_fails_every_eager_rooted_call() {
+    for scatter in [false, true] {
+        let comms = comms(3, Some(Algorithm::Direct));
+        let results = on_every_rank(&comms, &|c, st| {
+            let root = usize::from(c.rank() == 2);
+            let (send, recv) = (c.device().alloc::<f32>(12).unwrap(), c.device().alloc::<f32>(12).unwrap());
+            let res = if scatter {
+                c.scatter(&send, &recv.slice(0..4).unwrap(), 4, root, st)
+            } else {
+                c.gather(&send.slice(0..4).unwrap(), &recv, 4, root, st)
+            };
+            res.and_then(|()| st.synchronize())
+        });
+        for (r, res) in results.iter().enumerate() {
+            let ok = if r == 2 { names(res, 0) || names(res, 1) } else { names(res, 2) };
+            assert!(ok, "scatter={scatter}: rank {r} should fail naming a rank with the other root: {res:?}");
+        }
+    }
+}
+
 /// Rank 2 of 3 calls with another count than ranks 0 and 1: both eager, or it alone past
 /// the eager bound (it then takes the two-barrier path, the others the eager one). Every
 /// rank fails, never returns a result: ranks 0 and 1 name rank 2, rank 2 names rank 0 or 1.
@@ -158,12 +251,7 @@ fn a_mismatched_count_fails_every_rank_naming_the_peer() {
             c.all_to_all(&send, &recv, count, st).and_then(|()| st.synchronize())
         });
         for (r, res) in results.iter().enumerate() {
-            let named = |q: usize| match res {
-                Err(Error::InvalidUsage(m)) => m.contains(&format!("rank {q} called it differently")),
-                Err(Error::PeerFailed { culprit, .. }) => *culprit == q,
-                _ => false,
-            };
-            let ok = if r == 2 { named(0) || named(1) } else { named(2) };
+            let ok = if r == 2 { names(res, 0) || names(res, 1) } else { names(res, 2) };
             assert!(ok, "counts {same} and {other}: rank {r} should fail naming the other count's rank: {res:?}");
         }
     }

@@ -41,9 +41,10 @@ pub const SYM_LINE: usize = 16;
 pub const SYM_MAX_RANKS: usize = 64;
 /// Direct point-to-point: u64 words of a rank's record per peer, after the channel lines.
 pub const SYM_P2P_WORDS: usize = 8;
-/// Direct AlltoAll's eager area, after the point-to-point records: two halves (chosen by the
-/// barrier counter's parity) of a header of SYM_EAGER_HEADER words and a rank's whole input
-/// when it holds at most SYM_EAGER_BYTES (see `templates/algo/all_to_all_direct.h`).
+/// The eager area of direct AlltoAll, Gather and Scatter, after the point-to-point records:
+/// two halves (chosen by the barrier counter's parity) of a header of SYM_EAGER_HEADER words
+/// and what a rank stages for its peers when its blocks hold at most SYM_EAGER_BYTES (see
+/// `templates/common/eager.h`).
 pub const SYM_EAGER_BYTES: usize = 8192;
 /// The fewest ranks at which the eager paths run: at 2 ranks (a core each on the 2-core VM)
 /// the barrier the AlltoAll saves and the wait the AlltoAllv saves cost less than moving the

@@ -34,9 +34,9 @@
    peer, written by the area's rank only (see templates/algo/sendrecv_direct.h). */
 #define JC_SYM_P2P (JC_SYM_CHANNELS * JC_SYM_LINE)
 #define JC_SYM_P2P_WORDS 8
-/* Direct AlltoAll's eager area, after the point-to-point records: two halves of a header
-   of JC_SYM_EAGER_HEADER words and up to JC_SYM_EAGER_BYTES of a rank's input, written by
-   the area's rank only (see templates/algo/all_to_all_direct.h). */
+/* The eager area of direct AlltoAll, Gather and Scatter, after the point-to-point records:
+   two halves of a header of JC_SYM_EAGER_HEADER words and up to JC_SYM_EAGER_BYTES of what a
+   rank stages, written by the area's rank only (see templates/common/eager.h). */
 #define JC_SYM_EAGER (JC_SYM_P2P + JC_SYM_MAX_RANKS * JC_SYM_P2P_WORDS)
 #define JC_SYM_EAGER_BYTES 8192
 #define JC_SYM_EAGER_MIN_RANKS 3 /* the fewest ranks at which the eager paths run */
