@@ -9,6 +9,7 @@ JITCCL_TORCH_NATIVE: "auto" (the default) uses it where it builds, else the Pyth
 alone, with a warning that says why; "0" never; "1" requires it (a group fails to be made
 without it)."""
 
+import atexit
 import ctypes
 import fcntl
 import hashlib
@@ -53,8 +54,10 @@ def _cache_dir() -> Path:
     given = os.environ.get("JITCCL_CACHE_DIR")
     if given is None:
         return Path.home() / ".cache" / "jitccl"
-    if given == "":  # no disk cache: a folder of this process's
-        return Path(tempfile.mkdtemp(prefix="jitccl-torch-native-"))
+    if given == "":  # no disk cache: a folder of this process's, gone at its exit
+        folder = tempfile.mkdtemp(prefix="jitccl-torch-native-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        return Path(folder)
     return Path(given)
 
 
