@@ -37,6 +37,7 @@ from ._tensors import _DTYPES, _SIMPLE_OPS
 _log = logging.getLogger("jitccl.torch")
 _SOURCE = Path(__file__).with_name("_native.cpp")
 _NAME = "jitccl_torch_native"
+_COMPILE_LIMIT_S = 600
 
 
 class Unavailable(Exception):
@@ -107,7 +108,12 @@ def _build() -> Path:
               file=sys.stderr, flush=True)
         start = time.monotonic()
         tmp = so.with_suffix(f".tmp{os.getpid()}")
-        done = subprocess.run([cxx, *args, str(_SOURCE), "-o", str(tmp), *libs], capture_output=True, text=True)
+        try:  # bounded, as every wait: the other ranks wait on the lock meanwhile
+            done = subprocess.run([cxx, *args, str(_SOURCE), "-o", str(tmp), *libs], capture_output=True, text=True,
+                                   timeout=_COMPILE_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            tmp.unlink(missing_ok=True)
+            raise Unavailable(f"compiling {_SOURCE.name} with {cxx} took over {_COMPILE_LIMIT_S} s") from None
         if done.returncode != 0:
             tmp.unlink(missing_ok=True)
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
