@@ -50,12 +50,16 @@ _BY_CODE = {1: UnhandledCudaError, 2: SystemError_, 3: InternalError, 4: Invalid
 SUCCESS, IN_PROGRESS = 0, 7
 
 
-def check(code: int, comm=None) -> int:
-    """Returns `code` when it is success or in-progress; else raises its error with the
-    last-error text of `comm` (or the process's)."""
-    if code in (SUCCESS, IN_PROGRESS):
-        return code
+def error(code: int, comm=None) -> Error:
+    """The error of failed `code`, with the last-error text of `comm` (or the process's)."""
     text = (lib.ncclGetLastError(comm) or b"").decode(errors="replace")
     if not text:
         text = (lib.ncclGetErrorString(code) or b"").decode(errors="replace")
-    raise _BY_CODE.get(code, Error)(code, text)
+    return _BY_CODE.get(code, Error)(code, text)
+
+
+def check(code: int, comm=None) -> int:
+    """Returns `code` when it is success or in-progress; else raises its error."""
+    if code in (SUCCESS, IN_PROGRESS):
+        return code
+    raise error(code, comm)

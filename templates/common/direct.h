@@ -10,9 +10,9 @@
    Every kernel starts with `jc_sym_enter` (publish, barrier: the peers' buffers are ready
    and their records readable) and ends with a barrier after the last access to a peer's
    buffer, so a rank returns (and its caller may reuse its buffers, or start the next call,
-   which rewrites its record) only once no peer touches them any more (small AlltoAlls
-   instead stage their input in the flags area's eager area and need one barrier: see
-   templates/algo/all_to_all_direct.h). Rooted kernels in
+   which rewrites its record) only once no peer touches them any more (small AlltoAlls,
+   Gathers and Scatters instead stage their blocks in the flags area's eager area and need
+   one barrier: see templates/common/eager.h). Rooted kernels in
    which only the root touches peers' buffers synchronize through the root alone (see
    jc_sym_sync); the counters still move by two per kernel on every rank.
 

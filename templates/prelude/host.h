@@ -195,6 +195,7 @@ static inline jc_u8 jc_f32_to_e5m2(float f) { return (jc_u8)jc_f32_to_narrow(f, 
 static JC_INLINE void jc_fence_peers(void) {}
 /* Every rank keeps every rank's flags area mapped for as long as it lives (its own mapping
    of each segment), so a peer may read a rank's area after that rank returned, even after
-   it destroyed its communicator: the direct AlltoAll's eager path relies on it. A GPU
+   it destroyed its communicator: the eager paths (common/eager.h, and the point-to-point
+   eager slots of algo/sendrecv_direct.h) rely on it. A GPU
    rank's area is freed with its owner, so the GPUs keep the exit barrier. */
 #define JC_SYM_EAGER_STAGING

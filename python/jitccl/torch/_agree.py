@@ -81,13 +81,13 @@ class _Agreement:
         self.mine[:] = desc
         comm.all_gather(*self.bufs)
         if bytes(self.every) != bytes(self.mine) * self.size:
-            self.refuse()
+            raise self.refusal()
 
-    def refuse(self) -> None:
-        """Raises _Mismatch naming what each rank called, from the gathered descriptors."""
+    def refusal(self) -> "_Mismatch":
+        """The _Mismatch naming what each rank called, from the gathered descriptors."""
         every = [tuple(self.every[q * 8:(q + 1) * 8]) for q in range(self.size)]
         kinds: dict = {}
         for q, d in enumerate(every):
             kinds.setdefault(_describe(d), []).append(q)
-        raise _Mismatch("the ranks called it differently: " + "; ".join(
+        return _Mismatch("the ranks called it differently: " + "; ".join(
             f"rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))}: {what}" for what, qs in kinds.items()))

@@ -166,19 +166,11 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
     def _native_refusal(self, op: str, _code: int) -> str:
         """The C++ backend's error text for a call the ranks made differently (its
         descriptors are in the agreement's memory)."""
-        try:
-            self._agreement.refuse()
-        except _Mismatch as e:
-            return str(self._error(op, e))
-        return f"jitccl backend: {op} on rank {self.rank()} of group {self._name!r}: the ranks' calls differ"
+        return str(self._error(op, self._agreement.refusal()))
 
     def _native_failure(self, op: str, code: int) -> str:
         """The C++ backend's error text for a call whose C API call returned `code`."""
-        try:
-            errors.check(code, self._comm._h)
-        except errors.Error as e:
-            return str(self._error(op, e))
-        return f"jitccl backend: {op} failed on rank {self.rank()} of {self.size()} in group {self._name!r}"
+        return str(self._error(op, errors.error(code, self._comm._h)))
 
     def _agree_extra(self, values: list, check) -> None:
         """Once the descriptors agree: all-gathers `values` (ints, as many on every rank)

@@ -127,18 +127,10 @@ _MODULE = None
 _WHY = None  # why the C++ part is not used, once known
 
 
-def _module():
-    """The loaded C++ module, or None (with the reason in _WHY) where it is off or fails to
-    build; raises where JITCCL_TORCH_NATIVE=1 requires it."""
-    global _MODULE, _WHY
-    if _MODULE is not None or _WHY is not None:
-        if _WHY is not None and _mode() == "1":
-            raise RuntimeError(f"jitccl.torch: JITCCL_TORCH_NATIVE=1, and the C++ backend is unavailable: {_WHY}")
-        return _MODULE
-    mode = _mode()
-    if mode == "0":
-        _WHY = "JITCCL_TORCH_NATIVE=0"
-        return None
+def _load():
+    """(module, None), or (None, why it is not used)."""
+    if _mode() == "0":
+        return None, "JITCCL_TORCH_NATIVE=0"
     try:
         so = _build()
         loader = importlib.machinery.ExtensionFileLoader(_NAME, str(so))
@@ -146,15 +138,24 @@ def _module():
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
     except (Unavailable, ImportError, OSError) as e:
-        _WHY = str(e)
-        if mode == "1":
-            raise RuntimeError(f"jitccl.torch: JITCCL_TORCH_NATIVE=1, and the C++ backend is unavailable: {e}") from e
-        warnings.warn(f"jitccl.torch: the C++ backend is unavailable, so every call goes through Python (slower "
-                      f"for small calls; JITCCL_TORCH_NATIVE=0 silences this): {e}", RuntimeWarning, stacklevel=3)
-        return None
-    _MODULE = module
+        return None, str(e)
     _log.info("jitccl.torch: the C++ backend from %s", so)
-    return module
+    return module, None
+
+
+def _module():
+    """The loaded C++ module, or None (with the reason in _WHY) where it is off or fails to
+    build: with a warning the first time under "auto"; an error under "1"."""
+    global _MODULE, _WHY
+    if _MODULE is None and _WHY is None:
+        _MODULE, _WHY = _load()
+        if _WHY is not None and _mode() == "auto":
+            warnings.warn(f"jitccl.torch: the C++ backend is unavailable, so every call goes through Python "
+                          f"(slower for small calls; JITCCL_TORCH_NATIVE=0 silences this): {_WHY}", RuntimeWarning,
+                          stacklevel=3)
+    if _WHY is not None and _mode() == "1":
+        raise RuntimeError(f"jitccl.torch: JITCCL_TORCH_NATIVE=1, and the C++ backend is unavailable: {_WHY}")
+    return _MODULE
 
 
 def implementation() -> str:
