@@ -179,18 +179,20 @@ stage_perf() {
 }
 
 # One forced choice, ranks as threads on GPU 0, its out-of-place time printed:
-# point NRANKS ALGO PROTO CHANNELS BYTES [VAR=VALUE...] (the variables set for the run).
+# point NRANKS ALGO PROTO CHANNELS BYTES [VAR=VALUE...] (the variables set for the run);
+# POINT_FLAGS adds perf flags (-R 1: registered buffers, -G 10: CUDA graphs).
 point() {
   local n=$1 algo=$2 proto=$3 ch=$4 bytes=$5 t devs us
   shift 5
   t=$(mktemp)
   printf 'allreduce,0,1099511627776,%s,%s,%s,1,%s,-1,0\n' "$algo" "$proto" "$ch" "$n" >"$t"
   devs=$(printf '0,%.0s' $(seq "$n"))
+  # shellcheck disable=SC2086 # POINT_FLAGS are words
   us=$(env "$@" JITCCL_TUNER_CONFIG_FILE="$t" timeout 60 "$out/jitccl" perf all_reduce --target cuda -N "$n" -g "$n" \
-    --devices "${devs%,}" -b "$bytes" -e "$bytes" -n 10 -w 3 | awk '/^ +[0-9]+ /{print $6}')
+    --devices "${devs%,}" -b "$bytes" -e "$bytes" -n 10 -w 3 ${POINT_FLAGS:-} | awk '/^ +[0-9]+ /{print $6}')
   rm -f "$t"
-  [ -n "$us" ] || { echo "point $n $algo $proto $ch $bytes $*: no time"; return 1; }
-  echo "point: $n ranks, $algo/$proto, $ch channel(s), $bytes B${*:+ ($*)}: $us us"
+  [ -n "$us" ] || { echo "point $n $algo $proto $ch $bytes $* ${POINT_FLAGS:-}: no time"; return 1; }
+  echo "point: $n ranks, $algo/$proto, $ch channel(s), $bytes B${*:+ ($*)}${POINT_FLAGS:+ [${POINT_FLAGS}]}: $us us"
 }
 
 # The CUDA cost model's points (the_cuda_model_reproduces_the_h200_measurements in
@@ -220,14 +222,19 @@ probe_ll_steps() {
 
 # How a ring's bandwidth grows with its channels (a CTA each), beside what one rank's copy
 # (no peer, no FIFO) moves with as many CTAs: whether the copy or the channel count bounds it.
+# Past the default 32 (2 ranks of 64 CTAs: 128 on an H200's 132 SMs), and two-shot direct
+# AllReduce on registered buffers with 32 and 64: whether more CTAs close the gap to 40% of
+# the copy rate (direct 28% with 32 at 7f87797).
 channels() {
   local ch
-  for ch in 8 16 32; do point 2 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
-  for ch in 1 16 32; do point 1 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
+  for ch in 8 16 32 48 64; do point 2 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
+  for ch in 1 16 32 64; do point 1 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
+  for ch in 32 64; do POINT_FLAGS="-R 1" point 2 direct simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
 }
 
 stage_channels() {
-  step "channels: ring Simple AllReduce 256 MiB, 2 ranks, 8/16/32 channels; 1 rank's copy, 1/16/32" channels
+  step "channels: AllReduce 256 MiB, 2 ranks, ring Simple on 8-64 channels, direct on 32 and 64; 1 rank's copy, 1-64" \
+    channels
 }
 
 stage_tune() {
@@ -331,6 +338,12 @@ launch_perf() {
           launch_point 0 "$bytes" -G 10 || return 1
       done
     done
+    # Where an 8-byte call's time goes: one rank queued eagerly (the host's launch path, one
+    # thread) and in graphs (a kernel and no peer: the GPU's floor), then 2 ranks in graphs
+    # per forced algorithm and protocol on one channel (the exchange, no host in the way).
+    POINT_FLAGS="-z 0" point 1 ring simple 1 8 && POINT_FLAGS="-G 10" point 1 ring simple 1 8 &&
+      POINT_FLAGS="-G 10" point 2 ring ll 1 8 && POINT_FLAGS="-G 10" point 2 ring simple 1 8 &&
+      POINT_FLAGS="-G 10" point 2 oneshot ll 1 8 && POINT_FLAGS="-G 10 -R 1" point 2 direct_oneshot simple 1 8 || return 1
     if JITCCL_CUDA_SYNC=1 timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 -g 2 --devices 0,0 -b 8 -e 8 \
       -G 1 >/dev/null 2>&1; then
       echo "-G with JITCCL_CUDA_SYNC=1 was not refused"

@@ -8,7 +8,7 @@
 mod world;
 
 use jitccl::{Algorithm, Collective, DataType, Device, Op, Protocol};
-use world::{check_counts, check_past, world_on, world_with, World, OPS};
+use world::{check_counts, check_past, world_on, world_on_channels, world_with, Mem, World, OPS};
 
 fn world(nranks: usize, algo: Algorithm, proto: Protocol, nchannels: usize) -> World {
     world_on(&(0..nranks).map(Device::host).collect::<Vec<_>>(), algo, proto, nchannels)
@@ -121,6 +121,23 @@ fn streamed_fifo_steps_match_the_reference() {
             runs += r;
             failures.extend(f);
         }
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The most channels a rank may have (`MAX_CHANNELS`, a CTA each on a GPU): rings and trees
+/// over every channel's connectors, counts that leave some channels empty and some full.
+#[test]
+fn the_most_channels_match_the_reference() {
+    let (mut runs, mut failures) = (0, Vec::new());
+    for (algo, n) in [(Algorithm::Ring, 2), (Algorithm::Ring, 3), (Algorithm::Tree, 3)] {
+        let w =
+            world_on_channels(&(0..n).map(Device::host).collect::<Vec<_>>(), algo, jitccl::MAX_CHANNELS, Mem::Plain);
+        let cases = [(DataType::F32, Some(Op::Sum)), (DataType::I64, Some(Op::Max))];
+        let what = format!("all_reduce {algo} n={n} x{}", jitccl::MAX_CHANNELS);
+        let (r, f) = check_counts(&w, Collective::AllReduce, &cases, &[0, 1, 4099, 70_001], &what);
+        runs += r;
+        failures.extend(f);
     }
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }

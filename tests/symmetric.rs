@@ -11,7 +11,7 @@ mod world;
 use std::time::Duration;
 
 use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol};
-use world::{assert_past, check, check_cases, world_on, world_on_channels, Mem, World};
+use world::{assert_past, check, check_cases, check_counts, world_on, world_on_channels, Mem, World};
 
 fn world(nranks: usize, algo: Algorithm, nchannels: usize, mem: Mem) -> World {
     let devices: Vec<Device> = (0..nranks).map(Device::host).collect();
@@ -97,6 +97,26 @@ fn direct_kernels_on_sixteen_channels_match_the_reference() {
         let ops = if coll.reduces() { vec![Some(Op::Sum), Some(Op::Max)] } else { vec![None] };
         let samples: Vec<_> = ops.into_iter().map(|o| (dtype, o)).collect();
         let (r, f) = check_cases(&w, coll, &samples, &format!("{coll} {algo} x16"));
+        runs += r;
+        failures.extend(f);
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The most channels a rank may have (`MAX_CHANNELS`): every channel's line of the flags
+/// area, past the 32 there were before, on registered and symmetric buffers.
+#[test]
+fn direct_kernels_on_the_most_channels_match_the_reference() {
+    let cases = [
+        (Collective::AllReduce, Algorithm::Direct, DataType::F32, Mem::Registered),
+        (Collective::AllReduce, Algorithm::DirectOneShot, DataType::I32, Mem::Symmetric),
+        (Collective::AllGather, Algorithm::Direct, DataType::U8, Mem::Symmetric),
+    ];
+    let (mut runs, mut failures) = (0, Vec::new());
+    for (coll, algo, dtype, mem) in cases {
+        let w = world_on_channels(&[Device::host(0), Device::host(1)], algo, jitccl::MAX_CHANNELS, mem);
+        let op = coll.reduces().then_some(Op::Sum);
+        let (r, f) = check_counts(&w, coll, &[(dtype, op)], &[0, 1, 4099, 70_001], &format!("{coll} {algo} x64"));
         runs += r;
         failures.extend(f);
     }

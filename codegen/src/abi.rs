@@ -35,7 +35,7 @@ pub const fn ll128_flag_word(cuda: bool) -> usize {
     }
 }
 /// Direct algorithms: channel lines in a rank's flags area, and u64 words per line.
-pub const SYM_CHANNELS: usize = 32;
+pub const SYM_CHANNELS: usize = 64;
 pub const SYM_LINE: usize = 16;
 /// Direct algorithms: the most ranks (their kernels hold every rank's pointers).
 pub const SYM_MAX_RANKS: usize = 64;

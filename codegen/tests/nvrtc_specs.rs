@@ -226,10 +226,20 @@ fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
     let (spec, ptx) = ptx_of("all_reduce.ring.ll.f32.sum");
     assert!(ptx.contains(&format!(".visible .entry {}(", spec.symbol())), "no entry {} in\n{ptx}", spec.symbol());
     assert!(ptx.contains(".target sm_90"));
-    // LL: a line moves as one 16-byte access; the steps are posted with release order.
-    for insn in ["ld.volatile.global.v2.u64", "st.volatile.global.v2.u64", "st.release.sys.u64", "bar.sync"] {
+    // LL: a line moves as one 16-byte access; a step ends with one fence, of GPU scope where
+    // the peer is on this GPU and system scope otherwise, then plain stores of the counters
+    // (no release store: it would fence again, at system scope).
+    for insn in [
+        "ld.volatile.global.v2.u64",
+        "st.volatile.global.v2.u64",
+        "membar.gl",
+        "membar.sys",
+        "st.relaxed.sys.u64",
+        "bar.sync",
+    ] {
         assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
     }
+    assert!(!ptx.contains("st.release.sys"), "{spec}: a release store in the PTX");
 
     // Simple: 16-byte packs from the peer's slot (volatile) and the user's buffer, four in
     // flight per thread before the first is used, and 16-byte stores.

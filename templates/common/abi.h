@@ -27,7 +27,7 @@
 /* Direct algorithms: each rank's flags area holds one line of JC_SYM_LINE words per channel
    (up to JC_SYM_CHANNELS), written by that rank only: word 0 its barrier counter, then what
    it publishes of its call (see templates/common/direct.h). */
-#define JC_SYM_CHANNELS 32
+#define JC_SYM_CHANNELS 64
 #define JC_SYM_LINE 16
 #define JC_SYM_MAX_RANKS 64 /* direct kernels keep every rank's pointers on their stack */
 /* Direct point-to-point: after the channel lines, a record of JC_SYM_P2P_WORDS words per

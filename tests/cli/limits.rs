@@ -31,7 +31,7 @@ fn numeric_flags_are_range_checked() {
             (&["launch", "-n", "0", "--", "true"], &["--nproc", "at least 1"]),
             (&["perf", "all_reduce", "-N", "0"], &["--nranks", "at least 1"]),
             (&["perf", "all_reduce", "--channels", "0"], &["--channels"]),
-            (&["perf", "all_reduce", "--channels", "33"], &["--channels"]),
+            (&["perf", "all_reduce", "--channels", "65"], &["--channels"]),
             (&["perf", "all_reduce", "-n", "0"], &["--iters", "at least 1"]),
             (&["perf", "all_reduce", "-m", "0"], &["--agg_iters", "at least 1"]),
             (&["perf", "all_reduce", "-i", "0"], &["--stepbytes", "at least 1"]),

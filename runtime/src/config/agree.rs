@@ -73,7 +73,7 @@ mod tests {
         let e = a.agree(0, &all).unwrap_err();
         let Error::InvalidUsage(m) = e else { panic!("{e}") };
         assert!(
-            m.contains("Config.max_ctas") && m.contains("32 on rank(s) [0, 2]") && m.contains("3 on rank(s) [1]"),
+            m.contains("Config.max_ctas") && m.contains("64 on rank(s) [0, 2]") && m.contains("3 on rank(s) [1]"),
             "{m}"
         );
     }
@@ -109,7 +109,7 @@ mod tests {
         assert_eq!(c(None, Some(1), None).unwrap().nchannels, 1, "and lowered to max_ctas");
         for (min, max, n, needle) in [
             (Some(0), None, None, "min_ctas"),
-            (None, Some(33), None, "max_ctas"),
+            (None, Some(65), None, "max_ctas"),
             (Some(4), Some(2), None, "above max_ctas"),
             (Some(2), Some(3), Some(4), "outside min_ctas"),
         ] {

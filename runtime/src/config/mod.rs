@@ -159,10 +159,6 @@ resolved! {
     tuner_table: Option<PathBuf>,
 }
 
-/// Default channels of ranks on GPUs: on an H200 (2 ranks sharing it, 256 MiB) a ring
-/// AllReduce took 2740, 1414 and 778 us with 8, 16 and 32 channels (a CTA each), so the
-/// default is the most there are; the model gives small calls fewer.
-const CUDA_CHANNELS: usize = crate::settings::MAX_CHANNELS;
 /// Per protocol (Simple, LL, LL128), what every slot is a multiple of (a line), and the
 /// smallest slot: LL's holds a header line and a data line.
 const SLOT_UNIT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 16, 128];
@@ -229,7 +225,7 @@ impl Config {
             Some(n) => n,
             // A GPU channel is a CTA, which moved about 9 GB/s (the CUDA model's
             // `CUDA_BW`), so large calls want many; the model gives small ones fewer.
-            None if device.is_cuda() => CUDA_CHANNELS.clamp(min_ctas, max_ctas),
+            None if device.is_cuda() => crate::settings::GPU_CHANNELS.clamp(min_ctas, max_ctas),
             None => {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 // Ranks that share cores get a second channel, which the model gives to

@@ -107,7 +107,7 @@ pub struct SearchParams {
 
 impl Default for SearchParams {
     fn default() -> SearchParams {
-        SearchParams { min_channels: 1, max_channels: crate::settings::MAX_CHANNELS, step_budget: 1 << 19 }
+        SearchParams { min_channels: 1, max_channels: crate::settings::GPU_CHANNELS, step_budget: 1 << 19 }
     }
 }
 

@@ -4,8 +4,14 @@ use jitccl_codegen::abi::STEPS;
 
 use super::{Initial, Kind, Ranks, Scope, Setting};
 
-/// Most channels a rank may use (each is a CTA: a thread on the host).
-pub const MAX_CHANNELS: usize = 32;
+/// Most channels a rank may use (each is a CTA: a thread on the host), as NCCL's MAXCHANNELS.
+pub const MAX_CHANNELS: usize = 64;
+/// Channels of a rank on a GPU by default, and the most the graph search looks for unless
+/// told: on an H200 (2 ranks sharing it, 256 MiB) a ring AllReduce took 2740, 1414 and 778
+/// us with 8, 16 and 32 channels (a CTA each). More are allowed (`JITCCL_NCHANNELS`), but
+/// not the default: ranks sharing a GPU must all be resident at once (8 ranks of 64 CTAs
+/// would ask for more than an H200's 132 SMs hold at two CTAs each).
+pub const GPU_CHANNELS: usize = 32;
 /// The smallest Simple FIFO slot, and what every Simple slot is a multiple of.
 pub const MIN_SIMPLE_SLOT: usize = 64;
 /// The largest FIFO (all STEPS slots of one protocol): a rank's segment holds one per

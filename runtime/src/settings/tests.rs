@@ -57,7 +57,7 @@ fn bad_values_name_the_variable_and_what_it_accepts() {
         (own(BUFFSIZE, "JITCCL_T_BAD_BUFF", "NCCL_T_BAD_BUFF"), "100", "expected bytes (e.g. 4M), 512..=1073741824"),
         (own(COMM_BLOCKING, "JITCCL_T_BAD_FLAG", "NCCL_T_BAD_FLAG"), "maybe", "expected 0 or 1"),
         (own(TRANSPORT, "JITCCL_T_BAD_CHOICE", "NCCL_T_BAD_CHOICE"), "ib", "expected one of auto, shm, net"),
-        (own(MIN_CTAS, "JITCCL_T_BAD_CTAS", "NCCL_T_BAD_CTAS"), "33", "expected 1..=32"),
+        (own(MIN_CTAS, "JITCCL_T_BAD_CTAS", "NCCL_T_BAD_CTAS"), "65", "expected 1..=64"),
     ];
     for (s, bad, accepted) in cases {
         set(s.name, Some(bad));
@@ -73,7 +73,7 @@ fn bad_values_name_the_variable_and_what_it_accepts() {
         set(s.name, None);
     }
     let e = MIN_CTAS.whole(Some(0usize)).unwrap_err().to_string();
-    assert_eq!(e, "Config.min_ctas (JITCCL_MIN_CTAS)='0': expected 1..=32");
+    assert_eq!(e, "Config.min_ctas (JITCCL_MIN_CTAS)='0': expected 1..=64");
     let e = TIMEOUT.seconds(Some(Duration::ZERO)).unwrap_err().to_string();
     assert!(e.starts_with("Config.timeout (JITCCL_TIMEOUT)='0ns': expected more than 0"), "{e}");
     let e = NET.choice(Some("IB")).unwrap_err().to_string();

@@ -9,6 +9,7 @@
    before it writes the header it sends on, so that a step of a call that differs is never
    passed on as one of this call's. */
 #define JC_PROTO 1
+{% include "prims/cuda/step.h" %}
 #define JC_LL_ELEMS (8 / sizeof(T))
 
 /* The header line's 8 data bytes: the step's bytes, then the tag. */
@@ -80,10 +81,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   jc_barrier();
   e = jc_line_err;
   if (e) return e;
-  if (jc_tid() == 0) {
-    if (r) jc_store_release(r->head, ++r->step);
-    if (s) jc_post_step(x, s, JC_PROTO, (nlines + 1) * 16);
-  }
+  if (jc_tid() == 0) jc_end_step(x, r, s, JC_PROTO, (nlines + 1) * 16);
   jc_barrier();
   return JC_OK;
 }

@@ -5,12 +5,13 @@
    lines at once (coalesced). JC_LL128_UNROLL lines per thread are in flight. A line's
    eighth thread acquires its flag; a __syncwarp hands that to the other seven before they
    read (the pattern of Simple's thread 0 and barrier). Writers store all their lines'
-   data, and after a __syncwarp each line's eighth thread fences once at system scope and
+   data, and after a __syncwarp each line's eighth thread fences once (jc_fence_conns) and
    stores the flags, so no flag is visible before its data. Thread 0 waits for space and
    advances the steps between barriers (see prims/cuda/simple.h); a failed wait is shared
    through jc_line_err, read by a warp as one value so that the warp leaves together, and
    every warp sees it at its next pass. */
 #define JC_PROTO 2
+{% include "prims/cuda/step.h" %}
 #define JC_LL128_ELEMS (120 / sizeof(T))
 #define JC_LL128_FLAG 15 /* the line's last word, the eighth thread's second */
 #define JC_LL128_UNROLL 2
@@ -110,17 +111,14 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   if (s && !e) {
     __syncwarp(JC_FULL_WARP);
     if (part == 7) {
-      __threadfence_system();
+      jc_fence_conns(0, s);
       for (jc_u64 l = mine; l < nlines; l += lpp) jc_store_relaxed(sl + 16 * l + JC_LL128_FLAG, sflag);
     }
   }
   jc_barrier();
   e = jc_line_err;
   if (e) return e;
-  if (jc_tid() == 0) {
-    if (r) jc_store_release(r->head, ++r->step);
-    if (s) jc_post_step(x, s, JC_PROTO, nlines * 128);
-  }
+  if (jc_tid() == 0) jc_end_step(x, r, s, JC_PROTO, nlines * 128);
   jc_barrier();
   return JC_OK;
 }

@@ -7,6 +7,7 @@
    jc_generic is __noinline__ (here and in ll.h, ll128.h): one copy per kernel instead of one
    per call site halves NVRTC's compile time; its branches on r/s/src/dst are uniform. */
 #define JC_PROTO 0
+{% include "prims/cuda/step.h" %}
 /* 16-byte packs in flight per thread and stream: four (eight measured slower on an H200);
    two for 1-byte types that reduce, whose 16 elements a pack make each pack's code (and
    NVRTC's time) four times a float's. Kernels that only move bytes (JC_OP_COPY) move whole
@@ -96,17 +97,7 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
     if (out) out[i] = v;
   }
   jc_barrier();
-  if (jc_tid() == 0) {
-    /* One fence orders the block's slot reads and writes (the barrier made them this
-       thread's) and the step's size before both counters, which are then plain stores (a
-       release store each would fence again); peers on this GPU need only GPU scope. On an
-       H200, 8-byte ring AllReduce went 22-25 -> 21 us at 2 ranks, 73 -> 60 us at 8. */
-    if (s) jc_post_size(x, s, JC_PROTO, n * sizeof(T));
-    if ((r && !r->same_gpu) || (s && !s->same_gpu)) __threadfence_system();
-    else __threadfence();
-    if (r) jc_store_relaxed(r->head, ++r->step);
-    if (s) jc_store_relaxed(s->tail, ++s->step);
-  }
+  if (jc_tid() == 0) jc_end_step(x, r, s, JC_PROTO, n * sizeof(T));
   jc_barrier();
   return JC_OK;
 }
