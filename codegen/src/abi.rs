@@ -186,6 +186,10 @@ pub struct Args {
     pub rank: i32,
     pub root: i32,
     pub nchannels: i32,
+    /// CUDA: 1 when every rank's kernels run on this GPU in this process, so that a direct
+    /// kernel's barrier fences at GPU scope rather than system scope.
+    pub same_gpu: i32,
+    pub pad: i32,
 }
 
 /// The sizes the templates assert.

@@ -252,13 +252,15 @@ fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
         assert!(vol.iter().chain(&plain).all(|&l| l < stores[0]), "{spec}: every load before the first store");
     }
 
-    // Direct: thread 0 fences at system scope and raises its counter with a release store,
-    // waits with acquire loads; the view of every rank is the block's, in shared memory;
-    // copies move 16-byte packs.
+    // Direct: thread 0 fences (GPU scope where every rank is on this GPU in this process,
+    // system scope otherwise) and raises its counter with a plain store, waits with acquire
+    // loads; the view of every rank is the block's, in shared memory; copies move 16-byte
+    // packs.
     let (spec, ptx) = ptx_of("all_reduce.direct.simple.f32.sum");
-    for insn in ["membar.sys", "st.release.sys.u64", "ld.acquire.sys.u64", "bar.sync", ".shared"] {
+    for insn in ["membar.gl", "membar.sys", "st.relaxed.sys.u64", "ld.acquire.sys.u64", "bar.sync", ".shared"] {
         assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
     }
+    assert!(!ptx.contains("st.release.sys"), "{spec}: a release store in the PTX");
     let (spec, ptx) = ptx_of("all_gather.direct.simple.u8");
     for insn in ["ld.v4.u32", "st.v4.u32"] {
         assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");

@@ -120,4 +120,7 @@ struct jc_args {
   jc_i32 rank;
   jc_i32 root;
   jc_i32 nchannels;
+  jc_i32 same_gpu;                /* CUDA: 1 when every rank's kernels run on this GPU in this
+                                     process: direct barriers need only GPU scope */
+  jc_i32 pad;
 };

@@ -26,10 +26,10 @@
    need not run at once, and no CTA waits for a sibling). Within a CTA, thread 0 alone
    publishes, raises and waits for the counters, and fills the CTA's one `struct jc_sym`
    (JC_SHARED: shared memory on CUDA); block barriers hand its results (the view, a wait's
-   error) to the other threads, so that every thread takes the same path. Before raising
-   the counter thread 0 fences at system scope (jc_fence_peers), after the block barrier
-   that made the block's accesses its own: the peers may be other processes (CUDA IPC) or
-   GPUs. Counters are read with acquire loads (system scope), and every wait is bounded
+   error) to the other threads, so that every thread takes the same path. Thread 0 raises
+   the counter through jc_publish_counter, after the block barrier that made the block's
+   accesses its own: a fence of the peers' scope first (system scope where they may be
+   other processes, through CUDA IPC, or GPUs). Counters are read with acquire loads (system scope), and every wait is bounded
    like the protocols' (jc_wait_ge: timeout, abort, failed peer, recorded in the channel's
    status and the halt word). */
 #define JC_SYM_SEQ 0
@@ -81,8 +81,7 @@ static JC_DEVICE int jc_sym_sync(struct jc_ctx* x, struct jc_sym* v, int how) {
   jc_barrier();
   if (jc_tid() == 0) {
     v->seq++;
-    jc_fence_peers();
-    jc_store_release(jc_sym_line(a, me, x->chan) + JC_SYM_SEQ, v->seq);
+    jc_publish_counter(jc_sym_line(a, me, x->chan) + JC_SYM_SEQ, v->seq, a->same_gpu);
     for (int k = 1; k < n && !e; k++) {
       int q = jc_mod(me + k, n);
       int waits = how == JC_SYNC_ALL || (how == JC_SYNC_TO_ROOT ? me == root : q == root);

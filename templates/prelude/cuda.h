@@ -105,11 +105,17 @@ static __device__ __forceinline__ jc_u8 jc_f32_to_e5m2(float f) {
 #define JC_SYM_TILE 4
 /* What a CTA's threads share: the direct kernels' view of every rank (3 KiB at 64 ranks,
    in shared memory rather than in every thread's local memory) and thread 0's results.
-   The fence before a barrier counter: after a block barrier it orders every thread's
-   loads and stores of peers' buffers before the counter, for peers on any GPU or process
-   (system scope, as the Simple protocol's posts to peers off this GPU). */
+   A barrier counter is published after a block barrier by one fence, which orders every
+   thread's loads and stores of peers' buffers before it, then a plain store (a release
+   store would fence again, at system scope): GPU scope where every rank's kernels run on
+   this GPU in this process (`same_gpu`), system scope for peers on other GPUs or in other
+   processes (as the protocols' steps, prims/cuda/step.h). */
 #define JC_SHARED __shared__
-static __device__ __forceinline__ void jc_fence_peers(void) { __threadfence_system(); }
+static __device__ __forceinline__ void jc_publish_counter(jc_u64* p, jc_u64 v, int same_gpu) {
+  if (same_gpu) __threadfence();
+  else __threadfence_system();
+  jc_store_relaxed(p, v);
+}
 /* The direct kernels' copies move 16-byte packs, four in flight per thread (as Simple's). */
 struct __align__(16) jc_pack16 { jc_u32 w[4]; };
 #define JC_SYM_PACK_UNROLL 4

@@ -188,11 +188,13 @@ static inline jc_u8 jc_f32_to_e5m2(float f) { return (jc_u8)jc_f32_to_narrow(f, 
 /* Elements a direct kernel's thread folds at once (its stack tile: the host's one thread
    per CTA takes big tiles). */
 #define JC_SYM_TILE 1024
-/* What a CTA's threads share (its one thread's stack), and the fence before a direct
-   kernel's barrier counter: none, the counter's release store orders the one thread's
-   accesses. */
+/* What a CTA's threads share (its one thread's stack), and how a direct kernel's barrier
+   counter is published: a release store, which orders the one thread's accesses. */
 #define JC_SHARED
-static JC_INLINE void jc_fence_peers(void) {}
+static JC_INLINE void jc_publish_counter(jc_u64* p, jc_u64 v, int same_gpu) {
+  (void)same_gpu;
+  jc_store_release(p, v);
+}
 /* Every rank keeps every rank's flags area mapped for as long as it lives (its own mapping
    of each segment), so a peer may read a rank's area after that rank returned, even after
    it destroyed its communicator: the eager paths (common/eager.h, and the point-to-point

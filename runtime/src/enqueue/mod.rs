@@ -65,6 +65,7 @@ struct Base {
     status: *mut Status,
     abort_flag: *const i32,
     peer_failed: *const i32,
+    same_gpu: i32,
 }
 
 // SAFETY: the pointers lead into the rank's tables (owned by the `Rank` holding this) and
@@ -83,6 +84,7 @@ impl Base {
             status: t.status.ptr(),
             abort_flag: t.abort_ptr(),
             peer_failed: board.as_ptr(),
+            same_gpu: t.same_gpu as i32,
         }
     }
 }
@@ -377,6 +379,8 @@ impl Rank {
             },
             // Set when the launch runs (`Executor::run`), from the ranks running then.
             spin: 0,
+            same_gpu: b.same_gpu,
+            pad: 0,
             nranks: nranks as i32,
             rank: rank as i32,
             root: call.root as i32,

@@ -83,6 +83,8 @@ pub(crate) struct Tables {
     abort_word: HostWord,
     /// Ring orders the channels point into.
     _ring_ranks: Vec<KernelTable<i32>>,
+    /// Every rank's kernels run on this rank's GPU in this process (`Args::same_gpu`).
+    pub same_gpu: bool,
 }
 
 impl Tables {
@@ -109,6 +111,7 @@ impl Tables {
             abort,
             abort_word,
             _ring_ranks: ring_ranks,
+            same_gpu: conns.same_gpu,
         })
     }
 

@@ -27,6 +27,8 @@ pub(crate) struct RankConns {
     /// Every connector this rank sends on and receives on (peers other than itself).
     pub sends: Vec<Link>,
     pub recvs: Vec<Link>,
+    /// Every rank's kernels run on this rank's GPU in this process (`Args::same_gpu`).
+    pub same_gpu: bool,
 }
 
 /// The connector tables of `rank`, given every rank's segment as mapped in this process
@@ -104,5 +106,31 @@ pub(crate) fn connect(
         p2p_recv: per_peer(&|peer, c| end(recv[peer], c, Edge::P2p(peer), peer)),
         channels,
         ring_ranks,
+        same_gpu: (0..n).all(|q| same_gpu.get(q).copied().unwrap_or(false)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::device::Device;
+
+    /// `same_gpu` of rank 0 of 3, each rank's segment a buffer of the layout's size.
+    fn same_gpu_of(flags: &[bool]) -> (bool, Vec<i32>) {
+        let n = 3;
+        let cfg = Config { nchannels: Some(2), ..Config::default() }.resolve(n).unwrap();
+        let layout = Layout::new(n, &cfg, &Device::host(0));
+        let mut segs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; layout.segment_bytes()]).collect();
+        let bases: Vec<*mut u8> = segs.iter_mut().map(|s| s.as_mut_ptr()).collect();
+        let c = connect(&layout, 0, &bases, &bases, &Graph::uniform(n, 2), flags).unwrap();
+        (c.same_gpu, c.p2p_send.iter().map(|t| t[0].same_gpu).collect())
+    }
+
+    #[test]
+    fn a_rank_fences_at_gpu_scope_only_where_every_rank_shares_its_gpu_and_process() {
+        assert_eq!(same_gpu_of(&[true, true, true]), (true, vec![1, 1, 1]));
+        assert_eq!(same_gpu_of(&[true, false, true]), (false, vec![1, 0, 1]), "one peer elsewhere");
+        assert_eq!(same_gpu_of(&[]), (false, vec![0, 0, 0]), "rank processes");
+    }
 }
