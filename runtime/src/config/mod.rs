@@ -209,6 +209,13 @@ impl Config {
     /// Completes the configuration for `nranks` ranks on devices of `device`'s kind: each
     /// field, else its variable, else its default, as `settings` declares them.
     pub(crate) fn resolve_on(&self, nranks: usize, device: &Device) -> Result<Resolved> {
+        self.resolve_within(nranks, device, None)
+    }
+
+    /// [`Config::resolve_on`] where each rank's kernels may have at most `cta_budget` CTAs
+    /// resident at once on its GPU (ranks sharing one, see `comm::init::threads`): the
+    /// default channel count stays within it; a value set explicitly is kept.
+    pub(crate) fn resolve_within(&self, nranks: usize, device: &Device, cta_budget: Option<usize>) -> Result<Resolved> {
         let min_ctas = settings::MIN_CTAS.whole(self.min_ctas)?;
         let max_ctas = settings::MAX_CTAS.whole(self.max_ctas)?;
         if min_ctas > max_ctas {
@@ -225,7 +232,10 @@ impl Config {
             Some(n) => n,
             // A GPU channel is a CTA, which moved about 9 GB/s (the CUDA model's
             // `CUDA_BW`), so large calls want many; the model gives small ones fewer.
-            None if device.is_cuda() => crate::settings::GPU_CHANNELS.clamp(min_ctas, max_ctas),
+            None if device.is_cuda() => {
+                let budget = cta_budget.unwrap_or(usize::MAX).max(1);
+                crate::settings::GPU_CHANNELS.min(budget).clamp(min_ctas, max_ctas)
+            }
             None => {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 // Ranks that share cores get a second channel, which the model gives to

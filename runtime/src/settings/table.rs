@@ -6,11 +6,11 @@ use super::{Initial, Kind, Ranks, Scope, Setting};
 
 /// Most channels a rank may use (each is a CTA: a thread on the host), as NCCL's MAXCHANNELS.
 pub const MAX_CHANNELS: usize = 64;
-/// Channels of a rank on a GPU by default, and the most the graph search looks for unless
-/// told: on an H200 (2 ranks sharing it, 256 MiB) a ring AllReduce took 2740, 1414 and 778
-/// us with 8, 16 and 32 channels (a CTA each). More are allowed (`JITCCL_NCHANNELS`), but
-/// not the default: ranks sharing a GPU must all be resident at once (8 ranks of 64 CTAs
-/// would ask for more than an H200's 132 SMs hold at two CTAs each).
+/// Channels of a rank on a GPU by default (fewer where ranks of one process share a GPU:
+/// `comm::init::threads`), and the most the graph search looks for unless told: on an H200
+/// (2 ranks sharing it, 256 MiB) a ring AllReduce took 2740, 1414 and 778 us with 8, 16 and
+/// 32 channels (a CTA each). Up to `MAX_CHANNELS` may be set (`JITCCL_NCHANNELS`); whether
+/// more than 32 are faster has not been measured yet.
 pub const GPU_CHANNELS: usize = 32;
 /// The smallest Simple FIFO slot, and what every Simple slot is a multiple of.
 pub const MIN_SIMPLE_SLOT: usize = 64;
@@ -51,7 +51,7 @@ pub const NCHANNELS: Setting = config(
     "JITCCL_NCHANNELS",
     "nchannels",
     CTAS,
-    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 32; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
+    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 32, or a GPU's SMs over the ranks of one process sharing it where fewer; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
     Ranks::Agree,
     "channels (CTAs) per rank",
 );

@@ -331,6 +331,12 @@ fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
     assert_eq!(cfg.nchannels, 32, "the GPU default");
     let capped = Config { max_ctas: Some(8), ..Config::default() }.resolve_on(2, &Device::Cuda { ordinal: 0 });
     assert_eq!(capped.unwrap().nchannels, 8, "within max_ctas");
+    // Ranks sharing a GPU: the default within the CTAs each may hold; an explicit count kept.
+    let within = |c: Config, budget| c.resolve_within(8, &Device::Cuda { ordinal: 0 }, Some(budget)).unwrap();
+    assert_eq!(within(Config::default(), 16).nchannels, 16, "8 ranks on 132 SMs");
+    assert_eq!(within(Config::default(), 66).nchannels, 32, "2 ranks: the default");
+    assert_eq!(within(Config { nchannels: Some(24), ..Config::default() }, 16).nchannels, 24, "explicit");
+    assert_eq!(within(Config { min_ctas: Some(20), ..Config::default() }, 16).nchannels, 20, "min_ctas");
     let graph = Graph::uniform(2, cfg.nchannels);
     let plan = plan(&graph, &cfg, &Device::Cuda { ordinal: 0 }).unwrap();
     let t = from_plan(&plan, &graph, &cfg).unwrap();
