@@ -206,6 +206,15 @@ impl Config {
         Ok(self.resolve_on(nranks, device)?.nchannels)
     }
 
+    /// The channels each rank of `Comm::init_all_on(devices, self)` gets (what `jitccl tune`
+    /// of ranks as threads tries up to): by default within the SMs of GPUs ranks share.
+    /// Asks the GPUs for their SMs.
+    pub fn nchannels_on_devices(&self, devices: &[Device]) -> Result<usize> {
+        let first = devices.first().ok_or_else(|| Error::InvalidArgument("no devices".into()))?;
+        let budget = crate::device::cta_budget(&crate::device::sharing(devices)?);
+        Ok(self.resolve_within(devices.len(), first, budget)?.nchannels)
+    }
+
     /// Completes the configuration for `nranks` ranks on devices of `device`'s kind: each
     /// field, else its variable, else its default, as `settings` declares them.
     pub(crate) fn resolve_on(&self, nranks: usize, device: &Device) -> Result<Resolved> {

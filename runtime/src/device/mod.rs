@@ -13,6 +13,7 @@
 mod buffer;
 mod cuda;
 mod host;
+mod sharing;
 
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -33,6 +34,7 @@ pub(crate) use cuda::{Event as CudaEvent, Gpu, Graph as CudaGraph, LaunchOrder};
 pub(crate) use cuda::{IpcHandle, IpcMapping, Registered as HostRegistration};
 pub(crate) use host::Memory as HostMemory;
 pub(crate) use host::{Arena, ArenaId, PeerArena};
+pub(crate) use sharing::{cta_budget, log_sharing, sharing};
 
 /// Whether this process allocates host buffers in its arena, which peer processes map (off
 /// with `JITCCL_HOST_ARENA=0`, or where it could not be made): then plain buffers may run

@@ -63,7 +63,8 @@ pub struct TuneArgs {
     #[arg(short = 'n', long = "iters", value_parser = at_least::<1>)]
     iters: Option<usize>,
     /// Try 1 to this many channels (default: what the runtime configures, JITCCL_NCHANNELS
-    /// or on the host cores / ranks up to 4, 2 with --quick; on GPUs 32, by powers of two).
+    /// or on the host cores / ranks up to 4, 2 with --quick; on GPUs 32, or a shared GPU's SMs
+    /// over its ranks where fewer; by powers of two).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
     max_channels: Option<usize>,
     /// Chunk sizes (bytes per FIFO step, K/M suffixes) to try besides the model's, comma-separated.

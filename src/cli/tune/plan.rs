@@ -136,7 +136,17 @@ impl TuneArgs {
             Target::Host => (Machine::Host { cores: machine_cores() }, Device::host(0)),
             Target::Cuda => (Machine::Gpus, Device::Cuda { ordinal: 0 }),
         };
-        let configured = Config::default().nchannels_on(self.nranks, &device).map_err(|e| e.to_string())?;
+        let mut configured = Config::default().nchannels_on(self.nranks, &device).map_err(|e| e.to_string())?;
+        if gpus {
+            // The ranks are threads of one perf process, rank r on `--devices`' r-th GPU (GPU r
+            // without): their communicators' channels, within the SMs of a GPU they share. Where
+            // the GPUs cannot be asked (no driver), `run` refuses next, naming the GPU.
+            let on: Vec<Device> =
+                (0..self.nranks).map(|r| Device::Cuda { ordinal: self.devices.get(r).copied().unwrap_or(r) }).collect();
+            if let Ok(n) = Config::default().nchannels_on_devices(&on) {
+                configured = n;
+            }
+        }
         let max_ch = self.max_channels.unwrap_or(if q && !gpus { 2 } else { configured });
         // A GPU's channels add up nearly linearly, so every count would mostly measure the
         // same line: powers of two, and the most.
