@@ -49,21 +49,16 @@ mod element;
 mod enqueue;
 mod error;
 mod fault;
-/// Rings and trees per channel, searched over a topology (public for `jitccl topo` and plan inspection).
 pub mod graph;
 mod logging;
 mod op;
 mod process_group;
 mod registry;
-/// Every `JITCCL_*` variable, its parser and its reference (public for `jitccl env` and the C API).
 pub mod settings;
 pub mod store;
 mod stream;
 pub mod topo;
 mod transport;
-/// Tuning internals, for `jitccl tune`, `jitccl topo` and tools that read or write tuning
-/// tables: the cost model (`Machine`, `Topology`, `Constants`), tables (`Table`, `Row`),
-/// override sets (`Overrides`, `Set`).
 pub mod tune;
 mod wait;
 

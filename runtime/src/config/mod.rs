@@ -54,10 +54,10 @@ pub struct Config {
     /// done, as with `ncclCommGetAsyncError`.
     pub blocking: Option<bool>,
     /// Fewest channels (CTAs) a rank uses, as NCCL's `minCTAs`; `JITCCL_MIN_CTAS`, 1 to
-    /// [`MAX_CHANNELS`]. Default 1.
+    /// [`MAX_CHANNELS`](crate::MAX_CHANNELS). Default 1.
     pub min_ctas: Option<usize>,
     /// Most channels (CTAs) a rank uses, as NCCL's `maxCTAs`; `JITCCL_MAX_CTAS`, 1 to
-    /// [`MAX_CHANNELS`]. Default [`MAX_CHANNELS`]. The default channel count is clamped
+    /// [`MAX_CHANNELS`](crate::MAX_CHANNELS). Default [`MAX_CHANNELS`](crate::MAX_CHANNELS). The default channel count is clamped
     /// into `min_ctas..=max_ctas`; an explicit `nchannels` outside it is an error.
     pub max_ctas: Option<usize>,
     /// The network transport peers on other hosts use, by name, as NCCL's `netName` /

@@ -3,7 +3,7 @@
 //! (`search`, over a [`GlobalSystem`]) lives in the files below. Where every path is
 //! equal (`Graph::uniform`), channels alternate orders (even: rank order, odd: reversed):
 //! this spreads roots and leaves like NCCL's double binary tree and exercises the ring
-//! position mapping.
+//! position mapping. Public for `jitccl topo` and plan inspection.
 
 mod rings;
 mod search;

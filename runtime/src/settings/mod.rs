@@ -5,7 +5,8 @@
 //! and a bad one is an error naming the variable and what it accepts. `jitccl env` prints
 //! the table with current values; `docs/settings.md` is generated from it.
 //!
-//! The bottom of the runtime: it imports nothing of the crate.
+//! The bottom of the runtime: it imports nothing of the crate. Public for `jitccl env` and
+//! the C API.
 
 pub mod parse;
 mod reference;

@@ -2,11 +2,15 @@
 //!
 //! Per call, in order: JITCCL_ALGO / JITCCL_PROTO (NCCL's grammar, `config::overrides`) say
 //! which algorithms and protocols the collective may use at all; a tuning table row
-//! ([`table`]) for the call's size is taken if the overrides allow it; otherwise the cost
-//! model ([`model`]) picks the fastest allowed candidate. Every input is the same on every
+//! (`table`) for the call's size is taken if the overrides allow it; otherwise the cost
+//! model (`model`) picks the fastest allowed candidate. Every input is the same on every
 //! rank, and the choice is a pure function of them, so every rank makes the same choice.
-//! A [`Tuner`] caches choices per (collective, bytes), so only the first call of a size
+//! A `Tuner` caches choices per (collective, bytes), so only the first call of a size
 //! pays for the search and logs it (DEBUG: the choice and where it came from).
+//!
+//! Public for `jitccl tune`, `jitccl topo` and tools that read or write tuning tables: the
+//! cost model ([`Machine`], [`Topology`], [`Constants`]), tables ([`Table`], [`Row`]) and
+//! override sets ([`Overrides`], [`Set`]).
 
 mod model;
 mod table;

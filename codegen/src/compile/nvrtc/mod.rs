@@ -1,5 +1,5 @@
-//! NVRTC: finds a libnvrtc of CUDA 12 or 13 ([`discovery`] says where and in which order),
-//! binds the functions jitccl needs ([`api`]), compiles CUDA source to CUBIN or PTX with
+//! NVRTC: finds a libnvrtc of CUDA 12 or 13 (`discovery` says where and in which order),
+//! binds the functions jitccl needs (`api`), compiles CUDA source to CUBIN or PTX with
 //! options suited to the version found.
 
 mod api;
