@@ -59,16 +59,24 @@ probe_ll_steps() {
 # (no peer, no FIFO) moves with as many CTAs: whether the copy or the channel count bounds it.
 # Past the default 32 (2 ranks of 64 CTAs: 128 on an H200's 132 SMs), and two-shot direct
 # AllReduce on registered buffers with 32 and 64: whether more CTAs close the gap to 40% of
-# the copy rate (direct 28% with 32 at 7f87797).
+# the copy rate (direct 28% with 32 at 7f87797). Then direct with kernels specialized for
+# the rank count (JITCCL_SPECIALIZE_RANKS=1: the fold's loop over ranks unrolled, every
+# rank's packs in flight at once) beside the generic ones, at 2 and 4 ranks: whether
+# specializing is worth 5%.
 channels() {
-  local ch
+  local ch n s
   for ch in 8 16 32 48 64; do point 2 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
   for ch in 1 16 32 64; do point 1 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
   for ch in 32 64; do POINT_FLAGS="-R 1" point 2 direct simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
+  for n in 2 4; do
+    for s in 0 1; do
+      POINT_FLAGS="-R 1" point "$n" direct simple 32 256M JITCCL_NCHANNELS=32 JITCCL_SPECIALIZE_RANKS="$s" || return 1
+    done
+  done
 }
 
 stage_channels() {
-  step "channels: AllReduce 256 MiB, 2 ranks, ring Simple on 8-64 channels, direct on 32 and 64; 1 rank's copy, 1-64" \
+  step "channels: AllReduce 256 MiB, 2 ranks, ring Simple on 8-64 channels, direct on 32 and 64; 1 rank's copy, 1-64; direct specialized for 2 and 4 ranks" \
     channels
 }
 

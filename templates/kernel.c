@@ -4,7 +4,12 @@
 {% if cuda %}{% include "prelude/cuda.h" %}{% else %}{% include "prelude/host.h" %}{% endif %}
 {% include "common/abi.h" %}
 #define JC_CALL_KIND {{ call_kind }}ull /* what jc_call_tag mixes in besides bytes and root */
-
+/* The call's rank count: a constant in a kernel specialized for one, so that its loops over
+   ranks unroll (the entry refuses a call of another count). */
+{% if ranks > 0 %}#define JC_RANKS {{ ranks }}
+#define JC_NRANKS(a) JC_RANKS
+{% else %}#define JC_NRANKS(a) ((a)->nranks)
+{% endif %}
 /* datatype {{ dtype }}: stored as T, combined as C */
 typedef {{ d.storage }} T;
 typedef {{ d.compute }} C;
@@ -66,6 +71,19 @@ static JC_DEVICE void jc_ctx_init(struct jc_ctx* x, const struct jc_args* args, 
 #endif
 }
 
+/* Whether the call has the rank count the kernel is specialized for (any, if it is not);
+   if not, the channel records why it ends. */
+static JC_DEVICE JC_INLINE int jc_specialized_for(struct jc_ctx* x) {
+#ifdef JC_RANKS
+  if (x->args->nranks != JC_RANKS) {
+    jc_fail(x, JC_ERR_SPECIALIZED, -1, 0);
+    return 0;
+  }
+#endif
+  (void)x;
+  return 1;
+}
+
 JC_STATIC_ASSERT(sizeof(struct jc_conn) == {{ abi.conn }}, "jc_conn layout differs from runtime");
 JC_STATIC_ASSERT(sizeof(struct jc_channel) == {{ abi.channel }}, "jc_channel layout differs from runtime");
 JC_STATIC_ASSERT(sizeof(struct jc_status) == {{ abi.status }}, "jc_status layout differs from runtime");
@@ -79,10 +97,12 @@ JC_STATIC_ASSERT(JC_SYM_FLAGS_WORDS == {{ abi.sym_flags_words }}, "flags area di
   if (jc_load_flag(&args.channels[0].halted)) return;
   struct jc_ctx x;
   jc_ctx_init(&x, &args, blockIdx.x);
+  if (!jc_specialized_for(&x)) return;
   jc_run(&x);
 }{% else %}/* One CTA: channel `chan`. Returns JC_OK or the JC_ERR_* it recorded in args->status. */
 __attribute__((visibility("default"))) int {{ symbol }}(const struct jc_args* args, int chan) {
   struct jc_ctx x;
   jc_ctx_init(&x, args, chan);
+  if (!jc_specialized_for(&x)) return JC_ERR_SPECIALIZED;
   return jc_run(&x);
 }{% endif %}

@@ -191,3 +191,54 @@ fn premul_sum_read_by_the_kernel() {
         world::check_premul_at(&w, coll, ALL_TYPES, &format!("{coll} {algo}/{proto} n={n}"));
     }
 }
+
+/// Kernels specialized for the communicator's rank count (`Config::specialize_ranks`, their
+/// loops over ranks unrolled): every collective's every algorithm with a kernel of its own,
+/// FIFO protocols and direct (on registered buffers), at 2 and 3 ranks, against the
+/// reference; and the runtime ran the specialized kernel, which the process's generator then
+/// holds in memory.
+#[test]
+fn kernels_specialized_for_the_rank_count_match_the_reference() {
+    use jitccl::codegen::{Generator, KernelSpec, Provenance, RedOp};
+    let (mut runs, mut failures) = (0, Vec::new());
+    for n in [2, 3] {
+        for &coll in Collective::ALL {
+            for &algo in coll.algorithms().iter().filter(|&&a| coll.has_kernel(a)) {
+                let protos: &[Protocol] =
+                    if algo.is_direct() { &[Protocol::Simple] } else { &[Protocol::Simple, Protocol::LL] };
+                for &proto in protos {
+                    let cfg = jitccl::Config {
+                        nchannels: Some(2),
+                        algo: Some(algo),
+                        proto: Some(proto),
+                        slot_bytes: Some([256, 64, 256]),
+                        specialize_ranks: Some(true),
+                        ..jitccl::Config::default()
+                    };
+                    let mem = if algo.is_direct() { Mem::Registered } else { Mem::Plain };
+                    let w = World { mem, ..world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg) };
+                    let (dtype, op) =
+                        if coll.reduces() { (DataType::F32, Some(Op::Sum)) } else { (DataType::U8, None) };
+                    let what = format!("{coll} {algo}/{proto} n={n} specialized");
+                    let (r, f) = check_counts(
+                        &w,
+                        coll,
+                        &[(dtype, op), (DataType::I32, op.map(|_| Op::Max))],
+                        &[0, 1, 4099],
+                        &what,
+                    );
+                    runs += r;
+                    failures.extend(f);
+                    let red = coll.reduces().then_some(RedOp::Builtin(jitccl::codegen::BuiltinOp::Sum));
+                    let spec = KernelSpec::new(coll, algo, proto, dtype, red).unwrap().specialized_for(n).unwrap();
+                    match Generator::global().host_kernel(&spec) {
+                        Ok((_, Provenance::Memory)) => {}
+                        Ok((_, p)) => failures.push(format!("{what}: {spec} was not run ({p:?})")),
+                        Err(e) => failures.push(format!("{what}: {spec}: {e}")),
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}

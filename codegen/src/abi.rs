@@ -14,6 +14,8 @@ pub const ERR_TIMEOUT: i32 = 2;
 pub const ERR_PEER: i32 = 3;
 /// Direct algorithms: a peer's call names other registered buffers or another size.
 pub const ERR_MISMATCH: i32 = 4;
+/// The kernel is specialized for another rank count than the call's (`KernelSpec::ranks`).
+pub const ERR_SPECIALIZED: i32 = 5;
 /// What a failed wait waited for (`JC_WAIT_*`).
 pub const WAIT_DATA: i32 = 1;
 pub const WAIT_SPACE: i32 = 2;

@@ -345,4 +345,38 @@ mod tests {
             other => panic!("expected a compile failure, got {other:?}"),
         }
     }
+
+    /// A kernel specialized for 3 ranks, called with 2: it ends at its entry with
+    /// `JC_ERR_SPECIALIZED` recorded in its status and the rank halted, its output untouched.
+    #[test]
+    fn a_kernel_specialized_for_a_rank_count_refuses_another() {
+        use crate::abi::{Args, Channel, Status, ERR_SPECIALIZED};
+        let generator = Generator::new(None);
+        for name in ["all_reduce.ring.simple.f32.sum@3", "all_reduce.direct.simple.f32.sum@3"] {
+            let spec: KernelSpec = name.parse().unwrap();
+            let (kernel, _) = generator.host_kernel(&spec).unwrap();
+            let send = [1.0f32; 4];
+            let mut recv = [7.0f32; 4];
+            let mut status = [Status::default()];
+            let mut channel = Channel::default();
+            let (abort, failed) = (0i32, [0i32; 3]);
+            // SAFETY: every field of Args is an integer, a float or a raw pointer: all zeros is
+            // a valid value (null pointers), and the ones the entry reads are set below.
+            let mut args: Args = unsafe { std::mem::zeroed() };
+            args.sendbuff = send.as_ptr().cast();
+            args.recvbuff = recv.as_mut_ptr().cast();
+            args.count = 4;
+            args.timeout_ns = 1_000_000_000;
+            args.channels = &mut channel;
+            args.status = status.as_mut_ptr();
+            args.abort_flag = &abort;
+            args.peer_failed = failed.as_ptr();
+            args.nranks = 2;
+            args.nchannels = 1;
+            // SAFETY: the buffers, status and channel above live across the call.
+            let code = unsafe { kernel.run(&args, 0) };
+            assert_eq!((code, status[0].code), (ERR_SPECIALIZED, ERR_SPECIALIZED), "{spec}");
+            assert_eq!((recv, channel.halted), ([7.0; 4], 1), "{spec}");
+        }
+    }
 }

@@ -41,6 +41,8 @@ struct KernelSource<'a> {
     /// No reduction op: the kernel only moves bytes.
     copy_only: bool,
     op: OpSource,
+    /// The rank count the kernel is specialized for, or 0: any.
+    ranks: u8,
     abi: &'a AbiSizes,
 }
 
@@ -175,6 +177,7 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         op_name: spec.op.map_or_else(|| "none (copy)".to_string(), |o| o.to_string()),
         copy_only: spec.op.is_none(),
         op: op_source(spec),
+        ranks: spec.ranks.unwrap_or(0),
         abi: &abi,
     };
     src.render().map_err(|e| CompileError::Render(e.to_string()))

@@ -211,6 +211,26 @@ fn every_direct_kernel_assembles_to_cubin_for_every_op_over_a_datatype_sample() 
     assert_compiled(failures, jobs.len());
 }
 
+/// Kernels specialized for a rank count (`KernelSpec::ranks`): every (collective, algorithm,
+/// protocol) with f32 sum (or bytes), for 2 and 3 ranks, assembled to CUBIN for sm_90.
+#[test]
+fn every_shape_specialized_for_a_rank_count_assembles_to_cubin() {
+    let Some(_) = nvrtc_or_skip("every_shape_specialized_for_a_rank_count_assembles_to_cubin") else {
+        return;
+    };
+    let jobs: Vec<_> = KernelSpec::all()
+        .into_iter()
+        .filter(|s| {
+            s.dtype == DataType::U8 && s.op.is_none()
+                || s.dtype == DataType::F32 && s.op.is_some_and(|o| o.name() == "sum")
+        })
+        .flat_map(|s| [2, 3].map(|n| (s.specialized_for(n).unwrap(), SM90, CudaOutput::Cubin)))
+        .collect();
+    let (failures, elapsed, _) = compile(&jobs);
+    println!("{} specialized kernels to CUBIN (sm_90) in {:.1} s", jobs.len(), elapsed.as_secs_f64());
+    assert_compiled(failures, jobs.len());
+}
+
 #[test]
 fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
     let Some(_) = nvrtc_or_skip("ptx_holds_the_kernel_entry_and_the_protocol_instructions") else {
@@ -265,6 +285,19 @@ fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
     for insn in ["ld.v4.u32", "st.v4.u32"] {
         assert!(ptx.contains(insn), "{spec}: no {insn} in the PTX");
     }
+
+    // Direct, specialized for its rank count: the fold's rank loop unrolls, so more than one
+    // rank's packs are loaded before the first is combined (at 2 ranks all 2 x 4; at 4 NVVM
+    // emits two ranks' first, and ptxas may hoist more); a kernel for any rank count loads
+    // one rank's 4 packs, then combines.
+    let loads_before_first_add = |name: &str| {
+        let (spec, ptx) = ptx_of(name);
+        let first_add = ptx.find("add.rn.f32").unwrap_or_else(|| panic!("{spec}: no add.rn.f32"));
+        ptx[..first_add].matches("ld.v4.u32").count()
+    };
+    assert_eq!(loads_before_first_add("all_reduce.direct.simple.f32.sum"), 4);
+    assert_eq!(loads_before_first_add("all_reduce.direct.simple.f32.sum@2"), 8);
+    assert!(loads_before_first_add("all_reduce.direct.simple.f32.sum@4") >= 8);
 
     let (spec, ptx) = ptx_of("reduce.ring.ll128.f8e4m3.sum");
     assert!(ptx.contains(&spec.symbol()));

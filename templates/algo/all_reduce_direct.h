@@ -6,7 +6,7 @@
    read before it is written. */
 {% include "common/direct.h" %}
 static JC_DEVICE int jc_run(struct jc_ctx* x) {
-  int n = x->args->nranks, me = x->args->rank;
+  int n = JC_NRANKS(x->args), me = x->args->rank;
   JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));

@@ -9,7 +9,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   const struct jc_args* a = x->args;
   const T* in = (const T*)a->sendbuff;
   T* out = (T*)a->recvbuff;
-  int n = a->nranks, me = a->rank;
+  int n = JC_NRANKS(a), me = a->rank;
   jc_u64 beg, end;
   jc_channel_range(a->count, x->chan, a->nchannels, &beg, &end);
   if (n == 1) return jc_local_copy(x, in + beg, out + beg, end - beg, 1, 1);

@@ -6,7 +6,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   struct jc_channel* ch = &a->channels[x->chan];
   const T* in = (const T*)a->sendbuff;
   T* out = (T*)a->recvbuff;
-  int n = a->nranks, p = ch->ring_index;
+  int n = JC_NRANKS(a), p = ch->ring_index;
   jc_u64 beg, end;
   jc_channel_range(a->count, x->chan, a->nchannels, &beg, &end);
   if (n == 1) return jc_local_copy(x, in + beg, out + beg, end - beg, 1, 1);

@@ -15,8 +15,8 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
   jc_u64 mine = (jc_u64)a->rank * a->count;
-  for (int k = 0; k < a->nranks; k++) {
-    int q = jc_mod(a->rank + k, a->nranks);
+  for (int k = 0; k < JC_NRANKS(a); k++) {
+    int q = jc_mod(a->rank + k, JC_NRANKS(a));
     jc_sym_copy(&v, v.in[q] + mine, v.out[a->rank] + (jc_u64)q * a->count, beg, end);
   }
   return jc_sym_barrier(x, &v);

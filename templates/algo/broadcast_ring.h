@@ -5,7 +5,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   struct jc_channel* ch = &a->channels[x->chan];
   const T* in = (const T*)a->sendbuff;
   T* out = (T*)a->recvbuff;
-  int n = a->nranks;
+  int n = JC_NRANKS(a);
   int dist = jc_mod(ch->ring_index - jc_ring_pos(ch, n, a->root), n);
   jc_u64 beg, end;
   jc_channel_range(a->count, x->chan, a->nchannels, &beg, &end);

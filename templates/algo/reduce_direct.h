@@ -6,7 +6,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   JC_SHARED struct jc_sym v;
   jc_u64 beg, end;
   JC_CHECK(jc_sym_begin(x, &v, &beg, &end));
-  jc_sym_part(x->args->rank, x->args->nranks, &beg, &end);
+  jc_sym_part(x->args->rank, JC_NRANKS(x->args), &beg, &end);
   jc_sym_reduce(x, &v, 0, beg, end, x->args->root, 1);
   return jc_sym_barrier(x, &v);
 }

@@ -10,6 +10,7 @@
 #define JC_ERR_TIMEOUT 2
 #define JC_ERR_PEER 3    /* the peer waited for has failed (peer_failed[peer] != 0) */
 #define JC_ERR_MISMATCH 4 /* a peer's call differs: its step's tag or size, or (direct) its registered buffers, count or root */
+#define JC_ERR_SPECIALIZED 5 /* the kernel is specialized for another rank count than the call's */
 
 /* A FIFO step's size word: its bytes (the low 32 bits, what a network proxy forwards), the
    tag of the call that sent it (jc_call_tag), the protocol. LL128 flags carry the same tag

@@ -76,7 +76,7 @@ static JC_DEVICE JC_INLINE void jc_sym_flush(void) {
 static JC_DEVICE int jc_sym_sync(struct jc_ctx* x, struct jc_sym* v, int how) {
   JC_SHARED int jc_sync_err;  /* thread 0's result, read by all after the barrier */
   const struct jc_args* a = x->args;
-  int n = a->nranks, me = a->rank, root = a->root, e = JC_OK;
+  int n = JC_NRANKS(a), me = a->rank, root = a->root, e = JC_OK;
   jc_sym_flush();
   jc_barrier();
   if (jc_tid() == 0) {
@@ -118,7 +118,7 @@ static JC_DEVICE int jc_sym_mismatch(struct jc_ctx* x, int q) {
 static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
   JC_SHARED int jc_enter_bad;  /* the first rank whose call differs, or -1 */
   const struct jc_args* a = x->args;
-  int n = a->nranks, me = a->rank;
+  int n = JC_NRANKS(a), me = a->rank;
   jc_u64* mine = jc_sym_line(a, me, x->chan);
   union { double d; jc_u64 u; } f;
   /* The multiplier as this rank's kernel has it (it may have read it from memory). */
@@ -179,7 +179,7 @@ static JC_DEVICE int jc_sym_enter(struct jc_ctx* x, struct jc_sym* v, int how) {
    at `off` of the inputs shifted by `shift` elements, folded in rank order: the same
    expression wherever it is computed. */
 static JC_DEVICE void jc_sym_fold(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 shift, jc_u64 off, jc_u64 len, T* res) {
-  int n = x->args->nranks;
+  int n = JC_NRANKS(x->args);
   C acc[JC_SYM_TILE];
   const T* s = v->in[0] + shift;
   JC_SYM_EACH(off, len) acc[j] = jc_pre(&v->px[0], jc_to_c(s[i]));
@@ -193,15 +193,18 @@ static JC_DEVICE void jc_sym_fold(const struct jc_ctx* x, const struct jc_sym* v
 
 #ifdef JC_SYM_PACK_UNROLL
 /* The fold by 16-byte packs (CUDA): this thread's JC_SYM_PACK_UNROLL packs p, p + nt, ...
-   (of np) of the inputs at element `base`, every rank's loaded before any is combined, the
+   (of np) of the inputs at element `base`, a rank's loaded before any is combined, the
    accumulators in registers. The tile of jc_sym_fold is indexed at run time, which keeps it
-   in local memory with one load in flight per thread. The same expression, in rank order. */
+   in local memory with one load in flight per thread. The same expression, in rank order.
+   In a kernel specialized for its rank count (JC_RANKS) the rank loop unrolls, so that every
+   rank's packs may be in flight at once; otherwise `#pragma unroll` leaves it a loop. */
 union jc_sym_pk { struct jc_pack16 v; T e[JC_PACK]; };
 static JC_DEVICE JC_INLINE void jc_sym_fold_packs(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 base, jc_u64 p, jc_u64 np,
                                                   union jc_sym_pk* res) {
   const jc_u64 nt = (jc_u64)jc_nthreads();
   C acc[JC_SYM_PACK_UNROLL][JC_PACK];
-  for (int q = 0; q < x->args->nranks; q++) {
+#pragma unroll
+  for (int q = 0; q < JC_NRANKS(x->args); q++) {
     const struct jc_pack16* s = (const struct jc_pack16*)(v->in[q] + base);
     const struct jc_ctx* pq = &v->px[q];
     union jc_sym_pk in[JC_SYM_PACK_UNROLL];
@@ -247,7 +250,8 @@ static JC_DEVICE JC_INLINE void jc_sym_put_packs(const union jc_sym_pk* res, T* 
    bytes, and so the answer, are the same on every rank). */
 static JC_DEVICE JC_INLINE int jc_sym_inputs_pack(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 at) {
   jc_u64 bits = 0;
-  for (int q = 0; q < x->args->nranks; q++) bits |= (jc_u64)(v->in[q] + at);
+#pragma unroll
+  for (int q = 0; q < JC_NRANKS(x->args); q++) bits |= (jc_u64)(v->in[q] + at);
   return (bits & 15) == 0;
 }
 #endif
@@ -328,7 +332,7 @@ static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym*
     for (jc_u64 p = (jc_u64)jc_tid(); p < np; p += JC_SYM_PACK_UNROLL * nt) {
       union jc_sym_pk res[JC_SYM_PACK_UNROLL];
       jc_sym_fold_packs(x, v, shift + beg, p, np, res);
-      for (int k = 0; k < ndst; k++) jc_sym_put_packs(res, v->out[jc_mod(first + k, x->args->nranks)], beg, p, np);
+      for (int k = 0; k < ndst; k++) jc_sym_put_packs(res, v->out[jc_mod(first + k, JC_NRANKS(x->args))], beg, p, np);
     }
     beg += np * JC_PACK;
   }
@@ -338,7 +342,7 @@ static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym*
   for (jc_u64 off = beg; off < end; off += tile) {
     jc_u64 len = jc_min(tile, end - off);
     jc_sym_fold(x, v, shift, off, len, res);
-    for (int k = 0; k < ndst; k++) jc_sym_put(v, res, v->out[jc_mod(first + k, x->args->nranks)], off, len);
+    for (int k = 0; k < ndst; k++) jc_sym_put(v, res, v->out[jc_mod(first + k, JC_NRANKS(x->args))], off, len);
   }
 }
 
@@ -352,8 +356,8 @@ static JC_DEVICE int jc_sym_rooted(struct jc_ctx* x, int to_root) {
   JC_CHECK(jc_sym_begin_as(x, &v, &beg, &end, JC_SYNC_TO_ROOT));
   const struct jc_args* a = x->args;
   int me = a->rank;
-  for (int k = 0; me == a->root && k < a->nranks; k++) {
-    int q = jc_mod(me + k, a->nranks);
+  for (int k = 0; me == a->root && k < JC_NRANKS(a); k++) {
+    int q = jc_mod(me + k, JC_NRANKS(a));
     jc_u64 at = (jc_u64)q * a->count;
     if (to_root) jc_sym_copy(&v, v.in[q], v.out[me] + at, beg, end);
     else jc_sym_copy(&v, v.in[me] + at, v.out[q], beg, end);

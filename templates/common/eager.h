@@ -28,8 +28,8 @@ static JC_DEVICE JC_INLINE jc_u64* jc_eager_half(const struct jc_args* a, int q,
 
 /* Whether a call takes the eager path. */
 static JC_DEVICE JC_INLINE int jc_eager_fits(const struct jc_args* a) {
-  return a->nranks >= JC_SYM_EAGER_MIN_RANKS && a->nranks <= JC_SYM_MAX_RANKS &&
-         a->count <= JC_SYM_EAGER_BYTES / sizeof(T) / a->nranks;
+  return JC_NRANKS(a) >= JC_SYM_EAGER_MIN_RANKS && JC_NRANKS(a) <= JC_SYM_MAX_RANKS &&
+         a->count <= JC_SYM_EAGER_BYTES / sizeof(T) / JC_NRANKS(a);
 }
 
 /* The eager call of `kind` (JC_EAGER_ALLTOALL, _GATHER, _SCATTER); a->count is a block. */
@@ -37,7 +37,7 @@ static JC_DEVICE int jc_run_eager(struct jc_ctx* x, int kind) {
   JC_SHARED struct jc_sym v;
   JC_SHARED int jc_eager_bad; /* the first rank whose header differs, or -1 */
   const struct jc_args* a = x->args;
-  int n = a->nranks, me = a->rank, root = a->root;
+  int n = JC_NRANKS(a), me = a->rank, root = a->root;
   jc_u64* line = jc_sym_line(a, me, 0);
   const jc_u64 root_word = (jc_u64)(jc_u32)root | x->tag_send << 32;
   if (x->chan != 0) return JC_OK;

@@ -255,7 +255,8 @@ impl Collective {
     }
 }
 
-/// One generated kernel: `coll.algo.proto.dtype[.op]`, e.g. `all_reduce.ring.ll.f32.sum`.
+/// One generated kernel: `coll.algo.proto.dtype[.op][@ranks]`, e.g. `all_reduce.ring.ll.f32.sum`
+/// or, specialized for 2 ranks, `all_reduce.direct.simple.f32.sum@2`.
 ///
 /// Collectives that only move data (broadcast, all_gather, sendrecv) are specialized for
 /// bytes: their kernels exist for `u8` only and the runtime runs every datatype through them.
@@ -267,14 +268,30 @@ pub struct KernelSpec {
     pub dtype: DataType,
     /// `Some` exactly for reducing collectives.
     pub op: Option<RedOp>,
+    /// The rank count the kernel is specialized for (a constant in its code, so that its
+    /// loops over ranks unroll), or `None`: any. A specialized kernel refuses a call of
+    /// another rank count (`JC_ERR_SPECIALIZED`), never computing a wrong result.
+    pub ranks: Option<u8>,
 }
+
+/// The most ranks a kernel may be specialized for: the direct kernels' rank limit.
+pub const MAX_SPECIALIZED_RANKS: usize = crate::abi::SYM_MAX_RANKS;
 
 impl KernelSpec {
     /// Builds a spec and checks it is one that can be generated.
     pub fn new(
         coll: Collective, algo: Algorithm, proto: Protocol, dtype: DataType, op: Option<RedOp>,
     ) -> Result<Self, InvalidSpec> {
-        let spec = KernelSpec { coll, algo, proto, dtype, op };
+        let spec = KernelSpec { coll, algo, proto, dtype, op, ranks: None };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// This kernel specialized for `nranks` ranks.
+    pub fn specialized_for(self, nranks: usize) -> Result<Self, InvalidSpec> {
+        let too_many =
+            || invalid(format!("a kernel is specialized for 1 to {MAX_SPECIALIZED_RANKS} ranks, not {nranks}"));
+        let spec = KernelSpec { ranks: Some(u8::try_from(nranks).map_err(|_| too_many())?), ..self };
         spec.validate()?;
         Ok(spec)
     }
@@ -316,6 +333,13 @@ impl KernelSpec {
             }
             _ => {}
         }
+        if let Some(n) = self.ranks {
+            if n == 0 || n as usize > MAX_SPECIALIZED_RANKS {
+                return Err(invalid(format!(
+                    "a kernel is specialized for 1 to {MAX_SPECIALIZED_RANKS} ranks, not {n}"
+                )));
+            }
+        }
         if let Some(RedOp::Custom(c)) = self.op {
             if !c.dtypes.contains(&self.dtype) {
                 return Err(invalid(format!(
@@ -353,7 +377,7 @@ impl KernelSpec {
 
     /// Identifier-safe name, used as the kernel's symbol suffix and cache key part.
     pub fn symbol(&self) -> String {
-        format!("jitccl_{}", self.to_string().replace(['.', ':'], "_"))
+        format!("jitccl_{}", self.to_string().replace(['.', ':'], "_").replace('@', "__ranks"))
     }
 
     /// Every valid spec with a built-in op (custom ops are added by their users).
@@ -368,11 +392,11 @@ impl KernelSpec {
                     if coll.reduces() {
                         for &dtype in DataType::ALL {
                             for &op in BuiltinOp::ALL {
-                                out.push(KernelSpec { coll, algo, proto, dtype, op: Some(op.into()) });
+                                out.push(KernelSpec { coll, algo, proto, dtype, op: Some(op.into()), ranks: None });
                             }
                         }
                     } else {
-                        out.push(KernelSpec { coll, algo, proto, dtype: DataType::U8, op: None });
+                        out.push(KernelSpec { coll, algo, proto, dtype: DataType::U8, op: None, ranks: None });
                     }
                 }
             }
@@ -392,25 +416,38 @@ impl fmt::Display for KernelSpec {
         if let Some(op) = &self.op {
             write!(f, ".{op}")?;
         }
+        if let Some(n) = self.ranks {
+            write!(f, "@{n}")?;
+        }
         Ok(())
     }
 }
 
 impl FromStr for KernelSpec {
     type Err = InvalidSpec;
-    /// Parses `coll.algo.proto.dtype[.op]` with a built-in op.
+    /// Parses `coll.algo.proto.dtype[.op][@ranks]` with a built-in op.
     fn from_str(s: &str) -> Result<Self, InvalidSpec> {
-        let parts: Vec<&str> = s.split('.').collect();
+        let (name, ranks) = match s.split_once('@') {
+            Some((name, n)) => {
+                let n = n
+                    .parse::<usize>()
+                    .map_err(|_| invalid(format!("bad kernel spec '{s}': '@{n}' is not a rank count")))?;
+                (name, Some(n))
+            }
+            None => (s, None),
+        };
+        let parts: Vec<&str> = name.split('.').collect();
         if !(parts.len() == 4 || parts.len() == 5) {
             return Err(invalid(format!(
-                "bad kernel spec '{s}': expected coll.algo.proto.dtype[.op], e.g. all_reduce.ring.ll.f32.sum"
+                "bad kernel spec '{s}': expected coll.algo.proto.dtype[.op][@ranks], e.g. all_reduce.ring.ll.f32.sum"
             )));
         }
         let op = match parts.get(4) {
             Some(o) => Some(RedOp::Builtin(o.parse()?)),
             None => None,
         };
-        KernelSpec::new(parts[0].parse()?, parts[1].parse()?, parts[2].parse()?, parts[3].parse()?, op)
+        let spec = KernelSpec::new(parts[0].parse()?, parts[1].parse()?, parts[2].parse()?, parts[3].parse()?, op)?;
+        ranks.map_or(Ok(spec), |n| spec.specialized_for(n))
     }
 }
 

@@ -9,6 +9,38 @@ fn names_round_trip() {
 }
 
 #[test]
+fn specialized_names_round_trip_and_name_their_symbols() {
+    let spec: KernelSpec = "all_reduce.direct.simple.f32.sum@2".parse().unwrap();
+    assert_eq!(spec.ranks, Some(2));
+    assert_eq!(spec.to_string(), "all_reduce.direct.simple.f32.sum@2");
+    assert_eq!(spec.symbol(), "jitccl_all_reduce_direct_simple_f32_sum__ranks2");
+    let any = KernelSpec { ranks: None, ..spec };
+    assert_ne!(spec.symbol(), any.symbol());
+    let gather: KernelSpec = "all_gather.ring.ll.u8@64".parse().unwrap();
+    assert_eq!((gather.ranks, gather.to_string().as_str()), (Some(64), "all_gather.ring.ll.u8@64"));
+    for spec in KernelSpec::all() {
+        let s = spec.specialized_for(3).unwrap();
+        assert_eq!(s.to_string().parse::<KernelSpec>().unwrap(), s);
+    }
+}
+
+#[test]
+fn specialization_is_for_1_to_64_ranks() {
+    let spec: KernelSpec = "all_reduce.ring.simple.f32.sum".parse().unwrap();
+    for n in [1, 64] {
+        assert_eq!(spec.specialized_for(n).unwrap().ranks, Some(n as u8));
+    }
+    for n in [0, 65, 256, 1 << 20] {
+        let e = spec.specialized_for(n).unwrap_err();
+        assert!(e.0.contains("1 to 64 ranks") && e.0.contains(&n.to_string()), "{n}: {e}");
+    }
+    let e = "all_reduce.ring.simple.f32.sum@x".parse::<KernelSpec>().unwrap_err();
+    assert!(e.0.contains("not a rank count"), "{e}");
+    let e = "all_reduce.ring.simple.f32.sum@0".parse::<KernelSpec>().unwrap_err();
+    assert!(e.0.contains("1 to 64 ranks"), "{e}");
+}
+
+#[test]
 fn invalid_combinations_say_why() {
     let e = "broadcast.tree.ll.u8".parse::<KernelSpec>().unwrap_err();
     assert!(e.0.contains("no tree algorithm"), "{e}");

@@ -82,6 +82,11 @@ pub struct Config {
     /// The tuning table file (NCCL's example-tuner CSV), as `JITCCL_TUNER_CONFIG_FILE`,
     /// which it takes precedence over. Only rank 0's counts: its table is every rank's.
     pub tuner_table: Option<PathBuf>,
+    /// Run kernels specialized for the communicator's rank count (a constant in their code,
+    /// so that their loops over ranks unroll), where one fits (up to 64 ranks): the same
+    /// results, compiled once per rank count; `JITCCL_SPECIALIZE_RANKS` (0 or 1). Default
+    /// false. Each rank may set its own.
+    pub specialize_ranks: Option<bool>,
     /// Where this rank lives, for the inits of one rank per call (`init_rank`,
     /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
     /// each rank's device instead. Ranks of one communicator may differ in it.
@@ -117,6 +122,7 @@ impl Config {
             abort_propagates: self.abort_propagates.or(base.abort_propagates),
             spin: self.spin.or(base.spin),
             tuner_table: self.tuner_table.or(base.tuner_table),
+            specialize_ranks: self.specialize_ranks.or(base.specialize_ranks),
             device: self.device.or(base.device),
         }
     }
@@ -157,6 +163,7 @@ resolved! {
     abort_propagates: bool,
     spin: Option<u64>,
     tuner_table: Option<PathBuf>,
+    specialize_ranks: bool,
 }
 
 /// Per protocol (Simple, LL, LL128), what every slot is a multiple of (a line), and the
@@ -296,6 +303,7 @@ impl Config {
             abort_propagates: settings::ABORT_PROPAGATE.flag(self.abort_propagates)?,
             spin: settings::SPIN.whole_opt(self.spin)?,
             tuner_table: self.tuner_table.clone(),
+            specialize_ranks: settings::SPECIALIZE_RANKS.flag(self.specialize_ranks)?,
         })
     }
 }

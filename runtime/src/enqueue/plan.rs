@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp};
+use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp, MAX_SPECIALIZED_RANKS};
 
 use super::Rank;
 use crate::device::{Kernel, KernelRef};
@@ -86,11 +86,14 @@ impl Rank {
     /// The kernel for one launch: from this rank's table, else validated and fetched
     /// (compiled if need be) from the generator into the table, which never lets it go.
     fn kernel(&self, coll: Collective, choice: Choice, dtype: DataType, op: Option<RedOp>) -> Result<KernelRef> {
-        let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op };
+        let nranks = self.group.nranks;
+        let ranks = (self.cfg.specialize_ranks && nranks <= MAX_SPECIALIZED_RANKS).then_some(nranks as u8);
+        let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op, ranks };
         if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
             return Ok(k.borrow());
         }
         let spec = KernelSpec::new(coll, choice.algo, choice.proto, dtype, op)
+            .and_then(|s| if ranks.is_some() { s.specialized_for(nranks) } else { Ok(s) })
             .map_err(|e| Error::InvalidArgument(format!("{} with {dtype}: {e}", coll.name())))?;
         let kernel = Kernel::get(&self.device, &spec)?;
         let mut table = self.kernels.lock().unwrap_or_else(|e| e.into_inner());

@@ -182,6 +182,14 @@ pub const ABORT_PROPAGATE: Setting = config(
     Ranks::Agree,
     "1: an abort fails the peers' waits on the aborted rank at once, naming it",
 );
+pub const SPECIALIZE_RANKS: Setting = config(
+    "JITCCL_SPECIALIZE_RANKS",
+    "specialize_ranks",
+    Kind::Flag,
+    Initial::Flag(false),
+    Ranks::Own,
+    "1: kernels specialized for the communicator's rank count (up to 64), their loops over ranks unrolled; the same results",
+);
 pub const SPIN: Setting = config(
     "JITCCL_SPIN",
     "spin",
@@ -372,6 +380,7 @@ pub const ALL: &[Setting] = &[
     COMM_BLOCKING,
     COMM_SPLIT_SHARE_RESOURCES,
     ABORT_PROPAGATE,
+    SPECIALIZE_RANKS,
     SPIN,
     DEBUG,
     IGNORE_CPU_AFFINITY,

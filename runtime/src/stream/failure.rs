@@ -148,6 +148,12 @@ impl Failure {
         if failed().any(|(_, st)| st.code == abi::ERR_ABORTED) {
             return Error::Aborted { op, rank };
         }
+        if failed().any(|(_, st)| st.code == abi::ERR_SPECIALIZED) {
+            return Error::Internal(format!(
+                "{op} on rank {rank}: its kernel is specialized for another rank count than the communicator's {}",
+                self.nranks
+            ));
+        }
         if let Some((_, st)) = failed().find(|(_, st)| st.code == abi::ERR_MISMATCH) {
             return Error::InvalidUsage(format!(
                 "{op} on rank {rank}: rank {} called it differently (another count, datatype, op or root; or, for a \
@@ -194,5 +200,27 @@ impl Failure {
             }
             None => self.peer_failed(op, waited[0]),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel that refused a call of another rank count than it was specialized for is
+    /// named as such (a bug of the runtime's, never a peer's), beside an aborted one.
+    #[test]
+    fn a_refused_specialized_kernel_says_so() {
+        let mut words = [0i32; 2];
+        let board = Board::new(words.as_mut_ptr(), 2);
+        let failure = Failure::new(1, Duration::from_secs(1), board, vec![None, None], None);
+        let refused = Status { code: abi::ERR_SPECIALIZED, peer: -1, ..Status::default() };
+        let e = failure.kernel_error("all_reduce", &[Status::default(), refused]);
+        assert!(
+            matches!(&e, Error::Internal(m) if m.contains("rank 1") && m.contains("specialized for another rank count")),
+            "{e}"
+        );
+        let aborted = Status { code: abi::ERR_ABORTED, ..Status::default() };
+        assert!(matches!(failure.kernel_error("all_reduce", &[aborted, refused]), Error::Aborted { .. }));
     }
 }
