@@ -62,10 +62,13 @@ probe_ll_steps() {
 # the copy rate (direct 28% with 32 at 7f87797). Then direct with kernels specialized for
 # the rank count (JITCCL_SPECIALIZE_RANKS=1: the fold's loop over ranks unrolled, every
 # rank's packs in flight at once) beside the generic ones, at 2 and 4 ranks: whether
-# specializing is worth 5%.
+# specializing is worth 5%. And the ring on 32 channels with 4 and 16 times the default FIFO
+# (512 KiB and 2 MiB steps): whether a step's handshake (three barriers, a fence, a peer's
+# counter) bounds a channel now that the copy keeps four packs in flight.
 channels() {
-  local ch n s
+  local ch n s b
   for ch in 8 16 32 48 64; do point 2 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
+  for b in 4194304 16777216; do point 2 ring simple 32 256M JITCCL_NCHANNELS=32 JITCCL_BUFFSIZE="$b" || return 1; done
   for ch in 1 16 32 64; do point 1 ring simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
   for ch in 32 64; do POINT_FLAGS="-R 1" point 2 direct simple "$ch" 256M JITCCL_NCHANNELS="$ch" || return 1; done
   for n in 2 4; do
@@ -76,7 +79,7 @@ channels() {
 }
 
 stage_channels() {
-  step "channels: AllReduce 256 MiB, 2 ranks, ring Simple on 8-64 channels, direct on 32 and 64; 1 rank's copy, 1-64; direct specialized for 2 and 4 ranks" \
+  step "channels: AllReduce 256 MiB, 2 ranks, ring Simple on 8-64 channels, direct on 32 and 64; 1 rank's copy, 1-64; direct specialized for 2 and 4 ranks; the ring with larger steps" \
     channels
 }
 
