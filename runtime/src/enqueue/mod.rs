@@ -49,6 +49,8 @@ pub(crate) struct Rank {
     /// The kernels this rank has launched, kept while it lives: a launch looks its kernel
     /// up here, without the generator's process-wide locks, and borrows it (see `plan`).
     kernels: Mutex<FxHashMap<KernelSpec, Kernel>>,
+    /// The rank count this rank's kernels are specialized for, if they are (`plan`).
+    specialized: Option<u8>,
     /// The launch arguments that are the same for every launch of this rank.
     base: Base,
     /// This rank's identity for the plans threads remember (see `plan`).
@@ -197,6 +199,7 @@ impl Rank {
         tuner: Arc<Tuner>,
     ) -> Rank {
         let uid = plan::next_uid();
+        let specialized = plan::specialized(&group, &cfg);
         Rank {
             base: Base::new(&cfg, &exec.tables, &board),
             group,
@@ -207,6 +210,7 @@ impl Rank {
             tuner,
             sym: Arc::new(Registry::new(uid)),
             kernels: Mutex::default(),
+            specialized,
             uid,
             _live: affinity::Live::new(),
         }

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp, MAX_SPECIALIZED_RANKS};
 
+use super::checks::Group;
 use super::Rank;
+use crate::config::Resolved;
 use crate::device::{Kernel, KernelRef};
 use crate::error::{Error, Result};
 use crate::tune::Choice;
@@ -36,6 +38,21 @@ pub(super) struct Shape {
 pub(super) fn next_uid() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The rank count a rank's kernels are specialized for (`Config::specialize_ranks`), where
+/// one fits; said once per rank.
+pub(super) fn specialized(group: &Group, cfg: &Resolved) -> Option<u8> {
+    if !cfg.specialize_ranks {
+        return None;
+    }
+    let (rank, n) = (group.rank, group.nranks);
+    if n > MAX_SPECIALIZED_RANKS {
+        tracing::warn!("rank {rank}: kernels not specialized: {n} ranks, more than the {MAX_SPECIALIZED_RANKS} a kernel may be specialized for");
+        return None;
+    }
+    tracing::info!("rank {rank}: kernels specialized for {n} ranks (JITCCL_SPECIALIZE_RANKS)");
+    u8::try_from(n).ok()
 }
 
 /// Ranks a thread remembers a plan for at once (a thread driving several ranks, as
@@ -86,19 +103,35 @@ impl Rank {
     /// The kernel for one launch: from this rank's table, else validated and fetched
     /// (compiled if need be) from the generator into the table, which never lets it go.
     fn kernel(&self, coll: Collective, choice: Choice, dtype: DataType, op: Option<RedOp>) -> Result<KernelRef> {
-        let nranks = self.group.nranks;
-        let ranks = (self.cfg.specialize_ranks && nranks <= MAX_SPECIALIZED_RANKS).then_some(nranks as u8);
+        let ranks = self.specialized;
         let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op, ranks };
         if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
             return Ok(k.borrow());
         }
         let spec = KernelSpec::new(coll, choice.algo, choice.proto, dtype, op)
-            .and_then(|s| if ranks.is_some() { s.specialized_for(nranks) } else { Ok(s) })
+            .and_then(|s| ranks.map_or(Ok(s), |n| s.specialized_for(n as usize)))
             .map_err(|e| Error::InvalidArgument(format!("{} with {dtype}: {e}", coll.name())))?;
         let kernel = Kernel::get(&self.device, &spec)?;
         let mut table = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
         // Another thread may have fetched it meanwhile: the table's stays, so that every
         // borrow handed out stays valid.
         Ok(table.entry(spec).or_insert(kernel).borrow())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    #[test]
+    fn kernels_are_specialized_where_asked_and_a_kernel_takes_the_rank_count() {
+        let on = Config { specialize_ranks: Some(true), ..Config::default() };
+        for (n, want) in [(1, Some(1)), (2, Some(2)), (64, Some(64)), (65, None), (1000, None)] {
+            let cfg = on.resolve(n).unwrap();
+            assert_eq!(specialized(&Group { rank: 0, nranks: n }, &cfg), want, "{n} ranks");
+        }
+        let off = Config { specialize_ranks: Some(false), ..Config::default() }.resolve(2).unwrap();
+        assert_eq!(specialized(&Group { rank: 0, nranks: 2 }, &off), None);
     }
 }
