@@ -1,10 +1,14 @@
-//! Typed kernel specifications: exactly one (collective, algorithm, protocol, datatype,
-//! reduction op) per generated kernel, and the rules that say which combinations exist.
+//! Typed kernel specifications: the vocabulary of a kernel (collective, algorithm, protocol,
+//! datatype, reduction op) with each term's names and rules; `KernelSpec` (in `kernel`)
+//! combines exactly one of each per generated kernel.
 
 use std::fmt;
 use std::str::FromStr;
 
 pub use crate::target::{CudaArch, CudaOutput, Target};
+pub use kernel::{KernelSpec, MAX_SPECIALIZED_RANKS};
+
+mod kernel;
 
 /// Why a spec cannot be generated, or a name cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -252,202 +256,6 @@ impl Collective {
     /// Whether `algo` of this collective has a kernel of its own.
     pub fn has_kernel(self, algo: Algorithm) -> bool {
         (algo.is_direct() || !self.in_rounds()) && self.algorithms().contains(&algo)
-    }
-}
-
-/// One generated kernel: `coll.algo.proto.dtype[.op][@ranks]`, e.g. `all_reduce.ring.ll.f32.sum`
-/// or, specialized for 2 ranks, `all_reduce.direct.simple.f32.sum@2`.
-///
-/// Collectives that only move data (broadcast, all_gather, sendrecv) are specialized for
-/// bytes: their kernels exist for `u8` only and the runtime runs every datatype through them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KernelSpec {
-    pub coll: Collective,
-    pub algo: Algorithm,
-    pub proto: Protocol,
-    pub dtype: DataType,
-    /// `Some` exactly for reducing collectives.
-    pub op: Option<RedOp>,
-    /// The rank count the kernel is specialized for (a constant in its code, so that its
-    /// loops over ranks unroll), or `None`: any. A specialized kernel refuses a call of
-    /// another rank count (`JC_ERR_SPECIALIZED`), never computing a wrong result.
-    pub ranks: Option<u8>,
-}
-
-/// The most ranks a kernel may be specialized for: the direct kernels' rank limit.
-pub const MAX_SPECIALIZED_RANKS: usize = crate::abi::SYM_MAX_RANKS;
-
-impl KernelSpec {
-    /// Builds a spec and checks it is one that can be generated.
-    pub fn new(
-        coll: Collective, algo: Algorithm, proto: Protocol, dtype: DataType, op: Option<RedOp>,
-    ) -> Result<Self, InvalidSpec> {
-        let spec = KernelSpec { coll, algo, proto, dtype, op, ranks: None };
-        spec.validate()?;
-        Ok(spec)
-    }
-
-    /// This kernel specialized for `nranks` ranks.
-    pub fn specialized_for(self, nranks: usize) -> Result<Self, InvalidSpec> {
-        let too_many =
-            || invalid(format!("a kernel is specialized for 1 to {MAX_SPECIALIZED_RANKS} ranks, not {nranks}"));
-        let spec = KernelSpec { ranks: Some(u8::try_from(nranks).map_err(|_| too_many())?), ..self };
-        spec.validate()?;
-        Ok(spec)
-    }
-
-    /// Checks the combination, saying why it is not generated when it is not.
-    pub fn validate(&self) -> Result<(), InvalidSpec> {
-        if !self.coll.algorithms().contains(&self.algo) {
-            return Err(invalid(format!(
-                "{} has no {} algorithm (available: {})",
-                self.coll,
-                self.algo,
-                names(self.coll.algorithms())
-            )));
-        }
-        if !self.coll.has_kernel(self.algo) {
-            return Err(invalid(format!(
-                "{} with the {} algorithm runs as sendrecv rounds: it has no kernel of its own",
-                self.coll, self.algo
-            )));
-        }
-        if self.algo.is_direct() && self.proto != Protocol::Simple {
-            return Err(invalid(format!(
-                "the {} algorithm moves no FIFO steps: it has the simple protocol only",
-                self.algo
-            )));
-        }
-        match (self.coll.reduces(), self.op) {
-            (true, None) => {
-                return Err(invalid(format!("{} needs a reduction op", self.coll)));
-            }
-            (false, Some(_)) => {
-                return Err(invalid(format!("{} does not reduce: it takes no op", self.coll)));
-            }
-            (false, None) if self.dtype != DataType::U8 => {
-                return Err(invalid(format!(
-                    "{} only moves bytes: its kernel is specialized for u8 and serves every datatype",
-                    self.coll
-                )));
-            }
-            _ => {}
-        }
-        if let Some(n) = self.ranks {
-            if n == 0 || n as usize > MAX_SPECIALIZED_RANKS {
-                return Err(invalid(format!(
-                    "a kernel is specialized for 1 to {MAX_SPECIALIZED_RANKS} ranks, not {n}"
-                )));
-            }
-        }
-        if let Some(RedOp::Custom(c)) = self.op {
-            if !c.dtypes.contains(&self.dtype) {
-                return Err(invalid(format!(
-                    "custom op '{}' is not defined for {} (defined for: {})",
-                    c.name,
-                    self.dtype,
-                    names(c.dtypes)
-                )));
-            }
-            if !c.commutative && self.algo != Algorithm::Ring {
-                return Err(invalid(format!(
-                    "custom op '{}' is not commutative: the {} algorithm combines in an order \
-                     that is not the ring's; use the ring algorithm",
-                    c.name, self.algo
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks that `target` can compile this spec.
-    pub fn validate_for(&self, target: Target) -> Result<(), InvalidSpec> {
-        self.validate()?;
-        if let Target::Cuda { arch, .. } = target {
-            if self.dtype.is_fp8() && arch < CudaArch::FP8 {
-                return Err(invalid(format!(
-                    "{} needs {} or newer on CUDA (asked for {arch})",
-                    self.dtype,
-                    CudaArch::FP8
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Identifier-safe name, used as the kernel's symbol suffix and cache key part.
-    pub fn symbol(&self) -> String {
-        format!("jitccl_{}", self.to_string().replace(['.', ':'], "_").replace('@', "__ranks"))
-    }
-
-    /// Every valid spec with a built-in op (custom ops are added by their users).
-    pub fn all() -> Vec<KernelSpec> {
-        let mut out = Vec::new();
-        for &coll in Collective::ALL {
-            for &algo in coll.algorithms() {
-                for &proto in Protocol::ALL {
-                    if (algo.is_direct() && proto != Protocol::Simple) || !coll.has_kernel(algo) {
-                        continue;
-                    }
-                    if coll.reduces() {
-                        for &dtype in DataType::ALL {
-                            for &op in BuiltinOp::ALL {
-                                out.push(KernelSpec { coll, algo, proto, dtype, op: Some(op.into()), ranks: None });
-                            }
-                        }
-                    } else {
-                        out.push(KernelSpec { coll, algo, proto, dtype: DataType::U8, op: None, ranks: None });
-                    }
-                }
-            }
-        }
-        debug_assert!(out.iter().all(|s| s.validate().is_ok()));
-        out
-    }
-}
-
-fn names<T: fmt::Display>(items: &[T]) -> String {
-    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
-}
-
-impl fmt::Display for KernelSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}.{}", self.coll, self.algo, self.proto, self.dtype)?;
-        if let Some(op) = &self.op {
-            write!(f, ".{op}")?;
-        }
-        if let Some(n) = self.ranks {
-            write!(f, "@{n}")?;
-        }
-        Ok(())
-    }
-}
-
-impl FromStr for KernelSpec {
-    type Err = InvalidSpec;
-    /// Parses `coll.algo.proto.dtype[.op][@ranks]` with a built-in op.
-    fn from_str(s: &str) -> Result<Self, InvalidSpec> {
-        let (name, ranks) = match s.split_once('@') {
-            Some((name, n)) => {
-                let n = n
-                    .parse::<usize>()
-                    .map_err(|_| invalid(format!("bad kernel spec '{s}': '@{n}' is not a rank count")))?;
-                (name, Some(n))
-            }
-            None => (s, None),
-        };
-        let parts: Vec<&str> = name.split('.').collect();
-        if !(parts.len() == 4 || parts.len() == 5) {
-            return Err(invalid(format!(
-                "bad kernel spec '{s}': expected coll.algo.proto.dtype[.op][@ranks], e.g. all_reduce.ring.ll.f32.sum"
-            )));
-        }
-        let op = match parts.get(4) {
-            Some(o) => Some(RedOp::Builtin(o.parse()?)),
-            None => None,
-        };
-        let spec = KernelSpec::new(parts[0].parse()?, parts[1].parse()?, parts[2].parse()?, parts[3].parse()?, op)?;
-        ranks.map_or(Ok(spec), |n| spec.specialized_for(n))
     }
 }
 
