@@ -35,7 +35,8 @@
 //! 12. `bootstrap`: unique ids, the root, the ring: how ranks find each other (`comm`'s
 //!     init uses both);
 //! 13. `logging`: `JITCCL_DEBUG`; `wait`: the spin/yield/park policy of every host-side wait
-//!     (kernels, dispatchers, callers);
+//!     (kernels, dispatchers, callers); `plugin`: finding and opening NCCL-style plugin
+//!     libraries by NCCL's names;
 //! 14. `affinity`: which CPUs a rank's threads run on; `element`: Rust element types;
 //!     `op`: reduction ops;
 //! 15. `settings`: every `JITCCL_*` variable, its parser, default and bounds.
@@ -52,6 +53,7 @@ mod fault;
 pub mod graph;
 mod logging;
 mod op;
+mod plugin;
 mod process_group;
 mod registry;
 pub mod settings;
