@@ -26,6 +26,11 @@ if ! { command -v mpirun && command -v mpicc; } >/dev/null 2>&1 && [ "$(id -u)" 
   echo "setup: installing openmpi-bin and libopenmpi-dev (for the mpirun tests)"
   apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
 fi
+# libfabric (headers and library) builds the project's NCCL network plugins (plugins/).
+if [ ! -e /usr/include/rdma/fabric.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing libfabric-dev (for the network plugins)"
+  apt-get update -qq && apt-get install -y -qq libfabric-dev >/dev/null
+fi
 # The C API's Python test loads libnccl.so.2 with ctypes and checks numpy arrays.
 if ! python3 -c "import numpy" >/dev/null 2>&1; then
   echo "setup: installing numpy (for the C API's Python test)"

@@ -26,7 +26,8 @@
 //! 6. `graph`: the rings and trees of each channel, computed once and handed to channel
 //!    setup;
 //! 7. `topo`: the machine model (NCCL's XML, detection); `registry`: registered regions;
-//!    `fault`: the failure boards through which a failure reaches the peers;
+//!    `fault`: the failure boards through which a failure reaches the peers; `netplugin`:
+//!    NCCL network plugins loaded, chosen (`net_name`) and driven through one interface;
 //! 8. `config`: what a communicator is created with (the `JITCCL_ALGO`/`PROTO` grammar in
 //!    `overrides`), completed from the settings and agreed on at init;
 //! 9. `device`: per target (`host`, `cuda`) memory, CTA execution and launch;
@@ -52,6 +53,7 @@ mod error;
 mod fault;
 pub mod graph;
 mod logging;
+mod netplugin;
 mod op;
 mod plugin;
 mod process_group;

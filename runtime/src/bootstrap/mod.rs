@@ -183,6 +183,12 @@ impl Bootstrap {
         Waiter::new(op, peer, self.timeout, &self.abort).watching(&self.live)
     }
 
+    /// The communicator's nonce: the same on every rank, another for every communicator
+    /// (NCCL's commHash, which network plugins get to group a communicator's connections).
+    pub fn nonce(&self) -> u64 {
+        self.nonce
+    }
+
     #[allow(dead_code, reason = "bootstrap API used by its tests, not (yet) by the runtime")]
     pub fn rank(&self) -> usize {
         self.rank

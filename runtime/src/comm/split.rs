@@ -89,7 +89,7 @@ pub(crate) fn child_config(r: &Resolved) -> Config {
         blocking: Some(r.blocking),
         min_ctas: Some(r.min_ctas),
         max_ctas: Some(r.max_ctas),
-        net_name: Some(r.net_name.to_string()),
+        net_name: r.net_name.clone(),
         split_share: Some(r.split_share),
         abort_propagates: Some(r.abort_propagates),
         tuner_table: r.tuner_table.clone(),

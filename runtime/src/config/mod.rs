@@ -60,9 +60,11 @@ pub struct Config {
     /// [`MAX_CHANNELS`](crate::MAX_CHANNELS). Default [`MAX_CHANNELS`](crate::MAX_CHANNELS). The default channel count is clamped
     /// into `min_ctas..=max_ctas`; an explicit `nchannels` outside it is an error.
     pub max_ctas: Option<usize>,
-    /// The network transport peers on other hosts use, by name, as NCCL's `netName` /
-    /// `NCCL_NET`; `JITCCL_NET`. Case-insensitive; jitccl has one: `Socket` (TCP, driven by
-    /// the net proxy). An unknown name is an error naming it.
+    /// The network peers on other hosts use, by name, as NCCL's `netName` / `NCCL_NET`;
+    /// `JITCCL_NET`. Case-insensitive: `Socket` (the built-in TCP transport, driven by the
+    /// net proxy) or the name of a network plugin `JITCCL_NET_PLUGIN` loaded. Unset: the
+    /// first plugin that initializes with a device, else `Socket`. A name no network has
+    /// fails init with an error listing those available.
     pub net_name: Option<String>,
     /// NCCL's `splitShare`; `JITCCL_COMM_SPLIT_SHARE_RESOURCES` (0 or 1). Accepted and
     /// agreed on, but it changes nothing: what a parent could share with its split children
@@ -158,7 +160,7 @@ resolved! {
     blocking: bool,
     min_ctas: usize,
     max_ctas: usize,
-    net_name: &'static str,
+    net_name: Option<String>,
     split_share: bool,
     abort_propagates: bool,
     spin: Option<u64>,
@@ -193,6 +195,17 @@ fn overrides<T: Item>(
         (None, Some(o)) => Ok(o.clone()),
         (None, None) => Ok(setting.parse_with(|v| Overrides::parse(v).map_err(|e| e.to_string()))?.unwrap_or_default()),
     }
+}
+
+/// The network asked for: the field, else `JITCCL_NET`; blank is none. Checked against the
+/// networks there are at init, once the plugins are loaded; `Socket` is spelled as the
+/// built-in's name, so ranks that write it differently agree.
+fn net_name(field: Option<&str>) -> Result<Option<String>> {
+    let name = match field {
+        Some(n) => Some(n.trim().to_string()),
+        None => settings::NET.text()?,
+    };
+    Ok(name.filter(|n| !n.is_empty()).map(|n| if n.eq_ignore_ascii_case("socket") { "Socket".into() } else { n }))
 }
 
 impl Config {
@@ -298,7 +311,7 @@ impl Config {
             blocking: self.is_blocking()?,
             min_ctas,
             max_ctas,
-            net_name: settings::NET.choice(self.net_name.as_deref())?,
+            net_name: net_name(self.net_name.as_deref())?,
             split_share: settings::COMM_SPLIT_SHARE_RESOURCES.flag(self.split_share)?,
             abort_propagates: settings::ABORT_PROPAGATE.flag(self.abort_propagates)?,
             spin: settings::SPIN.whole_opt(self.spin)?,

@@ -14,6 +14,8 @@ pub(crate) use watch::Watch;
 /// Set in a board word when the failure was seen as a closed connection rather than
 /// reported.
 const CLOSED: i32 = 1 << 30;
+/// Set when the writer's own network link with the culprit failed with data in flight.
+const LINK: i32 = 1 << 29;
 
 /// What a board word says about one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,20 +25,29 @@ pub(crate) struct Notice {
     /// The writer saw the rank go: its connection closed or its process exited (the
     /// culprit is that rank).
     pub closed: bool,
+    /// The writer's network link with the culprit failed with data in flight: written for
+    /// every peer, so that whatever the writer's kernels wait on fails, naming the culprit.
+    pub link: bool,
 }
 
 impl Notice {
     fn encode(self) -> i32 {
-        (self.culprit as i32 + 1) | if self.closed { CLOSED } else { 0 }
+        (self.culprit as i32 + 1) | if self.closed { CLOSED } else { 0 } | if self.link { LINK } else { 0 }
     }
 
     fn decode(w: i32) -> Option<Notice> {
-        (w != 0).then(|| Notice { culprit: ((w & !CLOSED) - 1) as usize, closed: w & CLOSED != 0 })
+        (w != 0).then(|| Notice {
+            culprit: ((w & !(CLOSED | LINK)) - 1) as usize,
+            closed: w & CLOSED != 0,
+            link: w & LINK != 0,
+        })
     }
 
     /// How the culprit's failure became known, for error messages.
     pub(crate) fn how(self, from: usize) -> String {
-        if self.closed {
+        if self.link {
+            format!("this rank's network link with rank {} failed with data in flight", self.culprit)
+        } else if self.closed {
             format!("rank {from} is gone: its process exited or its connection closed")
         } else if self.culprit == from {
             format!("reported by rank {from} itself: it failed or was aborted")
@@ -62,6 +73,10 @@ impl Board {
     /// The board at `words`, which must point to `nranks` i32 words that outlive it.
     pub(crate) fn new(words: *mut i32, nranks: usize) -> Board {
         Board { words, nranks }
+    }
+
+    pub(crate) fn nranks(&self) -> usize {
+        self.nranks
     }
 
     pub(crate) fn as_ptr(&self) -> *const i32 {
@@ -97,13 +112,19 @@ mod tests {
     fn notices_round_trip_and_the_first_stays() {
         let mut words = vec![0i32; 5];
         let b = Board::new(words.as_mut_ptr(), 5);
-        b.note(3, Notice { culprit: 0, closed: true });
-        b.note(3, Notice { culprit: 4, closed: false });
-        b.note(1, Notice { culprit: 4, closed: false });
-        assert_eq!(b.get(3), Some(Notice { culprit: 0, closed: true }));
-        assert_eq!(b.get(1), Some(Notice { culprit: 4, closed: false }));
+        b.note(3, Notice { culprit: 0, closed: true, link: false });
+        b.note(3, Notice { culprit: 4, closed: false, link: false });
+        b.note(1, Notice { culprit: 4, closed: false, link: false });
+        assert_eq!(b.get(3), Some(Notice { culprit: 0, closed: true, link: false }));
+        assert_eq!(b.get(1), Some(Notice { culprit: 4, closed: false, link: false }));
         assert_eq!(b.get(0), None);
-        b.announce(1, Notice { culprit: 2, closed: false });
-        assert_eq!(b.get(1), Some(Notice { culprit: 2, closed: false }), "a rank's own word replaces its notice");
+        b.note(2, Notice { culprit: 4, closed: false, link: true });
+        assert_eq!(b.get(2), Some(Notice { culprit: 4, closed: false, link: true }));
+        b.announce(1, Notice { culprit: 2, closed: false, link: false });
+        assert_eq!(
+            b.get(1),
+            Some(Notice { culprit: 2, closed: false, link: false }),
+            "a rank's own word replaces its notice"
+        );
     }
 }

@@ -35,6 +35,7 @@ impl Graph {
             channels: (0..nchannels).map(channel).collect(),
             bw_intra: 0.0,
             bw_inter: 0.0,
+            lat_inter: 0.0,
             type_intra: PathType::Loc,
             type_inter: PathType::Loc,
             steps: 0,

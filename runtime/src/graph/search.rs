@@ -81,6 +81,7 @@ pub fn search(global: &GlobalSystem, params: &SearchParams) -> Result<Graph, Top
         channels,
         bw_intra: found.iter().map(|f| f.bw / share).fold(f64::INFINITY, f64::min),
         bw_inter,
+        lat_inter: 0.0,
         type_intra: found.iter().map(|f| f.ty).max().unwrap_or(PathType::Loc),
         type_inter,
         steps: budget.used,

@@ -137,6 +137,9 @@ pub struct Graph {
     /// Per-channel bandwidth inside hosts and between hosts (0 with one host), GB/s.
     pub bw_intra: f64,
     pub bw_inter: f64,
+    /// Latency of the network's devices between hosts, as their network reports it, µs
+    /// (0: not known); the model adds it to each hop between hosts.
+    pub lat_inter: f64,
     /// Worst path type used inside a host, and between a rank and its NIC.
     pub type_intra: PathType,
     pub type_inter: PathType,

@@ -158,7 +158,18 @@ fn from_xml_str(file: &str, text: &str, global: &GlobalSystem) -> Result<Graph, 
         return Err(malformed(g, "the graph has no <channel>".into()));
     }
     let (nranks, nhosts) = (global.ranks.len(), hosts.len());
-    Ok(Graph { nranks, nhosts, channels, bw_intra, bw_inter, type_intra, type_inter, steps: 0, fallback: false })
+    Ok(Graph {
+        nranks,
+        nhosts,
+        channels,
+        bw_intra,
+        bw_inter,
+        lat_inter: 0.0,
+        type_intra,
+        type_inter,
+        steps: 0,
+        fallback: false,
+    })
 }
 
 fn req_u32(file: &str, el: &Element, key: &str) -> Result<u32, TopoError> {

@@ -23,8 +23,6 @@ const DEFAULT_BUFFSIZE: u64 = (STEPS as u64) << 17;
 const MAX_NSOCKS: u64 = 16;
 /// Most busy-poll rounds of a kernel's wait (about half a minute).
 const MAX_SPIN: u64 = 1_000_000_000;
-/// The network transports `net_name` may name.
-pub const NET_NAMES: &[&str] = &["Socket"];
 
 const fn user(name: &'static str, kind: Kind, default: Initial, about: &'static str) -> Setting {
     Setting { name, nccl: None, field: None, kind, default, ranks: Ranks::Process, scope: Scope::User, about }
@@ -137,12 +135,23 @@ pub const NET: Setting = nccl(
     config(
         "JITCCL_NET",
         "net_name",
-        Kind::Choice(NET_NAMES),
-        Initial::Text("Socket"),
+        Kind::Text,
+        Initial::Computed("the first network plugin that initializes with a device, else Socket"),
         Ranks::Agree,
-        "the network transport peers on other hosts use",
+        "the network peers on other hosts use, by name (case-insensitive): `Socket` (built in) or a loaded \
+         plugin's; an unknown name fails init, listing the networks available",
     ),
     "NCCL_NET",
+);
+pub const NET_PLUGIN: Setting = nccl(
+    user(
+        "JITCCL_NET_PLUGIN",
+        Kind::Text,
+        Initial::Computed("libnccl-net.so, if present"),
+        "the network plugins to load, as NCCL: a name `X` (`libnccl-net-X.so`, else the file `X`), a path, a \
+         comma-separated list tried in order, or `none`",
+    ),
+    "NCCL_NET_PLUGIN",
 );
 pub const COMM_NAME: Setting = config(
     "JITCCL_COMM_NAME",
@@ -361,6 +370,18 @@ pub const BIN: Setting = test(
     Kind::Path,
     "the `jitccl` binary the PyTorch benchmark times beside the backend",
 );
+pub const EDGE_FAIL_SEND: Setting = test(
+    "JITCCL_EDGE_FAIL_SEND",
+    Scope::Harness,
+    Kind::Text,
+    "which send of the process the test network plugin `EdgeFailSend` fails (read by the plugin)",
+);
+pub const EDGE_INNER: Setting = test(
+    "JITCCL_EDGE_INNER",
+    Scope::Harness,
+    Kind::Path,
+    "the network plugin the test plugins forward to (read by the plugins)",
+);
 pub const NVRTC13_PATH: Setting =
     test("JITCCL_NVRTC13_PATH", Scope::Harness, Kind::Path, "a CUDA 13 libnvrtc for the NVRTC 13 tests");
 
@@ -376,6 +397,7 @@ pub const ALL: &[Setting] = &[
     BUFFSIZE,
     NSOCKS_PERTHREAD,
     NET,
+    NET_PLUGIN,
     COMM_NAME,
     COMM_BLOCKING,
     COMM_SPLIT_SHARE_RESOURCES,
@@ -413,4 +435,6 @@ pub const ALL: &[Setting] = &[
     TORCH_KILL_AT,
     BIN,
     NVRTC13_PATH,
+    EDGE_FAIL_SEND,
+    EDGE_INNER,
 ];

@@ -76,8 +76,6 @@ fn bad_values_name_the_variable_and_what_it_accepts() {
     assert_eq!(e, "Config.min_ctas (JITCCL_MIN_CTAS)='0': expected 1..=64");
     let e = TIMEOUT.seconds(Some(Duration::ZERO)).unwrap_err().to_string();
     assert!(e.starts_with("Config.timeout (JITCCL_TIMEOUT)='0ns': expected more than 0"), "{e}");
-    let e = NET.choice(Some("IB")).unwrap_err().to_string();
-    assert_eq!(e, "Config.net_name (JITCCL_NET)='IB': expected one of Socket");
     let e = COMM_NAME.flag(None).unwrap_err().to_string();
     assert!(e.contains("internal") && e.contains("JITCCL_COMM_NAME"), "a reader of the wrong kind: {e}");
 }
@@ -94,7 +92,10 @@ fn defaults_are_the_tables() {
     assert_eq!(own(COMM_BLOCKING).flag(None), Ok(true));
     assert_eq!(own(ABORT_PROPAGATE).flag(None), Ok(false));
     assert!(own(HOST_ARENA).flag_or_warn());
-    assert_eq!(own(NET).choice(None), Ok("Socket"));
+    assert_eq!(own(NET).text(), Ok(None), "no name asked: chosen at init");
+    set("JITCCL_T_DEFAULT", Some(" Libfabric "));
+    assert_eq!(own(NET).text(), Ok(Some("Libfabric".into())), "any name: checked against the networks at init");
+    set("JITCCL_T_DEFAULT", None);
     assert_eq!(own(TRANSPORT).choice(None), Ok("auto"));
     set("JITCCL_T_DEFAULT", Some("NET"));
     assert_eq!(own(TRANSPORT).choice(None), Ok("net"), "as the table spells it");

@@ -19,13 +19,14 @@ use crate::enqueue::{self, Group};
 use crate::error::{invalid, Error, Result};
 use crate::fault::{Board, Watch};
 use crate::graph::{self, GlobalSystem, Graph, SearchParams};
+use crate::netplugin::{self, Network};
 use crate::store::Server;
 use crate::stream::{Executor, Failure, Tables};
 use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::cuda_ipc::{self, DeviceSegment};
 use crate::transport::layout::Layout;
-use crate::transport::net::{Activity, NetListener, Proxy};
+use crate::transport::net::{plugin, Activity, NetListener, Proxy};
 use crate::transport::shm::ShmSegment;
 use crate::transport::{self, AttachCtx, Endpoint};
 use crate::tune::{self, Tuner};
@@ -111,7 +112,11 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     bs.barrier()?;
     own.unlink();
     let any_net = net.iter().any(|&n| n);
-    let graph = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
+    let mut graph = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
+    let network = if any_net { network(bs, rank, &cfg)? } else { None };
+    if let Some(n) = &network {
+        between_hosts(&mut graph, n);
+    }
     if !any_net {
         test_hook::at("transport");
     }
@@ -122,20 +127,37 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let plan = if rank == 0 { tune::plan(&graph, &cfg, &device)? } else { Vec::new() };
     let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
     let proxy = if any_net {
-        let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
-        let listener = NetListener::bind(ip)?;
-        let addrs = bs
-            .all_gather(listener.addr()?.to_string().as_bytes())?
-            .iter()
-            .map(|a| String::from_utf8_lossy(a).parse().map_err(|e| Error::Internal(format!("bad peer address: {e}"))))
-            .collect::<Result<Vec<std::net::SocketAddr>>>()?;
         let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
         let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
-        test_hook::at("transport");
         // The roots' word that a rank died or failed ends the wait for its connections.
         const OP: &str = "net connection setup";
         let lost = || bs.check_peers(OP).map_err(Error::Bootstrap);
-        let proxy = Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, &lost);
+        let proxy = match &network {
+            None => {
+                let ip =
+                    bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
+                let listener = NetListener::bind(ip)?;
+                let addrs = bs
+                    .all_gather(listener.addr()?.to_string().as_bytes())?
+                    .iter()
+                    .map(|a| {
+                        String::from_utf8_lossy(a)
+                            .parse()
+                            .map_err(|e| Error::Internal(format!("bad peer address: {e}")))
+                    })
+                    .collect::<Result<Vec<std::net::SocketAddr>>>()?;
+                test_hook::at("transport");
+                Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, &lost)
+            }
+            Some(network) => {
+                let exchange = |handles: &[u8]| {
+                    let published = bs.all_gather(handles)?;
+                    test_hook::at("transport");
+                    Ok(published)
+                };
+                plugin::start(network, &layout, rank, &sends, &recvs, &bases, &cfg, &exchange, &lost)
+            }
+        };
         Some(proxy.map_err(|e| peers::explain(bs, OP, e))?)
     } else {
         None
@@ -172,6 +194,33 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
     peer_arenas::share_processes(bs, rank, shareable, &inner.enq.sym)?;
     Ok(inner)
+}
+
+/// The network this rank's peers on other hosts are reached through: a plugin's, or None
+/// for the built-in sockets. Every rank must have chosen the same one.
+fn network(bs: &Bootstrap, rank: usize, cfg: &Resolved) -> Result<Option<Network>> {
+    let chosen = netplugin::select(cfg.net_name.as_deref(), bs.nonce())?;
+    let name = chosen.as_ref().map_or("Socket", Network::name);
+    let names = bs.all_gather(name.as_bytes())?;
+    if let Some((q, theirs)) = names.iter().enumerate().find(|(_, n)| !n.eq_ignore_ascii_case(name.as_bytes())) {
+        return Err(Error::InvalidUsage(format!(
+            "rank {rank} reaches other hosts through network {name}, rank {q} through {}: set JITCCL_NET (NCCL_NET) or JITCCL_NET_PLUGIN alike on every rank",
+            String::from_utf8_lossy(theirs)
+        )));
+    }
+    Ok(chosen)
+}
+
+/// What the network's devices say of the links between hosts, for the cost model: the
+/// slowest device's speed bounds a channel between hosts, the slowest latency adds to a hop.
+fn between_hosts(graph: &mut Graph, network: &Network) {
+    let devs = network.devices();
+    let speed = devs.iter().map(|d| d.speed_mbps).filter(|&s| s > 0).min();
+    if let Some(mbps) = speed {
+        let gbs = f64::from(mbps) / 8000.0;
+        graph.bw_inter = if graph.bw_inter > 0.0 { graph.bw_inter.min(gbs) } else { gbs };
+    }
+    graph.lat_inter = devs.iter().map(|d| f64::from(d.latency_us)).filter(|l| l.is_finite()).fold(0.0, f64::max);
 }
 
 /// The rings and trees of a communicator of processes: every rank shares its machine's

@@ -14,6 +14,7 @@
 //! moves it all.
 
 mod fifo;
+pub(crate) mod plugin;
 mod proxy;
 mod recv;
 mod send;
@@ -178,7 +179,11 @@ impl Proxy {
             cfg.nsocks
         );
         let (thread, activity) = proxy::spawn(rank, send_sides, recv_sides, layout.board(bases[rank]))?;
-        Ok(Proxy { activity, thread: Some(thread) })
+        Ok(Proxy::from_thread(thread, activity))
+    }
+
+    fn from_thread(thread: JoinHandle<()>, activity: Arc<Activity>) -> Proxy {
+        Proxy { activity, thread: Some(thread) }
     }
 
     /// What this rank's kernels tell the proxy when they run.

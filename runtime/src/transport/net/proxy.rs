@@ -43,15 +43,22 @@ const FAULT_FLUSH: Duration = Duration::from_millis(200);
 /// What wakes the proxy besides its sockets: kernels of its rank starting, and stopping.
 pub(crate) struct Activity {
     /// Kernels of this rank running now.
-    running: AtomicUsize,
+    pub(super) running: AtomicUsize,
     /// The proxy is (about to be) asleep and must be woken.
-    sleeping: AtomicBool,
-    stop: AtomicBool,
+    pub(super) sleeping: AtomicBool,
+    pub(super) stop: AtomicBool,
     /// 1 + the culprit of this rank's failure, to be reported to every net peer (0: none).
-    fault: AtomicUsize,
+    pub(super) fault: AtomicUsize,
     /// Every peer has been sent the fault frame (or its connection is gone).
-    fault_sent: AtomicBool,
-    waker: Waker,
+    pub(super) fault_sent: AtomicBool,
+    pub(super) wake: Wake,
+}
+
+/// How the proxy is woken: the socket proxy sleeps in its poller, a plugin's proxy (whose
+/// plugin offers nothing to wait on) parks.
+pub(super) enum Wake {
+    Poller(Waker),
+    Park(std::sync::OnceLock<std::thread::Thread>),
 }
 
 impl Activity {
@@ -99,8 +106,28 @@ impl Activity {
     }
 
     fn wake(&self) {
-        if let Err(e) = self.waker.wake() {
-            tracing::warn!("waking the net proxy failed: {e}");
+        match &self.wake {
+            Wake::Poller(w) => {
+                if let Err(e) = w.wake() {
+                    tracing::warn!("waking the net proxy failed: {e}");
+                }
+            }
+            Wake::Park(t) => {
+                if let Some(t) = t.get() {
+                    t.unpark();
+                }
+            }
+        }
+    }
+
+    pub(super) fn new(wake: Wake) -> Activity {
+        Activity {
+            running: AtomicUsize::new(0),
+            sleeping: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            fault: AtomicUsize::new(0),
+            fault_sent: AtomicBool::new(false),
+            wake,
         }
     }
 }
@@ -146,14 +173,7 @@ pub(super) fn spawn(
         places.push(place);
     }
     let waker = Waker::new(poll.registry(), WAKE).map_err(sys("creating the net proxy's waker"))?;
-    let activity = Arc::new(Activity {
-        running: AtomicUsize::new(0),
-        sleeping: AtomicBool::new(false),
-        stop: AtomicBool::new(false),
-        fault: AtomicUsize::new(0),
-        fault_sent: AtomicBool::new(false),
-        waker,
-    });
+    let activity = Arc::new(Activity::new(Wake::Poller(waker)));
     let sides = Sides(sends, recvs);
     let act = activity.clone();
     let thread = std::thread::Builder::new()
@@ -172,36 +192,12 @@ fn run(
 ) {
     let mut events = Events::with_capacity(places.len() + 1);
     let mut wait = Duration::ZERO;
-    let mut idle = 0u32;
+    let mut pace = Pace::default();
     let mut drain_until = None;
-    let mut was_busy = false;
     let mut failed = false;
-    // Per peer, its links still open: a peer is noted closed only once all are, for data
-    // it sent before closing may still be on its way on another link.
-    let mut open =
-        vec![
-            0usize;
-            sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).max().map_or(0, |m| m + 1)
-        ];
-    sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)).for_each(|p| open[p] += 1);
-    // Peers whose links have all closed, and since when: noted on the board only after
-    // CLOSED_GRACE, for what a peer that finished normally sent last may still be moving
-    // through this proxy (a notice would end a wait it is about to satisfy).
-    let mut gone: Vec<(usize, Instant)> = Vec::new();
-    let mut closed = |peer: usize, gone: &mut Vec<(usize, Instant)>| {
-        open[peer] -= 1;
-        if open[peer] == 0 {
-            gone.push((peer, Instant::now()));
-        }
-    };
+    let mut peers = Peers::new(sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)));
     loop {
-        gone.retain(|&(peer, at)| {
-            let due = at.elapsed() >= CLOSED_GRACE;
-            if due {
-                board.note(peer, Notice { culprit: peer, closed: true });
-            }
-            !due
-        });
+        peers.note_due(&board);
         if let Err(e) = poll.poll(&mut events, Some(wait)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 tracing::error!("rank {rank}: the net proxy's poller failed, stopping: {e}");
@@ -217,13 +213,7 @@ fn run(
             w.readable |= e.is_readable() || w.hangup;
             w.writable |= e.is_writable() || e.is_write_closed() || e.is_error();
         }
-        // Read before the pass: a kernel that ended before it posted nothing the pass misses.
-        let mut busy = act.running.load(Ordering::Acquire) > 0;
-        if busy && !was_busy {
-            // A kernel started: its first step may be a moment away.
-            idle = 0;
-        }
-        was_busy = busy;
+        let mut busy = pace.busy(act);
         if act.stop.load(Ordering::Acquire) {
             busy = true;
             let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN);
@@ -253,7 +243,7 @@ fn run(
                     // too: noted on the board, it ends the kernel waits on that peer (and
                     // only those), whichever it was.
                     link_failed(rank, "to", s.link, &why, !s.flushed());
-                    closed(s.link.peer, &mut gone);
+                    peers.closed(s.link.peer);
                     close(&s.socks);
                     s.dead = true;
                 }
@@ -265,9 +255,9 @@ fn run(
                 Err(why) => {
                     link_failed(rank, "from", r.link, &why, r.mid_frame() || r.fault.is_some());
                     match r.fault {
-                        Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false }),
+                        Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false, link: false }),
                         None => {
-                            closed(r.link.peer, &mut gone);
+                            peers.closed(r.link.peer);
                             close(&r.socks);
                         }
                     }
@@ -278,20 +268,93 @@ fn run(
         if failed && !act.fault_sent.load(Ordering::Relaxed) && sends.iter().all(SendSide::settled) {
             act.fault_sent.store(true, Ordering::Release);
         }
-        idle = if progressed { 0 } else { idle.saturating_add(1) };
-        wait = Duration::ZERO;
-        if idle <= SPINS {
+        wait = pace.after(progressed, busy, peers.any_gone(), act).unwrap_or(Duration::ZERO);
+    }
+}
+
+/// How a proxy paces itself between passes: while a kernel of its rank runs, it spins
+/// briefly after each piece of work (a reply is often microseconds away), then yields its
+/// core, then sleeps in short naps; with no kernel running it sleeps long.
+#[derive(Default)]
+pub(super) struct Pace {
+    idle: u32,
+    was_busy: bool,
+}
+
+impl Pace {
+    /// Whether a kernel runs, read before a pass (a kernel that ended before it posted
+    /// nothing the pass misses).
+    pub fn busy(&mut self, act: &Activity) -> bool {
+        let busy = act.running.load(Ordering::Acquire) > 0;
+        if busy && !self.was_busy {
+            // A kernel started: its first step may be a moment away.
+            self.idle = 0;
+        }
+        self.was_busy = busy;
+        busy
+    }
+
+    /// After a pass: None to go on at once (having spun or yielded), or how long to sleep
+    /// at most; `waiting` keeps the naps short (a peer's closing is being timed).
+    pub fn after(&mut self, progressed: bool, busy: bool, waiting: bool, act: &Activity) -> Option<Duration> {
+        self.idle = if progressed { 0 } else { self.idle.saturating_add(1) };
+        if self.idle <= SPINS {
             std::hint::spin_loop();
-        } else if busy && idle <= YIELDS {
+            None
+        } else if busy && self.idle <= YIELDS {
             // Give the core to the kernels this proxy serves.
             std::thread::yield_now();
+            None
         } else {
             act.sleeping.store(true, Ordering::SeqCst);
             let running = act.running.load(Ordering::SeqCst) > 0;
             if busy || !running {
-                wait = if busy || !gone.is_empty() { BUSY_SLEEP } else { IDLE_SLEEP };
+                Some(if busy || waiting { BUSY_SLEEP } else { IDLE_SLEEP })
+            } else {
+                None
             }
         }
+    }
+}
+
+/// Per peer, its links still open: a peer is noted closed only once all are, for data it
+/// sent before closing may still be on its way on another link. Peers whose links have all
+/// closed are noted on the board only after CLOSED_GRACE, for what a peer that finished
+/// normally sent last may still be moving through this proxy (a notice would end a wait it
+/// is about to satisfy).
+pub(super) struct Peers {
+    open: Vec<usize>,
+    gone: Vec<(usize, Instant)>,
+}
+
+impl Peers {
+    pub fn new(links: impl Iterator<Item = usize> + Clone) -> Peers {
+        let mut open = vec![0usize; links.clone().max().map_or(0, |m| m + 1)];
+        links.for_each(|p| open[p] += 1);
+        Peers { open, gone: Vec::new() }
+    }
+
+    /// A link of `peer` closed.
+    pub fn closed(&mut self, peer: usize) {
+        self.open[peer] -= 1;
+        if self.open[peer] == 0 {
+            self.gone.push((peer, Instant::now()));
+        }
+    }
+
+    /// Notes on `board` the peers gone for CLOSED_GRACE.
+    pub fn note_due(&mut self, board: &Board) {
+        self.gone.retain(|&(peer, at)| {
+            let due = at.elapsed() >= CLOSED_GRACE;
+            if due {
+                board.note(peer, Notice { culprit: peer, closed: true, link: false });
+            }
+            !due
+        });
+    }
+
+    pub fn any_gone(&self) -> bool {
+        !self.gone.is_empty()
     }
 }
 
@@ -304,7 +367,7 @@ fn close(socks: &[super::wire::Wire]) {
     }
 }
 
-fn link_failed(rank: usize, dir: &str, link: Link, why: &str, busy: bool) {
+pub(super) fn link_failed(rank: usize, dir: &str, link: Link, why: &str, busy: bool) {
     if busy {
         tracing::warn!(
             "rank {rank}: net link {dir} rank {} (channel {}) failed with steps in flight: {why}",

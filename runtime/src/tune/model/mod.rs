@@ -213,14 +213,15 @@ impl Topology {
     }
 
     /// `self` (one machine's figures) over `graph`'s hosts: between them, the NICs' speed
-    /// where the graph knows it and the network transport's hop latency.
+    /// where the graph knows it and the network transport's hop latency, plus the
+    /// network's own where its plugin reports one.
     fn across_hosts(mut self, graph: &Graph) -> Topology {
         self.nnodes = graph.nhosts.clamp(1, self.nranks);
         if self.nnodes > 1 {
             if graph.bw_inter > 0.0 {
                 self.bw_inter = graph.bw_inter.min(self.bw_intra);
             }
-            self.lat_inter = HOST_NET_HOP;
+            self.lat_inter = HOST_NET_HOP + graph.lat_inter.max(0.0);
         }
         self
     }

@@ -1,0 +1,27 @@
+//! jitccl's NCCL network plugins, built from C by this crate's build script, and where
+//! they are: dev-dependents load them by path in their tests.
+//!
+//! - [`FABRIC`]: the "Fabric" plugin, a network over libfabric's RDM endpoints (the `tcp`
+//!   provider unless `FI_PROVIDER` names another; `FI_TCP_IFACE` pins the interface),
+//!   host memory only, exporting `ncclNetPlugin_v8` .. `ncclNetPlugin_v12`.
+//! - The edge plugins, for a loader's unusual cases: [`EDGE_V8ONLY`] (only
+//!   `ncclNetPlugin_v8`, forwarding to the fabric plugin), [`EDGE_INITFAIL`] (init fails),
+//!   [`EDGE_NODEV`] (no devices), [`EDGE_FAILSEND`] (the Nth send of the process fails,
+//!   N from `JITCCL_EDGE_FAIL_SEND`). The forwarding ones load the plugin named by
+//!   `JITCCL_EDGE_INNER`, else [`FABRIC`].
+//! - [`INCLUDE_DIR`]: `jitccl_net.h`, the C declarations of the plugin interface.
+
+/// The "Fabric" network plugin.
+pub const FABRIC: &str = concat!(env!("OUT_DIR"), "/libnccl-net-fabric.so");
+/// Exports only `ncclNetPlugin_v8` ("EdgeV8"), forwarding to the fabric plugin.
+pub const EDGE_V8ONLY: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-v8only.so");
+/// `ncclNetPlugin_v12` and `_v8` whose init returns `ncclInternalError` ("EdgeInitFail").
+pub const EDGE_INITFAIL: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-initfail.so");
+/// `ncclNetPlugin_v12` and `_v8` that initialize and report 0 devices ("EdgeNoDev").
+pub const EDGE_NODEV: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-nodev.so");
+/// `ncclNetPlugin_v12` forwarding to the fabric plugin, except that send number
+/// `JITCCL_EDGE_FAIL_SEND` of the process fails with `ncclSystemError`, as does every later
+/// test on its communicator ("EdgeFailSend").
+pub const EDGE_FAILSEND: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-failsend.so");
+/// The folder holding `jitccl_net.h`.
+pub const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");

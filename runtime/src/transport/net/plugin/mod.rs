@@ -1,0 +1,441 @@
+//! The network transport over a network plugin (`netplugin`): the same connectors and
+//! kernels as over the built-in sockets, with the plugin moving the steps.
+//!
+//! Each receive connector listens on its own plugin comm (as NCCL does), and the handles
+//! travel through the bootstrap; each send connector connects to its receiver's handle.
+//! Both register the FIFO memory they send from or receive into, and a staging area for
+//! size words and small steps (`send`, `recv` say what goes where). The proxy thread drives
+//! the plugin's requests: a plugin offers nothing to wait on, so the thread tests them
+//! while a kernel of its rank runs and naps otherwise.
+
+mod recv;
+mod send;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use jitccl_codegen::abi::{Conn, NPROTOS, STEPS};
+
+use super::proxy::{link_failed, Activity, Pace, Peers, Wake};
+use super::Proxy;
+use crate::config::Resolved;
+use crate::device::HostMemory;
+use crate::error::{sys, Error, Result};
+use crate::fault::{Board, Notice};
+use crate::netplugin::{Handle, ListenComm, Mr, Network, HANDLE_BYTES};
+use crate::transport::connect::Link;
+use crate::transport::layout::Layout;
+use recv::RecvSide;
+use send::SendSide;
+
+/// A size word on the wire.
+const WORD: usize = 8;
+/// The size word of a fault message; the culprit's rank follows it.
+const FAULT_WORD: u64 = u64::MAX;
+/// The size word of a close message: the connector's last.
+const CLOSE_WORD: u64 = u64::MAX - 1;
+/// How long a closing proxy keeps sending steps its kernels already posted.
+const DRAIN: Duration = Duration::from_secs(10);
+/// How long a closing proxy then waits for its peers' close messages (a peer that closes
+/// later than that leaves a receive posted at close).
+const FAREWELL: Duration = Duration::from_secs(1);
+/// The longest a rank waits for its fault messages to leave.
+const FAULT_FLUSH: Duration = Duration::from_millis(200);
+/// How often a rank awaiting its connections asks whether the job is lost.
+const LOST_POLL: Duration = Duration::from_millis(20);
+/// One published handle: sending rank, FIFO offset in the receiver's segment, handle.
+const ENTRY: usize = 4 + 8 + HANDLE_BYTES;
+
+/// A registered buffer of a connector: per slot a size word and room for the largest LL
+/// or LL128 step, then the connector's last message (a fault or a close).
+struct Staging {
+    mem: HostMemory,
+    slot_bytes: usize,
+    mr: Mr,
+}
+
+impl Staging {
+    fn new(layout: &Layout, register: impl FnOnce(*mut u8, usize) -> Result<Mr>) -> Result<Staging> {
+        let small = layout.slot_bytes[1..].iter().copied().max().unwrap_or(0);
+        let slot_bytes = (WORD + small).next_multiple_of(64);
+        let bytes = slot_bytes * STEPS + 2 * WORD;
+        let mem = HostMemory::zeroed(bytes)?;
+        let mr = register(mem.ptr(), bytes)?;
+        Ok(Staging { mem, slot_bytes, mr })
+    }
+
+    fn slot(&self, s: usize) -> *mut u8 {
+        // SAFETY: s < STEPS, within the allocation.
+        unsafe { self.mem.ptr().add(s * self.slot_bytes) }
+    }
+
+    fn last(&self) -> *mut u8 {
+        self.slot(STEPS)
+    }
+}
+
+/// The bytes of every protocol's slots of a connector end, which the plugin reads or
+/// writes.
+fn fifo_region(fifo: &Conn) -> (*mut u8, usize) {
+    let last = NPROTOS - 1;
+    let end = fifo.buf[last] as usize + fifo.slot_bytes[last] as usize * STEPS;
+    (fifo.buf[0], end - fifo.buf[0] as usize)
+}
+
+/// The plugin device a rank uses for channel `chan`: channels spread over the devices,
+/// ranks of a host starting on different ones.
+fn device_for(net: &Network, rank: usize, chan: usize) -> usize {
+    (rank + chan) % net.devices().len().max(1)
+}
+
+/// A rank's receive connectors, listening; `handles` is what its peers must be sent.
+struct Listening {
+    listens: Vec<(Link, ListenComm)>,
+    handles: Vec<u8>,
+}
+
+/// Listens for every receive connector in `recvs`.
+fn listen(net: &Network, layout: &Layout, rank: usize, recvs: &[Link]) -> Result<Listening> {
+    let mut listens = Vec::with_capacity(recvs.len());
+    let mut handles = Vec::with_capacity(recvs.len() * ENTRY);
+    for &link in recvs {
+        let dev = device_for(net, rank, link.chan);
+        let (handle, comm) = net.listen(dev).map_err(|e| {
+            Error::Internal(format!(
+                "rank {rank}: listening for rank {} (channel {}) on {} device {dev}: {e}",
+                link.peer,
+                link.chan,
+                net.name()
+            ))
+        })?;
+        handles.extend_from_slice(&(link.peer as u32).to_le_bytes());
+        handles.extend_from_slice(&(layout.offset(link.chan, link.edge) as u64).to_le_bytes());
+        handles.extend_from_slice(&handle);
+        listens.push((link, comm));
+    }
+    Ok(Listening { listens, handles })
+}
+
+/// The handle `receiver` published for this rank's connector at FIFO `offset`.
+fn handle_of(published: &[u8], rank: usize, offset: usize) -> Option<Handle> {
+    published.chunks_exact(ENTRY).find_map(|e| {
+        let sender = u32::from_le_bytes(e[..4].try_into().expect("4 bytes")) as usize;
+        let off = u64::from_le_bytes(e[4..12].try_into().expect("8 bytes")) as usize;
+        (sender == rank && off == offset).then(|| e[12..].try_into().expect("a handle"))
+    })
+}
+
+/// What a rank's connectors need to be set up, owned by its proxy thread.
+struct Setup {
+    net: Network,
+    layout: Layout,
+    rank: usize,
+    sends: Vec<Link>,
+    recvs: Vec<Link>,
+    /// The segment bases the links' FIFOs live in (shadows for the peers), as addresses.
+    bases: Vec<usize>,
+    deadline: Instant,
+    timeout: Duration,
+    /// Set by the initializing thread when it gives up: the setup stops waiting.
+    abandoned: Arc<AtomicBool>,
+}
+
+/// Sets up the connectors over `net` and starts the proxy thread that moves their steps.
+///
+/// The thread itself listens, connects, accepts and registers, so that every plugin comm of
+/// a communicator is opened and used by one thread of its own, as NCCL's proxy does (some
+/// plugins keep per-thread state that comms opened on one thread share). `exchange` sends
+/// this rank's listen handles to every rank and returns every rank's (the bootstrap's
+/// all-gather); `lost` is asked now and then while connections are awaited, and its error
+/// ends the setup. `bases` are the segment bases the links' FIFOs live in.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start(
+    net: &Network, layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], cfg: &Resolved,
+    exchange: &dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>, lost: &(dyn Fn() -> Result<()> + Sync),
+) -> Result<Proxy> {
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let setup = Setup {
+        net: net.clone(),
+        layout: layout.clone(),
+        rank,
+        sends: sends.to_vec(),
+        recvs: recvs.to_vec(),
+        bases: bases.iter().map(|&b| b as usize).collect(),
+        deadline: Instant::now() + cfg.timeout,
+        timeout: cfg.timeout,
+        abandoned: abandoned.clone(),
+    };
+    let activity = Arc::new(Activity::new(Wake::Park(std::sync::OnceLock::new())));
+    let (handles_tx, handles_rx) = mpsc::channel::<Result<Vec<u8>>>();
+    let (published_tx, published_rx) = mpsc::channel::<Vec<Vec<u8>>>();
+    let (up_tx, up_rx) = mpsc::channel::<Result<()>>();
+    let act = activity.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("jitccl-proxy{rank}"))
+        .spawn(move || {
+            if let Wake::Park(t) = &act.wake {
+                let _ = t.set(std::thread::current());
+            }
+            let listening = match listen(&setup.net, &setup.layout, rank, &setup.recvs) {
+                Ok(l) => l,
+                Err(e) => return drop(handles_tx.send(Err(e))),
+            };
+            if handles_tx.send(Ok(listening.handles.clone())).is_err() {
+                return;
+            }
+            let Ok(published) = published_rx.recv() else { return };
+            match setup.connect(listening, &published) {
+                Ok((sends, recvs)) => {
+                    if up_tx.send(Ok(())).is_ok() {
+                        run(rank, sends, recvs, &act, setup.layout.board(setup.bases[rank] as *mut u8));
+                    }
+                }
+                Err(e) => drop(up_tx.send(Err(e))),
+            }
+        })
+        .map_err(sys("starting the proxy thread"))?;
+    let proxy = Proxy::from_thread(thread, activity);
+    let gone = || Error::Internal(format!("rank {rank}: the net proxy thread stopped during setup"));
+    let up = (|| {
+        let handles = handles_rx.recv().map_err(|_| gone())??;
+        published_tx.send(exchange(&handles)?).map_err(|_| gone())?;
+        loop {
+            match up_rx.recv_timeout(LOST_POLL) {
+                Ok(r) => return r,
+                Err(mpsc::RecvTimeoutError::Timeout) => lost()?,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(gone()),
+            }
+        }
+    })();
+    if up.is_err() {
+        abandoned.store(true, Ordering::Release);
+    }
+    // On an error the proxy's drop waits for its thread, which gives up at once.
+    up.map(|()| proxy)
+}
+
+impl Setup {
+    /// Connects every send connector to the handle its receiver published for it
+    /// (`published[q]`: rank q's), accepts every receive connector, registers their memory.
+    fn connect(&self, listening: Listening, published: &[Vec<u8>]) -> Result<(Vec<SendSide>, Vec<RecvSide>)> {
+        let (net, layout, rank) = (&self.net, &self.layout, self.rank);
+        let name = net.name().to_string();
+        let failed =
+            |what: String| move |e: crate::netplugin::NetError| Error::Internal(format!("rank {rank}: {what}: {e}"));
+        let mut handles = Vec::with_capacity(self.sends.len());
+        for l in &self.sends {
+            let offset = layout.offset(l.chan, l.edge);
+            let h = handle_of(&published[l.peer], rank, offset).ok_or_else(|| {
+                Error::Internal(format!(
+                    "rank {rank}: rank {} published no {name} handle for this rank's channel {}",
+                    l.peer, l.chan
+                ))
+            })?;
+            handles.push(h);
+        }
+        let mut send_comms: Vec<Option<_>> = self.sends.iter().map(|_| None).collect();
+        let mut listens: Vec<(Link, Option<ListenComm>, Option<_>)> =
+            listening.listens.into_iter().map(|(l, c)| (l, Some(c), None)).collect();
+        loop {
+            let mut moved = false;
+            for (i, l) in self.sends.iter().enumerate() {
+                if send_comms[i].is_some() {
+                    continue;
+                }
+                let dev = device_for(net, rank, l.chan);
+                let what = format!("connecting to rank {} (channel {}) over {name}", l.peer, l.chan);
+                // The same handle each time: a plugin may keep its progress in it.
+                if let Some(c) = net.connect(dev, &mut handles[i]).map_err(failed(what))? {
+                    send_comms[i] = Some(c);
+                    moved = true;
+                }
+            }
+            for (l, listen, comm) in listens.iter_mut().filter(|(_, _, c)| c.is_none()) {
+                let what = format!("accepting rank {} (channel {}) over {name}", l.peer, l.chan);
+                if let Some(c) = listen.as_mut().expect("listening").accept().map_err(failed(what))? {
+                    *comm = Some(c);
+                    // A listen serves one connection.
+                    *listen = None;
+                    moved = true;
+                }
+            }
+            let missing =
+                send_comms.iter().filter(|c| c.is_none()).count() + listens.iter().filter(|l| l.2.is_none()).count();
+            if missing == 0 {
+                break;
+            }
+            if self.abandoned.load(Ordering::Acquire) {
+                return Err(Error::Internal(format!("rank {rank}: {name} connection setup abandoned")));
+            }
+            if Instant::now() > self.deadline {
+                let (peer, chan) = self
+                    .sends
+                    .iter()
+                    .zip(&send_comms)
+                    .find(|(_, c)| c.is_none())
+                    .map(|(l, _)| l)
+                    .or_else(|| listens.iter().find(|l| l.2.is_none()).map(|l| &l.0))
+                    .map(|l| (l.peer, l.chan))
+                    .expect("a connection is missing");
+                return Err(Error::Timeout {
+                    op: format!("{name} connection setup ({missing} connection(s) missing)"),
+                    rank,
+                    channel: chan,
+                    peer: peer as i32,
+                    waiting: "a connection with",
+                    timeout_s: self.timeout.as_secs_f64(),
+                });
+            }
+            if !moved {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let register = |what: &str, l: &Link, r: std::result::Result<Mr, crate::netplugin::NetError>| {
+            r.map_err(|e| {
+                Error::Internal(format!(
+                    "rank {rank}: registering {what} for rank {} (channel {}): {e}",
+                    l.peer, l.chan
+                ))
+            })
+        };
+        let base = |q: usize| self.bases[q] as *mut u8;
+        let mut send_sides = Vec::with_capacity(self.sends.len());
+        for (&l, comm) in self.sends.iter().zip(send_comms) {
+            let mut comm = comm.expect("connected");
+            let fifo = layout.end(base(l.peer), l.chan, l.edge, l.peer);
+            let (ptr, bytes) = fifo_region(&fifo);
+            let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes))?;
+            let staging = Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b)))?;
+            send_sides.push(SendSide::new(l, fifo, comm, fifo_mr, staging));
+        }
+        let mut recv_sides = Vec::with_capacity(listens.len());
+        for (l, _, comm) in listens {
+            let mut comm = comm.expect("accepted");
+            let fifo = layout.end(base(rank), l.chan, l.edge, l.peer);
+            let (ptr, bytes) = fifo_region(&fifo);
+            let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes))?;
+            let staging = Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b)))?;
+            recv_sides.push(RecvSide::new(l, fifo, layout.ll128_flag, comm, fifo_mr, staging));
+        }
+        tracing::info!(
+            "rank {rank}: net transport up over {name} (plugin {}, v{}), {} send and {} receive connector(s) on device(s) {:?}",
+            net.library(),
+            net.version(),
+            send_sides.len(),
+            recv_sides.len(),
+            (0..layout.nchannels).map(|c| device_for(net, rank, c)).collect::<std::collections::BTreeSet<_>>(),
+        );
+        Ok((send_sides, recv_sides))
+    }
+}
+
+fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Activity, board: Board) {
+    let mut pace = Pace::default();
+    let mut drain_until = None;
+    let mut farewell_until = None;
+    let mut failed = false;
+    let mut fault_at = None;
+    let mut peers = Peers::new(sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)));
+    loop {
+        peers.note_due(&board);
+        let mut busy = pace.busy(act);
+        if act.stop.load(Ordering::Acquire) {
+            busy = true;
+            let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN);
+            let flushed = sends.iter().all(SendSide::settled);
+            if !flushed && Instant::now() > until {
+                tracing::warn!("rank {rank}: closing with posted steps its peers never took");
+                return;
+            }
+            // Then each side says goodbye (a failed communicator owes its peers nothing).
+            if flushed && !failed {
+                let farewell = *farewell_until.get_or_insert_with(|| Instant::now() + FAREWELL);
+                sends.iter_mut().for_each(SendSide::close);
+                let done = sends.iter().all(SendSide::closed) && recvs.iter().all(|r| r.dead || r.closed);
+                if done || Instant::now() > farewell {
+                    if !done {
+                        tracing::debug!("rank {rank}: closing before every peer said goodbye");
+                    }
+                    // Dropping the sides closes their comms.
+                    return;
+                }
+            } else if flushed {
+                return;
+            }
+        }
+        let mut progressed = false;
+        let fault = act.fault.swap(0, Ordering::AcqRel);
+        if fault > 0 {
+            failed = true;
+            fault_at = Some(Instant::now());
+            sends.iter_mut().for_each(|s| s.report_fault(fault - 1));
+        }
+        for s in sends.iter_mut().filter(|s| !s.dead) {
+            match s.pump() {
+                Ok(p) => progressed |= p,
+                Err(why) => {
+                    let lost = !s.flushed();
+                    link_failed(rank, "to", s.link, &why, lost);
+                    if lost {
+                        link_lost(&board, rank, s.link.peer);
+                    }
+                    peers.closed(s.link.peer);
+                    s.dead = true;
+                }
+            }
+        }
+        for r in recvs.iter_mut().filter(|r| !r.dead) {
+            match r.pump() {
+                Ok(p) => progressed |= p,
+                Err(why) => {
+                    link_failed(rank, "from", r.link, &why, r.mid_step() || r.fault.is_some());
+                    match r.fault {
+                        Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false, link: false }),
+                        None if r.mid_step() => link_lost(&board, rank, r.link.peer),
+                        None => peers.closed(r.link.peer),
+                    }
+                    r.dead = true;
+                }
+            }
+        }
+        // A plugin may never finish a send to a peer that stopped receiving: the fault is
+        // reported as far as it could be.
+        let flushed = sends.iter().all(SendSide::settled) || fault_at.is_some_and(|t| t.elapsed() > FAULT_FLUSH);
+        if failed && !act.fault_sent.load(Ordering::Relaxed) && flushed {
+            act.fault_sent.store(true, Ordering::Release);
+        }
+        if let Some(wait) = pace.after(progressed, busy, peers.any_gone(), act) {
+            std::thread::park_timeout(wait);
+            act.sleeping.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Steps between this rank and `peer` are lost: whatever this rank's kernels wait on now
+/// or later fails, naming the peer, and the communicator's failure then reaches the others.
+fn link_lost(board: &Board, rank: usize, peer: usize) {
+    for q in (0..board.nranks()).filter(|&q| q != rank) {
+        board.note(q, Notice { culprit: peer, closed: false, link: true });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sender_finds_the_handle_its_receiver_published_for_it() {
+        let mut published = Vec::new();
+        for (sender, offset, fill) in [(1u32, 4096u64, 7u8), (2, 4096, 8), (1, 8192, 9)] {
+            published.extend_from_slice(&sender.to_le_bytes());
+            published.extend_from_slice(&offset.to_le_bytes());
+            published.extend_from_slice(&[fill; HANDLE_BYTES]);
+        }
+        assert_eq!(handle_of(&published, 1, 4096), Some([7; HANDLE_BYTES]));
+        assert_eq!(handle_of(&published, 2, 4096), Some([8; HANDLE_BYTES]));
+        assert_eq!(handle_of(&published, 1, 8192), Some([9; HANDLE_BYTES]));
+        assert_eq!(handle_of(&published, 3, 4096), None);
+        assert_eq!(handle_of(&published[..ENTRY - 1], 1, 4096), None);
+    }
+}

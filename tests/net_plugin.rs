@@ -1,0 +1,141 @@
+//! The network transport over a network plugin: the project's libfabric plugin (`Fabric`,
+//! libfabric's `tcp` provider on loopback) carries every byte between ranks
+//! (`JITCCL_TRANSPORT=net`, ranks as threads of this process, each with its own proxy and
+//! plugin comms), and every collective, protocol and algorithm is checked against the
+//! reference with FIFO slots tiny enough that the counts take many steps; plus the loader's
+//! edges: a plugin exporting only v8, one whose init fails, one with no device, a missing
+//! name first in the list.
+
+#[path = "common/world.rs"]
+mod world;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use jitccl::{Algorithm, Collective, Comm, Config, DataType, Op, Protocol, UniqueId};
+use world::{check_cases, check_counts, World};
+
+/// Every test here runs over the network through the plugins named below (a missing one
+/// first, which is skipped), pinned to loopback.
+fn environment() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var("JITCCL_TRANSPORT", "net");
+        let list = [
+            "no-such-plugin",
+            jitccl_plugins::EDGE_INITFAIL,
+            jitccl_plugins::EDGE_NODEV,
+            jitccl_plugins::FABRIC,
+            jitccl_plugins::EDGE_V8ONLY,
+        ];
+        std::env::set_var("NCCL_NET_PLUGIN", list.join(","));
+        std::env::set_var("FI_PROVIDER", "tcp");
+        std::env::set_var("FI_TCP_IFACE", "lo");
+    });
+}
+
+/// `n` ranks over the network named `net` (None: the default choice), each init on a
+/// thread of its own (each blocks until all have joined).
+fn comms(n: usize, net: Option<&str>, cfg: &Config) -> Vec<Comm> {
+    environment();
+    let id = UniqueId::new().unwrap();
+    let cfg = Config { net_name: net.map(str::to_string), timeout: Some(Duration::from_secs(60)), ..cfg.clone() };
+    std::thread::scope(|s| {
+        let (id, cfg) = (&id, &cfg);
+        let hs: Vec<_> = (0..n).map(|r| s.spawn(move || Comm::init_rank(id, n, r, cfg))).collect();
+        hs.into_iter().map(|h| h.join().unwrap().expect("init over the plugin")).collect()
+    })
+}
+
+fn world(n: usize, net: Option<&str>, algo: Algorithm, proto: Protocol) -> World {
+    let cfg = Config {
+        nchannels: Some(2),
+        algo: Some(algo),
+        proto: Some(proto),
+        // Simple: 64 f32 per step; LL: 4 lines; LL128: 2 lines.
+        slot_bytes: Some([256, 64, 256]),
+        ..Config::default()
+    };
+    let comms = comms(n, net, &cfg);
+    let streams = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+    World { comms, streams, mem: world::Mem::Plain }
+}
+
+const COUNTS: &[usize] = &[0, 1, 4099];
+
+fn reductions(dtypes: &[DataType]) -> Vec<(DataType, Option<Op>)> {
+    dtypes.iter().flat_map(|&d| [Op::Sum, Op::Max].map(|o| (d, Some(o)))).collect()
+}
+
+#[test]
+fn every_collective_over_the_fabric_plugin_matches_the_reference() {
+    let (mut runs, mut failures) = (0, Vec::new());
+    for proto in [Protocol::Simple, Protocol::LL, Protocol::LL128] {
+        for (algo, n) in [(Algorithm::Ring, 3), (Algorithm::Tree, 3)] {
+            let t = std::time::Instant::now();
+            let w = world(n, Some("fabric"), algo, proto);
+            for coll in Collective::ALL.iter().copied().filter(|c| c.algorithms().contains(&algo)) {
+                let cases = if coll.reduces() {
+                    reductions(&[DataType::F32, DataType::BF16])
+                } else {
+                    vec![(DataType::U8, None), (DataType::F64, None)]
+                };
+                let (r, f) = check_counts(&w, coll, &cases, COUNTS, &format!("{coll} {algo}/{proto} n={n}"));
+                runs += r;
+                failures.extend(f);
+            }
+            drop(w);
+            eprintln!("{algo}/{proto}: {:?}", t.elapsed());
+        }
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+    eprintln!("over the fabric plugin: {runs} runs passed");
+}
+
+#[test]
+fn steps_larger_than_the_staging_cross_whole() {
+    // Default FIFO slots: Simple steps of 128 KiB, straight from slot to slot.
+    let cfg = Config { nchannels: Some(1), proto: Some(Protocol::Simple), ..Config::default() };
+    let comms = comms(2, Some("Fabric"), &cfg);
+    let streams: Vec<_> = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+    let w = World { comms, streams, mem: world::Mem::Plain };
+    let (runs, failures) =
+        check_counts(&w, Collective::AllReduce, &[(DataType::F32, Some(Op::Sum))], &[3 << 20], "large");
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Without a name, the first plugin that initializes with a device is chosen: the list's
+/// missing library, failing init and empty plugin are skipped, and Fabric comes next.
+#[test]
+fn the_first_plugin_with_a_device_is_chosen_by_default() {
+    let w = world(2, None, Algorithm::Ring, Protocol::Simple);
+    let (runs, failures) = check_cases(&w, Collective::AllReduce, &reductions(&[DataType::F32]), "default");
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A plugin that exports only `ncclNetPlugin_v8` is driven through the v8 table.
+#[test]
+fn a_plugin_of_version_8_moves_the_data() {
+    let w = world(2, Some("EdgeV8"), Algorithm::Ring, Protocol::LL128);
+    let (runs, failures) = check_cases(&w, Collective::AllGather, &[(DataType::F32, None)], "v8");
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Asking for a network that was skipped fails init, saying why; an unknown name lists
+/// the networks there are.
+#[test]
+fn a_skipped_or_unknown_network_fails_init_saying_why() {
+    environment();
+    for (name, expect) in [("EdgeInitFail", "init"), ("EdgeNoDev", "no device"), ("Nope", "Socket")] {
+        let id = UniqueId::new().unwrap();
+        let cfg = Config { net_name: Some(name.into()), timeout: Some(Duration::from_secs(20)), ..Config::default() };
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let (id, cfg) = (&id, &cfg);
+            let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Comm::init_rank(id, 2, r, cfg))).collect();
+            hs.into_iter().map(|h| h.join().unwrap().err().map(|e| e.to_string()).unwrap_or_default()).collect()
+        });
+        for e in &errs {
+            assert!(e.contains(name) && e.contains(expect), "asking for {name}: {e:?}");
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! A network plugin that fails mid-call: the project's edge plugin `EdgeFailSend` forwards
+//! to the libfabric plugin but fails one send of the process (`JITCCL_EDGE_FAIL_SEND`) and
+//! every later test on that comm. Every rank's call fails, each naming a peer, and none
+//! reports success for the call that lost data. Ranks are threads of this process
+//! (`JITCCL_TRANSPORT=net`, loopback); a binary of its own, for the send count is the
+//! process's.
+
+use std::time::{Duration, Instant};
+
+use jitccl::{Comm, Config, Error, Op, UniqueId};
+
+#[test]
+fn a_send_failing_inside_the_plugin_fails_every_rank_naming_a_peer() {
+    std::env::set_var("JITCCL_TRANSPORT", "net");
+    std::env::set_var("NCCL_NET_PLUGIN", jitccl_plugins::EDGE_FAILSEND);
+    std::env::set_var("JITCCL_EDGE_INNER", jitccl_plugins::FABRIC);
+    std::env::set_var("FI_PROVIDER", "tcp");
+    std::env::set_var("FI_TCP_IFACE", "lo");
+    // Past init's and the first calls' sends: the failure comes mid-sweep.
+    std::env::set_var("JITCCL_EDGE_FAIL_SEND", "60");
+    let n = 3;
+    let timeout = Duration::from_secs(20);
+    let id = UniqueId::new().unwrap();
+    let cfg = Config {
+        net_name: Some("EdgeFailSend".into()),
+        nchannels: Some(1),
+        timeout: Some(timeout),
+        ..Config::default()
+    };
+    let start = Instant::now();
+    let outcomes: Vec<(usize, Result<(), Error>)> = std::thread::scope(|s| {
+        let (id, cfg) = (&id, &cfg);
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                s.spawn(move || {
+                    let comm = Comm::init_rank(id, n, r, cfg).expect("init over the plugin");
+                    let stream = comm.device().stream().unwrap();
+                    let count = 16 << 10;
+                    let buf = comm.device().alloc_from(&vec![1.0f32; count]).unwrap();
+                    let mut done = 0;
+                    for _ in 0..100 {
+                        let call =
+                            comm.all_reduce(&buf, &buf, count, Op::Sum, &stream).and_then(|()| stream.synchronize());
+                        if let Err(e) = call {
+                            return (done, Err(e));
+                        }
+                        done += 1;
+                        // Every call that reported success summed what every rank sent.
+                        let want = 3f32.powi(done as i32);
+                        assert!(
+                            buf.to_vec().iter().all(|&v| v == want),
+                            "rank {r}: call {done} reported success with wrong data"
+                        );
+                    }
+                    (done, Ok(()))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, (done, outcome)) in outcomes.iter().enumerate() {
+        match outcome {
+            Ok(()) => panic!("rank {r}: all {done} calls succeeded though the plugin failed a send"),
+            Err(e) => {
+                let named = match e {
+                    Error::PeerFailed { peer, .. } => *peer >= 0,
+                    Error::Timeout { peer, .. } => *peer >= 0,
+                    _ => false,
+                };
+                assert!(named, "rank {r} failed after {done} calls without naming a peer: {e}");
+            }
+        }
+    }
+    assert!(start.elapsed() < timeout * 2, "the failure took {:?} to reach every rank", start.elapsed());
+}
