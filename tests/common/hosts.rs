@@ -425,6 +425,11 @@ impl Ranks {
         }
     }
 
+    /// Time since the ranks were started (what [`RankEnd::after`] counts from).
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// The ranks that have exited by now.
     pub fn exited(&mut self) -> Vec<usize> {
         let started = self.started;

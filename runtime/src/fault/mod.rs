@@ -14,34 +14,75 @@ pub(crate) use watch::Watch;
 /// Set in a board word when the failure was seen as a closed connection rather than
 /// reported.
 const CLOSED: i32 = 1 << 30;
+/// Set in a board word when the rank's link stopped carrying anything for the link timeout.
+const UNREACHABLE: i32 = 1 << 29;
+
+/// How a failure became known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// A rank said it failed, naming the culprit.
+    Reported,
+    /// The writer saw the rank go: its connection closed or its process exited (the
+    /// culprit is that rank).
+    Closed,
+    /// The rank's link carried nothing, not even TCP's acknowledgements, for the link
+    /// timeout (the culprit is that rank).
+    Unreachable,
+}
 
 /// What a board word says about one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Notice {
     /// The rank that failed first, as far as the writer knew.
     pub culprit: usize,
-    /// The writer saw the rank go: its connection closed or its process exited (the
-    /// culprit is that rank).
-    pub closed: bool,
+    pub seen: Seen,
 }
 
 impl Notice {
+    /// The rank `rank` itself is gone, as `seen`.
+    pub(crate) fn gone(rank: usize, seen: Seen) -> Notice {
+        Notice { culprit: rank, seen }
+    }
+
+    /// A rank reported that `culprit` failed first.
+    pub(crate) fn reported(culprit: usize) -> Notice {
+        Notice { culprit, seen: Seen::Reported }
+    }
+
     fn encode(self) -> i32 {
-        (self.culprit as i32 + 1) | if self.closed { CLOSED } else { 0 }
+        let how = match self.seen {
+            Seen::Reported => 0,
+            Seen::Closed => CLOSED,
+            Seen::Unreachable => UNREACHABLE,
+        };
+        (self.culprit as i32 + 1) | how
     }
 
     fn decode(w: i32) -> Option<Notice> {
-        (w != 0).then(|| Notice { culprit: ((w & !CLOSED) - 1) as usize, closed: w & CLOSED != 0 })
+        let seen = match w & (CLOSED | UNREACHABLE) {
+            0 => Seen::Reported,
+            CLOSED => Seen::Closed,
+            _ => Seen::Unreachable,
+        };
+        (w != 0).then(|| Notice { culprit: ((w & !(CLOSED | UNREACHABLE)) - 1) as usize, seen })
+    }
+
+    /// The writer saw the culprit itself go (rather than hearing of it).
+    pub(crate) fn is_gone(self) -> bool {
+        self.seen != Seen::Reported
     }
 
     /// How the culprit's failure became known, for error messages.
     pub(crate) fn how(self, from: usize) -> String {
-        if self.closed {
-            format!("rank {from} is gone: its process exited or its connection closed")
-        } else if self.culprit == from {
-            format!("reported by rank {from} itself: it failed or was aborted")
-        } else {
-            format!("reported by rank {from}")
+        match self.seen {
+            Seen::Closed => format!("rank {from} is gone: its process exited or its connection closed"),
+            Seen::Unreachable => format!(
+                "rank {from} is unreachable: its network link carried nothing for the link timeout (JITCCL_LINK_TIMEOUT)"
+            ),
+            Seen::Reported if self.culprit == from => {
+                format!("reported by rank {from} itself: it failed or was aborted")
+            }
+            Seen::Reported => format!("reported by rank {from}"),
         }
     }
 }
@@ -97,13 +138,16 @@ mod tests {
     fn notices_round_trip_and_the_first_stays() {
         let mut words = vec![0i32; 5];
         let b = Board::new(words.as_mut_ptr(), 5);
-        b.note(3, Notice { culprit: 0, closed: true });
-        b.note(3, Notice { culprit: 4, closed: false });
-        b.note(1, Notice { culprit: 4, closed: false });
-        assert_eq!(b.get(3), Some(Notice { culprit: 0, closed: true }));
-        assert_eq!(b.get(1), Some(Notice { culprit: 4, closed: false }));
+        b.note(3, Notice::gone(0, Seen::Closed));
+        b.note(3, Notice::reported(4));
+        b.note(1, Notice::reported(4));
+        b.note(2, Notice::gone(2, Seen::Unreachable));
+        assert_eq!(b.get(3), Some(Notice::gone(0, Seen::Closed)));
+        assert_eq!(b.get(1), Some(Notice::reported(4)));
+        assert_eq!(b.get(2), Some(Notice::gone(2, Seen::Unreachable)));
+        assert!(b.get(2).unwrap().how(2).contains("unreachable"));
         assert_eq!(b.get(0), None);
-        b.announce(1, Notice { culprit: 2, closed: false });
-        assert_eq!(b.get(1), Some(Notice { culprit: 2, closed: false }), "a rank's own word replaces its notice");
+        b.announce(1, Notice::reported(2));
+        assert_eq!(b.get(1), Some(Notice::reported(2)), "a rank's own word replaces its notice");
     }
 }

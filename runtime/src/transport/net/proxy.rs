@@ -17,9 +17,9 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::recv::RecvSide;
 use super::send::SendSide;
-use super::wire::linger;
+use super::wire::{linger, Broken};
 use crate::error::{sys, Result};
-use crate::fault::{Board, Notice};
+use crate::fault::{Board, Notice, Seen};
 use crate::transport::connect::Link;
 
 /// How long a closing proxy keeps forwarding steps its kernels already posted (a send
@@ -188,7 +188,11 @@ fn run(
     // CLOSED_GRACE, for what a peer that finished normally sent last may still be moving
     // through this proxy (a notice would end a wait it is about to satisfy).
     let mut gone: Vec<(usize, Instant)> = Vec::new();
-    let mut closed = |peer: usize, gone: &mut Vec<(usize, Instant)>| {
+    let mut closed = |peer: usize, why: &Broken, gone: &mut Vec<(usize, Instant)>| {
+        // An unreachable peer is noted at once: nothing more can come from it.
+        if why.unreachable {
+            board.note(peer, Notice::gone(peer, Seen::Unreachable));
+        }
         open[peer] -= 1;
         if open[peer] == 0 {
             gone.push((peer, Instant::now()));
@@ -198,7 +202,7 @@ fn run(
         gone.retain(|&(peer, at)| {
             let due = at.elapsed() >= CLOSED_GRACE;
             if due {
-                board.note(peer, Notice { culprit: peer, closed: true });
+                board.note(peer, Notice::gone(peer, Seen::Closed));
             }
             !due
         });
@@ -253,7 +257,7 @@ fn run(
                     // too: noted on the board, it ends the kernel waits on that peer (and
                     // only those), whichever it was.
                     link_failed(rank, "to", s.link, &why, !s.flushed());
-                    closed(s.link.peer, &mut gone);
+                    closed(s.link.peer, &why, &mut gone);
                     close(&s.socks);
                     s.dead = true;
                 }
@@ -265,9 +269,9 @@ fn run(
                 Err(why) => {
                     link_failed(rank, "from", r.link, &why, r.mid_frame() || r.fault.is_some());
                     match r.fault {
-                        Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false }),
+                        Some(culprit) => board.note(r.link.peer, Notice::reported(culprit)),
                         None => {
-                            closed(r.link.peer, &mut gone);
+                            closed(r.link.peer, &why, &mut gone);
                             close(&r.socks);
                         }
                     }
@@ -304,7 +308,8 @@ fn close(socks: &[super::wire::Wire]) {
     }
 }
 
-fn link_failed(rank: usize, dir: &str, link: Link, why: &str, busy: bool) {
+fn link_failed(rank: usize, dir: &str, link: Link, why: &Broken, busy: bool) {
+    let (busy, why) = (busy || why.unreachable, &why.why);
     if busy {
         tracing::warn!(
             "rank {rank}: net link {dir} rank {} (channel {}) failed with steps in flight: {why}",
@@ -351,7 +356,8 @@ mod tests {
         let (out, inc): (Vec<_>, Vec<_>) = (0..2)
             .map(|_| {
                 let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-                (Wire::new(c).unwrap(), Wire::new(listener.accept().unwrap().0).unwrap())
+                let t = Duration::from_secs(30);
+                (Wire::new(c, t).unwrap(), Wire::new(listener.accept().unwrap().0, t).unwrap())
             })
             .unzip();
         let link = Link { peer: 1, chan: 0, edge: Edge::Ring };
