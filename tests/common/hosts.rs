@@ -53,10 +53,27 @@ pub struct Counters {
     pub tx_bytes: u64,
 }
 
+/// A command that dies with the thread that starts it: a test process that is killed
+/// leaves no rank running on.
+fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(program);
+    // SAFETY: only an async-signal-safe call between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    c
+}
+
 /// Runs `program args`, bounded by [`COMMAND_LIMIT`]; `Err` with its stderr if it fails.
 fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
     let what = || format!("{program} {}", args.join(" "));
-    let mut child = Command::new(program)
+    let mut child = command(program)
         .args(args)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
@@ -263,6 +280,13 @@ impl Hosts {
     /// WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE (its host's ranks in rank order), and
     /// JITCCL_SOCKET_IFNAME pinned to the host's interface; then `env`.
     pub fn ranks(&self, placement: &[usize], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Ranks {
+        self.ranks_each(placement, program, args, |_| env.to_vec())
+    }
+
+    /// [`Hosts::ranks`], each rank `r` with the environment `env(r)`.
+    pub fn ranks_each<'e>(
+        &self, placement: &[usize], program: &Path, args: &[&str], env: impl Fn(usize) -> Vec<(&'e str, &'e str)>,
+    ) -> Ranks {
         let world = placement.len();
         let started = Instant::now();
         let procs = placement
@@ -270,7 +294,7 @@ impl Hosts {
             .enumerate()
             .map(|(rank, &host)| {
                 let local: Vec<usize> = (0..world).filter(|&r| placement[r] == host).collect();
-                let child = Command::new("ip")
+                let child = command("ip")
                     .args(["netns", "exec", &self.hosts[host]])
                     .arg(program)
                     .args(args)
@@ -281,7 +305,7 @@ impl Hosts {
                     .env("LOCAL_RANK", local.iter().position(|&r| r == rank).expect("listed").to_string())
                     .env("LOCAL_WORLD_SIZE", local.len().to_string())
                     .env("JITCCL_SOCKET_IFNAME", format!("={IFNAME}"))
-                    .envs(env.iter().copied())
+                    .envs(env(rank))
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())

@@ -41,7 +41,8 @@ pub struct Config {
     /// was sent to it, no answer to keepalive probes) before the operations waiting on that
     /// peer fail, naming it as unreachable; `JITCCL_LINK_TIMEOUT` (seconds). Default 30 s.
     /// A link cut shorter than this is survived (TCP resends what was lost); a peer that is
-    /// alive but slow is left to `timeout`. Each rank may set its own.
+    /// alive but slow is left to `timeout`. Each rank may set its own. The bootstrap's
+    /// connections, made before the configuration is read, take the variable.
     pub link_timeout: Option<Duration>,
     /// FIFO slot size in bytes per protocol (Simple, LL, LL128); `JITCCL_BUFFSIZE` sets
     /// Simple's (the others scale with it).

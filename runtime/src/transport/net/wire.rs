@@ -11,7 +11,9 @@ use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use jitccl_codegen::abi::{SIZE_BYTES_MASK, SIZE_PROTO_SHIFT};
-use socket2::{SockRef, TcpKeepalive};
+use socket2::SockRef;
+
+use crate::bootstrap::watch_link;
 
 const MAGIC: u64 = 0x3254_454e_4c43_434a; // "JCCLNET2"
 /// Frame header: step, size word.
@@ -106,21 +108,13 @@ pub(super) struct Wire {
 }
 
 impl Wire {
-    /// `stream`, failing once its peer has acknowledged nothing for `link_timeout` while
-    /// something was owed to it, or answered no keepalive probe for as long while idle.
-    /// TCP retransmits what a link cut shorter than that dropped, so such a cut is
-    /// survived; a peer that is merely slow still acknowledges, so it is never taken for
-    /// unreachable.
+    /// `stream`, failing once its link carries nothing back for `link_timeout` (see
+    /// `bootstrap::watch_link`).
     pub fn new(stream: TcpStream, link_timeout: Duration) -> std::io::Result<Wire> {
         stream.set_nonblocking(true)?;
         // Steps are latency-bound messages: send each as soon as it is written.
         stream.set_nodelay(true)?;
-        let sock = SockRef::from(&stream);
-        sock.set_tcp_user_timeout(Some(link_timeout))?;
-        // Probes (whole seconds) often enough that an idle link's loss is seen within
-        // about a tenth of the timeout after it.
-        let probe = (link_timeout / 10).max(Duration::from_secs(1));
-        sock.set_tcp_keepalive(&TcpKeepalive::new().with_time(probe).with_interval(probe))?;
+        watch_link(SockRef::from(&stream), link_timeout)?;
         Ok(Wire { stream, readable: true, writable: true, hangup: false, eof: false, link_timeout })
     }
 
