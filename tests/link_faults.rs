@@ -15,7 +15,7 @@ use hosts::{Hosts, Ranks};
 
 /// Two hosts of one rank each running a long AllReduce sweep; returns once both are in its
 /// second size (the first one's line is out), so that a cut now falls inside a collective.
-fn sweep_across(hosts: &Hosts, link_timeout: &str) -> Ranks {
+fn sweep_across<'h>(hosts: &'h Hosts, link_timeout: &str) -> Ranks<'h> {
     let args = ["perf", "all_reduce", "-N", "2", "-b", "64K", "-e", "128K", "-w", "1", "-n", "50"];
     // The operation timeout is far beyond the link timeout: only the link may end a wait.
     let env = [("JITCCL_LINK_TIMEOUT", link_timeout), ("JITCCL_TIMEOUT", "120"), ("JITCCL_DEBUG", "WARN")];

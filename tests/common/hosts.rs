@@ -20,6 +20,7 @@
 #![allow(dead_code)] // each test binary uses some
 
 use std::io::Read;
+use std::marker::PhantomData;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -279,14 +280,14 @@ impl Hosts {
     /// torchrun's environment: MASTER_ADDR (rank 0's host) and MASTER_PORT, RANK,
     /// WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE (its host's ranks in rank order), and
     /// JITCCL_SOCKET_IFNAME pinned to the host's interface; then `env`.
-    pub fn ranks(&self, placement: &[usize], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Ranks {
+    pub fn ranks(&self, placement: &[usize], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Ranks<'_> {
         self.ranks_each(placement, program, args, |_| env.to_vec())
     }
 
     /// [`Hosts::ranks`], each rank `r` with the environment `env(r)`.
     pub fn ranks_each<'e>(
         &self, placement: &[usize], program: &Path, args: &[&str], env: impl Fn(usize) -> Vec<(&'e str, &'e str)>,
-    ) -> Ranks {
+    ) -> Ranks<'_> {
         let world = placement.len();
         let started = Instant::now();
         let procs = placement
@@ -314,7 +315,7 @@ impl Hosts {
                 Output::collect(child)
             })
             .collect();
-        Ranks { procs, started }
+        Ranks { procs, started, _hosts: PhantomData }
     }
 
     /// `h` hosts of `l` ranks each, ranks in host order (torchrun's placement).
@@ -402,10 +403,11 @@ impl Drop for Output {
     }
 }
 
-/// The rank processes of [`Hosts::ranks`]; killed when dropped.
-pub struct Ranks {
+/// The rank processes of [`Hosts::ranks`]; killed when dropped, before their hosts go.
+pub struct Ranks<'h> {
     procs: Vec<Output>,
     started: Instant,
+    _hosts: PhantomData<&'h Hosts>,
 }
 
 /// How a rank process ended.
@@ -432,7 +434,7 @@ impl std::fmt::Display for RankEnd {
     }
 }
 
-impl Ranks {
+impl Ranks<'_> {
     /// Waits until `rank`'s output (stdout or stderr) contains `text`, or it exits, or
     /// `limit` passes; whether the text came.
     pub fn wait_for(&mut self, rank: usize, text: &str, limit: Duration) -> bool {
