@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything jitccl needs beyond a Rust toolchain: a C compiler (the host target's kernel
 # compiler), NVRTC (CUDA kernels, from PyPI wheels; no GPU needed) and, for the tests,
-# iproute2 and Open MPI's mpirun. Idempotent.
+# iproute2, nftables and Open MPI's mpirun. Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cc=${CC:-cc}
@@ -15,10 +15,15 @@ if ! command -v "$cc" >/dev/null 2>&1; then
   fi
 fi
 echo "setup: C compiler: $("$cc" --version | head -n 1)"
-# iproute2's `ip` builds the two-host test (network namespaces joined by a veth pair).
+# iproute2 (`ip`, `tc`) builds the hosts of the multi-host tests (network namespaces joined
+# through a bridge) and limits their links' rates; nftables drops a share of their packets.
 if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "setup: installing iproute2 (for the two-host test)"
+  echo "setup: installing iproute2 (for the multi-host tests)"
   apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+fi
+if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing nftables (for the multi-host tests' packet loss)"
+  apt-get update -qq && apt-get install -y -qq nftables >/dev/null
 fi
 # Open MPI's mpirun launches the example of tests/mpirun.rs (ranks from OMPI_COMM_WORLD_*),
 # and mpicc builds the C API's test that passes the unique id with MPI_Bcast.

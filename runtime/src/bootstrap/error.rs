@@ -47,6 +47,10 @@ pub enum BootstrapError {
     /// A peer closed its connection in the middle of `op`.
     #[error("bootstrap {op}: {} closed the connection", peer_name(.peer))]
     ConnectionClosed { op: &'static str, peer: Option<usize> },
+    /// The connection to a peer carried nothing back (no TCP acknowledgement, no answer to
+    /// keepalive probes) for the link timeout (`JITCCL_LINK_TIMEOUT`) in the middle of `op`.
+    #[error("bootstrap {op}: {} is unreachable: its link carried nothing back for the link timeout (JITCCL_LINK_TIMEOUT)", peer_name(.peer))]
+    Unreachable { op: &'static str, peer: Option<usize> },
     /// Rank `culprit` died or failed before every rank had finished init (its root saw it,
     /// or it ran the root and the root is gone), so `rank`'s `op` cannot complete. `rank` is
     /// `None` in the root's own report.
@@ -116,6 +120,7 @@ impl BootstrapError {
             InvalidRank { rank, nranks } => InvalidRank { rank: *rank, nranks: *nranks },
             Aborted { op } => Aborted { op },
             ConnectionClosed { op, peer } => ConnectionClosed { op, peer: *peer },
+            Unreachable { op, peer } => Unreachable { op, peer: *peer },
             PeerGone { op, rank, culprit, how } => PeerGone { op, rank: *rank, culprit: *culprit, how: how.clone() },
             RootGone { op, rank, root, how } => RootGone { op, rank: *rank, root: *root, how: how.clone() },
             Store { op, rank, server, addr, detail } => {

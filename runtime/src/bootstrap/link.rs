@@ -296,6 +296,11 @@ impl Conn {
         let gone = |how: String| Some(Ended::Gone(root, how));
         let eof = match self.fill() {
             Ok(eof) => eof,
+            Err(e) if net::is_unreachable(&e) => {
+                return gone(
+                    "is unreachable: its link carried nothing back for the link timeout (JITCCL_LINK_TIMEOUT)".into(),
+                )
+            }
             Err(e) => return gone(format!("broke its connection ({e})")),
         };
         loop {

@@ -55,7 +55,7 @@ pub(crate) use error::{Result, Secs};
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 pub use launcher::launcher_vars;
 pub(crate) use launcher::LaunchEnv;
-pub(crate) use net::deadline_after;
+pub(crate) use net::{deadline_after, watch_link};
 
 use crate::settings::{BOOTSTRAP_TIMEOUT, SOCKET_IFNAME};
 use incoming::{Acceptor, Incoming, Mailbox, Message};

@@ -10,11 +10,12 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, TcpKeepalive, Type};
 
 use super::error::{BootstrapError, Result};
 use super::liveness::Liveness;
 use super::wire::{Header, HEADER_BYTES};
+use crate::settings::LINK_TIMEOUT;
 
 /// Longest single sleep or poll: the latency of noticing an abort.
 pub const SLICE: Duration = Duration::from_millis(50);
@@ -94,6 +95,11 @@ impl<'a> Waiter<'a> {
         self.lost(BootstrapError::ConnectionClosed { op: self.op, peer: self.peer })
     }
 
+    /// The connection to `peer` failed for the link timeout (see [`watch_link`]).
+    pub fn unreachable(&self, peer: Option<usize>) -> BootstrapError {
+        self.lost(BootstrapError::Unreachable { op: self.op, peer })
+    }
+
     pub fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
     }
@@ -154,6 +160,24 @@ fn is_closed(e: &io::Error) -> bool {
     )
 }
 
+/// Whether a connection failed because its peer acknowledged nothing for the link timeout.
+pub fn is_unreachable(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::TimedOut
+}
+
+/// Makes a TCP connection fail (`TimedOut`) once its peer has acknowledged nothing for
+/// `link_timeout` while something was owed to it, or answered no keepalive probe for as
+/// long while idle. TCP resends what a shorter cut of the link dropped, so such a cut is
+/// survived; a peer that is merely slow still acknowledges, so it is never taken for
+/// unreachable.
+pub(crate) fn watch_link(s: SockRef<'_>, link_timeout: Duration) -> io::Result<()> {
+    s.set_tcp_user_timeout(Some(link_timeout))?;
+    // Probes (whole seconds) often enough that an idle link's loss is seen within about a
+    // tenth of the timeout after it.
+    let probe = (link_timeout / 10).max(Duration::from_secs(1));
+    s.set_tcp_keepalive(&TcpKeepalive::new().with_time(probe).with_interval(probe))
+}
+
 /// Reads exactly `buf.len()` bytes.
 pub fn read_exact(s: &Socket, buf: &mut [u8], w: &Waiter) -> Result<()> {
     let mut off = 0;
@@ -167,6 +191,7 @@ pub fn read_exact(s: &Socket, buf: &mut [u8], w: &Waiter) -> Result<()> {
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if is_closed(&e) => return Err(w.closed()),
+            Err(e) if is_unreachable(&e) => return Err(w.unreachable(w.peer)),
             Err(e) => return Err(BootstrapError::io(format!("{}: read", w.op), e)),
         }
     }
@@ -211,6 +236,7 @@ pub fn write_all(s: &Socket, buf: &[u8], w: &Waiter) -> Result<()> {
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if is_closed(&e) => return Err(w.closed()),
+            Err(e) if is_unreachable(&e) => return Err(w.unreachable(w.peer)),
             Err(e) => return Err(BootstrapError::io(format!("{}: write", w.op), e)),
         }
     }
@@ -251,7 +277,8 @@ pub fn describe(s: &Socket) -> String {
 fn setup_stream(s: &Socket, op: &str) -> Result<()> {
     s.set_nonblocking(true).map_err(|e| BootstrapError::io(format!("{op}: set non-blocking"), e))?;
     s.set_tcp_nodelay(true).map_err(|e| BootstrapError::io(format!("{op}: set TCP_NODELAY"), e))?;
-    Ok(())
+    watch_link(SockRef::from(s), LINK_TIMEOUT.seconds(None)?)
+        .map_err(|e| BootstrapError::io(format!("{op}: set the link timeout"), e))
 }
 
 /// Accepts one connection without waiting, non-blocking with TCP_NODELAY. `None`: none is
@@ -340,4 +367,31 @@ fn retryable(e: &io::Error) -> bool {
             | Some(libc::EAGAIN)
             | Some(libc::EADDRNOTAVAIL)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ends of a bootstrap connection fail once their link carries nothing back for the
+    /// link timeout, and probe it while idle.
+    #[test]
+    fn connections_watch_their_link() {
+        let abort = AtomicBool::new(false);
+        let w = Waiter::new("test", None, Duration::from_secs(10), &abort);
+        let l = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let c = connect(local_addr(&l).unwrap(), &w).unwrap();
+        let a = loop {
+            if let Some(a) = try_accept(&l, "test").unwrap() {
+                break a;
+            }
+            w.sleep(Duration::from_millis(1)).unwrap();
+        };
+        let timeout = LINK_TIMEOUT.seconds(None).unwrap();
+        for s in [&c, &a] {
+            assert_eq!(s.tcp_user_timeout().unwrap(), Some(timeout));
+            assert!(s.keepalive().unwrap());
+            assert!(s.tcp_keepalive_time().unwrap() < timeout.max(Duration::from_secs(2)));
+        }
+    }
 }

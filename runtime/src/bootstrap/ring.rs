@@ -71,6 +71,7 @@ fn exchange(
     let mut payload: Vec<u8> = Vec::new();
     let mut got = 0;
     let closed = |peer| w.lost(BootstrapError::ConnectionClosed { op: w.op, peer: Some(peer) });
+    let unreachable = |peer| w.unreachable(Some(peer));
     let io_err = |what: &str, e| BootstrapError::io(format!("{}: {what}", w.op), e);
     loop {
         while sent < msg.len() {
@@ -80,6 +81,7 @@ fn exchange(
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if is_closed(&e) => return Err(closed(next_rank)),
+                Err(e) if net::is_unreachable(&e) => return Err(unreachable(next_rank)),
                 Err(e) => return Err(io_err("write", e)),
             }
         }
@@ -118,6 +120,7 @@ fn exchange(
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if is_closed(&e) => return Err(closed(prev_rank)),
+                Err(e) if net::is_unreachable(&e) => return Err(unreachable(prev_rank)),
                 Err(e) => return Err(io_err("read", e)),
             }
         };

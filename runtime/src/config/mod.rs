@@ -37,6 +37,13 @@ pub struct Config {
     /// Longest wait on a peer without progress before an operation fails; `JITCCL_TIMEOUT`
     /// (seconds). Default 300 s.
     pub timeout: Option<Duration>,
+    /// Longest a network link to a peer may carry nothing back (no acknowledgement of what
+    /// was sent to it, no answer to keepalive probes) before the operations waiting on that
+    /// peer fail, naming it as unreachable; `JITCCL_LINK_TIMEOUT` (seconds). Default 30 s.
+    /// A link cut shorter than this is survived (TCP resends what was lost); a peer that is
+    /// alive but slow is left to `timeout`. Each rank may set its own. The bootstrap's
+    /// connections, made before the configuration is read, take the variable.
+    pub link_timeout: Option<Duration>,
     /// FIFO slot size in bytes per protocol (Simple, LL, LL128); `JITCCL_BUFFSIZE` sets
     /// Simple's (the others scale with it).
     pub slot_bytes: Option<[usize; NPROTOS]>,
@@ -113,6 +120,7 @@ impl Config {
             algos,
             protos,
             timeout: self.timeout.or(base.timeout),
+            link_timeout: self.link_timeout.or(base.link_timeout),
             slot_bytes: self.slot_bytes.or(base.slot_bytes),
             nsocks: self.nsocks.or(base.nsocks),
             comm_name: self.comm_name.or(base.comm_name),
@@ -154,6 +162,7 @@ resolved! {
     algos: AlgoOverrides,
     protos: ProtoOverrides,
     timeout: Duration,
+    link_timeout: Duration,
     slot_bytes: [usize; NPROTOS],
     nsocks: usize,
     comm_name: Option<String>,
@@ -305,6 +314,7 @@ impl Config {
             algos: overrides(self.algo, &self.algos, &settings::ALGO, ("algo", "algos"))?,
             protos: overrides(self.proto, &self.protos, &settings::PROTO, ("proto", "protos"))?,
             timeout: settings::TIMEOUT.seconds(self.timeout)?,
+            link_timeout: settings::LINK_TIMEOUT.seconds(self.link_timeout)?,
             slot_bytes,
             nsocks: settings::NSOCKS_PERTHREAD.whole(self.nsocks)?,
             comm_name,

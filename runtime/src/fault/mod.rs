@@ -14,45 +14,85 @@ pub(crate) use watch::Watch;
 /// Set in a board word when the failure was seen as a closed connection rather than
 /// reported.
 const CLOSED: i32 = 1 << 30;
-/// Set when the writer's own network link with the culprit failed with data in flight.
-const LINK: i32 = 1 << 29;
+/// Set in a board word when the rank's link stopped carrying anything for the link timeout.
+const UNREACHABLE: i32 = 1 << 29;
+/// Both: the writer's own link with the culprit failed with data in flight.
+const LINK_LOST: i32 = CLOSED | UNREACHABLE;
+
+/// How a failure became known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// A rank said it failed, naming the culprit.
+    Reported,
+    /// The writer saw the rank go: its connection closed or its process exited (the
+    /// culprit is that rank).
+    Closed,
+    /// The rank's link carried nothing, not even TCP's acknowledgements, for the link
+    /// timeout (the culprit is that rank).
+    Unreachable,
+    /// The writer's network link with the culprit failed with data in flight: written for
+    /// every peer, so that whatever the writer's kernels wait on fails, naming the culprit.
+    LinkLost,
+}
 
 /// What a board word says about one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Notice {
     /// The rank that failed first, as far as the writer knew.
     pub culprit: usize,
-    /// The writer saw the rank go: its connection closed or its process exited (the
-    /// culprit is that rank).
-    pub closed: bool,
-    /// The writer's network link with the culprit failed with data in flight: written for
-    /// every peer, so that whatever the writer's kernels wait on fails, naming the culprit.
-    pub link: bool,
+    pub seen: Seen,
 }
 
 impl Notice {
+    /// The rank `rank` itself is gone, as `seen`.
+    pub(crate) fn gone(rank: usize, seen: Seen) -> Notice {
+        Notice { culprit: rank, seen }
+    }
+
+    /// A rank reported that `culprit` failed first.
+    pub(crate) fn reported(culprit: usize) -> Notice {
+        Notice { culprit, seen: Seen::Reported }
+    }
+
     fn encode(self) -> i32 {
-        (self.culprit as i32 + 1) | if self.closed { CLOSED } else { 0 } | if self.link { LINK } else { 0 }
+        let how = match self.seen {
+            Seen::Reported => 0,
+            Seen::Closed => CLOSED,
+            Seen::Unreachable => UNREACHABLE,
+            Seen::LinkLost => LINK_LOST,
+        };
+        (self.culprit as i32 + 1) | how
     }
 
     fn decode(w: i32) -> Option<Notice> {
-        (w != 0).then(|| Notice {
-            culprit: ((w & !(CLOSED | LINK)) - 1) as usize,
-            closed: w & CLOSED != 0,
-            link: w & LINK != 0,
-        })
+        let seen = match w & (CLOSED | UNREACHABLE) {
+            0 => Seen::Reported,
+            CLOSED => Seen::Closed,
+            UNREACHABLE => Seen::Unreachable,
+            _ => Seen::LinkLost,
+        };
+        (w != 0).then(|| Notice { culprit: ((w & !(CLOSED | UNREACHABLE)) - 1) as usize, seen })
+    }
+
+    /// The writer saw the culprit itself go (rather than hearing of it).
+    pub(crate) fn is_gone(self) -> bool {
+        matches!(self.seen, Seen::Closed | Seen::Unreachable)
     }
 
     /// How the culprit's failure became known, for error messages.
     pub(crate) fn how(self, from: usize) -> String {
-        if self.link {
-            format!("this rank's network link with rank {} failed with data in flight", self.culprit)
-        } else if self.closed {
-            format!("rank {from} is gone: its process exited or its connection closed")
-        } else if self.culprit == from {
-            format!("reported by rank {from} itself: it failed or was aborted")
-        } else {
-            format!("reported by rank {from}")
+        match self.seen {
+            Seen::Closed => format!("rank {from} is gone: its process exited or its connection closed"),
+            Seen::Unreachable => format!(
+                "rank {from} is unreachable: its network link carried nothing for the link timeout (JITCCL_LINK_TIMEOUT)"
+            ),
+            Seen::LinkLost => {
+                format!("this rank's network link with rank {} failed with data in flight", self.culprit)
+            }
+            Seen::Reported if self.culprit == from => {
+                format!("reported by rank {from} itself: it failed or was aborted")
+            }
+            Seen::Reported => format!("reported by rank {from}"),
         }
     }
 }
@@ -112,19 +152,20 @@ mod tests {
     fn notices_round_trip_and_the_first_stays() {
         let mut words = vec![0i32; 5];
         let b = Board::new(words.as_mut_ptr(), 5);
-        b.note(3, Notice { culprit: 0, closed: true, link: false });
-        b.note(3, Notice { culprit: 4, closed: false, link: false });
-        b.note(1, Notice { culprit: 4, closed: false, link: false });
-        assert_eq!(b.get(3), Some(Notice { culprit: 0, closed: true, link: false }));
-        assert_eq!(b.get(1), Some(Notice { culprit: 4, closed: false, link: false }));
+        b.note(3, Notice::gone(0, Seen::Closed));
+        b.note(3, Notice::reported(4));
+        b.note(1, Notice::reported(4));
+        b.note(2, Notice::gone(2, Seen::Unreachable));
+        assert_eq!(b.get(3), Some(Notice::gone(0, Seen::Closed)));
+        assert_eq!(b.get(1), Some(Notice::reported(4)));
+        assert_eq!(b.get(2), Some(Notice::gone(2, Seen::Unreachable)));
+        assert!(b.get(2).unwrap().how(2).contains("unreachable"));
+        let lost = Notice { culprit: 3, seen: Seen::LinkLost };
+        b.note(4, lost);
+        assert_eq!(b.get(4), Some(lost));
+        assert!(!lost.is_gone() && lost.how(4).contains("link with rank 3 failed"), "{}", lost.how(4));
         assert_eq!(b.get(0), None);
-        b.note(2, Notice { culprit: 4, closed: false, link: true });
-        assert_eq!(b.get(2), Some(Notice { culprit: 4, closed: false, link: true }));
-        b.announce(1, Notice { culprit: 2, closed: false, link: false });
-        assert_eq!(
-            b.get(1),
-            Some(Notice { culprit: 2, closed: false, link: false }),
-            "a rank's own word replaces its notice"
-        );
+        b.announce(1, Notice::reported(2));
+        assert_eq!(b.get(1), Some(Notice::reported(2)), "a rank's own word replaces its notice");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::{Board, Notice};
+use super::{Board, Notice, Seen};
 
 /// How often the watcher wakes to see whether it should stop (peer exits wake it at once).
 const POLL_MS: i32 = 100;
@@ -28,9 +28,7 @@ impl Watch {
         for &(peer, pid) in peers {
             match pidfd(pid) {
                 Ok(fd) => fds.push((peer, fd)),
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                    board.note(peer, Notice { culprit: peer, closed: true, link: false })
-                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => board.note(peer, Notice::gone(peer, Seen::Closed)),
                 Err(e) => tracing::info!(
                     "rank {rank}: cannot watch rank {peer}'s process {pid} ({e}): its death is noticed by the timeout"
                 ),
@@ -83,7 +81,7 @@ fn watch(rank: usize, mut fds: Vec<(usize, OwnedFd)>, board: Board, stop: &Atomi
             let (peer, _) = fds.remove(i);
             // Normal at the end of a job: it matters only to a rank still waiting on it.
             tracing::info!("rank {rank}: rank {peer}'s process exited");
-            board.note(peer, Notice { culprit: peer, closed: true, link: false });
+            board.note(peer, Notice::gone(peer, Seen::Closed));
         }
     }
 }
@@ -106,12 +104,7 @@ mod tests {
         while board.get(2).is_none() && t0.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert_eq!(
-            board.get(2),
-            Some(Notice { culprit: 2, closed: true, link: false }),
-            "not noted within {:?}",
-            t0.elapsed()
-        );
+        assert_eq!(board.get(2), Some(Notice::gone(2, Seen::Closed)), "not noted within {:?}", t0.elapsed());
         assert!(t0.elapsed() < Duration::from_secs(1));
     }
 }

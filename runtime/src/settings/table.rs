@@ -109,6 +109,14 @@ pub const TIMEOUT: Setting = config(
     Ranks::Agree,
     "how long a wait on a peer may go without progress before the operation fails",
 );
+pub const LINK_TIMEOUT: Setting = config(
+    "JITCCL_LINK_TIMEOUT",
+    "link_timeout",
+    Kind::Seconds,
+    Initial::Seconds(30),
+    Ranks::Own,
+    "how long a network link to a peer may carry nothing back (no acknowledgement, no answer to keepalive probes) before the operations waiting on that peer fail, naming it as unreachable; a shorter cut is survived",
+);
 pub const BUFFSIZE: Setting = nccl(
     config(
         "JITCCL_BUFFSIZE",
@@ -394,6 +402,7 @@ pub const ALL: &[Setting] = &[
     PROTO,
     TUNER_CONFIG_FILE,
     TIMEOUT,
+    LINK_TIMEOUT,
     BUFFSIZE,
     NSOCKS_PERTHREAD,
     NET,

@@ -100,7 +100,7 @@ impl Failure {
     /// Notes on every peer's failure board that this rank failed, blaming `blames`: first
     /// the rank it waited on in vain, then whom it found to have failed first.
     fn announce(&self, blames: usize) {
-        let notice = Notice { culprit: blames, closed: false, link: false };
+        let notice = Notice::reported(blames);
         for b in self.boards.iter().enumerate().filter(|&(q, _)| q != self.rank).filter_map(|(_, b)| b.as_ref()) {
             b.announce(self.rank, notice);
         }
@@ -129,7 +129,7 @@ impl Failure {
             seen[at] = true;
             let Some(n) = board.get(at) else { return (at, how) };
             how = n.how(at);
-            if n.closed || n.culprit == at {
+            if n.is_gone() || n.culprit == at {
                 return (at, how);
             }
             at = n.culprit;

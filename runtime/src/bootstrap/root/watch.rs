@@ -35,6 +35,8 @@ pub(super) struct Member {
 pub(super) enum Leave {
     /// Its link closed: its process died (or it dropped its bootstrap without a word).
     Closed,
+    /// Its link carried nothing back for the link timeout (`net::watch_link`).
+    Unreachable,
     /// It failed, and said why: rank `culprit` failed first, or (`None`) it did.
     Failed(Option<usize>, String),
     /// It sent what the protocol does not allow.
@@ -49,6 +51,12 @@ impl Leave {
             Leave::Closed => {
                 (rank, "is gone: its process died or left init (its connection to the bootstrap root closed)".into())
             }
+            Leave::Unreachable => (
+                rank,
+                "is unreachable: its link to the bootstrap root carried nothing back for the link timeout \
+                 (JITCCL_LINK_TIMEOUT)"
+                    .into(),
+            ),
             Leave::Failed(Some(culprit), how) => (culprit, how),
             Leave::Failed(None, why) => (rank, format!("failed during init: {why}")),
             Leave::Broken(why) => (rank, format!("broke the bootstrap protocol during init: {why}")),
@@ -65,13 +73,15 @@ impl Member {
     /// Reads what the rank sent, without waiting: notes `Done`; `Some` when it left.
     pub fn read(&mut self) -> Option<Leave> {
         let mut tmp = [0u8; 512];
-        let eof = loop {
+        // How the link ended, if it did: its messages before that are read first.
+        let ended = loop {
             match (&self.s).read(&mut tmp) {
-                Ok(0) => break true,
+                Ok(0) => break Some(Leave::Closed),
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break None,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break true,
+                Err(e) if net::is_unreachable(&e) => break Some(Leave::Unreachable),
+                Err(_) => break Some(Leave::Closed),
             }
         };
         while self.buf.len() >= HEADER_BYTES {
@@ -97,7 +107,7 @@ impl Member {
                 k => return Some(Leave::Broken(format!("an unexpected {k:?} message"))),
             }
         }
-        eof.then_some(Leave::Closed)
+        ended
     }
 }
 

@@ -185,7 +185,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let (board, held) = (layout.board(bases[rank]), segments.clone());
     bs.watch_peers(move |q| {
         let _held = &held;
-        board.get(q).is_some_and(|n| n.closed)
+        board.get(q).is_some_and(|n| n.is_gone())
     });
     // Failure boards this process can write: those of peers in memory.
     let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(boards[q]))).collect();

@@ -156,7 +156,7 @@ impl Proxy {
         let wires = |streams: Vec<TcpStream>| {
             streams
                 .into_iter()
-                .map(Wire::new)
+                .map(|s| Wire::new(s, cfg.link_timeout))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(sys("configuring a connection"))
         };

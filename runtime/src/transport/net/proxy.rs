@@ -19,7 +19,7 @@ use super::recv::RecvSide;
 use super::send::SendSide;
 use super::wire::linger;
 use crate::error::{sys, Result};
-use crate::fault::{Board, Notice};
+use crate::fault::{Board, Notice, Seen};
 use crate::transport::connect::Link;
 
 /// How long a closing proxy keeps forwarding steps its kernels already posted (a send
@@ -242,7 +242,10 @@ fn run(
                     // A peer that finished closes its connectors, and one that failed does
                     // too: noted on the board, it ends the kernel waits on that peer (and
                     // only those), whichever it was.
-                    link_failed(rank, "to", s.link, &why, !s.flushed());
+                    link_failed(rank, "to", s.link, &why.why, !s.flushed() || why.unreachable);
+                    if why.unreachable {
+                        board.note(s.link.peer, Notice::gone(s.link.peer, Seen::Unreachable));
+                    }
                     peers.closed(s.link.peer);
                     close(&s.socks);
                     s.dead = true;
@@ -253,10 +256,13 @@ fn run(
             match r.pump() {
                 Ok(p) => progressed |= p,
                 Err(why) => {
-                    link_failed(rank, "from", r.link, &why, r.mid_frame() || r.fault.is_some());
+                    link_failed(rank, "from", r.link, &why.why, r.mid_frame() || r.fault.is_some() || why.unreachable);
                     match r.fault {
-                        Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false, link: false }),
+                        Some(culprit) => board.note(r.link.peer, Notice::reported(culprit)),
                         None => {
+                            if why.unreachable {
+                                board.note(r.link.peer, Notice::gone(r.link.peer, Seen::Unreachable));
+                            }
                             peers.closed(r.link.peer);
                             close(&r.socks);
                         }
@@ -347,7 +353,7 @@ impl Peers {
         self.gone.retain(|&(peer, at)| {
             let due = at.elapsed() >= CLOSED_GRACE;
             if due {
-                board.note(peer, Notice { culprit: peer, closed: true, link: false });
+                board.note(peer, Notice::gone(peer, Seen::Closed));
             }
             !due
         });
@@ -414,7 +420,8 @@ mod tests {
         let (out, inc): (Vec<_>, Vec<_>) = (0..2)
             .map(|_| {
                 let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-                (Wire::new(c).unwrap(), Wire::new(listener.accept().unwrap().0).unwrap())
+                let t = Duration::from_secs(30);
+                (Wire::new(c, t).unwrap(), Wire::new(listener.accept().unwrap().0, t).unwrap())
             })
             .unzip();
         let link = Link { peer: 1, chan: 0, edge: Edge::Ring };

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use jitccl_codegen::abi::Conn;
 
 use super::fifo::{atomic, fits, set_size, slot_ptr, store_flagged, SIMPLE};
-use super::wire::{parse_frame_header, split_size_word, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
+use super::wire::{parse_frame_header, split_size_word, Broken, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
 /// Bytes read ahead per call: several small frames at once, without staging large steps
@@ -92,7 +92,7 @@ impl RecvSide {
 
     /// Moves arriving steps into the FIFO and the kernel's progress back; true if anything
     /// happened.
-    pub fn pump(&mut self) -> Result<bool, String> {
+    pub fn pump(&mut self) -> Result<bool, Broken> {
         let mut progressed = false;
         for i in 0..self.socks.len() {
             // The peer's last steps may have come with its close: they are stored first.
@@ -110,7 +110,7 @@ impl RecvSide {
             progressed = true;
         }
         if self.socks.iter().all(|w| w.eof) {
-            return Err("closed the connection".into());
+            return Err("closed the connection".to_string().into());
         }
         let head = atomic(self.fifo.head).load(Ordering::Acquire);
         // Credits are progress marks: one not yet started can be replaced by a later one.
@@ -131,7 +131,7 @@ impl RecvSide {
     }
 
     /// Stores the frames socket `i` has brought; true if it brought anything.
-    fn receive(&mut self, i: usize) -> Result<bool, String> {
+    fn receive(&mut self, i: usize) -> Result<bool, Broken> {
         let nsocks = self.socks.len() as u64;
         let (w, c, fifo, flag) = (&mut self.socks[i], &mut self.incoming[i], &self.fifo, self.ll128_flag);
         let mut progressed = false;
@@ -151,13 +151,14 @@ impl RecvSide {
                 let (step, word) = parse_frame_header(&c.ahead[c.at..]);
                 if step == FAULT_STEP {
                     self.fault = Some(word as usize);
-                    return Err(format!("reported that rank {word} failed"));
+                    return Err(format!("reported that rank {word} failed").into());
                 }
                 if step != c.next || !fits(fifo, word) {
                     return Err(format!(
                         "sent a bad frame on socket {i} (step {step}, expected {}; size word {word:#x})",
                         c.next
-                    ));
+                    )
+                    .into());
                 }
                 c.at += FRAME_HEADER;
                 c.frame = Some(Partial { step, word, got: 0 });

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use jitccl_codegen::abi::{Conn, STEPS};
 
 use super::fifo::{atomic, fits, slot};
-use super::wire::{frame_header, split_size_word, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
+use super::wire::{frame_header, split_size_word, Broken, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
 /// A step on its way out: header, then its bytes in the FIFO slot.
@@ -77,7 +77,7 @@ impl SendSide {
     }
 
     /// Takes in credits and moves posted steps out; true if anything happened.
-    pub fn pump(&mut self) -> Result<bool, String> {
+    pub fn pump(&mut self) -> Result<bool, Broken> {
         let mut progressed = self.take_credits()?;
         let tail = atomic(self.fifo.tail).load(Ordering::Acquire);
         let n = self.socks.len() as u64;
@@ -87,7 +87,7 @@ impl SendSide {
             // SAFETY: sizes has STEPS entries; written before the tail we acquired.
             let word = unsafe { *self.fifo.sizes.add(s) };
             if !fits(&self.fifo, word) {
-                return Err(format!("step {k} has a bad size word {word:#x}"));
+                return Err(format!("step {k} has a bad size word {word:#x}").into());
             }
             let (proto, len) = split_size_word(word);
             // SAFETY: the slot holds `len` posted bytes of protocol `proto`, and stays
@@ -124,7 +124,7 @@ impl SendSide {
     }
 
     /// Reads the credits that arrived; true if any did.
-    fn take_credits(&mut self) -> Result<bool, String> {
+    fn take_credits(&mut self) -> Result<bool, Broken> {
         let mut any = false;
         let mut buf = [0u8; 64 * CREDIT];
         loop {
@@ -144,13 +144,13 @@ impl SendSide {
         }
         // A peer closes all its sockets together: socket 0 notices for the connector.
         if self.socks[0].eof {
-            return Err("closed the connection".into());
+            return Err("closed the connection".to_string().into());
         }
         Ok(any)
     }
 
     /// Writes socket `i`'s frames until it takes no more.
-    fn write(&mut self, i: usize) -> Result<(), String> {
+    fn write(&mut self, i: usize) -> Result<(), Broken> {
         let (queue, done) = &mut self.out[i];
         while !queue.is_empty() {
             let mut bufs = [IoSlice::new(&[]); 2 * STEPS];

@@ -11,6 +11,9 @@ use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use jitccl_codegen::abi::{SIZE_BYTES_MASK, SIZE_PROTO_SHIFT};
+use socket2::SockRef;
+
+use crate::bootstrap::watch_link;
 
 const MAGIC: u64 = 0x3254_454e_4c43_434a; // "JCCLNET2"
 /// Frame header: step, size word.
@@ -76,6 +79,21 @@ pub(super) fn split_size_word(word: u64) -> (usize, usize) {
     ((word >> SIZE_PROTO_SHIFT) as usize, (word & SIZE_BYTES_MASK) as usize)
 }
 
+/// Why a connector's link failed.
+#[derive(Debug)]
+pub(super) struct Broken {
+    pub why: String,
+    /// Nothing came back on it, not even TCP's acknowledgements, for the link timeout:
+    /// the peer is unreachable (rather than gone).
+    pub unreachable: bool,
+}
+
+impl From<String> for Broken {
+    fn from(why: String) -> Broken {
+        Broken { why, unreachable: false }
+    }
+}
+
 /// One non-blocking socket of a connector, with its readiness as the proxy's poller last
 /// reported it. Readiness is edge-triggered, so it holds until an operation would block.
 pub(super) struct Wire {
@@ -86,19 +104,34 @@ pub(super) struct Wire {
     pub hangup: bool,
     /// The peer closed its side; nothing more will arrive.
     pub eof: bool,
+    link_timeout: Duration,
 }
 
 impl Wire {
-    pub fn new(stream: TcpStream) -> std::io::Result<Wire> {
+    /// `stream`, failing once its link carries nothing back for `link_timeout` (see
+    /// `bootstrap::watch_link`).
+    pub fn new(stream: TcpStream, link_timeout: Duration) -> std::io::Result<Wire> {
         stream.set_nonblocking(true)?;
         // Steps are latency-bound messages: send each as soon as it is written.
         stream.set_nodelay(true)?;
-        Ok(Wire { stream, readable: true, writable: true, hangup: false, eof: false })
+        watch_link(SockRef::from(&stream), link_timeout)?;
+        Ok(Wire { stream, readable: true, writable: true, hangup: false, eof: false, link_timeout })
+    }
+
+    fn broken(&self, e: std::io::Error) -> Broken {
+        if e.kind() == ErrorKind::TimedOut {
+            Broken {
+                why: format!("carried nothing for the link timeout of {} s ({e})", self.link_timeout.as_secs_f64()),
+                unreachable: true,
+            }
+        } else {
+            e.to_string().into()
+        }
     }
 
     /// Reads what has arrived into `buf` (not empty): 0 once nothing more is there for now
     /// (or ever: `eof`).
-    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, String> {
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, Broken> {
         while self.readable && !self.eof {
             match self.stream.read(buf) {
                 Ok(0) => self.eof = true,
@@ -111,7 +144,7 @@ impl Wire {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(self.broken(e)),
             }
         }
         Ok(0)
@@ -119,10 +152,10 @@ impl Wire {
 
     /// Writes what the socket takes of `bufs` (not all empty) in one call: 0 once it takes
     /// nothing more for now.
-    pub fn write(&mut self, bufs: &[IoSlice]) -> Result<usize, String> {
+    pub fn write(&mut self, bufs: &[IoSlice]) -> Result<usize, Broken> {
         while self.writable {
             match self.stream.write_vectored(bufs) {
-                Ok(0) => return Err("closed the connection".into()),
+                Ok(0) => return Err(Broken::from("closed the connection".to_string())),
                 Ok(n) => {
                     // A short write filled the send buffer, whose draining raises a new edge.
                     self.writable = n == bufs.iter().map(|b| b.len()).sum::<usize>();
@@ -130,7 +163,7 @@ impl Wire {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(self.broken(e)),
             }
         }
         Ok(0)

@@ -22,7 +22,7 @@ use super::Proxy;
 use crate::config::Resolved;
 use crate::device::HostMemory;
 use crate::error::{sys, Error, Result};
-use crate::fault::{Board, Notice};
+use crate::fault::{Board, Notice, Seen};
 use crate::netplugin::{Handle, ListenComm, Mr, Network, HANDLE_BYTES};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
@@ -391,7 +391,7 @@ fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Ac
                 Err(why) => {
                     link_failed(rank, "from", r.link, &why, r.mid_step() || r.fault.is_some());
                     match r.fault {
-                        Some(culprit) => board.note(r.link.peer, Notice { culprit, closed: false, link: false }),
+                        Some(culprit) => board.note(r.link.peer, Notice::reported(culprit)),
                         None if r.mid_step() => link_lost(&board, rank, r.link.peer),
                         None => peers.closed(r.link.peer),
                     }
@@ -416,7 +416,7 @@ fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Ac
 /// or later fails, naming the peer, and the communicator's failure then reaches the others.
 fn link_lost(board: &Board, rank: usize, peer: usize) {
     for q in (0..board.nranks()).filter(|&q| q != rank) {
-        board.note(q, Notice { culprit: peer, closed: false, link: true });
+        board.note(q, Notice { culprit: peer, seen: Seen::LinkLost });
     }
 }
 
