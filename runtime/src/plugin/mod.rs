@@ -4,6 +4,9 @@
 //! file name or path of its own. The libraries stay loaded for the life of the process
 //! (as NCCL keeps them): the tables they export are used by communicators that may outlive
 //! any one owner, and unloading a library whose threads still run crashes the process.
+//! `logger` is the logging function NCCL hands every plugin kind.
+
+pub(crate) mod logger;
 
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
