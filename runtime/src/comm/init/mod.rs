@@ -120,7 +120,8 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     // Every rank tunes as rank 0 does (its machine's topology, its table): so they
     // cannot disagree.
     let plan = if rank == 0 { tune::plan(&graph, &cfg, &device)? } else { Vec::new() };
-    let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
+    let tuner = tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?;
+    let tuner = Arc::new(tuner.agreed(|started| Ok(bs.all_gather(started)?))?);
     let proxy = if any_net {
         let ip = bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
         let listener = NetListener::bind(ip)?;
