@@ -1,5 +1,6 @@
 //! Compiles the C plugins into OUT_DIR with the system C compiler ($CC, else `cc`):
-//! net-fabric/ into libnccl-net-fabric.so, and net-edges/edges.c once per edge variant.
+//! net-fabric/ into libnccl-net-fabric.so, net-edges/edges.c once per edge variant, and
+//! tuner-csv/csv.c into the CSV tuner (every table version, and one exporting only v2).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +37,12 @@ fn main() {
     for (name, switch) in EDGES {
         let define = format!("-D{switch}");
         compile(&cc, &out.join(name), &[&include_flag, &prefix_map, &define, &inner], &edges_sources, &["-ldl"]);
+    }
+    let tuner_sources = watch(&root.join("tuner-csv"), "c");
+    for (name, flags) in [("libnccl-tuner-csv.so", &[][..]), ("libnccl-tuner-csv-v2.so", &["-DJT_V2_ONLY"][..])] {
+        let flags: Vec<&str> =
+            [&include_flag, &prefix_map].into_iter().map(String::as_str).chain(flags.iter().copied()).collect();
+        compile(&cc, &out.join(name), &flags, &tuner_sources, &[]);
     }
 }
 

@@ -9,7 +9,11 @@
 //!   [`EDGE_NODEV`] (no devices), [`EDGE_FAILSEND`] (the Nth send of the process fails,
 //!   N from `JITCCL_EDGE_FAIL_SEND`). The forwarding ones load the plugin named by
 //!   `JITCCL_EDGE_INNER`, else [`FABRIC`].
-//! - [`INCLUDE_DIR`]: `jitccl_net.h`, the C declarations of the plugin interface.
+//! - [`TUNER_CSV`]: a tuner plugin ("csv", `ncclTunerPlugin_v6` .. `_v2`) taking overrides
+//!   from the CSV file `NCCL_TUNER_CONFIG_FILE` names, in the format of NCCL's example
+//!   tuner; [`TUNER_CSV_V2`] the same exporting only `_v2`.
+//! - [`INCLUDE_DIR`]: `jitccl_net.h` and `jitccl_tuner.h`, the C declarations of the plugin
+//!   interfaces.
 
 /// The "Fabric" network plugin.
 pub const FABRIC: &str = concat!(env!("OUT_DIR"), "/libnccl-net-fabric.so");
@@ -23,5 +27,9 @@ pub const EDGE_NODEV: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-nodev.s
 /// `JITCCL_EDGE_FAIL_SEND` of the process fails with `ncclSystemError`, as does every later
 /// test on its communicator ("EdgeFailSend").
 pub const EDGE_FAILSEND: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-failsend.so");
-/// The folder holding `jitccl_net.h`.
+/// The CSV tuner: `ncclTunerPlugin_v6` .. `_v2`.
+pub const TUNER_CSV: &str = concat!(env!("OUT_DIR"), "/libnccl-tuner-csv.so");
+/// The CSV tuner exporting only `ncclTunerPlugin_v2`.
+pub const TUNER_CSV_V2: &str = concat!(env!("OUT_DIR"), "/libnccl-tuner-csv-v2.so");
+/// The folder holding `jitccl_net.h` and `jitccl_tuner.h`.
 pub const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");

@@ -16,7 +16,7 @@
 //! 3. `enqueue`: the one path from a call to a queued launch: table-driven argument checks,
 //!    the tuning choice, the kernel lookup (`jitccl-codegen`), launch arguments;
 //! 4. `tune`: the algorithm, protocol and channels of each call (tuning tables, the cost
-//!    model); `stream`: ordered queues of launches, and what runs a communicator's
+//!    model, NCCL's tuner plugins); `stream`: ordered queues of launches, and what runs a communicator's
 //!    launches on them (`Executor`: one kernel at a time, the kernel tables, the failure
 //!    state, the count `finalize` waits for), so that a launch runs without a call back up
 //!    into `comm`;
@@ -37,7 +37,7 @@
 //!     init uses both);
 //! 13. `logging`: `JITCCL_DEBUG`; `wait`: the spin/yield/park policy of every host-side wait
 //!     (kernels, dispatchers, callers); `plugin`: finding and opening NCCL-style plugin
-//!     libraries by NCCL's names;
+//!     libraries by NCCL's names, and the logger handed to them;
 //! 14. `affinity`: which CPUs a rank's threads run on; `element`: Rust element types;
 //!     `op`: reduction ops;
 //! 15. `settings`: every `JITCCL_*` variable, its parser, default and bounds.

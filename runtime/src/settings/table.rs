@@ -97,9 +97,18 @@ pub const TUNER_CONFIG_FILE: Setting = nccl(
         Kind::Path,
         Initial::Computed("`<cache dir>/tune/<topology fingerprint>.csv` if present"),
         Ranks::RankZero,
-        "a tuning table in the CSV format of NCCL's example tuner; its rows override the cost model. A table for another topology or rank count is ignored with a warning",
+        "a tuning table in the CSV format of NCCL's example tuner; its rows override the cost model. A table for another topology or rank count is ignored with a warning. With a tuner plugin loaded, a file named by `NCCL_TUNER_CONFIG_FILE` alone is the plugin's",
     ),
     "NCCL_TUNER_CONFIG_FILE",
+);
+pub const TUNER_PLUGIN: Setting = nccl(
+    user(
+        "JITCCL_TUNER_PLUGIN",
+        Kind::Text,
+        Initial::Computed("`libnccl-tuner.so` where it loads, else none"),
+        "NCCL's tuner plugin: `none`, or a comma-separated list of names (`X`: `libnccl-tuner-X.so`, else `X`) or paths, the first that loads and exports `ncclTunerPlugin_v6` .. `_v2` taken. It edits the cost model's table of each collective before the choice; one that fails to load or start is skipped with a warning. Read once per process; every rank must load the same one",
+    ),
+    "NCCL_TUNER_PLUGIN",
 );
 pub const TIMEOUT: Setting = config(
     "JITCCL_TIMEOUT",
@@ -401,6 +410,7 @@ pub const ALL: &[Setting] = &[
     ALGO,
     PROTO,
     TUNER_CONFIG_FILE,
+    TUNER_PLUGIN,
     TIMEOUT,
     LINK_TIMEOUT,
     BUFFSIZE,

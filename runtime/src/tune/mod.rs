@@ -1,10 +1,14 @@
 //! Choosing how to run a collective: algorithm, protocol, channels and chunk size.
 //!
 //! Per call, in order: JITCCL_ALGO / JITCCL_PROTO (NCCL's grammar, `config::overrides`) say
-//! which algorithms and protocols the collective may use at all; a tuning table row
-//! (`table`) for the call's size is taken if the overrides allow it; otherwise the cost
-//! model (`model`) picks the fastest allowed candidate. Every input is the same on every
-//! rank, and the choice is a pure function of them, so every rank makes the same choice.
+//! which algorithms and protocols the collective may use at all; a tuner plugin (`plugin`,
+//! NCCL's), given the model's costs of those in NCCL's table, may change them and the
+//! channels, and the cheapest it leaves is taken, as NCCL takes it; where it changes
+//! nothing, a tuning table row (`table`) for the call's size is taken if the overrides allow
+//! it; otherwise the cost model (`model`) picks the fastest allowed candidate. Every input
+//! is the same on every rank (rank 0's `plan`, and the plugin: checked at init), and the
+//! choice is a pure function of them, so every rank makes the same choice (a plugin whose
+//! answers are not a function of its inputs breaks that; nothing can check it per call).
 //! A `Tuner` caches choices per (collective, bytes), so only the first call of a size
 //! pays for the search and logs it (DEBUG: the choice and where it came from).
 //!
@@ -13,6 +17,8 @@
 //! override sets ([`Overrides`], [`Set`]).
 
 mod model;
+mod plan;
+mod plugin;
 mod table;
 
 use std::fmt;
@@ -25,10 +31,9 @@ use rustc_hash::FxHashMap;
 use crate::config::overrides::{AlgoOverrides, ProtoOverrides};
 pub use crate::config::overrides::{Overrides, Set};
 use crate::config::Resolved;
-use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::graph::Graph;
 pub use model::{Constants, Estimate, Machine, Topology};
+pub(crate) use plan::{from_plan, plan};
 pub use table::{Row, Table, TableError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +57,8 @@ pub(crate) enum Source {
     Override,
     /// A fixed rule (point-to-point: see [`Tuner::choose`]).
     Rule,
+    /// The tuner plugin's edits of the model's costs.
+    Plugin,
 }
 
 impl fmt::Display for Source {
@@ -61,6 +68,7 @@ impl fmt::Display for Source {
             Source::Model => "cost model",
             Source::Override => "override",
             Source::Rule => "fixed rule",
+            Source::Plugin => "tuner plugin",
         })
     }
 }
@@ -85,6 +93,19 @@ struct Key {
     direct: bool,
 }
 
+impl Key {
+    /// Whether the op can use `a`: a non-commutative op only the ring (the tree and
+    /// one-shot combine in another order).
+    fn usable(&self, a: Algorithm) -> bool {
+        self.commutative || a == Algorithm::Ring
+    }
+
+    /// Whether the call's buffers let `a` run: the direct algorithms need them registered.
+    fn eligible(&self, a: Algorithm) -> bool {
+        self.direct || !a.is_direct()
+    }
+}
+
 /// Distinct call shapes remembered before the cache starts over (real programs use a
 /// handful of sizes; this only bounds a sweep's memory).
 const CACHE_CAP: usize = 4096;
@@ -102,6 +123,8 @@ pub(crate) struct Tuner {
     /// process can be told apart in the log.
     log_prefix: String,
     cache: Mutex<FxHashMap<Key, Choice>>,
+    /// This communicator's context in the process's tuner plugin, if it has one.
+    plugin: Option<plugin::Session>,
 }
 
 impl fmt::Debug for Tuner {
@@ -111,6 +134,7 @@ impl fmt::Debug for Tuner {
             .field("table_rows", &self.table.as_ref().map_or(0, |t| t.rows.len()))
             .field("algos", &self.algos)
             .field("protos", &self.protos)
+            .field("plugin", &self.plugin)
             .finish()
     }
 }
@@ -127,6 +151,7 @@ impl Tuner {
             slot_bytes: cfg.slot_bytes,
             log_prefix: cfg.comm_name.as_ref().map_or_else(String::new, |n| format!("Comm '{n}': ")),
             cache: Mutex::new(FxHashMap::default()),
+            plugin: None,
         }
     }
 
@@ -213,7 +238,7 @@ impl Tuner {
                 Set::of(coll.algorithms())
             )));
         }
-        let eligible = |a: &Algorithm| k.direct || !a.is_direct();
+        let eligible = |a: &Algorithm| k.eligible(*a);
         let algos: Vec<Algorithm> = algos.into_iter().filter(eligible).collect();
         // Point-to-point without addressable buffers has the FIFO alone, whatever the
         // overrides (see below).
@@ -233,7 +258,7 @@ impl Tuner {
                 Set::<Protocol>::all()
             )));
         }
-        let usable = |a: &Algorithm| k.commutative || *a == Algorithm::Ring;
+        let usable = |a: &Algorithm| k.usable(*a);
         let chunk = |proto: Protocol, want: Option<usize>| {
             let cap = step_capacity(proto, self.slot_bytes[proto as usize]);
             (want.unwrap_or(cap).min(cap) / k.elem_size).max(1) as u64
@@ -272,6 +297,67 @@ impl Tuner {
         }
         let algos: Vec<Algorithm> = algos.into_iter().filter(usable).collect();
 
+        let Some(plugin) = &self.plugin else {
+            let (algo, proto, nch, chunk_bytes, source, why) = self.table_or_model(k, &algos, &protos)?;
+            return Ok((make(algo, proto, nch, chunk_bytes), source, why));
+        };
+        // NCCL's order: the plugin edits the model's costs of what the overrides allow; the
+        // cheapest it leaves runs (jitccl's algorithms outside NCCL's table compete at their
+        // model cost); its channels, then its chunk size, apply to whatever was chosen.
+        let candidates: Vec<Estimate> = algos
+            .iter()
+            .flat_map(|&a| protos.iter().filter_map(move |&p| self.best(coll, &[a], &[p], k.bytes)))
+            .collect();
+        let advice = plugin.advise(coll, k.bytes, &candidates);
+        let (algo, proto, mut nch, chunk_bytes, source, mut why) = match advice.as_ref().and_then(|a| a.pick) {
+            Some((algo, proto, cost)) => {
+                let nch = self.best(coll, &[algo], &[proto], k.bytes).map_or(1, |e| e.nchannels);
+                (algo, proto, nch, None, Source::Plugin, format!("cost {cost:.2} after its edits"))
+            }
+            None => self.table_or_model(k, &algos, &protos)?,
+        };
+        if let Some(n) = advice.as_ref().and_then(|a| a.nchannels) {
+            nch = n.min(self.topo.nchannels);
+            why += &format!("; {nch} channel(s) from the plugin");
+            if n > nch {
+                why += &format!(" (it asked {n}, the communicator has {nch})");
+            }
+        }
+        let mut choice = make(algo, proto, nch, chunk_bytes);
+        let ours = choice.chunk_elems as usize * k.elem_size;
+        match plugin.chunk(coll, k.bytes, algo, proto, nch, ours) {
+            Some(0) => why += "; the plugin's chunk size 0 ignored",
+            Some(b) if b != ours => {
+                choice = make(algo, proto, nch, Some(b));
+                let got = choice.chunk_elems as usize * k.elem_size;
+                why += &format!("; {got} B chunks from the plugin");
+                if got != b {
+                    why += &format!(" (it asked {b}: a FIFO step's whole elements)");
+                }
+            }
+            _ => {}
+        }
+        if let Some(a) = &advice {
+            tracing::info!(
+                "{}tuner plugin {}: {coll} {} B: chose {}; runs {}/{}, {} channel(s)",
+                self.log_prefix,
+                plugin.label(),
+                k.bytes,
+                a.said,
+                choice.algo,
+                choice.proto,
+                choice.nchannels
+            );
+        }
+        Ok((choice, source, why))
+    }
+
+    /// The table's row for the call, if the overrides allow it, else the model's fastest
+    /// allowed candidate: (algorithm, protocol, channels, chunk bytes, source, why).
+    fn table_or_model(
+        &self, k: Key, algos: &[Algorithm], protos: &[Protocol],
+    ) -> Result<(Algorithm, Protocol, usize, Option<usize>, Source, String)> {
+        let coll = k.coll;
         let mut overridden = None;
         if let Some(row) = self.table.as_ref().and_then(|t| t.lookup(coll, k.bytes, &self.topo, k.direct)) {
             if algos.contains(&row.algo) && protos.contains(&row.proto) {
@@ -280,13 +366,14 @@ impl Tuner {
                     None => self.best(coll, &[row.algo], &[row.proto], k.bytes).map_or(1, |e| e.nchannels),
                 };
                 let why = format!("row {}..={} B", row.min_bytes, row.max_bytes);
-                return Ok((make(row.algo, row.proto, nch, row.chunk_bytes), Source::Table, why));
+                return Ok((row.algo, row.proto, nch, row.chunk_bytes, Source::Table, why));
             }
             overridden = Some(format!("the table's {}/{} is not allowed here", row.algo, row.proto));
         }
-        let all_algos: Vec<Algorithm> = coll.algorithms().iter().copied().filter(usable).filter(eligible).collect();
+        let all_algos: Vec<Algorithm> =
+            coll.algorithms().iter().copied().filter(|&a| k.usable(a) && k.eligible(a)).collect();
         let Estimate { algo, proto, nchannels: nch, us: t } = self
-            .best(coll, &algos, &protos, k.bytes)
+            .best(coll, algos, protos, k.bytes)
             .ok_or_else(|| Error::Internal(format!("no {coll} candidate has a cost")))?;
         let unrestricted = self.best(coll, &all_algos, Protocol::ALL, k.bytes).map(|e| (e.algo, e.proto));
         let source = if unrestricted == Some((algo, proto)) { Source::Model } else { Source::Override };
@@ -297,57 +384,12 @@ impl Tuner {
         if let Some(o) = overridden {
             why = format!("{o}; {why}");
         }
-        Ok((make(algo, proto, nch, None), source, why))
+        Ok((algo, proto, nch, None, source, why))
     }
 
     fn best(&self, coll: Collective, algos: &[Algorithm], protos: &[Protocol], bytes: usize) -> Option<Estimate> {
         model::best(&self.topo, &self.consts, coll, algos, protos, bytes)
     }
-}
-
-/// Online CPUs of this machine: the same in every process on it, unlike the affinity mask.
-fn machine_cores() -> usize {
-    // SAFETY: sysconf only reads a system value.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
-}
-
-/// What rank 0 tells every rank so that all tune alike: the machine its ranks run on (for
-/// the host, its core count: the host topology's one machine-dependent input besides the
-/// graph, which every rank searched alike) and the table it found for that topology (see
-/// [`Table::load`]), if any.
-pub(crate) fn plan(graph: &Graph, cfg: &Resolved, device: &Device) -> Result<Vec<u8>> {
-    let machine = if device.is_cuda() { Machine::Gpus } else { Machine::Host { cores: machine_cores() } };
-    let (topo, _) = machine.model(graph);
-    let table = Table::load(&topo, cfg.tuner_table.as_deref()).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    // 0 and the core count for the host, 1 for GPUs.
-    let mut plan = match machine {
-        Machine::Host { cores } => [&[0u8][..], &(cores as u64).to_le_bytes()].concat(),
-        Machine::Gpus => vec![1],
-    };
-    plan.extend(table.map_or(Vec::new(), |t| t.to_bytes()));
-    Ok(plan)
-}
-
-/// The tuner of every rank, from rank 0's [`plan`].
-pub(crate) fn from_plan(plan: &[u8], graph: &Graph, cfg: &Resolved) -> Result<Tuner> {
-    let bad = || Error::Internal(format!("rank 0's tuning plan is malformed ({} bytes)", plan.len()));
-    let (machine, table) = match plan.split_first() {
-        Some((0, rest)) => {
-            let (cores, table) = rest.split_at_checked(8).ok_or_else(bad)?;
-            let cores = u64::from_le_bytes(cores.try_into().map_err(|_| bad())?) as usize;
-            (Machine::Host { cores: cores.max(1) }, table)
-        }
-        Some((1, table)) => (Machine::Gpus, table),
-        _ => return Err(bad()),
-    };
-    let (topo, constants) = machine.model(graph);
-    let table = if table.is_empty() {
-        None
-    } else {
-        Some(Table::from_bytes(table, "rank 0's tuning table").map_err(|e| Error::InvalidArgument(e.to_string()))?)
-    };
-    Ok(Tuner::new(topo, constants, table, cfg))
 }
 
 #[cfg(test)]

@@ -206,11 +206,25 @@ impl Table {
     /// (`Config::tuner_table`), else the one `JITCCL_TUNER_CONFIG_FILE` names, else the
     /// cached one. A named file that cannot be read or parsed is an error; a damaged
     /// cached one, or a table for another topology or rank count, is ignored with a
-    /// warning saying why.
-    pub(crate) fn load(topo: &Topology, configured: Option<&Path>) -> Result<Option<Table>, TableError> {
+    /// warning saying why. With a tuner `plugin` loaded, a file named by NCCL's variable
+    /// alone is the plugin's (NCCL's example tuner reads it), not jitccl's.
+    pub(crate) fn load(
+        topo: &Topology, configured: Option<&Path>, plugin: Option<&str>,
+    ) -> Result<Option<Table>, TableError> {
         let named = match configured {
             Some(p) => Some((p.to_path_buf(), "Config::tuner_table")),
             None => TUNER_CONFIG_FILE.lookup_os().map(|(v, var)| (PathBuf::from(v), var)),
+        };
+        let named = match (named, plugin) {
+            (Some((path, var)), Some(label)) if TUNER_CONFIG_FILE.nccl == Some(var) => {
+                tracing::info!(
+                    "tuning: {var}={} is left to tuner plugin {label}; jitccl's own table comes from {} or the cache",
+                    path.display(),
+                    TUNER_CONFIG_FILE.name
+                );
+                None
+            }
+            (named, _) => named,
         };
         let table = match (&named, Table::cache_path(topo)) {
             (Some((path, by)), _) => Table::read(path).map_err(|e| match e {

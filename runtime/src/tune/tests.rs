@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::Config;
 use crate::device::Device;
+use crate::graph::Graph;
 use Algorithm::*;
 use Collective::*;
 

@@ -125,7 +125,8 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     // Every rank tunes as rank 0 does (its machine's topology, its table): so they
     // cannot disagree.
     let plan = if rank == 0 { tune::plan(&graph, &cfg, &device)? } else { Vec::new() };
-    let tuner = Arc::new(tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?);
+    let tuner = tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?;
+    let tuner = Arc::new(tuner.agreed(|started| Ok(bs.all_gather(started)?))?);
     let proxy = if any_net {
         let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
         let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
