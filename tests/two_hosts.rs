@@ -67,6 +67,41 @@ fn two_hosts_of_two_ranks_share_memory_inside_a_host() {
     }
 }
 
+/// The same between hosts through a network plugin (the project's libfabric plugin over
+/// libfabric's `tcp` provider, pinned to the hosts' interfaces), at 2 hosts x 1 rank and
+/// 2 hosts x 2 ranks (shared memory inside a host, the plugin between hosts).
+#[test]
+fn collectives_between_hosts_over_the_fabric_plugin() {
+    let hosts = hosts(2);
+    let plugin = [
+        ("NCCL_NET_PLUGIN", jitccl_plugins::FABRIC),
+        ("NCCL_NET", "Fabric"),
+        ("FI_PROVIDER", "tcp"),
+        ("FI_TCP_IFACE", "net0"),
+    ];
+    let runs: &[(&[usize], &[&str])] = &[
+        (&[0, 1], &["all_reduce", "-d", "float", "-o", "sum", "--proto", "simple"]),
+        (&[0, 1], &["all_gather", "-d", "half", "--proto", "ll"]),
+        (&[0, 1], &["sendrecv", "-d", "uint8", "--proto", "ll128"]),
+        (&[0, 0, 1, 1], &["all_reduce", "-d", "bfloat16", "-o", "max"]),
+        (&[0, 0, 1, 1], &["reduce_scatter", "-d", "int32", "-o", "sum", "--proto", "ll128"]),
+        (&[0, 0, 1, 1], &["broadcast", "-d", "int8", "--proto", "simple"]),
+        (&[0, 0, 1, 1], &["all_to_all", "-d", "float"]),
+    ];
+    for (placement, run) in runs {
+        let n = placement.len().to_string();
+        let args = [*run, &["-N", &n, "-b", "4", "-e", "1M", "-f", "32", "-w", "1", "-n", "2"][..]].concat();
+        let ends = perf(&hosts, placement, &args, &plugin);
+        for e in &ends {
+            assert!(
+                e.stderr.contains("net transport up over Fabric"),
+                "{run:?}: rank {} did not use the plugin: {e}",
+                e.rank
+            );
+        }
+    }
+}
+
 /// Ranks interleaved across the hosts (0 and 2 on one, 1 and 3 on the other): the graph
 /// search keeps each host's ranks together, so every channel's ring crosses between the
 /// hosts exactly twice (rank order would cross four times), and the results still match.
