@@ -1,6 +1,7 @@
 //! Connections arriving at a rank's listening socket: the ring predecessor, and one
-//! connection per send/recv message (the root talks on the rank's link instead). Anything
-//! that is not a well-formed message of this communicator is logged and dropped.
+//! connection per send/recv message (the root talks on the rank's link instead). With a
+//! key, each must first prove that it knows it ([`crate::auth`]). Anything that is not a
+//! well-formed message of this communicator is logged and dropped.
 //!
 //! Connections are accepted as they come and their headers read concurrently (one `poll`
 //! over the listener and every connection whose header is incomplete), so a stranger's
@@ -18,8 +19,9 @@ use socket2::Socket;
 
 use super::error::{BootstrapError, Result};
 use super::lock;
-use super::net::{self, Waiter};
+use super::net::{self, Opening, Waiter};
 use super::wire::{Header, Kind, HEADER_BYTES};
+use crate::auth::{Gate, JobKey};
 
 /// A connection that has not sent its header (or a control message its payload) within
 /// this time is dropped.
@@ -64,6 +66,8 @@ impl Mailbox {
 struct Pending {
     s: Socket,
     ip: Option<IpAddr>,
+    /// The handshake, with a key, and the part of its current message that has arrived.
+    gate: Option<(Gate, Vec<u8>)>,
     header: [u8; HEADER_BYTES],
     got: usize,
     since: Instant,
@@ -81,12 +85,14 @@ struct Queue {
 /// A rank's listening socket and the connections accepted on it.
 pub(crate) struct Acceptor {
     listener: Socket,
+    key: Option<JobKey>,
     queue: Mutex<Queue>,
 }
 
 impl Acceptor {
-    pub fn new(listener: Socket) -> Self {
-        Self { listener, queue: Mutex::default() }
+    /// `key`: the communicator's, which every connection must prove that it knows.
+    pub fn new(listener: Socket, key: Option<JobKey>) -> Self {
+        Self { listener, key, queue: Mutex::default() }
     }
 
     pub fn local_addr(&self) -> Result<SocketAddr> {
@@ -163,7 +169,15 @@ impl Acceptor {
                     tracing::debug!(from = %net::describe(&p.s), "jitccl bootstrap: too many incomplete connections, dropping the oldest");
                 }
                 let ip = s.peer_addr().ok().and_then(|a| a.as_socket()).map(|a| a.ip());
-                pending.push(Pending { s, ip, header: [0; HEADER_BYTES], got: 0, since: Instant::now(), done: None });
+                let gate = match net::gate(self.key.as_ref()) {
+                    Ok(gate) => gate.map(|g| (g, Vec::new())),
+                    Err(e) => {
+                        tracing::warn!(from = %net::describe(&s), error = %e, "jitccl bootstrap: dropping a connection");
+                        continue;
+                    }
+                };
+                let since = Instant::now();
+                pending.push(Pending { s, ip, gate, header: [0; HEADER_BYTES], got: 0, since, done: None });
             }
         }
         release(pending, ready);
@@ -187,9 +201,17 @@ fn release(pending: &mut Vec<Pending>, ready: &mut VecDeque<(Socket, Header)>) {
     }
 }
 
-/// Reads what has arrived of `p`'s header; the header once it is whole and of this
-/// communicator. An error (closed, wrong magic or nonce, unknown kind) drops it.
+/// Reads what has arrived of `p`'s handshake and header; the header once it is whole and
+/// of this communicator. An error (refused, closed, wrong magic or nonce, unknown kind)
+/// drops it.
 fn read_header(p: &mut Pending, nonce: u64) -> Result<Option<Header>> {
+    if let Some((gate, buf)) = p.gate.as_mut() {
+        match net::open_gate(gate, &p.s, buf) {
+            Opening::Open => {}
+            Opening::More => return Ok(None),
+            Opening::Refused(detail) => return Err(BootstrapError::Protocol { from: net::describe(&p.s), detail }),
+        }
+    }
     while p.got < HEADER_BYTES {
         match (&p.s).read(&mut p.header[p.got..]) {
             Ok(0) => return Err(BootstrapError::ConnectionClosed { op: "read a header", peer: None }),

@@ -62,15 +62,20 @@ impl Bootstrap {
             return Err(BootstrapError::InvalidArgument(format!("nranks {nranks} is too large")));
         }
         let nonce = scalable::comm_nonce(ids, nranks)?;
+        let key = scalable::comm_key(ids)?;
+        if key.is_none() {
+            crate::auth::note_unauthenticated("bootstrap");
+        }
         Waiter::new("connect to the root", None, config.timeout, &config.abort).check()?;
         let root_ip = ids[scalable::root_of(rank, nranks, ids.len())].root_addr().ip();
         let iface = iface::choose_interface(config.ifname.as_deref(), Some(root_ip))?;
-        let incoming = Acceptor::new(net::listen(SocketAddr::new(iface.addr, 0))?);
+        let incoming = Acceptor::new(net::listen(SocketAddr::new(iface.addr, 0))?, key);
         let me = incoming.local_addr()?;
         let mut boot = Bootstrap {
             rank,
             nranks,
             nonce,
+            key,
             timeout: config.timeout,
             abort: config.abort.clone(),
             peers: vec![me],
@@ -140,6 +145,9 @@ impl Bootstrap {
         // 3. Form the ring: connect to the successor, accept the predecessor.
         let w = Waiter::new("ring connect", Some(next_rank), timeout, abort).watching(live);
         let next = net::connect(next_addr, &w)?;
+        if let Some(key) = &self.key {
+            net::authenticate(&next, key, rank, &format!("rank {next_rank} at {next_addr}"), &w)?;
+        }
         net::write_all(&next, &Header::new(nonce, Kind::RingConnect, rank as u32, 0, 0).encode(), &w)?;
         let w = w.sub("ring accept", Some(prev_rank));
         let mut prev: Option<Socket> = None;

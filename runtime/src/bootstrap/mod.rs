@@ -57,6 +57,7 @@ pub use launcher::launcher_vars;
 pub(crate) use launcher::LaunchEnv;
 pub(crate) use net::deadline_after;
 
+use crate::auth::JobKey;
 use crate::settings::{BOOTSTRAP_TIMEOUT, SOCKET_IFNAME};
 use incoming::{Acceptor, Incoming, Mailbox, Message};
 use liveness::Liveness;
@@ -128,6 +129,8 @@ pub struct Bootstrap {
     rank: usize,
     nranks: usize,
     nonce: u64,
+    /// What the ranks' connections to each other prove that they know, if anything.
+    key: Option<JobKey>,
     timeout: Duration,
     abort: Arc<AtomicBool>,
     /// Listen address of every rank.
@@ -193,6 +196,12 @@ impl Bootstrap {
         self.nranks
     }
 
+    /// The communicator's key, which its other connections (the network transport's) prove
+    /// that they know too; `None`: they are not authenticated.
+    pub fn key(&self) -> Option<JobKey> {
+        self.key
+    }
+
     /// The listen address of rank `peer`.
     pub fn peer_addr(&self, peer: usize) -> Option<SocketAddr> {
         self.peers.get(peer).copied()
@@ -244,6 +253,9 @@ impl Bootstrap {
             return Ok(());
         }
         let s = net::connect(self.peers[peer], &w)?;
+        if let Some(key) = &self.key {
+            net::authenticate(&s, key, self.rank, &format!("rank {peer} at {}", self.peers[peer]), &w)?;
+        }
         let msg = wire::message(Header::new(self.nonce, Kind::P2p, self.rank as u32, tag, data.len()), data);
         net::write_all(&s, &msg, &w)
     }
