@@ -22,7 +22,7 @@ use super::key::{fill_random, JobKey, KeyError};
 /// First bytes of a hello and a reply. Its first byte is no command of PyTorch's TCPStore,
 /// which closes the connection of a client that sends it.
 const MAGIC: [u8; 8] = *b"JCAUTH01";
-const NONCE: usize = 32;
+pub(super) const NONCE: usize = 32;
 /// Size of a proof (an HMAC-SHA-256).
 pub const PROOF_LEN: usize = 32;
 /// Size of the initiator's hello.
@@ -52,6 +52,9 @@ pub enum Refusal {
     /// The first bytes were no handshake.
     #[error("it sent no authentication: a process without the job's key, or not of this job")]
     NoHandshake,
+    /// A sealed message that was taken before ([`super::seal`]).
+    #[error("it replays a message taken before")]
+    Replayed,
     /// The peer closed the connection during the handshake.
     #[error(
         "it closed the connection instead of authenticating: it has no job key or another one, or is not of this job"
@@ -82,7 +85,7 @@ fn proof(key: &JobKey, service: Service, role: u8, initiator: &[u8; NONCE], resp
 const INITIATOR: u8 = b'i';
 const RESPONDER: u8 = b'r';
 
-fn nonce() -> io::Result<[u8; NONCE]> {
+pub(super) fn nonce() -> io::Result<[u8; NONCE]> {
     let mut n = [0u8; NONCE];
     fill_random(&mut n).map_err(|e: KeyError| io::Error::other(e.to_string()))?;
     Ok(n)
@@ -151,6 +154,12 @@ impl Gate {
 
     pub fn is_open(&self) -> bool {
         matches!(self.stage, Stage::Open)
+    }
+
+    /// Whether `start`, the first bytes of a connection (any number), can begin a hello: a
+    /// stranger is refused without waiting for a whole one.
+    pub fn may_begin(start: &[u8]) -> bool {
+        start.iter().zip(MAGIC).all(|(a, b)| *a == b)
     }
 
     /// Takes the [`wants`](Self::wants) bytes that arrived: after the hello, the reply to

@@ -1,7 +1,8 @@
 //! Only a job's own processes get in: the job's key ([`JobKey`]), and the handshake every
-//! connection of the job opens with when there is one ([`handshake`]): the bootstrap's
-//! (to the root, the ring, send/recv), jitccl's store clients to jitccl's store server,
-//! and the network transport's sockets.
+//! connection of the job opens with when there is one (`handshake`): the bootstrap's (to
+//! the root, the ring), jitccl's store clients to jitccl's store server, and the network
+//! transport's sockets; the bootstrap's send/recv messages, which must not wait for their
+//! receiver, are sealed instead (`seal`).
 //!
 //! The key comes with the unique id (rank 0 makes a fresh one with the id), or from
 //! `JITCCL_AUTH_KEY` / `JITCCL_AUTH_KEY_FILE` where every rank makes the id itself. Without
@@ -9,9 +10,11 @@
 
 mod handshake;
 mod key;
+mod seal;
 
 pub use handshake::{initiate, respond, Failure, Gate, Initiator, Refusal, Service, HELLO_LEN, PROOF_LEN, REPLY_LEN};
 pub use key::{new_secret, JobKey, KeyError, KEY_BYTES, MIN_SECRET_CHARS};
+pub use seal::{new_session, seal, Seen, Session, SEAL_LEN};
 
 /// Says once per process (INFO) that `what` opens its connections without authentication.
 pub fn note_unauthenticated(what: &str) {

@@ -84,7 +84,7 @@ impl UniqueId {
     /// exactly that address (an error if it cannot bind it, e.g. it is not local or in use).
     pub(crate) fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
         let addr = resolve(spec, COMM_ID.name)?;
-        let id = Self { key: JobKey::from_env()?, ..Self::for_address(addr) };
+        let id = Self::for_address(addr).with_key(JobKey::from_env()?);
         if is_root {
             Root::start_for(&id, config)?.detach();
         }
@@ -121,6 +121,11 @@ impl UniqueId {
 
     pub(crate) fn nonce(&self) -> u64 {
         self.nonce
+    }
+
+    /// This id with `key` (`None`: without one).
+    pub(crate) fn with_key(self, key: Option<JobKey>) -> Self {
+        Self { key, ..self }
     }
 
     /// The job's key, if the id has one.

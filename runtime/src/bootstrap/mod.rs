@@ -46,7 +46,7 @@ pub(crate) mod test_hook;
 mod wire;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ pub use launcher::launcher_vars;
 pub(crate) use launcher::LaunchEnv;
 pub(crate) use net::deadline_after;
 
-use crate::auth::JobKey;
+use crate::auth::{self, JobKey, Session};
 use crate::settings::{BOOTSTRAP_TIMEOUT, SOCKET_IFNAME};
 use incoming::{Acceptor, Incoming, Mailbox, Message};
 use liveness::Liveness;
@@ -131,6 +131,10 @@ pub struct Bootstrap {
     nonce: u64,
     /// What the ranks' connections to each other prove that they know, if anything.
     key: Option<JobKey>,
+    /// With a key, every rank's session nonce, which messages to it are sealed for.
+    sessions: Vec<Session>,
+    /// Sequence numbers of the messages this rank sent (each taken once by its receiver).
+    sent: AtomicU64,
     timeout: Duration,
     abort: Arc<AtomicBool>,
     /// Listen address of every rank.
@@ -253,10 +257,12 @@ impl Bootstrap {
             return Ok(());
         }
         let s = net::connect(self.peers[peer], &w)?;
-        if let Some(key) = &self.key {
-            net::authenticate(&s, key, self.rank, &format!("rank {peer} at {}", self.peers[peer]), &w)?;
+        let header = Header::new(self.nonce, Kind::P2p, self.rank as u32, tag, data.len());
+        let mut msg = wire::message(header, data);
+        if let (Some(key), Some(session)) = (&self.key, self.sessions.get(peer)) {
+            let seq = self.sent.fetch_add(1, Ordering::Relaxed);
+            msg.extend_from_slice(&auth::seal(key, session, seq, &[&header.encode(), data]));
         }
-        let msg = wire::message(Header::new(self.nonce, Kind::P2p, self.rank as u32, tag, data.len()), data);
         net::write_all(&s, &msg, &w)
     }
 

@@ -253,20 +253,20 @@ pub enum Opening {
 }
 
 /// Feeds `gate` what has arrived on the non-blocking `s` (the part of the current
-/// handshake message in `buf`), answering its hello, without waiting and without reading
-/// past the handshake.
+/// handshake message in `buf`, which may hold all of it), answering its hello, without
+/// waiting and without reading past the handshake.
 pub fn open_gate(gate: &mut Gate, s: &Socket, buf: &mut Vec<u8>) -> Opening {
     while !gate.is_open() {
         let want = gate.wants();
-        let mut tmp = [0u8; REPLY_LEN];
-        match (&*s).read(&mut tmp[..want - buf.len()]) {
-            Ok(0) => return Opening::Refused(Refusal::Closed.to_string()),
-            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Opening::More,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Opening::Refused(format!("its connection broke: {e}")),
-        }
         if buf.len() < want {
+            let mut tmp = [0u8; REPLY_LEN];
+            match (&*s).read(&mut tmp[..want - buf.len()]) {
+                Ok(0) => return Opening::Refused(Refusal::Closed.to_string()),
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Opening::More,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Opening::Refused(format!("its connection broke: {e}")),
+            }
             continue;
         }
         match gate.take(buf) {

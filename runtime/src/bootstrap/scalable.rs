@@ -112,8 +112,8 @@ mod tests {
 
     #[test]
     fn bad_id_lists_are_refused() {
-        let a = UniqueId::random("127.0.0.1:1000".parse().unwrap());
-        let b = UniqueId::random("127.0.0.1:1001".parse().unwrap());
+        let a = UniqueId::random("127.0.0.1:1000".parse().unwrap()).unwrap();
+        let b = UniqueId::random("127.0.0.1:1001".parse().unwrap()).unwrap();
         assert!(comm_nonce(&[], 4).unwrap_err().to_string().contains("at least one"));
         assert!(comm_nonce(&[a, b], 1).unwrap_err().to_string().contains("at most one id per rank"));
         assert!(comm_nonce(&[a, a], 4).unwrap_err().to_string().contains("same root"));

@@ -135,7 +135,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         // The roots' word that a rank died or failed ends the wait for its connections.
         const OP: &str = "net connection setup";
         let lost = || bs.check_peers(OP).map_err(Error::Bootstrap);
-        let proxy = Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, &lost);
+        let proxy = Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, bs.key(), &lost);
         Some(proxy.map_err(|e| peers::explain(bs, OP, e))?)
     } else {
         None
