@@ -1,7 +1,7 @@
 //! Local rank processes, shared by `jitccl launch` and `jitccl perf`: starts N copies of a
 //! program the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-//! MASTER_ADDR, MASTER_PORT) and a fresh job secret (JITCCL_AUTH_KEY, unless the launcher
-//! was given one), each in its own process group, and fails fast: when one exits
+//! MASTER_ADDR, MASTER_PORT) and a fresh job secret (JITCCL_AUTH_KEY, unless the launcher's
+//! environment names one), each in its own process group, and fails fast: when one exits
 //! unsuccessfully (even while the others are still being started), when the time runs out,
 //! or when the launcher gets SIGINT, SIGTERM or SIGHUP, the ranks are terminated with their
 //! process groups. A rank also dies with the launcher (parent-death signal), so none is
@@ -151,11 +151,12 @@ impl Ranks {
     }
 }
 
-/// The secret to give the ranks: a fresh one, unless the launcher's own environment gives
-/// one (JITCCL_AUTH_KEY or JITCCL_AUTH_KEY_FILE, which the ranks then inherit).
+/// The secret to give the ranks: a fresh one, unless the launcher's own environment has
+/// JITCCL_AUTH_KEY or JITCCL_AUTH_KEY_FILE, which the ranks then inherit (set empty: the
+/// job runs without a key).
 fn job_secret() -> Result<Option<String>, String> {
     use jitccl::settings::{AUTH_KEY, AUTH_KEY_FILE};
-    if AUTH_KEY.lookup_os().is_some() || AUTH_KEY_FILE.lookup_os().is_some() {
+    if [AUTH_KEY.name, AUTH_KEY_FILE.name].iter().any(|v| std::env::var_os(v).is_some()) {
         return Ok(None);
     }
     jitccl::auth::new_secret().map(Some).map_err(|e| e.to_string())

@@ -229,6 +229,8 @@ impl Setup<'_> {
                 };
                 let mut stream = TcpStream::connect_timeout(&addr, self.left()).map_err(|e| sys(what())(e))?;
                 if let Some(key) = &self.key {
+                    // The proof and the hello are two writes before a read: not held for an ACK.
+                    stream.set_nodelay(true).map_err(|e| sys(what())(e))?;
                     stream.set_read_timeout(Some(self.left())).map_err(|e| sys(what())(e))?;
                     auth::initiate(&mut stream, key, Service::Net).map_err(|e| match e {
                         Failure::Refused(why) => Error::InvalidUsage(format!("{}: rank {}: {why}", what(), link.peer)),
