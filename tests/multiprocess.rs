@@ -223,3 +223,15 @@ fn a_key_file_must_be_its_owners_only() {
         }
     }
 }
+
+/// A launcher given an empty JITCCL_AUTH_KEY makes no key: the job runs unauthenticated, as
+/// before keys, over shared memory and over the network, its results checked.
+#[test]
+fn without_a_key_the_job_runs_as_before() {
+    for transport in ["shm", "net"] {
+        let args = ["perf", "all_reduce", "-N", "3", "-b", "8", "-e", "4K", "-f", "8", "-n", "1", "-w", "0"];
+        let out = jitccl(&args, &[("JITCCL_AUTH_KEY", ""), ("JITCCL_TRANSPORT", transport)]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success() && stdout.contains("# Out of bounds values : 0 OK"), "{transport}: {stdout}{stderr}");
+    }
+}
