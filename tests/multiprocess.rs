@@ -232,6 +232,9 @@ fn without_a_key_the_job_runs_as_before() {
         let args = ["perf", "all_reduce", "-N", "3", "-b", "8", "-e", "4K", "-f", "8", "-n", "1", "-w", "0"];
         let out = jitccl(&args, &[("JITCCL_AUTH_KEY", ""), ("JITCCL_TRANSPORT", transport)]);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success() && stdout.contains("# Out of bounds values : 0 OK"), "{transport}: {stdout}{stderr}");
+        assert!(
+            out.status.success() && stdout.contains("# Out of bounds values : 0 OK"),
+            "{transport}: {stdout}{stderr}"
+        );
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use crate::auth::{self, Failure, JobKey, Service};
+use crate::auth::{self, Failure, JobKey, Refusal, Service};
 use crate::config::Resolved;
 use crate::device::Memory;
 use crate::error::{sys, Error, Result};
@@ -233,6 +233,11 @@ impl Setup<'_> {
                     stream.set_nodelay(true).map_err(|e| sys(what())(e))?;
                     stream.set_read_timeout(Some(self.left())).map_err(|e| sys(what())(e))?;
                     auth::initiate(&mut stream, key, Service::Net).map_err(|e| match e {
+                        // A peer that dies as it is reached closes the connection too: an
+                        // I/O error, which the roots' word that it is gone may explain.
+                        Failure::Refused(why @ Refusal::Closed) => {
+                            sys(what())(std::io::Error::new(ErrorKind::ConnectionAborted, why))
+                        }
                         Failure::Refused(why) => Error::InvalidUsage(format!("{}: rank {}: {why}", what(), link.peer)),
                         Failure::Io(e) => sys(what())(e),
                     })?;
