@@ -175,3 +175,66 @@ fn init_from_store_connects_ranks_over_shared_memory() {
         assert_eq!(h.join().unwrap(), vec![6i64; 1000]);
     }
 }
+
+/// Rank 1 is given another key than the one `jitccl launch` gives the job: it fails at once
+/// saying that the keys differ (at the launcher's store, or at the root with
+/// JITCCL_COMM_ID), and rank 0 names it as missing; the key itself is never printed.
+#[test]
+fn ranks_whose_keys_differ_fail_init_saying_so() {
+    let exe = env!("CARGO_BIN_EXE_jitccl");
+    let other = "a secret that is not the job's";
+    let script = format!(
+        r#"[ "$RANK" = 1 ] && export JITCCL_AUTH_KEY="{other}"; exec "{exe}" perf all_reduce -N 2 -b 8 -e 8 -n 1 -w 0"#
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let comm_id = format!("127.0.0.1:{port}");
+    for env in [vec![], vec![("JITCCL_COMM_ID", comm_id.as_str())]] {
+        let t0 = Instant::now();
+        let mut vars = vec![("JITCCL_BOOTSTRAP_TIMEOUT", "3")];
+        vars.extend(env.iter().copied());
+        let out = jitccl(&["launch", "-n", "2", "--", "sh", "-c", &script], &vars);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{env:?}: {stderr}");
+        assert!(stderr.contains("[1]") && stderr.contains("the keys differ"), "{env:?}: {stderr}");
+        assert!(!stderr.contains(other), "{env:?}: the key is shown: {stderr}");
+        assert!(t0.elapsed() < Duration::from_secs(20), "{env:?}: took {:?}", t0.elapsed());
+    }
+}
+
+/// JITCCL_AUTH_KEY_FILE must be its owner's only: a file group or others may read is
+/// refused naming it; with mode 600 the job runs, its results checked.
+#[test]
+fn a_key_file_must_be_its_owners_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.key");
+    std::fs::write(&path, "a job secret kept in a file\n").unwrap();
+    let file = path.to_str().unwrap();
+    let args = ["perf", "all_reduce", "-N", "2", "-b", "8", "-e", "64", "-f", "8", "-n", "1", "-w", "0"];
+    for (mode, ok) in [(0o644, false), (0o600, true)] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = jitccl(&args, &[("JITCCL_AUTH_KEY_FILE", file), ("JITCCL_BOOTSTRAP_TIMEOUT", "10")]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        if ok {
+            assert!(out.status.success() && stdout.contains("# Out of bounds values : 0 OK"), "{stdout}{stderr}");
+        } else {
+            assert!(!out.status.success(), "{stdout}{stderr}");
+            assert!(stderr.contains(&format!("JITCCL_AUTH_KEY_FILE={file}: group or others may read")), "{stderr}");
+        }
+    }
+}
+
+/// A launcher given an empty JITCCL_AUTH_KEY makes no key: the job runs unauthenticated, as
+/// before keys, over shared memory and over the network, its results checked.
+#[test]
+fn without_a_key_the_job_runs_as_before() {
+    for transport in ["shm", "net"] {
+        let args = ["perf", "all_reduce", "-N", "3", "-b", "8", "-e", "4K", "-f", "8", "-n", "1", "-w", "0"];
+        let out = jitccl(&args, &[("JITCCL_AUTH_KEY", ""), ("JITCCL_TRANSPORT", transport)]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success() && stdout.contains("# Out of bounds values : 0 OK"),
+            "{transport}: {stdout}{stderr}"
+        );
+    }
+}

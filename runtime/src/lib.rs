@@ -38,11 +38,13 @@
 //! 13. `logging`: `JITCCL_DEBUG`; `wait`: the spin/yield/park policy of every host-side wait
 //!     (kernels, dispatchers, callers); `plugin`: finding and opening NCCL-style plugin
 //!     libraries by NCCL's names, and the logger handed to them;
-//! 14. `affinity`: which CPUs a rank's threads run on; `element`: Rust element types;
-//!     `op`: reduction ops;
+//! 14. `affinity`: which CPUs a rank's threads run on; `auth`: the job's key and the
+//!     handshake with which every connection of the job proves that it knows it;
+//!     `element`: Rust element types; `op`: reduction ops;
 //! 15. `settings`: every `JITCCL_*` variable, its parser, default and bounds.
 
 mod affinity;
+pub mod auth;
 mod bootstrap;
 mod comm;
 mod config;

@@ -1,6 +1,7 @@
 //! Local rank processes, shared by `jitccl launch` and `jitccl perf`: starts N copies of a
 //! program the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-//! MASTER_ADDR, MASTER_PORT), each in its own process group, and fails fast: when one exits
+//! MASTER_ADDR, MASTER_PORT) and a fresh job secret (JITCCL_AUTH_KEY, unless the launcher's
+//! environment names one), each in its own process group, and fails fast: when one exits
 //! unsuccessfully (even while the others are still being started), when the time runs out,
 //! or when the launcher gets SIGINT, SIGTERM or SIGHUP, the ranks are terminated with their
 //! process groups. A rank also dies with the launcher (parent-death signal), so none is
@@ -150,9 +151,23 @@ impl Ranks {
     }
 }
 
-/// Starts one rank. Must run on the main thread: the parent-death signal fires when the
-/// *thread* that forked the child ends, and the main thread lives as long as the launcher.
-fn spawn(command: &[String], rank: usize, nproc: usize, port: u16, prefix_stdout: bool) -> std::io::Result<Child> {
+/// The secret to give the ranks: a fresh one, unless the launcher's own environment has
+/// JITCCL_AUTH_KEY or JITCCL_AUTH_KEY_FILE, which the ranks then inherit (set empty: the
+/// job runs without a key).
+fn job_secret() -> Result<Option<String>, String> {
+    use jitccl::settings::{AUTH_KEY, AUTH_KEY_FILE};
+    if [AUTH_KEY.name, AUTH_KEY_FILE.name].iter().any(|v| std::env::var_os(v).is_some()) {
+        return Ok(None);
+    }
+    jitccl::auth::new_secret().map(Some).map_err(|e| e.to_string())
+}
+
+/// Starts one rank, with `secret` as its JITCCL_AUTH_KEY if given. Must run on the main
+/// thread: the parent-death signal fires when the *thread* that forked the child ends, and
+/// the main thread lives as long as the launcher.
+fn spawn(
+    command: &[String], rank: usize, nproc: usize, port: u16, secret: Option<&str>, prefix_stdout: bool,
+) -> std::io::Result<Child> {
     let (program, args) = command.split_first().expect("checked by the caller");
     let launcher = std::process::id() as i32;
     let mut cmd = Command::new(program);
@@ -168,6 +183,7 @@ fn spawn(command: &[String], rank: usize, nproc: usize, port: u16, prefix_stdout
         .env("LOCAL_WORLD_SIZE", nproc.to_string())
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
+        .envs(secret.map(|s| (jitccl::settings::AUTH_KEY.name, s)))
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(if prefix_stdout { Stdio::piped() } else { Stdio::inherit() })
@@ -200,13 +216,14 @@ pub(super) fn run_ranks(
         Some(p) => p,
         None => free_port()?,
     };
+    let secret = job_secret()?;
     catch_signals();
     let mut ranks = Ranks::default();
     let mut running = 0;
     let mut stop = None;
     let mut checked = Instant::now();
     for rank in 0..nproc {
-        let mut child = match spawn(command, rank, nproc, port, prefix_stdout) {
+        let mut child = match spawn(command, rank, nproc, port, secret.as_deref(), prefix_stdout) {
             Ok(c) => c,
             Err(e) => {
                 ranks.terminate(libc::SIGTERM);

@@ -6,6 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::auth::{KeyError, Refusal};
 use crate::settings::SettingError;
 
 /// Errors of the bootstrap. Errors the root detects for the whole communicator
@@ -64,6 +65,13 @@ pub enum BootstrapError {
     /// (`detail`: the store's error, and whether rank `server` is gone).
     #[error("bootstrap {op} on rank {rank}: the store that rank {server} serves at {addr}: {detail}")]
     Store { op: &'static str, rank: usize, server: usize, addr: String, detail: String },
+    /// A connection of rank `rank`'s `op` did not authenticate: `peer` (an address) did not
+    /// prove that it knows the job's key, or refused this rank's proof.
+    #[error("bootstrap {op} on rank {rank}: {peer}: {why}")]
+    Auth { op: &'static str, rank: usize, peer: String, why: Refusal },
+    /// The job's key cannot be had (`JITCCL_AUTH_KEY`, its file, the OS's randomness).
+    #[error("bootstrap: the job key: {0}")]
+    Key(#[from] KeyError),
     /// A peer with the right magic sent something the protocol does not allow.
     #[error("bootstrap: protocol error from {from}: {detail}")]
     Protocol { from: String, detail: String },
@@ -126,6 +134,8 @@ impl BootstrapError {
             Store { op, rank, server, addr, detail } => {
                 Store { op, rank: *rank, server: *server, addr: addr.clone(), detail: detail.clone() }
             }
+            Auth { op, rank, peer, why } => Auth { op, rank: *rank, peer: peer.clone(), why: *why },
+            Key(e) => Key(e.clone()),
             Protocol { from, detail } => Protocol { from: from.clone(), detail: detail.clone() },
             InvalidArgument(m) => InvalidArgument(m.clone()),
             EnvVar { var, problem } => EnvVar { var, problem: problem.clone() },

@@ -10,22 +10,32 @@ use super::error::{BootstrapError, Result};
 use super::root::Root;
 use super::wire::{decode_addr, encode_addr, u64_at, ADDR_BYTES, MAGIC};
 use super::BootstrapConfig;
+use crate::auth::{JobKey, KEY_BYTES};
 use crate::settings::COMM_ID;
 
 /// Size of a [`UniqueId`] in bytes (as NCCL_UNIQUE_ID_BYTES).
 pub const UNIQUE_ID_BYTES: usize = 128;
 
-/// Identifies one communicator's bootstrap: the root's address and a session nonce.
+/// Identifies one communicator's bootstrap: the root's address, a session nonce and the
+/// job's key, if it has one.
 ///
 /// Bytes (see [`to_bytes`](Self::to_bytes)): 0..8 magic `b"JTCCLBS1"`, 8..16 nonce (u64
-/// LE), 16..36 the root's address (family u8, 0, port u16 LE, 16 address bytes), then
-/// zeros. The nonce is repeated in every bootstrap message, so a rank or stray message of
-/// another communicator (a stale job on the same port) is rejected.
+/// LE), 16..36 the root's address (family u8, 0, port u16 LE, 16 address bytes), 36 flags
+/// ([`CARRIES_KEY`]), 40..72 the key, then zeros. The nonce is repeated in every bootstrap
+/// message, so a rank or stray message of another communicator (a stale job on the same
+/// port) is rejected; with a key, every connection of the communicator proves that it
+/// knows it ([`crate::auth`]). The key is a secret: pass the id only to the job's ranks.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UniqueId {
     nonce: u64,
     root: SocketAddr,
+    key: Option<JobKey>,
 }
+
+/// Flag byte bit: bytes 40..72 hold the job's key.
+const CARRIES_KEY: u8 = 1;
+const FLAGS_AT: usize = 16 + ADDR_BYTES;
+const KEY_AT: usize = 40;
 
 impl UniqueId {
     /// NCCL's `ncclGetUniqueId`: starts a root thread in this process, listening on the
@@ -45,8 +55,8 @@ impl UniqueId {
         Ok(Root::start(config)?.detach())
     }
 
-    /// The id of a root at `root`, without starting anything. Every process computes the
-    /// same id from the same address (the nonce is derived from it).
+    /// The id of a root at `root`, without starting anything and without a key. Every
+    /// process computes the same id from the same address (the nonce is derived from it).
     pub(crate) fn for_address(root: SocketAddr) -> Self {
         // FNV-1a over the encoded address: deterministic across processes.
         let mut b = Vec::with_capacity(ADDR_BYTES);
@@ -55,25 +65,26 @@ impl UniqueId {
         for x in b {
             h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
         }
-        Self { nonce: h, root }
+        Self { nonce: h, root, key: None }
     }
 
-    /// An id with a fresh random nonce for a root at `root`.
-    pub(crate) fn random(root: SocketAddr) -> Self {
+    /// An id with a fresh random nonce and a fresh key for a root at `root`.
+    pub(crate) fn random(root: SocketAddr) -> Result<Self> {
         let mut h = RandomState::new().build_hasher();
         h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
         h.write_u32(std::process::id());
         h.write(root.to_string().as_bytes());
-        Self { nonce: h.finish(), root }
+        Ok(Self { nonce: h.finish(), root, key: Some(JobKey::random()?) })
     }
 
     /// `JITCCL_COMM_ID` style start: `spec` is `host:port` (or `[v6]:port`); every rank
-    /// computes the same id from it ([`for_address`](Self::for_address)). With
+    /// computes the same id from it ([`for_address`](Self::for_address)), with the key of
+    /// `JITCCL_AUTH_KEY` or `JITCCL_AUTH_KEY_FILE` if one is set. With
     /// `is_root` (normally on rank 0) this process also starts the root thread listening on
     /// exactly that address (an error if it cannot bind it, e.g. it is not local or in use).
     pub(crate) fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
         let addr = resolve(spec, COMM_ID.name)?;
-        let id = Self::for_address(addr);
+        let id = Self::for_address(addr).with_key(JobKey::from_env()?);
         if is_root {
             Root::start_for(&id, config)?.detach();
         }
@@ -112,6 +123,16 @@ impl UniqueId {
         self.nonce
     }
 
+    /// This id with `key` (`None`: without one).
+    pub(crate) fn with_key(self, key: Option<JobKey>) -> Self {
+        Self { key, ..self }
+    }
+
+    /// The job's key, if the id has one.
+    pub(crate) fn key(&self) -> Option<JobKey> {
+        self.key
+    }
+
     /// The 128 bytes of the id.
     pub fn to_bytes(&self) -> [u8; UNIQUE_ID_BYTES] {
         let mut b = [0u8; UNIQUE_ID_BYTES];
@@ -120,6 +141,10 @@ impl UniqueId {
         let mut a = Vec::with_capacity(ADDR_BYTES);
         encode_addr(&self.root, &mut a);
         b[16..16 + ADDR_BYTES].copy_from_slice(&a);
+        if let Some(k) = &self.key {
+            b[FLAGS_AT] = CARRIES_KEY;
+            b[KEY_AT..KEY_AT + KEY_BYTES].copy_from_slice(k.as_bytes());
+        }
         b
     }
 
@@ -139,7 +164,9 @@ impl UniqueId {
         let root = decode_addr(&b[16..16 + ADDR_BYTES])
             .filter(|a| a.port() != 0)
             .ok_or_else(|| BootstrapError::InvalidArgument("unique id holds no valid root address".into()))?;
-        Ok(Self { nonce: u64_at(b, 8), root })
+        let key = (b[FLAGS_AT] & CARRIES_KEY != 0)
+            .then(|| JobKey::from_bytes(b[KEY_AT..KEY_AT + KEY_BYTES].try_into().expect("32 bytes")));
+        Ok(Self { nonce: u64_at(b, 8), root, key })
     }
 
     /// The id as 256 lowercase hex digits (to pass in an environment variable or a file).
@@ -167,7 +194,8 @@ impl UniqueId {
 
 impl fmt::Debug for UniqueId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "UniqueId {{ root: {}, nonce: {:#018x} }}", self.root, self.nonce)
+        let key = if self.key.is_some() { "carried, not shown" } else { "none" };
+        write!(f, "UniqueId {{ root: {}, nonce: {:#018x}, key: {key} }}", self.root, self.nonce)
     }
 }
 
@@ -197,14 +225,18 @@ mod tests {
     #[test]
     fn bytes_roundtrip() {
         for a in ["127.0.0.1:29500", "[::1]:80"] {
-            let id = UniqueId::random(a.parse().unwrap());
+            let id = UniqueId::random(a.parse().unwrap()).unwrap();
+            assert!(id.key().is_some(), "an id made with its root carries a fresh key");
+            assert_ne!(id.key(), UniqueId::random(a.parse().unwrap()).unwrap().key());
             assert_eq!(UniqueId::from_bytes(&id.to_bytes()).unwrap(), id);
             assert_eq!(UniqueId::from_hex(&id.to_hex()).unwrap(), id);
+            assert!(!format!("{id:?}").contains(&id.to_hex()[80..144]), "the key is not shown");
         }
         let id = UniqueId::for_address("10.0.0.1:1234".parse().unwrap());
         assert_eq!(id, UniqueId::for_address("10.0.0.1:1234".parse().unwrap()));
         assert!(!id.root_was_listening(), "a root named by an address may not be up yet");
-        assert!(UniqueId::random(id.root_addr()).root_was_listening());
+        assert!(UniqueId::random(id.root_addr()).unwrap().root_was_listening());
+        assert_eq!(UniqueId::from_bytes(&id.to_bytes()).unwrap().key(), None, "an address's id has no key");
         let mut b = id.to_bytes();
         b[3] ^= 0xff;
         assert!(matches!(UniqueId::from_bytes(&b), Err(BootstrapError::WrongMagic { .. })));

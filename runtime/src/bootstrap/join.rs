@@ -3,6 +3,7 @@
 //! the ring, and the AllGather of every rank's listen address.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,6 +17,9 @@ use super::net::{self, Waiter};
 use super::ring::{self, Ring};
 use super::wire::{self, Header, Hello, Kind, RootReply};
 use super::{iface, root, scalable, test_hook, Bootstrap, BootstrapConfig, UniqueId, STAGGER_ABOVE};
+use crate::auth::Session;
+
+const SESSION_BYTES: usize = std::mem::size_of::<Session>();
 
 /// Extra time a rank waits for the root's reply beyond its timeout, so the root (whose
 /// deadline is at most the first rank's timeout after that rank arrived) can report which
@@ -62,15 +66,22 @@ impl Bootstrap {
             return Err(BootstrapError::InvalidArgument(format!("nranks {nranks} is too large")));
         }
         let nonce = scalable::comm_nonce(ids, nranks)?;
+        let key = scalable::comm_key(ids)?;
+        if key.is_none() {
+            crate::auth::note_unauthenticated("bootstrap");
+        }
         Waiter::new("connect to the root", None, config.timeout, &config.abort).check()?;
         let root_ip = ids[scalable::root_of(rank, nranks, ids.len())].root_addr().ip();
         let iface = iface::choose_interface(config.ifname.as_deref(), Some(root_ip))?;
-        let incoming = Acceptor::new(net::listen(SocketAddr::new(iface.addr, 0))?);
+        let incoming = Acceptor::new(net::listen(SocketAddr::new(iface.addr, 0))?, key)?;
         let me = incoming.local_addr()?;
         let mut boot = Bootstrap {
             rank,
             nranks,
             nonce,
+            key,
+            sessions: Vec::new(),
+            sent: AtomicU64::new(0),
             timeout: config.timeout,
             abort: config.abort.clone(),
             peers: vec![me],
@@ -137,31 +148,59 @@ impl Bootstrap {
             return Ok(());
         }
 
-        // 3. Form the ring: connect to the successor, accept the predecessor.
+        // 3. Form the ring: connect to the successor while accepting the predecessor (its
+        //    handshake, with a key, waits for the successor to accept this rank's).
         let w = Waiter::new("ring connect", Some(next_rank), timeout, abort).watching(live);
-        let next = net::connect(next_addr, &w)?;
-        net::write_all(&next, &Header::new(nonce, Kind::RingConnect, rank as u32, 0, 0).encode(), &w)?;
-        let w = w.sub("ring accept", Some(prev_rank));
-        let mut prev: Option<Socket> = None;
-        let mailbox = self.mailbox.get_mut().unwrap();
-        while prev.is_none() {
-            w.check()?;
-            if let Some(m) = self.incoming.next(nonce, nranks, &w)? {
-                keep(m, prev_rank, &mut prev, mailbox);
+        let key = self.key;
+        let connect = || {
+            let next = net::connect(next_addr, &w)?;
+            if let Some(key) = &key {
+                net::authenticate(&next, key, rank, &format!("rank {next_rank} at {next_addr}"), &w)?;
             }
-        }
-        let mut ring = Ring { next, prev: prev.unwrap(), seq: 0 };
+            net::write_all(&next, &Header::new(nonce, Kind::RingConnect, rank as u32, 0, 0).encode(), &w)?;
+            Ok(next)
+        };
+        let w = w.sub("ring accept", Some(prev_rank));
+        let (incoming, mailbox) = (&self.incoming, self.mailbox.get_mut().unwrap());
+        let (next, prev) = std::thread::scope(|s| -> Result<(Socket, Socket)> {
+            let joined = |c: std::thread::ScopedJoinHandle<'_, Result<Socket>>| {
+                c.join().unwrap_or_else(|_| Err(BootstrapError::InvalidArgument("the ring connect panicked".into())))
+            };
+            let mut connecting = Some(s.spawn(connect));
+            let (mut next, mut prev) = (None, None);
+            while prev.is_none() {
+                // A failed connect (another key) ends the wait for the predecessor too.
+                if let Some(c) = connecting.take_if(|c| c.is_finished()) {
+                    next = Some(joined(c)?);
+                }
+                w.check()?;
+                if let Some(m) = incoming.next(nonce, nranks, &w)? {
+                    keep(m, prev_rank, &mut prev, mailbox);
+                }
+            }
+            let next = match (next, connecting) {
+                (Some(next), _) => next,
+                (None, Some(c)) => joined(c)?,
+                (None, None) => unreachable!("the connecting thread is joined once"),
+            };
+            Ok((next, prev.unwrap()))
+        })?;
+        let mut ring = Ring { next, prev, seq: 0 };
 
-        // 4. AllGather the listen addresses.
-        let mut mine = Vec::with_capacity(wire::ADDR_BYTES);
+        // 4. AllGather the listen addresses (and, with a key, the session nonces senders
+        //    seal their messages with).
+        let mut mine = Vec::with_capacity(wire::ADDR_BYTES + SESSION_BYTES);
         wire::encode_addr(&me, &mut mine);
+        let session = self.incoming.session();
+        let each = wire::ADDR_BYTES + session.map_or(0, |s| s.len());
+        mine.extend(session.iter().flatten());
         let w = Waiter::new("address all_gather", None, timeout, abort).watching(live);
         let all = ring::all_gather(&mut ring, rank, nranks, nonce, &mine, &w)?;
         let peers = all
             .iter()
             .enumerate()
             .map(|(r, b)| {
-                wire::decode_addr(b).filter(|_| b.len() == wire::ADDR_BYTES).ok_or_else(|| BootstrapError::Protocol {
+                wire::decode_addr(b).filter(|_| b.len() == each).ok_or_else(|| BootstrapError::Protocol {
                     from: format!("rank {prev_rank} (ring predecessor)"),
                     detail: format!("malformed listen address of rank {r}"),
                 })
@@ -174,6 +213,9 @@ impl Bootstrap {
             });
         }
         self.peers = peers;
+        if session.is_some() {
+            self.sessions = all.iter().map(|b| b[wire::ADDR_BYTES..].try_into().expect("checked above")).collect();
+        }
         *self.ring.get_mut().unwrap() = Some(ring);
         tracing::debug!(rank, nranks, listen = %me, "jitccl bootstrap: ready");
         Ok(())

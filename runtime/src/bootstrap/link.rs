@@ -92,10 +92,21 @@ impl RootLink {
             }
             _ => e,
         })?;
+        if let Some(key) = id.key() {
+            net::authenticate(&s, &key, rank, &format!("the bootstrap root at {root}"), w)?;
+        }
         let payload = hello.encode();
         let header = Header::new(id.nonce(), Kind::Hello, rank as u32, 0, payload.len());
+        // A root with a key closes the connection of a rank without one.
+        let how = match id.key() {
+            Some(_) => "closed the connection",
+            None => {
+                "closed the connection (if the job's other ranks have a key, JITCCL_AUTH_KEY or \
+                     JITCCL_AUTH_KEY_FILE, this rank has none)"
+            }
+        };
         let closed = |e: BootstrapError| match e {
-            BootstrapError::ConnectionClosed { .. } => self.gone(w.op, root, "closed the connection".into()),
+            BootstrapError::ConnectionClosed { .. } => self.gone(w.op, root, how.into()),
             e => e,
         };
         net::write_all(&s, &wire::message(header, &payload), w).map_err(closed)?;

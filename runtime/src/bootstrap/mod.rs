@@ -46,7 +46,7 @@ pub(crate) mod test_hook;
 mod wire;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -57,6 +57,7 @@ pub use launcher::launcher_vars;
 pub(crate) use launcher::LaunchEnv;
 pub(crate) use net::{deadline_after, watch_link};
 
+use crate::auth::{self, JobKey, Session};
 use crate::settings::{BOOTSTRAP_TIMEOUT, SOCKET_IFNAME};
 use incoming::{Acceptor, Incoming, Mailbox, Message};
 use liveness::Liveness;
@@ -128,6 +129,12 @@ pub struct Bootstrap {
     rank: usize,
     nranks: usize,
     nonce: u64,
+    /// What the ranks' connections to each other prove that they know, if anything.
+    key: Option<JobKey>,
+    /// With a key, every rank's session nonce, which messages to it are sealed for.
+    sessions: Vec<Session>,
+    /// Sequence numbers of the messages this rank sent (each taken once by its receiver).
+    sent: AtomicU64,
     timeout: Duration,
     abort: Arc<AtomicBool>,
     /// Listen address of every rank.
@@ -199,6 +206,12 @@ impl Bootstrap {
         self.nranks
     }
 
+    /// The communicator's key, which its other connections (the network transport's) prove
+    /// that they know too; `None`: they are not authenticated.
+    pub fn key(&self) -> Option<JobKey> {
+        self.key
+    }
+
     /// The listen address of rank `peer`.
     pub fn peer_addr(&self, peer: usize) -> Option<SocketAddr> {
         self.peers.get(peer).copied()
@@ -250,7 +263,12 @@ impl Bootstrap {
             return Ok(());
         }
         let s = net::connect(self.peers[peer], &w)?;
-        let msg = wire::message(Header::new(self.nonce, Kind::P2p, self.rank as u32, tag, data.len()), data);
+        let header = Header::new(self.nonce, Kind::P2p, self.rank as u32, tag, data.len());
+        let mut msg = wire::message(header, data);
+        if let (Some(key), Some(session)) = (&self.key, self.sessions.get(peer)) {
+            let seq = self.sent.fetch_add(1, Ordering::Relaxed);
+            msg.extend_from_slice(&auth::seal(key, session, seq, &[&header.encode(), data]));
+        }
         net::write_all(&s, &msg, &w)
     }
 

@@ -15,6 +15,7 @@ use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, TcpKeepalive, Type};
 use super::error::{BootstrapError, Result};
 use super::liveness::Liveness;
 use super::wire::{Header, HEADER_BYTES};
+use crate::auth::{Gate, Initiator, JobKey, Refusal, Service, REPLY_LEN};
 use crate::settings::LINK_TIMEOUT;
 
 /// Longest single sleep or poll: the latency of noticing an abort.
@@ -241,6 +242,69 @@ pub fn write_all(s: &Socket, buf: &[u8], w: &Waiter) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Opens `s` as the initiator of the job's handshake ([`crate::auth`]) for `rank`: `peer`
+/// names the other end in errors. Nothing else is sent before the peer has proved that it
+/// knows `key`.
+pub fn authenticate(s: &Socket, key: &JobKey, rank: usize, peer: &str, w: &Waiter) -> Result<()> {
+    let refused = |why| BootstrapError::Auth { op: w.op, rank, peer: peer.to_string(), why };
+    let (me, hello) =
+        Initiator::start(key, Service::Bootstrap).map_err(|e| BootstrapError::io(format!("{}: a nonce", w.op), e))?;
+    let closed = |e| match e {
+        BootstrapError::ConnectionClosed { .. } => refused(Refusal::Closed),
+        e => e,
+    };
+    write_all(s, &hello, w).map_err(closed)?;
+    let mut reply = [0u8; REPLY_LEN];
+    read_exact(s, &mut reply, w).map_err(closed)?;
+    let proof = me.finish(&reply).map_err(refused)?;
+    write_all(s, &proof, w).map_err(closed)
+}
+
+/// A gate for a connection just accepted by a listener of a communicator with `key`
+/// (`None`: no key, no gate). `Err`: no nonce could be drawn (the connection is dropped).
+pub fn gate(key: Option<&JobKey>) -> io::Result<Option<Gate>> {
+    key.map(|k| Gate::new(k, Service::Bootstrap)).transpose()
+}
+
+/// How far a connection's handshake has come.
+pub enum Opening {
+    /// The peer proved that it knows the key.
+    Open,
+    /// It needs more bytes.
+    More,
+    /// Refused: drop the connection (the caller logs why, with the peer's address).
+    Refused(String),
+}
+
+/// Feeds `gate` what has arrived on the non-blocking `s` (the part of the current
+/// handshake message in `buf`, which may hold all of it), answering its hello, without
+/// waiting and without reading past the handshake.
+pub fn open_gate(gate: &mut Gate, s: &Socket, buf: &mut Vec<u8>) -> Opening {
+    while !gate.is_open() {
+        let want = gate.wants();
+        if buf.len() < want {
+            let mut tmp = [0u8; REPLY_LEN];
+            match (&*s).read(&mut tmp[..want - buf.len()]) {
+                Ok(0) => return Opening::Refused(Refusal::Closed.to_string()),
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Opening::More,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Opening::Refused(format!("its connection broke: {e}")),
+            }
+            continue;
+        }
+        match gate.take(buf) {
+            // A fresh connection's socket buffer takes the reply whole.
+            Ok(Some(reply)) if !matches!((&*s).write(&reply), Ok(n) if n == reply.len()) => {
+                return Opening::Refused("the handshake's reply could not be sent".into())
+            }
+            Ok(_) => buf.clear(),
+            Err(why) => return Opening::Refused(why.to_string()),
+        }
+    }
+    Opening::Open
 }
 
 fn new_socket(addr: &SocketAddr) -> io::Result<Socket> {

@@ -7,6 +7,7 @@
 
 use super::error::{BootstrapError, Result};
 use super::id::UniqueId;
+use crate::auth::JobKey;
 
 /// The ranks root `iroot` of `nroots` serves among `nranks`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +42,22 @@ pub fn root_of(rank: usize, nranks: usize, nroots: usize) -> usize {
 /// block (`None` with one root).
 pub fn neighbour_of(iroot: usize, nranks: usize, nroots: usize) -> Option<usize> {
     (nroots > 1).then(|| Block::of_root((iroot + 1) % nroots, nranks, nroots).first)
+}
+
+/// The key of the communicator of `ids`, which its ranks' connections to each other prove
+/// that they know (each root's own are to its id's): the one id's, or one standing for
+/// every id's; `None` when no id has one.
+pub fn comm_key(ids: &[UniqueId]) -> Result<Option<JobKey>> {
+    let keys: Vec<JobKey> = ids.iter().filter_map(UniqueId::key).collect();
+    match keys.len() {
+        0 => Ok(None),
+        n if n == ids.len() => Ok(Some(JobKey::combine(&keys))),
+        _ => Err(BootstrapError::InvalidArgument(
+            "some of the unique ids carry a job key and some do not: make them all by ncclGetUniqueId, or all \
+             from addresses with the same JITCCL_AUTH_KEY"
+                .into(),
+        )),
+    }
 }
 
 /// Checks a list of ids for `nranks` ranks and returns the communicator's session number:
@@ -95,8 +112,8 @@ mod tests {
 
     #[test]
     fn bad_id_lists_are_refused() {
-        let a = UniqueId::random("127.0.0.1:1000".parse().unwrap());
-        let b = UniqueId::random("127.0.0.1:1001".parse().unwrap());
+        let a = UniqueId::random("127.0.0.1:1000".parse().unwrap()).unwrap();
+        let b = UniqueId::random("127.0.0.1:1001".parse().unwrap()).unwrap();
         assert!(comm_nonce(&[], 4).unwrap_err().to_string().contains("at least one"));
         assert!(comm_nonce(&[a, b], 1).unwrap_err().to_string().contains("at most one id per rank"));
         assert!(comm_nonce(&[a, a], 4).unwrap_err().to_string().contains("same root"));

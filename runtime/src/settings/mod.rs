@@ -55,6 +55,8 @@ pub enum Kind {
     Text,
     /// A file or folder.
     Path,
+    /// Text that is never shown (`jitccl env` and errors say only whether it is set).
+    Secret,
     /// A list in the grammar described here, parsed by its reader.
     Grammar(&'static str),
 }
@@ -182,7 +184,8 @@ impl Setting {
     /// The value parsed by `parse`, if set; its error is the problem reported.
     pub fn parse_with<T>(&self, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<Option<T>, SettingError> {
         let Some((v, var)) = self.lookup()? else { return Ok(None) };
-        parse(&v).map(Some).map_err(|problem| self.refuse(var, Some(v), problem))
+        let shown = (self.kind != Kind::Secret).then(|| v.clone());
+        parse(&v).map(Some).map_err(|problem| self.refuse(var, shown, problem))
     }
 
     /// Checks a raw value against the kind (for a grammar, only that it is text).
@@ -193,7 +196,7 @@ impl Setting {
             Kind::Seconds => parse::seconds(v).map(drop),
             Kind::Flag => parse::flag(v).map(drop),
             Kind::Choice(c) => parse::choice(v, c).map(drop),
-            Kind::Text | Kind::Path | Kind::Grammar(_) => Ok(()),
+            Kind::Text | Kind::Path | Kind::Secret | Kind::Grammar(_) => Ok(()),
         }
     }
 

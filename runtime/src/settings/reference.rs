@@ -16,6 +16,7 @@ impl Kind {
             Kind::Choice(c) => format!("one of {}", c.join(", ")),
             Kind::Text => "text".into(),
             Kind::Path => "path".into(),
+            Kind::Secret => "text, never shown".into(),
             Kind::Grammar(g) => format!("list, {g}"),
         }
     }
@@ -79,7 +80,11 @@ pub fn current<'a>(settings: impl IntoIterator<Item = &'a Setting>) -> Vec<Curre
                     Some(text) => s.check(text).err(),
                     None => Some("not valid UTF-8".into()),
                 };
-                Current { setting: *s, value: v.to_string_lossy().trim().to_string(), source, problem }
+                let value = match s.kind {
+                    Kind::Secret => "(set, not shown)".to_string(),
+                    _ => v.to_string_lossy().trim().to_string(),
+                };
+                Current { setting: *s, value, source, problem }
             }
         })
         .collect()

@@ -262,6 +262,18 @@ pub const SOCKET_IFNAME: Setting = nccl(
     ),
     "NCCL_SOCKET_IFNAME",
 );
+pub const AUTH_KEY: Setting = user(
+    "JITCCL_AUTH_KEY",
+    Kind::Secret,
+    Initial::Computed("none: a unique id made by rank 0 carries a fresh key of its own; ids every rank computes (`JITCCL_COMM_ID`, the launcher's store) are not authenticated"),
+    "the job's secret, at least 16 characters (`jitccl launch` makes one): every connection proves that it knows it",
+);
+pub const AUTH_KEY_FILE: Setting = user(
+    "JITCCL_AUTH_KEY_FILE",
+    Kind::Path,
+    Initial::Computed("none"),
+    "a file holding the job's secret (instead of `JITCCL_AUTH_KEY`), readable by its owner only",
+);
 pub const TRANSPORT: Setting = user(
     "JITCCL_TRANSPORT",
     Kind::Choice(&["auto", "shm", "net"]),
@@ -428,6 +440,8 @@ pub const ALL: &[Setting] = &[
     COMM_ID,
     BOOTSTRAP_TIMEOUT,
     SOCKET_IFNAME,
+    AUTH_KEY,
+    AUTH_KEY_FILE,
     TRANSPORT,
     HOST_ARENA,
     P2P_DISABLE,

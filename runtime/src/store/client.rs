@@ -4,6 +4,9 @@
 //! WAIT that times out is cancelled with CANCEL_WAIT instead, keeping the connection.
 //! Connecting retries refusals until the deadline (the server may not be up yet), but once
 //! the client has reached the server, a refused reconnection means the server is gone.
+//! With a key ([`TcpStore::connect_keyed`]), every connection opens with the job's
+//! handshake ([`crate::auth`]) before VALIDATE: only a jitccl server with the same key
+//! answers it.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -20,6 +23,7 @@ use super::protocol::{
 };
 use super::request::{key_list, Frame, Wire, KEY_PREFIX};
 use super::{Result, Store, StoreError};
+use crate::auth::{Initiator, JobKey, Refusal, Service, REPLY_LEN};
 use crate::bootstrap::deadline_after;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -32,6 +36,8 @@ const REFUSED: &str = "the server closed the connection before answering: it is 
 pub struct TcpStore {
     addrs: Vec<SocketAddr>,
     timeout: Duration,
+    /// What every connection proves that it knows, if anything.
+    key: Option<JobKey>,
     /// `None` after a failed call, until the next call reconnects.
     link: Mutex<Option<TcpStream>>,
     /// A connection was made once: the server was up.
@@ -43,13 +49,27 @@ impl TcpStore {
     /// (the server may not be up yet). `timeout` also bounds every later call, and is how
     /// long `get` and `multi_get` wait for missing keys.
     pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<TcpStore> {
+        Self::open_with(addr, timeout, None)
+    }
+
+    /// As [`connect`](Self::connect); with `key`, every connection first proves that it
+    /// knows it to a server that proves the same ([`Server::bind_keyed`](super::Server::bind_keyed)
+    /// with that key): a server without it (PyTorch's) is refused.
+    pub fn connect_keyed(addr: impl ToSocketAddrs, timeout: Duration, key: Option<JobKey>) -> Result<TcpStore> {
+        if key.is_none() {
+            crate::auth::note_unauthenticated("store client");
+        }
+        Self::open_with(addr, timeout, key)
+    }
+
+    fn open_with(addr: impl ToSocketAddrs, timeout: Duration, key: Option<JobKey>) -> Result<TcpStore> {
         crate::logging::init();
         let addrs: Vec<SocketAddr> =
             addr.to_socket_addrs().map_err(|source| StoreError::Io { op: "connect", source })?.collect();
         if addrs.is_empty() {
             return Err(StoreError::InvalidArgument { op: "connect", msg: "the address resolves to nothing".into() });
         }
-        let store = TcpStore { addrs, timeout, link: Mutex::new(None), reached: AtomicBool::new(false) };
+        let store = TcpStore { addrs, timeout, key, link: Mutex::new(None), reached: AtomicBool::new(false) };
         let stream = store.open("connect", deadline_after(Instant::now(), timeout))?;
         *store.session() = Some(stream);
         Ok(store)
@@ -95,6 +115,9 @@ impl TcpStore {
                 }
                 Err(e) => e,
             };
+            if let Some(why) = err.get_ref().and_then(|e| e.downcast_ref::<Refusal>()) {
+                return Err(StoreError::Auth { addr: addr(), why: *why });
+            }
             if err.kind() == io::ErrorKind::ConnectionRefused && self.reached.load(Ordering::Relaxed) {
                 return Err(StoreError::Gone { op, addr: addr(), source: err });
             }
@@ -127,6 +150,9 @@ impl TcpStore {
                     hello.put_u8(Command::Ping as u8);
                     hello.put_u32(nonce);
                     let mut wire = Wire { stream: &mut stream, deadline };
+                    if let Some(key) = &self.key {
+                        authenticate(&mut wire, key)?;
+                    }
                     let echoed = wire.send(&hello).and_then(|()| wire.u32()).map_err(|e| match e.kind() {
                         io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
                             io::Error::new(io::ErrorKind::ConnectionAborted, REFUSED)
@@ -339,6 +365,22 @@ pub(super) fn is_timeout(e: &io::Error) -> bool {
 
 pub(super) fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+/// The job's handshake as the initiator: a refusal is an `io::Error` holding the
+/// [`Refusal`] (the server closing instead of answering is one: it cannot authenticate).
+fn authenticate(wire: &mut Wire<'_>, key: &JobKey) -> io::Result<()> {
+    let refused = |why: Refusal| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    let (me, hello) = Initiator::start(key, Service::Store)?;
+    let mut reply = [0u8; REPLY_LEN];
+    wire.send(&hello).and_then(|()| wire.exact(&mut reply)).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            refused(Refusal::Closed)
+        }
+        _ => e,
+    })?;
+    let proof = me.finish(&reply).map_err(refused)?;
+    wire.send(&proof)
 }
 
 fn expect_nonce(echoed: u32, nonce: u32) -> io::Result<()> {

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use mio::net::TcpStream;
 
+use crate::auth::{Gate, Refusal, HELLO_LEN};
+
 /// Read this much at most before decoding again, so a large frame arriving in many pieces
 /// is re-scanned a bounded number of times and pipelined small requests are answered soon.
 const READ_BATCH: usize = 1 << 20;
@@ -17,6 +19,8 @@ const KEEP_CAPACITY: usize = 64 << 10;
 pub(crate) struct Conn {
     pub(crate) stream: TcpStream,
     pub(crate) peer: SocketAddr,
+    /// The handshake, on a server with a key: the client proves that it knows it first.
+    pub(crate) gate: Option<Gate>,
     /// VALIDATE has been received.
     pub(crate) validated: bool,
     /// WRITABLE interest is registered (only while replies are waiting to go out).
@@ -44,10 +48,11 @@ pub(crate) enum Fill {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, peer: SocketAddr) -> Conn {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, gate: Option<Gate>) -> Conn {
         Conn {
             stream,
             peer,
+            gate,
             validated: false,
             wants_write: false,
             since: Instant::now(),
@@ -57,6 +62,30 @@ impl Conn {
             output: Vec::new(),
             sent: 0,
         }
+    }
+
+    /// The client has authenticated, or need not.
+    pub(crate) fn is_open(&self) -> bool {
+        self.gate.as_ref().is_none_or(Gate::is_open)
+    }
+
+    /// Takes the next message of the client's handshake if it has arrived (answering its
+    /// hello): true if it took one. A stranger (a PyTorch client's VALIDATE) is refused
+    /// before the rest of a hello arrives.
+    pub(crate) fn authenticate(&mut self) -> Result<bool, Refusal> {
+        let Some(gate) = self.gate.as_mut() else { return Ok(false) };
+        let want = gate.wants();
+        let got = &self.input[self.consumed..];
+        if got.len() < want {
+            let stranger = want == HELLO_LEN && !Gate::may_begin(got);
+            return if stranger { Err(Refusal::NoHandshake) } else { Ok(false) };
+        }
+        let reply = gate.take(&got[..want])?;
+        self.consume(want);
+        if let Some(reply) = reply {
+            self.queue(&reply);
+        }
+        Ok(true)
     }
 
     /// Bytes of memory the connection's buffers hold.

@@ -51,6 +51,10 @@ pub enum StoreError {
     /// protocol has no error replies; the server logs why).
     #[error("store {op}: the server closed the connection")]
     Closed { op: &'static str },
+    /// The server at `addr` did not authenticate (`why`): with a key, a client talks only to
+    /// a jitccl store server given the same key.
+    #[error("store: the server at {addr}: {why}")]
+    Auth { addr: String, why: crate::auth::Refusal },
     /// The server's reply broke the protocol.
     #[error("store {op}: protocol error: {msg}")]
     Protocol { op: &'static str, msg: String },

@@ -130,6 +130,8 @@ pub(crate) enum ProtocolError {
     TooManyKeys(u64),
     #[error("message of at least {0} bytes (limit {MAX_FRAME_LEN})")]
     FrameTooLong(u64),
+    #[error("did not authenticate: {0}")]
+    Unauthenticated(crate::auth::Refusal),
     #[error("first message has command byte {0}, not VALIDATE")]
     NotValidated(u8),
     #[error("VALIDATE magic {0:#010x} is not {VALIDATION_MAGIC:#010x}")]

@@ -16,7 +16,7 @@ fn small() -> Limits {
 }
 
 fn serve(limits: Limits) -> Server {
-    Server::bind_with("127.0.0.1:0", limits).unwrap()
+    Server::bind_with("127.0.0.1:0", limits, None).unwrap()
 }
 
 fn raw(s: &Server) -> TcpStream {

@@ -1,7 +1,7 @@
 //! The rendezvous store: every command through the client, the exact wire bytes of
 //! PyTorch's TCPStore protocol over raw sockets, many concurrent clients, multi-key waits,
-//! timeouts and cancellation, and malformed input that must only ever cost the sender its
-//! own connection. Every socket read has a timeout, so no test can hang.
+//! timeouts and cancellation, malformed input that must only ever cost the sender its own
+//! connection, and a server with a key that serves only clients given it. Every socket read has a timeout, so no test can hang.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -108,6 +108,7 @@ fn assert_timeout(err: StoreError, want_op: &str, want_keys: &[&str], want_after
     }
 }
 
+mod auth;
 mod client;
 mod waits;
 mod wire;

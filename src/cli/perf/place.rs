@@ -95,11 +95,18 @@ pub fn open(a: &PerfArgs, lay: &Layout, first: usize, cfg: &Config) -> Result<Lo
         std::env::var("MASTER_ADDR").map_err(|_| "-t/-g above 1 across processes needs MASTER_ADDR (torchrun's)")?,
         std::env::var("MASTER_PORT").map_err(|_| "-t/-g above 1 across processes needs MASTER_PORT (torchrun's)")?
     );
-    let server = if first == 0 { Some(Server::bind(&addr).map_err(|e| format!("serving {addr}: {e}"))?) } else { None };
+    // The launcher's key, if it gave one, opens the store as it opens the bootstrap.
+    let key = jitccl::auth::JobKey::from_env().map_err(|e| e.to_string())?;
+    let server = if first == 0 {
+        Some(Server::bind_keyed(&addr, key).map_err(|e| format!("serving {addr}: {e}"))?)
+    } else {
+        None
+    };
     // A connection per rank: a client holds its connection through a waiting get, which
     // would keep rank 0 of this process from publishing what the others wait for.
     let join = |r: usize| -> Result<Comm, String> {
-        let store = TcpStore::connect(&addr, STORE_TIMEOUT).map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let store =
+            TcpStore::connect_keyed(&addr, STORE_TIMEOUT, key).map_err(|e| format!("connecting to {addr}: {e}"))?;
         Comm::init_from_store(&store, lay.nranks, r, cfg).map_err(err)
     };
     let comms = std::thread::scope(|s| {

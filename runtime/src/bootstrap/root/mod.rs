@@ -29,10 +29,11 @@ use socket2::Socket;
 use super::error::{BootstrapError, Result};
 use super::id::UniqueId;
 use super::iface::choose_interface;
-use super::net;
+use super::net::{self, Opening};
 use super::scalable::{neighbour_of, Block};
 use super::wire::{self, Header, Hello, Kind, HEADER_BYTES, HOSTS_ROOT, MAX_CONTROL_PAYLOAD};
 use super::BootstrapConfig;
+use crate::auth::Gate;
 use reply::clone_err;
 use watch::{Leave, Member};
 
@@ -82,7 +83,7 @@ impl Root {
     pub fn start(config: &BootstrapConfig) -> Result<Root> {
         let iface = choose_interface(config.ifname.as_deref(), None)?;
         let listener = net::listen(SocketAddr::new(iface.addr, 0))?;
-        let id = UniqueId::random(net::local_addr(&listener)?);
+        let id = UniqueId::random(net::local_addr(&listener)?)?;
         Self::spawn(listener, id, config)
     }
 
@@ -144,12 +145,13 @@ impl Root {
     }
 }
 
-/// A connection whose `Hello` is still arriving.
+/// A connection whose `Hello` is still arriving (or, with a key, its handshake).
 struct Pending {
     s: Socket,
     buf: Vec<u8>,
     since: Instant,
     from: String,
+    gate: Option<Gate>,
 }
 
 enum Step {
@@ -287,7 +289,14 @@ impl RootState {
         let Some(listener) = &self.listener else { return Ok(()) };
         while let Some(s) = net::try_accept(listener, "bootstrap root")? {
             let from = net::describe(&s);
-            pending.push(Pending { s, buf: Vec::with_capacity(HEADER_BYTES + 64), since: Instant::now(), from });
+            let gate = match net::gate(self.id.key().as_ref()) {
+                Ok(gate) => gate,
+                Err(e) => {
+                    tracing::warn!(%from, error = %e, "jitccl bootstrap root: dropping a connection");
+                    continue;
+                }
+            };
+            pending.push(Pending { s, buf: Vec::with_capacity(HEADER_BYTES + 64), since: Instant::now(), from, gate });
         }
         Ok(())
     }
@@ -295,6 +304,17 @@ impl RootState {
     /// Reads what is available on `p` and tells whether its hello is complete.
     fn read_pending(&mut self, p: &mut Pending) -> Step {
         use std::io::Read;
+        if let Some(gate) = p.gate.as_mut() {
+            match net::open_gate(gate, &p.s, &mut p.buf) {
+                Opening::Open => {}
+                Opening::More => return Step::More,
+                Opening::Refused(why) => {
+                    tracing::warn!(from = %p.from, "jitccl bootstrap root: refused a connection: {why}");
+                    self.rejected += 1;
+                    return Step::Drop;
+                }
+            }
+        }
         loop {
             let need = if p.buf.len() < HEADER_BYTES {
                 HEADER_BYTES

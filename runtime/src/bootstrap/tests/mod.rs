@@ -4,6 +4,7 @@
 //! They live in the crate because they drive its internals ([`Bootstrap`], [`Root`], the
 //! wire format), which are not public.
 
+mod auth;
 mod deaths;
 mod failures;
 mod processes;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use super::join::{reply_grace, stagger_delay};
 use super::root::{Root, RootReport};
 use super::{Bootstrap, BootstrapConfig, BootstrapError, UniqueId};
+use crate::auth::{initiate, Service};
 
 fn log() {
     let _ = tracing_subscriber::fmt()
@@ -61,6 +63,17 @@ fn run<T: Send>(
 
 fn all_ranks(n: usize) -> Vec<(usize, usize)> {
     (0..n).map(|r| (r, n)).collect()
+}
+
+/// A connection to `addr` (the root or a rank) that has proved that it knows `id`'s key,
+/// as a rank's does; reads time out after 5 s.
+fn connect_as_rank(addr: SocketAddr, id: &UniqueId) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    if let Some(key) = id.key() {
+        initiate(&mut s, &key, Service::Bootstrap).unwrap();
+    }
+    s
 }
 
 /// Opens `n` connections to `addr` that never send anything.

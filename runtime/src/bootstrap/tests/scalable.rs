@@ -72,8 +72,8 @@ fn every_root_serves_its_block_and_all_ranks_see_everyone() {
 #[test]
 fn bad_id_lists_fail_at_once() {
     let config = cfg(Duration::from_secs(5));
-    let a = UniqueId::random("127.0.0.1:9".parse().unwrap());
-    let b = UniqueId::random("127.0.0.1:10".parse().unwrap());
+    let a = UniqueId::random("127.0.0.1:9".parse().unwrap()).unwrap();
+    let b = UniqueId::random("127.0.0.1:10".parse().unwrap()).unwrap();
     for (ids, n, want) in
         [(vec![], 4, "at least one"), (vec![a, b], 1, "at most one id per rank"), (vec![a, a], 4, "same root")]
     {

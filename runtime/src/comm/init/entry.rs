@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 
+use crate::auth::JobKey;
 use crate::bootstrap::{test_hook, BootstrapConfig, BootstrapError, LaunchEnv, UniqueId};
 use crate::comm::Comm;
 use crate::config::Config;
@@ -78,7 +79,8 @@ impl Comm {
     /// rendezvous is `JITCCL_COMM_ID=host:port` (rank 0 runs the root there), else
     /// MASTER_ADDR:MASTER_PORT (rank 0 serves a store there, the others connect to it);
     /// only torchrun sets the latter, so under mpirun or srun pass one of them. An error
-    /// of the store names rank 0, which serves it.
+    /// of the store names rank 0, which serves it. With `JITCCL_AUTH_KEY` (or its file),
+    /// the root's or the store's connections prove that they know it.
     pub fn init_from_env(config: &Config) -> Result<Comm> {
         crate::logging::init();
         let env = LaunchEnv::from_env()?;
@@ -88,10 +90,12 @@ impl Comm {
             return Self::start_rank(vec![id], nranks, rank, config, None, Some(0));
         }
         let addr = env.master_socket_addr()?;
+        // Both ends are jitccl's: with a key, the store's connections authenticate too.
+        let key = JobKey::from_env().map_err(BootstrapError::from)?;
         test_hook::at("store");
-        let server = if rank == 0 { Some(Server::bind(addr)?) } else { None };
-        let store =
-            TcpStore::connect(addr, bcfg.timeout).map_err(|e| store_failed("connect to the store", rank, addr, e))?;
+        let server = if rank == 0 { Some(Server::bind_keyed(addr, key)?) } else { None };
+        let store = TcpStore::connect_keyed(addr, bcfg.timeout, key)
+            .map_err(|e| store_failed("connect to the store", rank, addr, e))?;
         tracing::info!("rank {rank} of {nranks}: rendezvous through the store at {addr}");
         let id = id_from_store(&store, rank).map_err(|e| match e {
             Error::Store(e) => store_failed("read the unique id from the store", rank, addr, e),

@@ -148,7 +148,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
                     })
                     .collect::<Result<Vec<std::net::SocketAddr>>>()?;
                 test_hook::at("transport");
-                Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, &lost)
+                Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, bs.key(), &lost)
             }
             Some(network) => {
                 let exchange = |handles: &[u8]| {

@@ -11,6 +11,7 @@ use tracing::{debug, warn};
 use super::super::conn::Conn;
 use super::super::state::ConnId;
 use super::{Close, EventLoop};
+use crate::auth::{Gate, Service};
 
 impl EventLoop {
     pub(super) fn accept(&mut self) {
@@ -33,8 +34,15 @@ impl EventLoop {
                         warn!("store: cannot watch the connection from {peer}: {e}");
                         continue;
                     }
+                    let gate = match self.key.as_ref().map(|k| Gate::new(k, Service::Store)).transpose() {
+                        Ok(gate) => gate,
+                        Err(e) => {
+                            self.warn(format_args!("store: dropped the connection from {peer}: {e}"));
+                            continue;
+                        }
+                    };
                     debug!("store: connection from {peer}");
-                    let conn = Conn::new(stream, peer);
+                    let conn = Conn::new(stream, peer, gate);
                     self.unvalidated.push_back((id, conn.since));
                     self.conns.insert(id, conn);
                     self.publish();

@@ -4,6 +4,11 @@
 //! until later writes complete it. A connection that breaks the protocol is closed with a
 //! warning; the server and the other connections carry on. What the server holds is bounded
 //! ([`Limits`]): connections, buffered bytes, time to VALIDATE, warning lines per second.
+//!
+//! A server with a key ([`Server::bind_keyed`]) serves only clients that prove that they
+//! know it ([`crate::auth`]: its handshake comes before VALIDATE), so jitccl's own clients
+//! given the key; PyTorch's clients, which cannot, are refused. Without one, the protocol
+//! is PyTorch's, unchanged.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -24,6 +29,7 @@ use super::limits::{Limits, SpareFd, Stats, Throttle};
 use super::protocol::{self, Command, ProtocolError, Request, STOP_WAITING, VALIDATION_MAGIC};
 use super::state::{ConnId, State};
 use super::StoreError;
+use crate::auth::{JobKey, Refusal};
 
 mod admit;
 
@@ -52,10 +58,21 @@ impl Server {
     /// Listens on `addr` (port 0 picks a free port; see [`Server::local_addr`]) and serves
     /// on a background thread.
     pub fn bind(addr: impl ToSocketAddrs) -> Result<Server, StoreError> {
-        Self::bind_with(addr, Limits::default())
+        Self::bind_with(addr, Limits::default(), None)
     }
 
-    pub(crate) fn bind_with(addr: impl ToSocketAddrs, limits: Limits) -> Result<Server, StoreError> {
+    /// As [`bind`](Self::bind); with `key`, only clients that prove that they know it are
+    /// served ([`TcpStore::connect_keyed`](super::TcpStore::connect_keyed)), PyTorch's not.
+    pub fn bind_keyed(addr: impl ToSocketAddrs, key: Option<JobKey>) -> Result<Server, StoreError> {
+        if key.is_none() {
+            crate::auth::note_unauthenticated("store server");
+        }
+        Self::bind_with(addr, Limits::default(), key)
+    }
+
+    pub(crate) fn bind_with(
+        addr: impl ToSocketAddrs, limits: Limits, key: Option<JobKey>,
+    ) -> Result<Server, StoreError> {
         crate::logging::init();
         let io_err = |op| move |source| StoreError::Io { op, source };
         let listener = listen(addr).map_err(io_err("bind"))?;
@@ -71,7 +88,7 @@ impl Server {
             let (stop, stats) = (Arc::clone(&stop), Arc::clone(&stats));
             std::thread::Builder::new()
                 .name("jitccl-store".into())
-                .spawn(move || EventLoop::new(poll, listener, limits, stats)?.run(&stop))
+                .spawn(move || EventLoop::new(poll, listener, limits, stats, key)?.run(&stop))
                 .map_err(io_err("bind"))?
         };
         debug!("store: serving on {addr}");
@@ -189,12 +206,16 @@ struct EventLoop {
     unvalidated: VecDeque<(ConnId, Instant)>,
     /// Sum of every connection's `charged`.
     buffered: usize,
+    /// What clients must prove that they know, if anything.
+    key: Option<JobKey>,
     /// Bytes released by closed connections since memory was last handed back to the OS.
     freed: usize,
 }
 
 impl EventLoop {
-    fn new(poll: Poll, listener: TcpListener, limits: Limits, stats: Arc<Stats>) -> io::Result<EventLoop> {
+    fn new(
+        poll: Poll, listener: TcpListener, limits: Limits, stats: Arc<Stats>, key: Option<JobKey>,
+    ) -> io::Result<EventLoop> {
         Ok(EventLoop {
             registry: poll.registry().try_clone()?,
             poll,
@@ -213,6 +234,7 @@ impl EventLoop {
             unvalidated: VecDeque::new(),
             buffered: 0,
             freed: 0,
+            key,
         })
     }
 
@@ -305,6 +327,9 @@ impl EventLoop {
     /// Decodes and runs the next complete request, if one has arrived.
     fn serve_one(&mut self, id: ConnId, conn: &mut Conn) -> Result<bool, ProtocolError> {
         let Some(&first) = conn.unparsed().first() else { return Ok(false) };
+        if !conn.is_open() {
+            return conn.authenticate().map_err(ProtocolError::Unauthenticated);
+        }
         if !conn.validated && first != Command::Validate as u8 {
             // Refused before the rest arrives: a stranger's stream is not buffered.
             return Err(ProtocolError::NotValidated(first));
@@ -362,6 +387,10 @@ impl EventLoop {
             Close::Unvalidated(why) => debug!("store: closing the connection from {peer}: {why}"),
             Close::Eof if unparsed > 0 => self.warn(format_args!(
                 "store: connection from {peer} closed in the middle of a message ({unparsed} bytes received)"
+            )),
+            Close::Eof if !conn.is_open() => self.warn(format_args!(
+                "store: the connection from {peer} closed before it authenticated: {}",
+                Refusal::Closed
             )),
             Close::Eof => debug!("store: connection from {peer} closed"),
             Close::Io(e) => debug!("store: connection from {peer} failed: {e}"),

@@ -9,7 +9,8 @@
 //! kernel's head back as credits. Kernels see ordinary connectors and need no change.
 //!
 //! Each connector has `nsocks` TCP sockets (JITCCL_NSOCKS_PERTHREAD) that its steps are
-//! striped over. This module opens them; `wire` is what they carry, `send` and `recv` the
+//! striped over. With the communicator's key, each socket first proves that it knows it
+//! ([`crate::auth`]), both ways, before its hello. This module opens them; `wire` is what they carry, `send` and `recv` the
 //! two ends of a connector, `fifo` how those touch the FIFOs, and `proxy` the thread that
 //! moves it all.
 
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
+use crate::auth::{self, Failure, JobKey, Refusal, Service};
 use crate::config::Resolved;
 use crate::device::Memory;
 use crate::error::{sys, Error, Result};
@@ -42,6 +44,10 @@ use wire::{Hello, Wire};
 
 /// How often a rank awaiting its peers' connections asks whether the job is lost.
 const LOST_POLL: Duration = Duration::from_millis(20);
+/// An accepted connection that has not authenticated and said its hello within this is
+/// dropped: peers send both as soon as they connect, and a stranger's silent connection
+/// must not hold the accepting loop until the timeout.
+const GREETING: Duration = Duration::from_secs(5);
 
 /// Any two ranks: TCP through each rank's proxy. This rank writes into a local shadow of
 /// the peer's segment, which the proxy forwards.
@@ -110,6 +116,8 @@ struct Setup<'a> {
     layout: &'a Layout,
     rank: usize,
     nsocks: usize,
+    /// The communicator's key, which every socket proves that it knows.
+    key: Option<JobKey>,
     deadline: Instant,
     timeout: Duration,
     /// Set when either half fails, so that the other stops instead of waiting it out.
@@ -124,16 +132,17 @@ impl Proxy {
     /// `addrs`) and accepts its receives on `listener`; then starts the proxy thread.
     /// `bases` are the segment bases the links' FIFOs live in (shadows for net peers).
     /// `lost` is asked every [`LOST_POLL`] while connections are awaited; its error ends
-    /// the setup.
+    /// the setup. `key`: the communicator's (the bootstrap's), if it has one.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], listener: NetListener,
-        addrs: &[SocketAddr], cfg: &Resolved, lost: &(dyn Fn() -> Result<()> + Sync),
+        addrs: &[SocketAddr], cfg: &Resolved, key: Option<JobKey>, lost: &(dyn Fn() -> Result<()> + Sync),
     ) -> Result<Proxy> {
         let setup = Setup {
             layout,
             rank,
             nsocks: cfg.nsocks,
+            key,
             deadline: Instant::now() + cfg.timeout,
             timeout: cfg.timeout,
             failed: AtomicBool::new(false),
@@ -224,6 +233,20 @@ impl Setup<'_> {
                     )
                 };
                 let mut stream = TcpStream::connect_timeout(&addr, self.left()).map_err(|e| sys(what())(e))?;
+                if let Some(key) = &self.key {
+                    // The proof and the hello are two writes before a read: not held for an ACK.
+                    stream.set_nodelay(true).map_err(|e| sys(what())(e))?;
+                    stream.set_read_timeout(Some(self.left())).map_err(|e| sys(what())(e))?;
+                    auth::initiate(&mut stream, key, Service::Net).map_err(|e| match e {
+                        // A peer that dies as it is reached closes the connection too: an
+                        // I/O error, which the roots' word that it is gone may explain.
+                        Failure::Refused(why @ Refusal::Closed) => {
+                            sys(what())(std::io::Error::new(ErrorKind::ConnectionAborted, why))
+                        }
+                        Failure::Refused(why) => Error::InvalidUsage(format!("{}: rank {}: {why}", what(), link.peer)),
+                        Failure::Io(e) => sys(what())(e),
+                    })?;
+                }
                 let hello = Hello { rank: self.rank, fifo, socket, nsocks: self.nsocks };
                 stream.write_all(&hello.encode()).map_err(|e| sys(what())(e))?;
                 socks.push(stream);
@@ -270,7 +293,14 @@ impl Setup<'_> {
                 Err(e) => return Err(sys(format!("rank {rank}: accepting a connection"))(e)),
             };
             stream.set_nonblocking(false).map_err(sys("configuring a connection"))?;
-            stream.set_read_timeout(Some(self.left())).map_err(sys("configuring a connection"))?;
+            stream.set_read_timeout(Some(self.left().min(GREETING))).map_err(sys("configuring a connection"))?;
+            stream.set_write_timeout(Some(GREETING)).map_err(sys("configuring a connection"))?;
+            if let Some(key) = &self.key {
+                if let Err(why) = auth::respond(&mut stream, key, Service::Net) {
+                    tracing::warn!("rank {rank}: refused a net connection from {from}: {why}");
+                    continue;
+                }
+            }
             let mut b = [0u8; Hello::LEN];
             let Some(hello) = stream.read_exact(&mut b).ok().and_then(|()| Hello::decode(&b)) else {
                 tracing::warn!("rank {rank}: dropped a connection from {from} that is not a jitccl peer");
@@ -344,6 +374,24 @@ mod tests {
 
     /// As [`accept`], with `lost` saying whether the job is lost.
     fn accept_unless(hellos: &[Hello], lost: &(dyn Fn() -> Result<()> + Sync)) -> Result<()> {
+        let hellos = hellos.to_vec();
+        accept_from(None, lost, move |addr| {
+            hellos
+                .iter()
+                .map(|h| {
+                    let mut s = TcpStream::connect(addr).unwrap();
+                    s.write_all(&h.encode()).unwrap();
+                    s
+                })
+                .collect()
+        })
+    }
+
+    /// As [`accept`] with `key`, the peer's sockets opened by `peer` on a thread of its own.
+    fn accept_from(
+        key: Option<JobKey>, lost: &(dyn Fn() -> Result<()> + Sync),
+        peer: impl FnOnce(SocketAddr) -> Vec<TcpStream> + Send + 'static,
+    ) -> Result<()> {
         let cfg = Config {
             nchannels: Some(1),
             slot_bytes: Some([256, 64, 256]),
@@ -357,20 +405,56 @@ mod tests {
         let own = HostMemory::zeroed(layout.segment_bytes()).unwrap();
         let listener = NetListener::bind(Ipv4Addr::LOCALHOST.into()).unwrap();
         let addr = listener.addr().unwrap();
-        let peer: Vec<TcpStream> = hellos
-            .iter()
-            .map(|h| {
-                let mut s = TcpStream::connect(addr).unwrap();
-                s.write_all(&h.encode()).unwrap();
-                s
-            })
-            .collect();
+        let peer = std::thread::spawn(move || peer(addr));
         let ring = Link { peer: 1, chan: 0, edge: Edge::Ring };
-        let proxy =
-            Proxy::start(&layout, 0, &[], &[ring], &[own.ptr(), std::ptr::null_mut()], listener, &[], &cfg, lost);
-        drop(peer);
+        let bases = [own.ptr(), std::ptr::null_mut()];
+        let proxy = Proxy::start(&layout, 0, &[], &[ring], &bases, listener, &[], &cfg, key, lost);
+        drop(peer.join().expect("the peer's thread"));
         // The proxy stops before the segment goes.
         proxy.map(drop)
+    }
+
+    fn ring_hello(socket: usize) -> Hello {
+        let fifo = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256], ll128_flag: ll128_flag_word(false) }
+            .offset(0, Edge::Ring);
+        Hello { rank: 1, fifo, socket, nsocks: 2 }
+    }
+
+    #[test]
+    fn with_a_key_only_sockets_that_prove_it_are_taken() {
+        let key = JobKey::from_secret("the net transport's test key").unwrap();
+        let other = JobKey::from_secret("another job's key, not this one").unwrap();
+        // A handshake recorded on the wire of an earlier connection.
+        let (me, hello) = auth::Initiator::start(&key, Service::Net).unwrap();
+        let mut earlier = auth::Gate::new(&key, Service::Net).unwrap();
+        let proof = me.finish(&earlier.take(&hello).unwrap().unwrap()).unwrap();
+        let r = accept_from(Some(key), &|| Ok(()), move |addr| {
+            let mut kept = Vec::new();
+            // Each stranger claims socket 0, which the real peer opens later: one let in
+            // would make the real one a duplicate.
+            let mut plain = TcpStream::connect(addr).unwrap();
+            plain.write_all(&ring_hello(0).encode()).unwrap();
+            kept.push(plain);
+            let mut wrong = TcpStream::connect(addr).unwrap();
+            match auth::initiate(&mut wrong, &other, Service::Net) {
+                Err(Failure::Refused(auth::Refusal::KeysDiffer)) => {}
+                other => panic!("a peer with another key must be found out: {other:?}"),
+            }
+            drop(wrong);
+            let mut replayed = TcpStream::connect(addr).unwrap();
+            replayed.write_all(&hello).unwrap();
+            replayed.write_all(&proof).unwrap();
+            replayed.write_all(&ring_hello(0).encode()).unwrap();
+            kept.push(replayed);
+            for socket in [0, 1] {
+                let mut s = TcpStream::connect(addr).unwrap();
+                auth::initiate(&mut s, &key, Service::Net).unwrap();
+                s.write_all(&ring_hello(socket).encode()).unwrap();
+                kept.push(s);
+            }
+            kept
+        });
+        r.expect("the real peer's sockets are taken, the strangers' refused");
     }
 
     fn refused(r: Result<()>) -> String {
@@ -382,9 +466,8 @@ mod tests {
 
     #[test]
     fn sockets_are_matched_by_their_hello_and_mismatches_refused() {
-        let fifo = Layout { nranks: 2, nchannels: 1, slot_bytes: [256, 64, 256], ll128_flag: ll128_flag_word(false) }
-            .offset(0, Edge::Ring);
-        let hello = |socket, nsocks| Hello { rank: 1, fifo, socket, nsocks };
+        let fifo = ring_hello(0).fifo;
+        let hello = |socket, nsocks| Hello { nsocks, ..ring_hello(socket) };
         accept(&[hello(1, 2), hello(0, 2)]).expect("sockets in any order");
         let m = refused(accept(&[hello(0, 2), hello(0, 2)]));
         assert!(m.contains("from rank 1") && m.contains("socket 0 of 2 for channel 0 is a duplicate"), "{m}");

@@ -1,0 +1,162 @@
+//! With a key (every id a root makes carries a fresh one), only connections that prove that
+//! they know it get in: at the root and at a rank's listener; a stranger that speaks the
+//! protocol, one with another key and one replaying a recorded handshake or message are
+//! refused, and the real ranks' results are right. A rank with another key, or none, fails
+//! at once.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::auth::{seal, Failure, Initiator, JobKey, Refusal, REPLY_LEN, SEAL_LEN};
+use crate::bootstrap::wire::{self, Header, Hello, Kind};
+
+/// The connection is closed by the other side (within 5 s).
+fn closed(mut s: TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 128];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+}
+
+/// A handshake as an eavesdropper records it: the hello and proof of a real one at `addr`.
+fn record(addr: SocketAddr, key: &JobKey) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let (me, hello) = Initiator::start(key, Service::Bootstrap).unwrap();
+    s.write_all(&hello).unwrap();
+    let mut reply = [0u8; REPLY_LEN];
+    s.read_exact(&mut reply).unwrap();
+    let proof = me.finish(&reply).unwrap();
+    s.write_all(&proof).unwrap();
+    [hello.as_slice(), &proof].concat()
+}
+
+/// What a stranger that knows the id's nonce (not its key) sends: a well-formed message.
+fn forged(id: &UniqueId, kind: Kind, rank: u32, tag: u64, payload: &[u8]) -> Vec<u8> {
+    wire::message(Header::new(id.nonce(), kind, rank, tag, payload.len()), payload)
+}
+
+#[test]
+fn strangers_are_refused_at_the_root_and_at_a_rank_and_results_stay_right() {
+    log();
+    let config = cfg(Duration::from_secs(20));
+    let root = Root::start(&config).unwrap();
+    let id = root.id();
+    let key = id.key().expect("a root's id carries a key");
+    let other = JobKey::random().unwrap();
+    let addr = id.root_addr();
+    let decoy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hello = Hello {
+        nranks: 2,
+        iroot: 0,
+        timeout_ms: 20_000,
+        listen: decoy.local_addr().unwrap(),
+        nroots: 1,
+        flags: 0,
+        comm_nonce: id.nonce(),
+    };
+    // Each claims rank 1: one let in would make the real rank 1 a duplicate.
+    let claim = forged(&id, Kind::Hello, 1, 0, &hello.encode());
+    let mut plain = TcpStream::connect(addr).unwrap();
+    plain.write_all(&claim).unwrap();
+    assert!(closed(plain), "a hello without the handshake is refused");
+    let mut wrong = TcpStream::connect(addr).unwrap();
+    wrong.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(matches!(initiate(&mut wrong, &other, Service::Bootstrap), Err(Failure::Refused(Refusal::KeysDiffer))));
+    drop(wrong);
+    let recorded = record(addr, &key);
+    let mut replay = TcpStream::connect(addr).unwrap();
+    replay.write_all(&recorded).unwrap();
+    replay.write_all(&claim).unwrap();
+    assert!(closed(replay), "a replayed handshake is refused");
+
+    let results: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let config = &config;
+                s.spawn(move || {
+                    let b = Bootstrap::init(&id, r, 2, config)?;
+                    if r == 1 {
+                        // Messages forged as rank 1's: without the key (a made-up seal),
+                        // after a replayed handshake, and a recorded one sent again.
+                        let listener = b.peer_addr(0).unwrap();
+                        let send = |bytes: &[u8]| {
+                            let mut s = TcpStream::connect(listener).unwrap();
+                            s.write_all(bytes).unwrap();
+                            s
+                        };
+                        let plain = send(&[forged(&id, Kind::P2p, 1, 7, b"forged"), vec![0; SEAL_LEN]].concat());
+                        let replay = send(&[record(listener, &key), forged(&id, Kind::P2p, 1, 7, b"forged")].concat());
+                        let message = forged(&id, Kind::P2p, 1, 7, b"recorded");
+                        let header = &message[..wire::HEADER_BYTES];
+                        let sealed = seal(&key, &b.sessions[0], 1000, &[header, b"recorded"]);
+                        let recorded = [message.as_slice(), &sealed].concat();
+                        drop(send(&recorded));
+                        assert!(closed(plain) && closed(replay), "strangers at a rank's listener are refused");
+                        assert!(closed(send(&recorded)), "a recorded message is taken once");
+                        b.send(0, 7, b"rank 1's own")?;
+                    }
+                    let got = if r == 0 { [b.recv(1, 7)?, b.recv(1, 7)?].concat() } else { Vec::new() };
+                    Ok::<_, BootstrapError>((got, b.all_gather(&[r as u8 + 10])?))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        let (got, all) = res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert_eq!(all, vec![vec![10], vec![11]]);
+        if r == 0 {
+            assert_eq!(got, b"recordedrank 1's own");
+        }
+    }
+    let report = root.join().unwrap();
+    assert_eq!(report.addrs.len(), 2);
+    assert!(!report.addrs.contains(&decoy.local_addr().unwrap()), "no stranger took a rank's place");
+    // The plain hello, the other key (closed before its proof), the replay; the recording
+    // itself closed after a good handshake and is not counted.
+    assert_eq!(report.rejected, 3);
+}
+
+#[test]
+fn ranks_with_another_key_or_none_fail_at_once_saying_so() {
+    log();
+    let config = cfg(Duration::from_secs(2));
+    let root = Root::start(&config).unwrap();
+    let id = root.id();
+    let other = JobKey::from_secret("a key that is not the job's").unwrap();
+    let t0 = Instant::now();
+    let ids = [id, id.with_key(Some(other)), id.with_key(None)];
+    let results: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(r, id)| {
+                let config = &config;
+                s.spawn(move || (Bootstrap::init(id, r, 3, config).map(drop).unwrap_err(), t0.elapsed()))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (e, took) = &results[1];
+    assert!(matches!(e, BootstrapError::Auth { rank: 1, why: Refusal::KeysDiffer, .. }), "{e}");
+    assert!(e.to_string().contains("keys differ") && e.to_string().contains(&id.root_addr().to_string()), "{e}");
+    assert!(*took < Duration::from_secs(1), "rank 1 failed after {took:?}");
+    let (e, took) = &results[2];
+    assert!(e.to_string().contains("this rank has none"), "{e}");
+    assert!(*took < Duration::from_secs(1), "rank 2 failed after {took:?}");
+    let (e, _) = &results[0];
+    assert!(matches!(e, BootstrapError::MissingRanks { missing, .. } if *missing == [1, 2]), "{e}");
+    let hex = id.to_hex();
+    for (e, _) in &results {
+        assert!(!e.to_string().contains(&hex[80..144]), "no error shows the key: {e}");
+    }
+    assert!(root.join().is_err());
+}
