@@ -34,6 +34,7 @@ pub struct World {
 
 /// Ranks on `devices` (one each) forced to `algo`/`proto` with tiny FIFO slots, so that
 /// the counts above take many steps and wrap the 8-slot FIFOs many times.
+#[allow(dead_code)] // the tests whose ranks are not made by init_all build their own
 pub fn world_on(devices: &[Device], algo: Algorithm, proto: Protocol, nchannels: usize) -> World {
     let cfg = Config {
         nchannels: Some(nchannels),
