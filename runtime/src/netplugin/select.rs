@@ -136,6 +136,15 @@ pub(super) fn candidates(setting: Option<&str>) -> Vec<Arc<Plugin>> {
     out
 }
 
+/// Checks that the network `asked` exists, for a communicator that reaches no peer through
+/// a network: a name that could not be used fails init there too, as it would across hosts.
+pub(crate) fn check(asked: Option<&str>) -> Result<()> {
+    match asked {
+        Some(name) if !name.eq_ignore_ascii_case("socket") => select(asked, 0).map(drop),
+        _ => Ok(()),
+    }
+}
+
 /// Loads the plugins and chooses the network of a communicator: `None` = the built-in
 /// `Socket`. `asked` is its `net_name` (`None`: no name asked); `comm_id`, the same on
 /// every rank of the communicator, lets a v11+ plugin group its connections.

@@ -113,7 +113,12 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     own.unlink();
     let any_net = net.iter().any(|&n| n);
     let mut graph = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
-    let network = if any_net { network(bs, rank, &cfg)? } else { None };
+    let network = if any_net {
+        network(bs, rank, &cfg)?
+    } else {
+        netplugin::check(cfg.net_name.as_deref())?;
+        None
+    };
     if let Some(n) = &network {
         between_hosts(&mut graph, n);
     }

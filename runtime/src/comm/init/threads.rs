@@ -37,6 +37,7 @@ impl Comm {
         let staged = connect_devices(devices)?;
         let sharing = device::sharing(devices)?;
         let cfg = config.resolve_within(nranks, &devices[0], device::cta_budget(&sharing))?;
+        crate::netplugin::check(cfg.net_name.as_deref())?;
         device::log_sharing(&sharing, cfg.nchannels);
         let layout = Layout::new(nranks, &cfg, &devices[0]);
         let segments = Arc::new(LocalSegments::new(&layout, devices, staged)?);
