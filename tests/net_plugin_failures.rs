@@ -71,5 +71,7 @@ fn a_send_failing_inside_the_plugin_fails_every_rank_naming_a_peer() {
             }
         }
     }
-    assert!(start.elapsed() < timeout * 2, "the failure took {:?} to reach every rank", start.elapsed());
+    // Well inside the operation timeout: the failed link fails its rank at once, and that
+    // failure reaches the others (not each rank timing out on its own).
+    assert!(start.elapsed() < timeout / 2, "the failure took {:?} to reach every rank", start.elapsed());
 }

@@ -24,7 +24,7 @@ use crate::transport::connect::Link;
 
 /// How long a closing proxy keeps forwarding steps its kernels already posted (a send
 /// completes once its data is in the local shadow FIFO, so they must still go out).
-const DRAIN: Duration = Duration::from_secs(10);
+pub(super) const DRAIN: Duration = Duration::from_secs(10);
 /// Idle passes spent spinning (a reply is often microseconds away), then yielding while a
 /// kernel runs, before sleeping on the sockets.
 const SPINS: u32 = 64;
@@ -38,7 +38,7 @@ const WAKE: Token = Token(usize::MAX);
 /// How long after a peer's last link closed it is noted as gone.
 const CLOSED_GRACE: Duration = Duration::from_millis(200);
 /// The longest a failing rank waits for its fault frames to leave.
-const FAULT_FLUSH: Duration = Duration::from_millis(200);
+pub(super) const FAULT_FLUSH: Duration = Duration::from_millis(200);
 
 /// What wakes the proxy besides its sockets: kernels of its rank starting, and stopping.
 pub(crate) struct Activity {

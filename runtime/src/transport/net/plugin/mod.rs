@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use jitccl_codegen::abi::{Conn, NPROTOS, STEPS};
 
-use super::proxy::{link_failed, Activity, Pace, Peers, Wake};
+use super::proxy::{link_failed, Activity, Pace, Peers, Wake, DRAIN, FAULT_FLUSH};
 use super::Proxy;
 use crate::config::Resolved;
 use crate::device::HostMemory;
@@ -35,13 +35,9 @@ const WORD: usize = 8;
 const FAULT_WORD: u64 = u64::MAX;
 /// The size word of a close message: the connector's last.
 const CLOSE_WORD: u64 = u64::MAX - 1;
-/// How long a closing proxy keeps sending steps its kernels already posted.
-const DRAIN: Duration = Duration::from_secs(10);
 /// How long a closing proxy then waits for its peers' close messages (a peer that closes
 /// later than that leaves a receive posted at close).
 const FAREWELL: Duration = Duration::from_secs(1);
-/// The longest a rank waits for its fault messages to leave.
-const FAULT_FLUSH: Duration = Duration::from_millis(200);
 /// How often a rank awaiting its connections asks whether the job is lost.
 const LOST_POLL: Duration = Duration::from_millis(20);
 /// One published handle: sending rank, FIFO offset in the receiver's segment, handle.
