@@ -1,4 +1,4 @@
-"""jitccl beside NVIDIA's NCCL on one GPU, in one run (scripts/gpu-check.sh, stage nccl_side):
+"""jitccl beside NVIDIA's NCCL on one GPU, in one run (tools/gpu-check.sh, stage nccl_side):
 AllReduce, AllGather and ReduceScatter (float32 SUM, out of place for perf, in place for
 torch's AllReduce) at 16 B ... 256 MiB by 8x, 2 and 4 ranks on GPU 0, timed five ways:
 

@@ -229,7 +229,7 @@ impl Topology {
     /// Ranks on CUDA GPUs over a searched graph (between hosts, the network as for the
     /// host). Fitted to `jitccl perf all_reduce --target cuda` on one H200 holding 1-8 ranks
     /// (threads of one process), each choice forced by a one-row table, 8 B to 256 MiB
-    /// (`scripts/gpu-check.sh run points channels direct` measures them again): 8-byte ring
+    /// (`tools/gpu-check.sh run points channels direct` measures them again): 8-byte ring
     /// AllReduce took 13.3, 34.0 and 61.3 us at 2, 4 and 8 ranks (2, 6 and 14 hops: a 2.75 us
     /// launch and 4.54 a hop); a channel (a CTA) moved 12-14 GB/s of bus bandwidth at 2 ranks
     /// and 17 at 8, near linearly to 345 GB/s (2 ranks, 256 MiB: 98, 190 and 345 GB/s with 8, 16
