@@ -2,6 +2,7 @@
 # The whole test suite: sets up the C compiler and NVRTC, then runs every test with NVRTC
 # required (a missing NVRTC fails the run instead of skipping the CUDA checks). Kernels
 # are compiled into a fresh cache, so cold compiles and cache hits are both exercised.
+# With arguments, they go to one `cargo test --release --workspace --all-targets`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,4 +21,9 @@ cache=$(mktemp -d "${TMPDIR:-/tmp}/jitccl-test-cache.XXXXXX")
 # An unfinished set-up goes with the run, all its processes (its own process group).
 trap '[ -z "$torch_setup" ] || kill -- "-$torch_setup" 2>/dev/null; rm -rf "$cache" "$torch_log"' EXIT
 export JITCCL_CACHE_DIR="$cache"
-cargo test --release --workspace --all-targets "$@"
+if [ $# -gt 0 ]; then
+  cargo test --release --workspace --all-targets "$@"
+  exit
+fi
+# The whole suite: built once, then its targets two at a time (scripts/run_tests.py).
+python3 scripts/run_tests.py
