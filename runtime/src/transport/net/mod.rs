@@ -425,7 +425,7 @@ mod tests {
     /// As [`accept`], with `lost` saying whether the job is lost.
     fn accept_unless(hellos: &[Hello], lost: &(dyn Fn() -> Result<()> + Sync)) -> Result<()> {
         let hellos = hellos.to_vec();
-        accept_from(None, lost, move |addr| {
+        accept_from(None, None, lost, move |addr| {
             hellos
                 .iter()
                 .map(|h| {
@@ -437,9 +437,10 @@ mod tests {
         })
     }
 
-    /// As [`accept`] with `key`, the peer's sockets opened by `peer` on a thread of its own.
+    /// As [`accept`] with `key` and `tls`, the peer's sockets opened by `peer` on a thread
+    /// of its own.
     fn accept_from(
-        key: Option<JobKey>, lost: &(dyn Fn() -> Result<()> + Sync),
+        key: Option<JobKey>, tls: Option<Tls>, lost: &(dyn Fn() -> Result<()> + Sync),
         peer: impl FnOnce(SocketAddr) -> Vec<TcpStream> + Send + 'static,
     ) -> Result<()> {
         let cfg = Config {
@@ -458,7 +459,7 @@ mod tests {
         let peer = std::thread::spawn(move || peer(addr));
         let ring = Link { peer: 1, chan: 0, edge: Edge::Ring };
         let bases = [own.ptr(), std::ptr::null_mut()];
-        let proxy = Proxy::start(&layout, 0, &[], &[ring], &bases, listener, &[], &cfg, key, None, lost);
+        let proxy = Proxy::start(&layout, 0, &[], &[ring], &bases, listener, &[], &cfg, key, tls, lost);
         drop(peer.join().expect("the peer's thread"));
         // The proxy stops before the segment goes.
         proxy.map(drop)
@@ -478,7 +479,7 @@ mod tests {
         let (me, hello) = auth::Initiator::start(&key, Service::Net).unwrap();
         let mut earlier = auth::Gate::new(&key, Service::Net).unwrap();
         let proof = me.finish(&earlier.take(&hello).unwrap().unwrap()).unwrap();
-        let r = accept_from(Some(key), &|| Ok(()), move |addr| {
+        let r = accept_from(Some(key), None, &|| Ok(()), move |addr| {
             let mut kept = Vec::new();
             // Each stranger claims socket 0, which the real peer opens later: one let in
             // would make the real one a duplicate.
@@ -505,6 +506,48 @@ mod tests {
             kept
         });
         r.expect("the real peer's sockets are taken, the strangers' refused");
+    }
+
+    #[test]
+    fn with_tls_a_peer_in_the_clear_is_refused_and_the_real_one_taken() {
+        let key = JobKey::from_secret("the net transport's TLS test key").unwrap();
+        let tls = Tls::new(&key).unwrap();
+        let theirs = tls.clone();
+        let r = accept_from(Some(key), Some(tls), &|| Ok(()), move |addr| {
+            // Knows the key but speaks no TLS: its hello, in the clear, claims socket 0.
+            let mut plain = TcpStream::connect(addr).unwrap();
+            auth::initiate(&mut plain, &key, Service::Net).unwrap();
+            plain.write_all(&ring_hello(0).encode()).unwrap();
+            let mut kept = vec![plain];
+            for socket in [0, 1] {
+                let mut s = TcpStream::connect(addr).unwrap();
+                auth::initiate(&mut s, &key, Service::Net).unwrap();
+                let conn = theirs.connect(&mut s).unwrap();
+                let mut opened = Opening { stream: s, tls: Some(Box::new(conn)) };
+                opened.write_all(&ring_hello(socket).encode()).unwrap();
+                opened.flush().unwrap();
+                kept.push(opened.stream);
+            }
+            kept
+        });
+        r.expect("the TLS peer's sockets are taken, the one in the clear refused");
+    }
+
+    #[test]
+    fn tls_needs_a_key_and_the_built_in_network() {
+        let cfg = Config { tls: Some(true), ..Config::default() }.resolve(2).unwrap();
+        let m = match tls_of(&cfg, None, None) {
+            Err(Error::InvalidUsage(m)) => m,
+            other => panic!("TLS without a key was not refused: {other:?}"),
+        };
+        assert!(m.contains("JITCCL_TLS=1") && m.contains("JITCCL_AUTH_KEY or JITCCL_AUTH_KEY_FILE"), "{m}");
+        let key = JobKey::from_secret("a key for the TLS settings").unwrap();
+        assert!(
+            matches!(tls_of(&cfg, Some(&key), Some("Fabric")), Err(Error::InvalidUsage(m)) if m.contains("Fabric"))
+        );
+        assert!(tls_of(&cfg, Some(&key), None).unwrap().is_some());
+        let off = Config { tls: Some(false), ..Config::default() }.resolve(2).unwrap();
+        assert!(tls_of(&off, None, None).unwrap().is_none());
     }
 
     fn refused(r: Result<()>) -> String {
