@@ -25,6 +25,8 @@ pub(super) const FRAME_HEADER: usize = 16;
 pub(super) const FAULT_STEP: u64 = u64::MAX;
 /// Credit: the receiving kernel's head.
 pub(super) const CREDIT: usize = 8;
+/// What a TLS socket's read takes from the socket at most.
+const TLS_INBOX: usize = 256 << 10;
 
 /// The first bytes on every socket of a connector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +143,11 @@ pub(super) struct Wire {
     pub eof: bool,
     /// The socket's TLS session, which all its bytes pass through.
     tls: Option<Box<Connection>>,
+    /// With TLS, what the socket brought that the session has not taken yet (`at..end`):
+    /// the session reads a few KiB at a time, the socket is read in larger pieces.
+    inbox: Vec<u8>,
+    at: usize,
+    end: usize,
     link_timeout: Duration,
 }
 
@@ -153,7 +160,19 @@ impl Wire {
         // Steps are latency-bound messages: send each as soon as it is written.
         stream.set_nodelay(true)?;
         watch_link(SockRef::from(&stream), link_timeout)?;
-        Ok(Wire { stream, readable: true, writable: true, hangup: false, eof: false, tls, link_timeout })
+        let inbox = if tls.is_some() { vec![0; TLS_INBOX] } else { Vec::new() };
+        Ok(Wire {
+            stream,
+            readable: true,
+            writable: true,
+            hangup: false,
+            eof: false,
+            tls,
+            inbox,
+            at: 0,
+            end: 0,
+            link_timeout,
+        })
     }
 
     fn broken(&self, e: std::io::Error) -> Broken {
@@ -234,36 +253,50 @@ impl Wire {
         Ok(())
     }
 
-    /// `read` through the TLS session: its plaintext first, then what the socket brings.
+    /// `read` through the TLS session: its plaintext first, then what the socket brought.
     fn read_tls(&mut self, buf: &mut [u8]) -> Result<usize, Broken> {
         let conn = self.tls.as_mut().expect("a TLS session");
         loop {
             match conn.reader().read(buf) {
-                Ok(0) => self.eof = true,
+                Ok(0) => {
+                    // The peer's close notice.
+                    self.eof = true;
+                    return Ok(0);
+                }
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                // The peer closed without TLS's close notice: as a plain close (a frame cut
-                // short by it is found out by the frame's reader, as in the clear).
-                Err(e) if e.kind() == ErrorKind::UnexpectedEof => self.eof = true,
                 Err(e) => return Err(format!("TLS: {e}").into()),
             }
-            if !self.readable || self.eof {
-                return Ok(0);
-            }
-            match conn.read_tls(&mut self.stream) {
-                Ok(0) => self.eof = true,
-                Ok(_) => {
-                    if let Err(e) = conn.process_new_packets() {
-                        // Tell the peer why before the link is closed.
-                        let _ = conn.write_tls(&mut self.stream);
-                        return Err(format!("TLS: {e}").into());
-                    }
+            if self.at == self.end {
+                // A peer's close without TLS's close notice counts as a plain close (a frame
+                // cut short by it is found out by the frame's reader, as in the clear).
+                if !self.readable || self.eof {
+                    return Ok(0);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                match self.stream.read(&mut self.inbox) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => (self.at, self.end) = (0, n),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(self.broken(e)),
+                }
+                continue;
+            }
+            let taken = conn.read_tls(&mut &self.inbox[self.at..self.end]).and_then(|n| {
+                conn.process_new_packets().map_err(std::io::Error::other)?;
+                Ok(n)
+            });
+            match taken {
+                // Nothing taken from bytes offered: the peer's close notice came before them.
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(0);
+                }
+                Ok(n) => self.at += n,
                 Err(e) => {
-                    let e = self.broken(e);
-                    return Err(e);
+                    // Tell the peer why before the link is closed.
+                    let _ = conn.write_tls(&mut self.stream);
+                    return Err(format!("TLS: {e}").into());
                 }
             }
         }
