@@ -133,9 +133,31 @@ impl Pinned {
     }
 }
 
-/// TLS 1.2 is never offered, so its signatures never come.
-fn no_tls12() -> Result<HandshakeSignatureValid, rustls::Error> {
-    Err(rustls::Error::General("TLS 1.2 is not offered".into()))
+/// What the two verifiers (of a server, of a client) share: TLS 1.3 signatures by the
+/// pinned raw public key, Ed25519 only. TLS 1.2 is never offered, so its signatures never
+/// come.
+macro_rules! pinned_signatures {
+    () => {
+        fn verify_tls12_signature(
+            &self, _: &[u8], _: &CertificateDer<'_>, _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Err(rustls::Error::General("TLS 1.2 is not offered".into()))
+        }
+
+        fn verify_tls13_signature(
+            &self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            vec![SignatureScheme::ED25519]
+        }
+
+        fn requires_raw_public_keys(&self) -> bool {
+            true
+        }
+    };
 }
 
 impl ServerCertVerifier for Pinned {
@@ -146,25 +168,7 @@ impl ServerCertVerifier for Pinned {
         self.check(end_entity).map(|()| ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self, _: &[u8], _: &CertificateDer<'_>, _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        no_tls12()
-    }
-
-    fn verify_tls13_signature(
-        &self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ED25519]
-    }
-
-    fn requires_raw_public_keys(&self) -> bool {
-        true
-    }
+    pinned_signatures!();
 }
 
 impl ClientCertVerifier for Pinned {
@@ -178,25 +182,7 @@ impl ClientCertVerifier for Pinned {
         self.check(end_entity).map(|()| ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self, _: &[u8], _: &CertificateDer<'_>, _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        no_tls12()
-    }
-
-    fn verify_tls13_signature(
-        &self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ED25519]
-    }
-
-    fn requires_raw_public_keys(&self) -> bool {
-        true
-    }
+    pinned_signatures!();
 }
 
 #[cfg(test)]
