@@ -5,11 +5,13 @@
 #  2. the time of an 8-rank job over the network transport to its first checked collective
 #     (`jitccl perf`, 8 bytes, one iteration: init dominates it), with no key, with a key,
 #     and with a key and TLS, interleaved.
-# Prints the median and the spread (min..max) of each. Needs root and iproute2.
-# Usage: benches/auth_tls.sh [rounds] (default 7), with target/release/jitccl built
-# (or JITCCL=path/to/jitccl).
+# Prints the median, the lower quartile (the steadier figure on a loaded machine) and the
+# spread (min..max) of each. Needs root and iproute2.
+# Usage: benches/auth_tls.sh [rounds] [init rounds] (default 7 and 7), with
+# target/release/jitccl built (or JITCCL=path/to/jitccl).
 set -euo pipefail
 rounds=${1:-7}
+init_rounds=${2:-$rounds}
 jitccl=${JITCCL:-$(cd "$(dirname "$0")/.." && pwd)/target/release/jitccl}
 [ -x "$jitccl" ] || { echo "no jitccl binary at $jitccl: cargo build --release" >&2; exit 1; }
 tag="jcbench$$"
@@ -51,12 +53,17 @@ job_ms() {
     echo $(((t1 - t0) / 1000000))
 }
 
-summary() { sort -n | awk '{ v[NR] = $1 } END { printf "median %s, spread %s..%s (%d runs)\n", v[int((NR + 1) / 2)], v[1], v[NR], NR }'; }
+summary() {
+    sort -n | awk '{ v[NR] = $1 } END {
+        printf "median %s, lower quartile %s, spread %s..%s (%d runs)\n", v[int((NR + 1) / 2)], v[int((NR + 3) / 4)], v[1], v[NR], NR }'
+}
 
 : >"/tmp/${tag}.bw"
 : >"/tmp/${tag}.init"
 for ((i = 0; i < rounds; i++)); do
     for tls in 0 1; do busbw $tls | sed "s/^/$tls /" >>"/tmp/${tag}.bw"; done
+done
+for ((i = 0; i < init_rounds; i++)); do
     echo "none $(job_ms JITCCL_AUTH_KEY=)" >>"/tmp/${tag}.init"
     echo "key $(job_ms JITCCL_AUTH_KEY="$secret")" >>"/tmp/${tag}.init"
     echo "key+tls $(job_ms JITCCL_AUTH_KEY="$secret" JITCCL_TLS=1)" >>"/tmp/${tag}.init"
