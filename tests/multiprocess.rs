@@ -2,7 +2,7 @@
 //! runs its ranks as processes over shared memory and counts wrong elements against the
 //! reference on every rank), also with several sockets per network connection, a refused
 //! socket count, the launcher's fail-fast behaviour and its hiding of an outer launcher, a
-//! missing rank process, and a store-based init.
+//! missing rank process, a store-based init, and TLS on the network transport.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -237,4 +237,76 @@ fn without_a_key_the_job_runs_as_before() {
             "{transport}: {stdout}{stderr}"
         );
     }
+}
+
+/// With JITCCL_TLS=1 the network transport's sockets carry TLS: a few collectives and
+/// datatypes at 2 to 4 ranks (one with several sockets per connection), each run with TLS
+/// on and off, every rank's results checked against the reference both times.
+#[test]
+fn tls_on_and_off_give_the_same_checked_results() {
+    let runs: &[(&str, &str, &str, &str, &str)] = &[
+        ("all_reduce", "2", "float", "sum", "1"),
+        ("all_reduce", "4", "bfloat16", "max", "1"),
+        ("reduce_scatter", "3", "int32", "sum", "2"),
+        ("all_gather", "3", "double", "sum", "1"),
+    ];
+    let mut failures = Vec::new();
+    for (coll, n, dtype, op, nsocks) in runs {
+        for tls in ["1", "0"] {
+            let args = [
+                "perf", coll, "-N", n, "-b", "8", "-e", "256K", "-f", "16", "-d", dtype, "-o", op, "-w", "1", "-n", "2",
+            ];
+            let env = [
+                ("JITCCL_TRANSPORT", "net"),
+                ("JITCCL_TLS", tls),
+                ("JITCCL_NSOCKS_PERTHREAD", nsocks),
+                ("JITCCL_BUFFSIZE", "16384"),
+                ("JITCCL_DEBUG", "INFO"),
+                ("JITCCL_TIMEOUT", "60"),
+            ];
+            let out = jitccl(&args, &env);
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            let ok = out.status.success()
+                && stdout.contains("# Out of bounds values : 0 OK")
+                && stderr.contains("socket(s) each, TLS") == (tls == "1");
+            if !ok {
+                failures.push(format!("{coll} n={n} {dtype} TLS={tls}:\n{stdout}\n{stderr}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// TLS is pinned to the job's key: without one (ids every rank computes from
+/// JITCCL_COMM_ID, no JITCCL_AUTH_KEY), init fails naming both settings.
+#[test]
+fn tls_without_a_key_is_refused() {
+    let exe = env!("CARGO_BIN_EXE_jitccl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let comm_id = format!("127.0.0.1:{port}");
+    let args =
+        ["launch", "-n", "2", "--", exe, "perf", "all_reduce", "-N", "2", "-b", "8", "-e", "8", "-n", "1", "-w", "0"];
+    let env = [("JITCCL_COMM_ID", comm_id.as_str()), ("JITCCL_AUTH_KEY", ""), ("JITCCL_TLS", "1")];
+    let out = jitccl(
+        &args,
+        &[("JITCCL_BOOTSTRAP_TIMEOUT", "10"), ("JITCCL_TRANSPORT", "net")].into_iter().chain(env).collect::<Vec<_>>(),
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("JITCCL_TLS=1 needs the job's key") && stderr.contains("JITCCL_AUTH_KEY_FILE"), "{stderr}");
+}
+
+/// A rank with TLS on and one with it off fail init within seconds, naming the setting.
+#[test]
+fn ranks_that_disagree_on_tls_fail_init_saying_so() {
+    let exe = env!("CARGO_BIN_EXE_jitccl");
+    let script =
+        format!(r#"[ "$RANK" = 1 ] && export JITCCL_TLS=1; exec "{exe}" perf all_reduce -N 2 -b 8 -e 8 -n 1 -w 0"#);
+    let t0 = Instant::now();
+    let vars = [("JITCCL_TRANSPORT", "net"), ("JITCCL_BOOTSTRAP_TIMEOUT", "10"), ("JITCCL_TIMEOUT", "10")];
+    let out = jitccl(&["launch", "-n", "2", "--", "sh", "-c", &script], &vars);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("Config.tls (JITCCL_TLS) is false on rank(s) [0], true on rank(s) [1]"), "{stderr}");
+    assert!(t0.elapsed() < Duration::from_secs(8), "took {:?}", t0.elapsed());
 }

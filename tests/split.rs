@@ -218,7 +218,8 @@ fn split_with_gives_the_child_its_own_configuration() {
         let invalid = |e: &Error, what: &str| matches!(e, Error::InvalidArgument(m) if m.contains(what));
         assert!(invalid(&no_table, "Config::tuner_table=/nonexistent/jitccl-table.csv"), "rank {r}: {no_table}");
         assert!(invalid(&refused, "names a device"), "rank {r}: {refused}");
-        let differ = "different configurations: Config.nchannels is 1 on rank(s) [0], 2 on rank(s) [1]";
+        let differ =
+            "different configurations: Config.nchannels (JITCCL_NCHANNELS) is 1 on rank(s) [0], 2 on rank(s) [1]";
         assert!(matches!(&disagree, Error::InvalidUsage(m) if m.contains(differ)), "rank {r}: {disagree}");
         assert_eq!(parent, vec![2; 17], "rank {r}");
     }

@@ -53,6 +53,20 @@ fn collectives_between_two_hosts() {
     }
 }
 
+/// With JITCCL_TLS=1 (and a job key on every rank) the sockets between the hosts carry
+/// TLS, and the results match.
+#[test]
+fn collectives_between_two_hosts_over_tls() {
+    let hosts = hosts(2);
+    let env = [("JITCCL_AUTH_KEY", "the two hosts' job secret"), ("JITCCL_TLS", "1")];
+    for run in [&["all_reduce", "-d", "float", "-o", "sum"][..], &["reduce_scatter", "-d", "int32", "-o", "max"]] {
+        let args = [run, &["-N", "2", "-b", "4", "-e", "1M", "-f", "16", "-w", "1", "-n", "2"][..]].concat();
+        for e in perf(&hosts, &[0, 1], &args, &env) {
+            assert!(e.stderr.contains("socket(s) each, TLS"), "{run:?}: {e}");
+        }
+    }
+}
+
 /// Two hosts of two ranks each: a rank reaches the other rank of its host through shared
 /// memory and the two of the other host over the network, and the results match.
 #[test]

@@ -2,7 +2,8 @@
 //! connection of the job opens with when there is one (`handshake`): the bootstrap's (to
 //! the root, the ring), jitccl's store clients to jitccl's store server, and the network
 //! transport's sockets; the bootstrap's send/recv messages, which must not wait for their
-//! receiver, are sealed instead (`seal`).
+//! receiver, are sealed instead (`seal`). With `JITCCL_TLS=1` the network transport's
+//! sockets then carry TLS 1.3, pinned to the job's key (`tls`).
 //!
 //! The key comes with the unique id (rank 0 makes a fresh one with the id), or from
 //! `JITCCL_AUTH_KEY` / `JITCCL_AUTH_KEY_FILE` where every rank makes the id itself. Without
@@ -11,10 +12,12 @@
 mod handshake;
 mod key;
 mod seal;
+mod tls;
 
 pub use handshake::{initiate, respond, Failure, Gate, Initiator, Refusal, Service, HELLO_LEN, PROOF_LEN, REPLY_LEN};
 pub use key::{new_secret, JobKey, KeyError, KEY_BYTES, MIN_SECRET_CHARS};
 pub use seal::{new_session, seal, Seen, Session, SEAL_LEN};
+pub use tls::Tls;
 
 /// Says once per process (INFO) that `what` opens its connections without authentication.
 pub fn note_unauthenticated(what: &str) {

@@ -92,6 +92,7 @@ pub(crate) fn child_config(r: &Resolved) -> Config {
         net_name: r.net_name.clone(),
         split_share: Some(r.split_share),
         abort_propagates: Some(r.abort_propagates),
+        tls: Some(r.tls),
         tuner_table: r.tuner_table.clone(),
         ..Config::default()
     }

@@ -41,8 +41,9 @@ impl Resolved {
                     .iter()
                     .map(|(v, ranks)| format!("{} on rank(s) {ranks:?}", v.unwrap_or("(not sent)")))
                     .collect();
+                let var = setting_of(name).map(|s| format!(" ({})", s.name)).unwrap_or_default();
                 return Err(Error::InvalidUsage(format!(
-                    "the ranks were given different configurations: Config.{name} is {} (seen from rank {rank})",
+                    "the ranks were given different configurations: Config.{name}{var} is {} (seen from rank {rank})",
                     held.join(", ")
                 )));
             }
@@ -73,7 +74,9 @@ mod tests {
         let e = a.agree(0, &all).unwrap_err();
         let Error::InvalidUsage(m) = e else { panic!("{e}") };
         assert!(
-            m.contains("Config.max_ctas") && m.contains("64 on rank(s) [0, 2]") && m.contains("3 on rank(s) [1]"),
+            m.contains("Config.max_ctas (JITCCL_MAX_CTAS) is")
+                && m.contains("64 on rank(s) [0, 2]")
+                && m.contains("3 on rank(s) [1]"),
             "{m}"
         );
     }

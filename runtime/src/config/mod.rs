@@ -83,6 +83,9 @@ pub struct Config {
     /// waiting on this rank fail at once naming it, instead of by their timeout;
     /// `JITCCL_ABORT_PROPAGATE` (0 or 1). Default false (NCCL's abort is local).
     pub abort_propagates: Option<bool>,
+    /// TLS on the network transport's sockets; `JITCCL_TLS` (0 or 1). Default false. Needs
+    /// a job key; every rank must agree.
+    pub tls: Option<bool>,
     /// Busy-poll rounds (pause instructions, tens of nanoseconds each) a kernel's wait on a
     /// peer makes before it starts yielding its core; `JITCCL_SPIN`, 0 to 10^9. Default:
     /// chosen per rank by whether it has cores of its own (docs/guide.md, "Waiting").
@@ -130,6 +133,7 @@ impl Config {
             net_name: self.net_name.or(base.net_name),
             split_share: self.split_share.or(base.split_share),
             abort_propagates: self.abort_propagates.or(base.abort_propagates),
+            tls: self.tls.or(base.tls),
             spin: self.spin.or(base.spin),
             tuner_table: self.tuner_table.or(base.tuner_table),
             specialize_ranks: self.specialize_ranks.or(base.specialize_ranks),
@@ -172,6 +176,7 @@ resolved! {
     net_name: Option<String>,
     split_share: bool,
     abort_propagates: bool,
+    tls: bool,
     spin: Option<u64>,
     tuner_table: Option<PathBuf>,
     specialize_ranks: bool,
@@ -323,6 +328,7 @@ impl Config {
             net_name: net_name(self.net_name.as_deref())?,
             split_share: settings::COMM_SPLIT_SHARE_RESOURCES.flag(self.split_share)?,
             abort_propagates: settings::ABORT_PROPAGATE.flag(self.abort_propagates)?,
+            tls: settings::TLS.flag(self.tls)?,
             spin: settings::SPIN.whole_opt(self.spin)?,
             tuner_table: self.tuner_table.clone(),
             specialize_ranks: settings::SPECIALIZE_RANKS.flag(self.specialize_ranks)?,

@@ -274,6 +274,14 @@ pub const AUTH_KEY_FILE: Setting = user(
     Initial::Computed("none"),
     "a file holding the job's secret (instead of `JITCCL_AUTH_KEY`), readable by its owner only",
 );
+pub const TLS: Setting = config(
+    "JITCCL_TLS",
+    "tls",
+    Kind::Flag,
+    Initial::Flag(false),
+    Ranks::Agree,
+    "1: the network transport's sockets between ranks carry TLS 1.3, pinned to the job's key (needs `JITCCL_AUTH_KEY`, `JITCCL_AUTH_KEY_FILE` or a unique id made by rank 0); not with network plugins",
+);
 pub const TRANSPORT: Setting = user(
     "JITCCL_TRANSPORT",
     Kind::Choice(&["auto", "shm", "net"]),
@@ -442,6 +450,7 @@ pub const ALL: &[Setting] = &[
     SOCKET_IFNAME,
     AUTH_KEY,
     AUTH_KEY_FILE,
+    TLS,
     TRANSPORT,
     HOST_ARENA,
     P2P_DISABLE,

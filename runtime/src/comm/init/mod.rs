@@ -26,7 +26,7 @@ use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::cuda_ipc::{self, DeviceSegment};
 use crate::transport::layout::Layout;
-use crate::transport::net::{plugin, Activity, NetListener, Proxy};
+use crate::transport::net::{plugin, tls_of, Activity, NetListener, Proxy};
 use crate::transport::shm::ShmSegment;
 use crate::transport::{self, AttachCtx, Endpoint};
 use crate::tune::{self, Tuner};
@@ -119,6 +119,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         netplugin::check(cfg.net_name.as_deref())?;
         None
     };
+    let tls = tls_of(&cfg, bs.key().as_ref(), network.as_ref().map(Network::name))?;
     if let Some(n) = &network {
         between_hosts(&mut graph, n);
     }
@@ -153,7 +154,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
                     })
                     .collect::<Result<Vec<std::net::SocketAddr>>>()?;
                 test_hook::at("transport");
-                Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, bs.key(), &lost)
+                Proxy::start(&layout, rank, &sends, &recvs, &bases, listener, &addrs, &cfg, bs.key(), tls, &lost)
             }
             Some(network) => {
                 let exchange = |handles: &[u8]| {

@@ -10,7 +10,9 @@
 //!
 //! Each connector has `nsocks` TCP sockets (JITCCL_NSOCKS_PERTHREAD) that its steps are
 //! striped over. With the communicator's key, each socket first proves that it knows it
-//! ([`crate::auth`]), both ways, before its hello. This module opens them; `wire` is what they carry, `send` and `recv` the
+//! ([`crate::auth`]), both ways, before its hello; with `JITCCL_TLS=1` it then opens a TLS
+//! session pinned to the key ([`crate::auth::Tls`]), which its hello and everything after
+//! pass through. This module opens them; `wire` is what they carry, `send` and `recv` the
 //! two ends of a connector, `fifo` how those touch the FIFOs, and `proxy` the thread that
 //! moves it all.
 
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use crate::auth::{self, Failure, JobKey, Refusal, Service};
+use crate::auth::{self, Failure, JobKey, Refusal, Service, Tls};
 use crate::config::Resolved;
 use crate::device::Memory;
 use crate::error::{sys, Error, Result};
@@ -40,7 +42,7 @@ use crate::transport::{AttachCtx, Attached, Endpoint, Transport};
 pub(crate) use proxy::Activity;
 use recv::RecvSide;
 use send::SendSide;
-use wire::{Hello, Wire};
+use wire::{Hello, Opening, Wire};
 
 /// How often a rank awaiting its peers' connections asks whether the job is lost.
 const LOST_POLL: Duration = Duration::from_millis(20);
@@ -109,7 +111,30 @@ pub(crate) struct Proxy {
 }
 
 /// Per connector, its sockets in socket order.
-type Sockets = Vec<Vec<TcpStream>>;
+type Sockets = Vec<Vec<Opening>>;
+
+/// The TLS settings of a communicator whose configuration asks for TLS (`JITCCL_TLS`),
+/// pinned to its `key`: refused without a key, and with a network plugin, which moves the
+/// data itself. `plugin`: the plugin's name, if one carries the net peers.
+pub(crate) fn tls_of(cfg: &Resolved, key: Option<&JobKey>, plugin: Option<&str>) -> Result<Option<Tls>> {
+    if !cfg.tls {
+        return Ok(None);
+    }
+    let Some(key) = key else {
+        return Err(Error::InvalidUsage(
+            "JITCCL_TLS=1 needs the job's key, which its certificate is pinned to: set JITCCL_AUTH_KEY or \
+             JITCCL_AUTH_KEY_FILE on every rank (or use a unique id made by rank 0, which carries one)"
+                .into(),
+        ));
+    };
+    if let Some(name) = plugin {
+        return Err(Error::InvalidUsage(format!(
+            "JITCCL_TLS=1 secures jitccl's own sockets, but network plugin {name} carries the data between \
+             hosts: set JITCCL_NET=Socket, or unset JITCCL_TLS"
+        )));
+    }
+    Tls::new(key).map(Some).map_err(|e| Error::Internal(format!("setting up TLS: {e}")))
+}
 
 /// What opening a rank's connections needs, shared by its connecting and accepting halves.
 struct Setup<'a> {
@@ -118,6 +143,8 @@ struct Setup<'a> {
     nsocks: usize,
     /// The communicator's key, which every socket proves that it knows.
     key: Option<JobKey>,
+    /// The TLS every socket opens after that, if the communicator asks for it.
+    tls: Option<Tls>,
     deadline: Instant,
     timeout: Duration,
     /// Set when either half fails, so that the other stops instead of waiting it out.
@@ -132,17 +159,20 @@ impl Proxy {
     /// `addrs`) and accepts its receives on `listener`; then starts the proxy thread.
     /// `bases` are the segment bases the links' FIFOs live in (shadows for net peers).
     /// `lost` is asked every [`LOST_POLL`] while connections are awaited; its error ends
-    /// the setup. `key`: the communicator's (the bootstrap's), if it has one.
+    /// the setup. `key`: the communicator's (the bootstrap's), if it has one; `tls`: its
+    /// TLS settings ([`tls_of`]), if it asks for TLS.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], listener: NetListener,
-        addrs: &[SocketAddr], cfg: &Resolved, key: Option<JobKey>, lost: &(dyn Fn() -> Result<()> + Sync),
+        addrs: &[SocketAddr], cfg: &Resolved, key: Option<JobKey>, tls: Option<Tls>,
+        lost: &(dyn Fn() -> Result<()> + Sync),
     ) -> Result<Proxy> {
         let setup = Setup {
             layout,
             rank,
             nsocks: cfg.nsocks,
             key,
+            tls,
             deadline: Instant::now() + cfg.timeout,
             timeout: cfg.timeout,
             failed: AtomicBool::new(false),
@@ -162,7 +192,7 @@ impl Proxy {
             (Err(e), _) | (_, Err(e)) => return Err(e),
             _ => return Err(Error::Internal("net connection setup gave up without an error".into())),
         };
-        let wires = |streams: Vec<TcpStream>| {
+        let wires = |streams: Vec<Opening>| {
             streams
                 .into_iter()
                 .map(|s| Wire::new(s, cfg.link_timeout))
@@ -182,10 +212,11 @@ impl Proxy {
             })
             .collect::<Result<Vec<_>>>()?;
         tracing::info!(
-            "rank {rank}: net transport up, {} send and {} receive connector(s), {} socket(s) each",
+            "rank {rank}: net transport up, {} send and {} receive connector(s), {} socket(s) each{}",
             send_sides.len(),
             recv_sides.len(),
-            cfg.nsocks
+            cfg.nsocks,
+            if cfg.tls { ", TLS" } else { "" }
         );
         let (thread, activity) = proxy::spawn(rank, send_sides, recv_sides, layout.board(bases[rank]))?;
         Ok(Proxy::from_thread(thread, activity))
@@ -247,9 +278,17 @@ impl Setup<'_> {
                         Failure::Io(e) => sys(what())(e),
                     })?;
                 }
+                let tls = match &self.tls {
+                    Some(tls) => Some(Box::new(
+                        tls.connect(&mut stream)
+                            .map_err(|e| Error::InvalidUsage(format!("{}: rank {}: TLS: {e}", what(), link.peer)))?,
+                    )),
+                    None => None,
+                };
+                let mut opened = Opening { stream, tls };
                 let hello = Hello { rank: self.rank, fifo, socket, nsocks: self.nsocks };
-                stream.write_all(&hello.encode()).map_err(|e| sys(what())(e))?;
-                socks.push(stream);
+                opened.write_all(&hello.encode()).and_then(|()| opened.flush()).map_err(|e| sys(what())(e))?;
+                socks.push(opened);
             }
             all.push(socks);
         }
@@ -260,7 +299,7 @@ impl Setup<'_> {
     /// the connecting half failed.
     fn accept_all(&self, listener: &TcpListener, links: &[Link]) -> Result<Option<Sockets>> {
         let rank = self.rank;
-        let mut socks: Vec<Vec<Option<TcpStream>>> =
+        let mut socks: Vec<Vec<Option<Opening>>> =
             links.iter().map(|_| (0..self.nsocks).map(|_| None).collect()).collect();
         let mut missing = links.len() * self.nsocks;
         listener.set_nonblocking(true).map_err(sys("configuring the listener"))?;
@@ -301,8 +340,19 @@ impl Setup<'_> {
                     continue;
                 }
             }
+            let tls = match &self.tls {
+                Some(tls) => match tls.accept(&mut stream) {
+                    Ok(conn) => Some(Box::new(conn)),
+                    Err(why) => {
+                        tracing::warn!("rank {rank}: refused a net connection from {from}: TLS: {why}");
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            let mut opened = Opening { stream, tls };
             let mut b = [0u8; Hello::LEN];
-            let Some(hello) = stream.read_exact(&mut b).ok().and_then(|()| Hello::decode(&b)) else {
+            let Some(hello) = opened.read_exact(&mut b).ok().and_then(|()| Hello::decode(&b)) else {
                 tracing::warn!("rank {rank}: dropped a connection from {from} that is not a jitccl peer");
                 continue;
             };
@@ -312,7 +362,7 @@ impl Setup<'_> {
                     hello.rank
                 ))
             })?;
-            socks[i][hello.socket] = Some(stream);
+            socks[i][hello.socket] = Some(opened);
             missing -= 1;
         }
         Ok(Some(socks.into_iter().map(|s| s.into_iter().map(|s| s.expect("every socket arrived")).collect()).collect()))
@@ -320,7 +370,7 @@ impl Setup<'_> {
 
     /// Which of `links` the socket `hello` names is for, if it is one still missing.
     fn place(
-        &self, hello: &Hello, links: &[Link], socks: &[Vec<Option<TcpStream>>],
+        &self, hello: &Hello, links: &[Link], socks: &[Vec<Option<Opening>>],
     ) -> std::result::Result<usize, String> {
         if hello.nsocks != self.nsocks {
             return Err(format!(
@@ -375,7 +425,7 @@ mod tests {
     /// As [`accept`], with `lost` saying whether the job is lost.
     fn accept_unless(hellos: &[Hello], lost: &(dyn Fn() -> Result<()> + Sync)) -> Result<()> {
         let hellos = hellos.to_vec();
-        accept_from(None, lost, move |addr| {
+        accept_from(None, None, lost, move |addr| {
             hellos
                 .iter()
                 .map(|h| {
@@ -387,9 +437,10 @@ mod tests {
         })
     }
 
-    /// As [`accept`] with `key`, the peer's sockets opened by `peer` on a thread of its own.
+    /// As [`accept`] with `key` and `tls`, the peer's sockets opened by `peer` on a thread
+    /// of its own.
     fn accept_from(
-        key: Option<JobKey>, lost: &(dyn Fn() -> Result<()> + Sync),
+        key: Option<JobKey>, tls: Option<Tls>, lost: &(dyn Fn() -> Result<()> + Sync),
         peer: impl FnOnce(SocketAddr) -> Vec<TcpStream> + Send + 'static,
     ) -> Result<()> {
         let cfg = Config {
@@ -408,7 +459,7 @@ mod tests {
         let peer = std::thread::spawn(move || peer(addr));
         let ring = Link { peer: 1, chan: 0, edge: Edge::Ring };
         let bases = [own.ptr(), std::ptr::null_mut()];
-        let proxy = Proxy::start(&layout, 0, &[], &[ring], &bases, listener, &[], &cfg, key, lost);
+        let proxy = Proxy::start(&layout, 0, &[], &[ring], &bases, listener, &[], &cfg, key, tls, lost);
         drop(peer.join().expect("the peer's thread"));
         // The proxy stops before the segment goes.
         proxy.map(drop)
@@ -428,7 +479,7 @@ mod tests {
         let (me, hello) = auth::Initiator::start(&key, Service::Net).unwrap();
         let mut earlier = auth::Gate::new(&key, Service::Net).unwrap();
         let proof = me.finish(&earlier.take(&hello).unwrap().unwrap()).unwrap();
-        let r = accept_from(Some(key), &|| Ok(()), move |addr| {
+        let r = accept_from(Some(key), None, &|| Ok(()), move |addr| {
             let mut kept = Vec::new();
             // Each stranger claims socket 0, which the real peer opens later: one let in
             // would make the real one a duplicate.
@@ -455,6 +506,48 @@ mod tests {
             kept
         });
         r.expect("the real peer's sockets are taken, the strangers' refused");
+    }
+
+    #[test]
+    fn with_tls_a_peer_in_the_clear_is_refused_and_the_real_one_taken() {
+        let key = JobKey::from_secret("the net transport's TLS test key").unwrap();
+        let tls = Tls::new(&key).unwrap();
+        let theirs = tls.clone();
+        let r = accept_from(Some(key), Some(tls), &|| Ok(()), move |addr| {
+            // Knows the key but speaks no TLS: its hello, in the clear, claims socket 0.
+            let mut plain = TcpStream::connect(addr).unwrap();
+            auth::initiate(&mut plain, &key, Service::Net).unwrap();
+            plain.write_all(&ring_hello(0).encode()).unwrap();
+            let mut kept = vec![plain];
+            for socket in [0, 1] {
+                let mut s = TcpStream::connect(addr).unwrap();
+                auth::initiate(&mut s, &key, Service::Net).unwrap();
+                let conn = theirs.connect(&mut s).unwrap();
+                let mut opened = Opening { stream: s, tls: Some(Box::new(conn)) };
+                opened.write_all(&ring_hello(socket).encode()).unwrap();
+                opened.flush().unwrap();
+                kept.push(opened.stream);
+            }
+            kept
+        });
+        r.expect("the TLS peer's sockets are taken, the one in the clear refused");
+    }
+
+    #[test]
+    fn tls_needs_a_key_and_the_built_in_network() {
+        let cfg = Config { tls: Some(true), ..Config::default() }.resolve(2).unwrap();
+        let m = match tls_of(&cfg, None, None) {
+            Err(Error::InvalidUsage(m)) => m,
+            other => panic!("TLS without a key was not refused: {other:?}"),
+        };
+        assert!(m.contains("JITCCL_TLS=1") && m.contains("JITCCL_AUTH_KEY or JITCCL_AUTH_KEY_FILE"), "{m}");
+        let key = JobKey::from_secret("a key for the TLS settings").unwrap();
+        assert!(
+            matches!(tls_of(&cfg, Some(&key), Some("Fabric")), Err(Error::InvalidUsage(m)) if m.contains("Fabric"))
+        );
+        assert!(tls_of(&cfg, Some(&key), None).unwrap().is_some());
+        let off = Config { tls: Some(false), ..Config::default() }.resolve(2).unwrap();
+        assert!(tls_of(&off, None, None).unwrap().is_none());
     }
 
     fn refused(r: Result<()>) -> String {

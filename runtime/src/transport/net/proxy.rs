@@ -392,8 +392,9 @@ mod tests {
     use jitccl_codegen::abi::{ll128_flag_word, Conn, STEPS};
 
     use super::super::fifo::{atomic, slot, slot_ptr};
-    use super::super::wire::Wire;
+    use super::super::wire::{Opening, Wire};
     use super::*;
+    use crate::auth::{JobKey, Tls};
     use crate::device::HostMemory;
     use crate::transport::layout::{Edge, Layout};
 
@@ -401,11 +402,16 @@ mod tests {
         (0..bytes).map(|i| (k as usize * 31 + i * 7) as u8).collect()
     }
 
-    /// Two proxies over two sockets: steps of all three protocols, each larger than what a
-    /// socket reads ahead, arrive whole and in order while several are in flight, and the
-    /// receiver's credits free the sender's slots.
+    /// Two proxies over two sockets, in the clear and through TLS: steps of all three
+    /// protocols, each larger than what a socket reads ahead, arrive whole and in order
+    /// while several are in flight, and the receiver's credits free the sender's slots.
     #[test]
     fn steps_cross_whole_in_order_and_credits_free_slots() {
+        steps_cross(None);
+        steps_cross(Some(Tls::new(&JobKey::from_secret("the proxy test's job key").unwrap()).unwrap()));
+    }
+
+    fn steps_cross(tls: Option<Tls>) {
         let layout = Layout {
             nranks: 2,
             nchannels: 1,
@@ -421,7 +427,19 @@ mod tests {
             .map(|_| {
                 let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
                 let t = Duration::from_secs(30);
-                (Wire::new(c, t).unwrap(), Wire::new(listener.accept().unwrap().0, t).unwrap())
+                let (mut a, _) = listener.accept().unwrap();
+                let (mut c, tls) = (c, tls.clone());
+                let (out, inc) = match tls {
+                    Some(tls) => {
+                        let mine = tls.clone();
+                        let client = std::thread::spawn(move || (mine.connect(&mut c).unwrap(), c));
+                        let server = Box::new(tls.accept(&mut a).unwrap());
+                        let (conn, c) = client.join().unwrap();
+                        (Opening { stream: c, tls: Some(Box::new(conn)) }, Opening { stream: a, tls: Some(server) })
+                    }
+                    None => (Opening { stream: c, tls: None }, Opening { stream: a, tls: None }),
+                };
+                (Wire::new(out, t).unwrap(), Wire::new(inc, t).unwrap())
             })
             .unzip();
         let link = Link { peer: 1, chan: 0, edge: Edge::Ring };

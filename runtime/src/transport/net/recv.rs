@@ -97,6 +97,8 @@ impl RecvSide {
         for i in 0..self.socks.len() {
             // The peer's last steps may have come with its close: they are stored first.
             progressed |= self.receive(i)?;
+            // What reading made a TLS session answer (nothing in the clear).
+            self.socks[i].flush()?;
         }
         // Step k is stored once its socket expects a later one.
         let n = self.socks.len() as u64;

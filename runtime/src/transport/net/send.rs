@@ -67,13 +67,18 @@ impl SendSide {
 
     /// Every step the kernel posted has been handed to the OS.
     pub fn flushed(&self) -> bool {
-        self.out.iter().all(|(q, _)| q.is_empty()) && self.taken >= atomic(self.fifo.tail).load(Ordering::Acquire)
+        self.sent() && self.taken >= atomic(self.fifo.tail).load(Ordering::Acquire)
+    }
+
+    /// Every frame queued has been handed to the OS (through the TLS session, if any).
+    fn sent(&self) -> bool {
+        self.out.iter().all(|(q, _)| q.is_empty()) && !self.socks.iter().any(Wire::pending)
     }
 
     /// Nothing more to send at close: every posted step went out, or the fault frame did
     /// (a failed communicator's steps are not owed to anyone), or the connection is gone.
     pub fn settled(&self) -> bool {
-        self.dead || (self.faulted && self.out.iter().all(|(q, _)| q.is_empty())) || self.flushed()
+        self.dead || (self.faulted && self.sent()) || self.flushed()
     }
 
     /// Takes in credits and moves posted steps out; true if anything happened.
@@ -151,6 +156,7 @@ impl SendSide {
 
     /// Writes socket `i`'s frames until it takes no more.
     fn write(&mut self, i: usize) -> Result<(), Broken> {
+        self.socks[i].flush()?;
         let (queue, done) = &mut self.out[i];
         while !queue.is_empty() {
             let mut bufs = [IoSlice::new(&[]); 2 * STEPS];

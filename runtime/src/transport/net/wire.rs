@@ -4,13 +4,15 @@
 //! offset in the receiver's segment) and the socket's index among the connector's sockets.
 //! Then the sender sends frames (step, size word, the step's bytes) and the receiver sends
 //! credits (its kernel's head, 8 bytes); a failed sender's last frame is a fault frame. All
-//! integers are little-endian u64.
+//! integers are little-endian u64. With TLS, all of it travels as TLS records: the socket
+//! is read and written through its session, which the proxy drives like the socket itself.
 
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use jitccl_codegen::abi::{SIZE_BYTES_MASK, SIZE_PROTO_SHIFT};
+use rustls::Connection;
 use socket2::SockRef;
 
 use crate::bootstrap::watch_link;
@@ -23,6 +25,8 @@ pub(super) const FRAME_HEADER: usize = 16;
 pub(super) const FAULT_STEP: u64 = u64::MAX;
 /// Credit: the receiving kernel's head.
 pub(super) const CREDIT: usize = 8;
+/// What a TLS socket's read takes from the socket at most.
+const TLS_INBOX: usize = 256 << 10;
 
 /// The first bytes on every socket of a connector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +98,39 @@ impl From<String> for Broken {
     }
 }
 
+/// A socket while it is set up (blocking, its timeouts bounding every wait): in the clear,
+/// or through its TLS session once that is open.
+pub(super) struct Opening {
+    pub stream: TcpStream,
+    pub tls: Option<Box<Connection>>,
+}
+
+impl Read for Opening {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some(c) = &mut self.tls else { return self.stream.read(buf) };
+        // Until plaintext arrives, or the peer's close (which the session's reader reports).
+        while c.wants_read() && c.complete_io(&mut self.stream)?.0 > 0 {}
+        c.reader().read(buf)
+    }
+}
+
+impl Write for Opening {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(c) = &mut self.tls else { return self.stream.write(buf) };
+        let n = c.writer().write(buf)?;
+        self.flush()?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let Some(c) = &mut self.tls else { return self.stream.flush() };
+        while c.wants_write() {
+            c.write_tls(&mut self.stream)?;
+        }
+        Ok(())
+    }
+}
+
 /// One non-blocking socket of a connector, with its readiness as the proxy's poller last
 /// reported it. Readiness is edge-triggered, so it holds until an operation would block.
 pub(super) struct Wire {
@@ -104,18 +141,38 @@ pub(super) struct Wire {
     pub hangup: bool,
     /// The peer closed its side; nothing more will arrive.
     pub eof: bool,
+    /// The socket's TLS session, which all its bytes pass through.
+    tls: Option<Box<Connection>>,
+    /// With TLS, what the socket brought that the session has not taken yet (`at..end`):
+    /// the session reads a few KiB at a time, the socket is read in larger pieces.
+    inbox: Vec<u8>,
+    at: usize,
+    end: usize,
     link_timeout: Duration,
 }
 
 impl Wire {
     /// `stream`, failing once its link carries nothing back for `link_timeout` (see
     /// `bootstrap::watch_link`).
-    pub fn new(stream: TcpStream, link_timeout: Duration) -> std::io::Result<Wire> {
+    pub fn new(opened: Opening, link_timeout: Duration) -> std::io::Result<Wire> {
+        let Opening { stream, tls } = opened;
         stream.set_nonblocking(true)?;
         // Steps are latency-bound messages: send each as soon as it is written.
         stream.set_nodelay(true)?;
         watch_link(SockRef::from(&stream), link_timeout)?;
-        Ok(Wire { stream, readable: true, writable: true, hangup: false, eof: false, link_timeout })
+        let inbox = if tls.is_some() { vec![0; TLS_INBOX] } else { Vec::new() };
+        Ok(Wire {
+            stream,
+            readable: true,
+            writable: true,
+            hangup: false,
+            eof: false,
+            tls,
+            inbox,
+            at: 0,
+            end: 0,
+            link_timeout,
+        })
     }
 
     fn broken(&self, e: std::io::Error) -> Broken {
@@ -132,6 +189,9 @@ impl Wire {
     /// Reads what has arrived into `buf` (not empty): 0 once nothing more is there for now
     /// (or ever: `eof`).
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, Broken> {
+        if self.tls.is_some() {
+            return self.read_tls(buf);
+        }
         while self.readable && !self.eof {
             match self.stream.read(buf) {
                 Ok(0) => self.eof = true,
@@ -153,6 +213,9 @@ impl Wire {
     /// Writes what the socket takes of `bufs` (not all empty) in one call: 0 once it takes
     /// nothing more for now.
     pub fn write(&mut self, bufs: &[IoSlice]) -> Result<usize, Broken> {
+        if self.tls.is_some() {
+            return self.write_tls(bufs);
+        }
         while self.writable {
             match self.stream.write_vectored(bufs) {
                 Ok(0) => return Err(Broken::from("closed the connection".to_string())),
@@ -167,6 +230,89 @@ impl Wire {
             }
         }
         Ok(0)
+    }
+
+    /// Whether the socket's TLS session holds records the socket has not taken yet.
+    pub fn pending(&self) -> bool {
+        self.tls.as_ref().is_some_and(|c| c.wants_write())
+    }
+
+    /// Hands the socket what its TLS session holds, as far as it takes it (nothing to do
+    /// in the clear, where writes go to the socket directly).
+    pub fn flush(&mut self) -> Result<(), Broken> {
+        let Some(conn) = self.tls.as_mut() else { return Ok(()) };
+        while self.writable && conn.wants_write() {
+            match conn.write_tls(&mut self.stream) {
+                Ok(0) => return Err(Broken::from("closed the connection".to_string())),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.broken(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `read` through the TLS session: its plaintext first, then what the socket brought.
+    fn read_tls(&mut self, buf: &mut [u8]) -> Result<usize, Broken> {
+        let conn = self.tls.as_mut().expect("a TLS session");
+        loop {
+            match conn.reader().read(buf) {
+                Ok(0) => {
+                    // The peer's close notice.
+                    self.eof = true;
+                    return Ok(0);
+                }
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(format!("TLS: {e}").into()),
+            }
+            if self.at == self.end {
+                // A peer's close without TLS's close notice counts as a plain close (a frame
+                // cut short by it is found out by the frame's reader, as in the clear).
+                if !self.readable || self.eof {
+                    return Ok(0);
+                }
+                match self.stream.read(&mut self.inbox) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => (self.at, self.end) = (0, n),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(self.broken(e)),
+                }
+                continue;
+            }
+            let taken = conn.read_tls(&mut &self.inbox[self.at..self.end]).and_then(|n| {
+                conn.process_new_packets().map_err(std::io::Error::other)?;
+                Ok(n)
+            });
+            match taken {
+                // Nothing taken from bytes offered: the peer's close notice came before them.
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(0);
+                }
+                Ok(n) => self.at += n,
+                Err(e) => {
+                    // Tell the peer why before the link is closed.
+                    let _ = conn.write_tls(&mut self.stream);
+                    return Err(format!("TLS: {e}").into());
+                }
+            }
+        }
+    }
+
+    /// `write` through the TLS session: it takes plaintext only once the socket has taken
+    /// its earlier records, so what it holds stays bounded by one write.
+    fn write_tls(&mut self, bufs: &[IoSlice]) -> Result<usize, Broken> {
+        self.flush()?;
+        if self.pending() {
+            return Ok(0);
+        }
+        let conn = self.tls.as_mut().expect("a TLS session");
+        let n = conn.writer().write_vectored(bufs).map_err(|e| Broken::from(format!("TLS: {e}")))?;
+        self.flush()?;
+        Ok(n)
     }
 }
 
