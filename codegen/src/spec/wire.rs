@@ -16,7 +16,8 @@ use super::{invalid, DataType, InvalidSpec};
 /// Rounding is to nearest, ties to even. Per encoding of a value `v` (`a`: the largest
 /// finite magnitude of `v`'s block of `block` elements in that step):
 ///
-/// - `Bf16`: `|e| <= 2^-8 |v|`; f32's range, so nothing saturates.
+/// - `Bf16`: `|e| <= 2^-8 |v| + 2^-134` (the last term: f32 denormals); f32's range, so
+///   nothing saturates.
 /// - `Fp16`: `|e| <= 2^-11 |v| + 2^-25`; finite values beyond ±65504 become ±Inf, as a cast
 ///   to half makes them.
 /// - `Fp8E4M3 { block }`: a power-of-two scale per block puts `a` in (208, 416], so nothing

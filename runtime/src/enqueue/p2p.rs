@@ -52,6 +52,7 @@ impl Call {
             internal: false,
             rounds,
             batch: true,
+            wire: None,
         }
     }
 }
