@@ -350,3 +350,55 @@ fn calls_a_wire_cannot_carry_are_refused() {
     w.run(|r, c, s| c.wired(Wire::Fp16).all_reduce(&bufs[r], &bufs[r], 61, Op::Sum, s));
     assert_eq!(outside_bound(Wire::Fp16, 2, &xs, &bufs[1].to_vec(), &exact_sum(&xs, 61)), None);
 }
+
+/// Ranks that reach each other through their transports (init from a store: shared
+/// memory, or the network with JITCCL_TRANSPORT=net, which `over_the_network` sets for a
+/// run of this test in a child process): int8 AllReduce and fp8 AllGather, within bound and
+/// the same bits on every rank.
+#[test]
+fn over_shared_memory() {
+    use jitccl::store::{Server, TcpStore};
+    let (n, count) = (3, 1031);
+    let server = Server::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, true)).collect();
+    let (sum_wire, gather_wire) = (Wire::Int8 { block: 64 }, Wire::Fp8E4M3 { block: 32 });
+    let outs: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let x = &xs[rank];
+                s.spawn(move || {
+                    let store = TcpStore::connect(addr, std::time::Duration::from_secs(30)).unwrap();
+                    let cfg = Config { slot_bytes: Some([256, 64, 256]), ..Config::default() };
+                    let comm = Comm::init_from_store(&store, n, rank, &cfg).unwrap();
+                    let st = comm.device().stream().unwrap();
+                    let send = comm.device().alloc_from(x).unwrap();
+                    let (sum, all) =
+                        (comm.device().alloc::<f32>(count).unwrap(), comm.device().alloc::<f32>(count * n).unwrap());
+                    comm.wired(sum_wire).all_reduce(&send, &sum, count, Op::Sum, &st).unwrap();
+                    comm.wired(gather_wire).all_gather(&send, &all, count, &st).unwrap();
+                    st.synchronize().unwrap();
+                    (sum.to_vec(), all.to_vec())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (sums, alls): (Vec<_>, Vec<_>) = outs.into_iter().unzip();
+    assert_eq!(identical(&sums), None);
+    assert_eq!(identical(&alls), None);
+    assert_eq!(outside_bound(sum_wire, n, &xs, &sums[0], &exact_sum(&xs, count)), None);
+    let whole = xs.concat();
+    assert_eq!(outside_bound(gather_wire, 1, &[whole.clone()], &alls[0], &exact_sum(&[whole], count * n)), None);
+}
+
+#[test]
+fn over_the_network() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "over_shared_memory", "--test-threads", "1"])
+        .env("JITCCL_TRANSPORT", "net")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("1 passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+}
