@@ -30,10 +30,11 @@ use super::{invalid, DataType, InvalidSpec};
 ///   +Inf, -Inf and NaN): `|e| <= a / 250 + 2^-140`.
 ///
 /// A ring AllReduce over `n` ranks encodes each partial sum once per hop, `n` times in all,
-/// so with `u` and `c` the two factors above, `M = sum_i |x_i|` of the element and `A` the
-/// largest `M` within `block` elements of it, its error is at most
-/// `n (u M + c A + t) (1 + u)^n` (`t` the absolute term). NaN and ±Inf pass through as with
-/// `Exact`. A single rank sends nothing: its result is exact.
+/// so with `u`, `c` and `t` the relative, block-relative and absolute terms above,
+/// `M = sum_i |x_i|` of the element and `A` the largest `M` within `block` elements of it,
+/// its error is at most `n ((u + 2^-24) M + c A + t) (1 + u)^n` (`2^-24`: the fp32
+/// additions). NaN and ±Inf pass through as with `Exact`. A single rank sends nothing: its
+/// result is exact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Wire {
     /// The elements as they are (the default).
