@@ -99,8 +99,8 @@ pub struct Config {
     /// The wire format the communicator's float AllReduce, ReduceScatter, AllGather,
     /// Broadcast and Reduce calls carry their elements in where it fits (f32, f16 or bf16
     /// elements wider than its codes; sum or avg), as if each asked for it with
-    /// [`Comm::wired`](crate::Comm::wired); other calls stay exact. Default
-    /// [`Wire::Exact`]. Every rank must give the same.
+    /// [`Comm::wired`](crate::Comm::wired); other calls stay exact; `JITCCL_WIRE` (a name
+    /// as `Wire` parses it). Default [`Wire::Exact`]. Every rank must give the same.
     pub wire: Option<Wire>,
     /// Where this rank lives, for the inits of one rank per call (`init_rank`,
     /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
@@ -335,7 +335,10 @@ impl Config {
             spin: settings::SPIN.whole_opt(self.spin)?,
             tuner_table: self.tuner_table.clone(),
             specialize_ranks: settings::SPECIALIZE_RANKS.flag(self.specialize_ranks)?,
-            wire: self.wire.unwrap_or_default(),
+            wire: match self.wire {
+                Some(w) => w,
+                None => settings::WIRE.parse_with(|v| v.parse::<Wire>().map_err(|e| e.to_string()))?.unwrap_or_default(),
+            },
         })
     }
 }
