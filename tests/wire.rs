@@ -3,7 +3,9 @@
 //! random and adversarial data (an outlier in a block, zeros, f32 denormals, ±Inf and NaN,
 //! which must come out as the exact path's would), every rank's result bit-identical; the
 //! bf16 wire beats summing in bf16 (PyTorch's bf16_compress_hook) at 8 ranks; the other
-//! ring collectives; the calls a wire refuses, refused before anything is queued.
+//! ring collectives; shared memory and the network transport; the communicator's default
+//! (`Config::wire`, `JITCCL_WIRE`); the calls a wire refuses, refused before anything is
+//! queued.
 //!
 //! FIFO slots are tiny (64 f32 a step), so that the counts take many steps; one kernel per
 //! (collective, wire) is compiled, shared by every rank count.
@@ -403,4 +405,44 @@ fn over_the_network() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("1 passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `JITCCL_WIRE` gives the communicator's default, and a name no wire has fails init
+/// naming the variable (`default_from_the_environment`, run in a child process with each).
+#[test]
+fn jitccl_wire_sets_the_default() {
+    for value in ["bf16", "int8b32", "exact", "int4"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "default_from_the_environment", "--test-threads", "1"])
+            .env("JITCCL_WIRE", value)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && stdout.contains("1 passed"), "{value}: {stdout}");
+    }
+}
+
+/// The default f32 AllReduce gives the bits of `Comm::wired` with the wire JITCCL_WIRE
+/// names (exact where unset); a name that is no wire's fails init, naming the variable.
+#[test]
+fn default_from_the_environment() {
+    let wire = match std::env::var("JITCCL_WIRE").map(|v| v.parse::<Wire>()) {
+        Err(_) => Wire::Exact,
+        Ok(Ok(w)) => w,
+        Ok(Err(why)) => {
+            let e = Comm::init_all_on(&[Device::host(0)], &Config::default()).unwrap_err().to_string();
+            assert!(e.contains("JITCCL_WIRE") && e.contains(&why.0), "{e}");
+            return;
+        }
+    };
+    let (n, count) = (2, 61);
+    let w = world(n);
+    let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, false)).collect();
+    let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+    let [by_default, asked] =
+        [(); 2].map(|_| w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect::<Vec<_>>());
+    w.run(|r, c, s| c.all_reduce(&send[r], &by_default[r], count, Op::Sum, s));
+    w.run(|r, c, s| c.wired(wire).all_reduce(&send[r], &asked[r], count, Op::Sum, s));
+    let bits = |b: &DeviceBuffer<f32>| b.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&by_default[0]), bits(&asked[0]), "the default is {wire}");
 }

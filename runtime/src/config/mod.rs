@@ -337,7 +337,9 @@ impl Config {
             specialize_ranks: settings::SPECIALIZE_RANKS.flag(self.specialize_ranks)?,
             wire: match self.wire {
                 Some(w) => w,
-                None => settings::WIRE.parse_with(|v| v.parse::<Wire>().map_err(|e| e.to_string()))?.unwrap_or_default(),
+                None => {
+                    settings::WIRE.parse_with(|v| v.parse::<Wire>().map_err(|e| e.to_string()))?.unwrap_or_default()
+                }
             },
         })
     }
