@@ -446,3 +446,36 @@ fn default_from_the_environment() {
     let bits = |b: &DeviceBuffer<f32>| b.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&by_default[0]), bits(&asked[0]), "the default is {wire}");
 }
+
+/// Point to point in a wire: a ring of sends, each value encoded once and decoded on
+/// arrival (as the sender's own decoding would give); inside a group, refused.
+#[test]
+fn point_to_point_carries_a_wire() {
+    let mut failures = Vec::new();
+    for n in [1, 3] {
+        let w = world(n);
+        for wire in [Wire::Bf16, Wire::Int8 { block: 32 }] {
+            for &count in COUNTS {
+                let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, true)).collect();
+                let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect();
+                w.run(|r, c, s| {
+                    c.wired(wire).sendrecv(&send[r], count, (r + 1) % n, &recv[r], count, (r + n - 1) % n, s)
+                });
+                for (r, out) in read(&recv).iter().enumerate() {
+                    let x = &xs[(r + n - 1) % n];
+                    let want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+                    let problem = outside_bound(wire, 1, std::slice::from_ref(x), out, &want);
+                    failures.extend(problem.map(|p| format!("{n} ranks, {wire}, {count} elements, rank {r}: {p}")));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let w = world(2);
+    let buf = w.comms[0].device().alloc::<f32>(8).unwrap();
+    jitccl::group_start();
+    let e = w.comms[0].wired(Wire::Bf16).send(&buf, 8, 1, &w.streams[0]).unwrap_err();
+    assert!(e.to_string().contains("inside a group"), "{e}");
+    assert!(jitccl::group_end().is_err(), "the refusal fails the group");
+}

@@ -192,8 +192,7 @@ impl Comm {
     /// [`Wire`] for the formats and their error bounds): `comm.wired(Wire::Bf16).all_reduce(..)`.
     /// `Wire::Exact` sends them exactly whatever the communicator's default
     /// (`Config::wire`). A call the wire cannot carry (not a float type wider than its codes,
-    /// an op other than sum or avg, AlltoAll, Gather, Scatter, point to point) fails with
-    /// `InvalidArgument`, queuing nothing.
+    /// an op other than sum or avg) fails with `InvalidArgument`, queuing nothing.
     pub fn wired(&self, wire: Wire) -> Wired<'_> {
         Wired { comm: self, wire }
     }

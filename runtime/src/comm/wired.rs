@@ -1,11 +1,13 @@
-//! `Comm::wired`: a communicator's collectives with their elements carried in a wire format.
+//! `Comm::wired`: a communicator's collectives and point-to-point calls with their elements
+//! carried in a wire format.
 
 use jitccl_codegen::{Collective, Wire};
 
-use super::Comm;
+use super::{group, Comm};
 use crate::device::DeviceBuffer;
 use crate::element::Element;
-use crate::error::Result;
+use crate::enqueue::Call;
+use crate::error::{invalid, Result};
 use crate::op::Op;
 use crate::stream::Stream;
 
@@ -61,5 +63,39 @@ impl Wired<'_> {
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
     ) -> Result<()> {
         self.comm.collective(Collective::ReduceScatter, Some(op), send, recv, count, 0, Some(self.wire), stream)
+    }
+}
+
+/// Point to point: the receiver must ask for the same wire as the sender (a step of another
+/// size fails the call). Not inside a group, whose transfers are scheduled as bytes.
+impl Wired<'_> {
+    /// [`Comm::send`], encoded once.
+    pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.p2p(Call::checked_p2p(&self.comm.group(), Some((buf, count, peer)), None), stream)
+    }
+
+    /// [`Comm::recv`], decoded on arrival.
+    pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.p2p(Call::checked_p2p(&self.comm.group(), None, Some((buf, count, peer))), stream)
+    }
+
+    /// [`Comm::sendrecv`] in the wire.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Element>(
+        &self, send: &DeviceBuffer<T>, send_count: usize, to: usize, recv: &DeviceBuffer<T>, recv_count: usize,
+        from: usize, stream: &Stream,
+    ) -> Result<()> {
+        let call = Call::checked_p2p(&self.comm.group(), Some((send, send_count, to)), Some((recv, recv_count, from)));
+        self.p2p(call, stream)
+    }
+
+    fn p2p(&self, call: Result<Call>, stream: &Stream) -> Result<()> {
+        if group::is_open() && self.wire != Wire::Exact {
+            return group::note(invalid(format!(
+                "sendrecv in the {} wire inside a group: a group's transfers run as bytes; make the call outside the group",
+                self.wire
+            )));
+        }
+        self.comm.submit(call.and_then(|c| c.wired(self.wire)), stream)
     }
 }

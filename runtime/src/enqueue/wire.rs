@@ -1,6 +1,6 @@
 //! Which wire format a call's elements travel in: the one the call asks for (checked when
 //! the call is made, so that a refusal changes nothing), else the communicator's default
-//! where it fits (`Config::wire`), else exact.
+//! where it fits (`Config::wire`: collectives only), else exact.
 
 use jitccl_codegen::{Collective, Wire};
 
@@ -20,15 +20,16 @@ fn carries(coll: Collective) -> bool {
     )
 }
 
-/// Why `call` cannot travel in `wire`, if it cannot.
-fn refusal(call: &Call, wire: Wire) -> Option<String> {
+/// Why `call` cannot travel in `wire`, if it cannot. Point to point takes a wire only where
+/// asked (`asked`), as both sides must ask for the same one.
+fn refusal(call: &Call, wire: Wire, asked: bool) -> Option<String> {
     if wire == Wire::Exact {
         return None;
     }
     let name = call.coll.name();
-    if !carries(call.coll) {
+    if !(carries(call.coll) || asked && call.coll == Collective::SendRecv) {
         return Some(format!(
-            "{name}: the {wire} wire runs on AllReduce, ReduceScatter, AllGather, Broadcast and Reduce"
+            "{name}: the {wire} wire runs on AllReduce, ReduceScatter, AllGather, Broadcast, Reduce and point to point"
         ));
     }
     if let Err(e) = wire.check_dtype(call.dtype) {
@@ -47,7 +48,7 @@ impl Call {
     /// This call with its elements carried in `wire` (exact included: then whatever the
     /// communicator's default), or why it cannot be.
     pub(crate) fn wired(self, wire: Wire) -> Result<Call> {
-        match refusal(&self, wire) {
+        match refusal(&self, wire, true) {
             Some(why) => invalid(why),
             None => Ok(Call { wire: Some(wire), ..self }),
         }
@@ -57,7 +58,7 @@ impl Call {
     pub(super) fn wire_with(&self, default: Wire) -> Wire {
         match self.wire {
             Some(w) => w,
-            None if self.internal || refusal(self, default).is_some() => Wire::Exact,
+            None if self.internal || refusal(self, default, false).is_some() => Wire::Exact,
             None => default,
         }
     }

@@ -231,7 +231,11 @@ impl Tuner {
                 usual.proto
             );
         }
-        let nchannels = self.best(coll, &[algo], &[proto], bytes).map_or(usual.nchannels, |e| e.nchannels);
+        // Point to point keeps its every channel: its two sides may move different sizes.
+        let nchannels = match coll {
+            Collective::SendRecv => usual.nchannels,
+            _ => self.best(coll, &[algo], &[proto], bytes).map_or(usual.nchannels, |e| e.nchannels),
+        };
         Ok(Choice { algo, proto, nchannels, ..self.internal(elem_size) })
     }
 
