@@ -479,3 +479,23 @@ fn point_to_point_carries_a_wire() {
     assert!(e.to_string().contains("inside a group"), "{e}");
     assert!(jitccl::group_end().is_err(), "the refusal fails the group");
 }
+
+/// Ranks that ask for different wires fail the call, naming the mismatch, instead of
+/// decoding each other's steps wrongly.
+#[test]
+fn ranks_with_different_wires_fail_the_call() {
+    let (n, count) = (2, 61);
+    let w = world(n);
+    let bufs: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect();
+    let wires = [Wire::Bf16, Wire::Int8 { block: 64 }];
+    std::thread::scope(|s| {
+        for (r, (c, st)) in w.comms.iter().zip(&w.streams).enumerate() {
+            let b = &bufs[r];
+            s.spawn(move || {
+                c.wired(wires[r]).all_reduce(b, b, count, Op::Sum, st).unwrap();
+                let e = st.synchronize().unwrap_err().to_string();
+                assert!(e.contains("called it differently") && e.contains("wire format"), "rank {r}: {e}");
+            });
+        }
+    });
+}
