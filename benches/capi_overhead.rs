@@ -1,4 +1,4 @@
-//! One rank of `scripts/compare-capi.sh`: the C API's cost beside the Rust API's, in one
+//! One rank of `tools/compare-capi.sh`: the C API's cost beside the Rust API's, in one
 //! process, so that the VM's phases hit both alike. The rank holds two communicators of
 //! the same ranks: one made with the Rust API (`RUST_COMM_ID` = host:port) and one through
 //! libnccl.so.2, loaded as a C program would use it (`NCCL_SO`, `NCCL_COMM_ID`), each with

@@ -1,7 +1,7 @@
 /* Cross-CPU round trip: two threads, pinned to the first two CPUs this process may run on,
    hand a counter back and forth through two cache lines (each spins with pause, as the
    collectives' waits do). Prints the mean round trip in ns over the rounds given (default
-   100000). scripts/compare-mpi.sh prints it beside its rows: on a VM it can change by 10x
+   100000). tools/compare-mpi.sh prints it beside its rows: on a VM it can change by 10x
    from one second to the next (vCPUs moved between SMT siblings, cores and sockets), and
    every small-message figure follows it. */
 #define _GNU_SOURCE

@@ -9,4 +9,4 @@ cargo build --release --quiet
 if [ $# -eq 0 ]; then
   set -- -N 2 -b 8 -e 64M -f 2
 fi
-exec ./target/release/jitccl perf all_reduce "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/jitccl" perf all_reduce "$@"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # PyTorch for the `jitccl` backend's tests (python/jitccl/torch.py): Debian trixie's
 # CPU-only python3-torch (2.6) with numpy and a C compiler (jitccl's host target compiles
-# its kernels with `cc` at run time), in a minbase debootstrap chroot in the git-ignored
-# folder .deps/torch-chroot. Needs root (debootstrap, chroot) and Debian's package servers.
+# its kernels with `cc` at run time), in a minbase debootstrap chroot in
+# /var/cache/jitccl/torch-chroot: one per machine, shared by every checkout (it needs root
+# anyway, and is some 2 GB). Needs root (debootstrap, chroot) and Debian's package servers.
 #
 #   scripts/setup-torch.sh                  set up, once: a marker file makes re-runs instant
 #   scripts/setup-torch.sh run CMD [ARG..]  set up if needed, then run CMD in the chroot
+#   scripts/setup-torch.sh dir              print the chroot's folder
 #
 # `run` gives CMD a private mount namespace (unshare --mount, no fork: CMD keeps this
 # process's pid, so signals reach it directly) in which the host's /proc, /sys, /dev (with
@@ -19,7 +21,7 @@
 # Override the folder with JITCCL_TORCH_CHROOT, the mirror with DEBIAN_MIRROR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${JITCCL_TORCH_CHROOT:-$root/.deps/torch-chroot}
+dir=${JITCCL_TORCH_CHROOT:-/var/cache/jitccl/torch-chroot}
 marker="$dir/.jitccl-torch-ready"
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # gcc and libc6-dev: jitccl compiles its host kernels with `cc` inside the chroot (its
@@ -151,5 +153,6 @@ run() {
 case "${1:-}" in
   "") setup ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 [run CMD [ARG...]]" >&2; exit 2 ;;
+  dir) echo "$dir" ;;
+  *) echo "usage: $0 [run CMD [ARG...] | dir]" >&2; exit 2 ;;
 esac

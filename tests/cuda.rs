@@ -1,5 +1,5 @@
 //! The CUDA target. Without a GPU (this machine, CI): every CUDA entry point fails with a
-//! clear error, never a panic. With one (`scripts/gpu-check.sh run`): every collective x
+//! clear error, never a panic. With one (`tools/gpu-check.sh run`): every collective x
 //! algorithm x protocol over a sample of datatypes and every op, 1, 2, 4 and 8 ranks on one
 //! GPU, checked against the reference; a rank that never arrives is a timeout, an abort
 //! ends a waiting kernel.

@@ -1,6 +1,7 @@
 //! The direct algorithms on symmetric (`Comm::alloc_symmetric`), registered
 //! (`Comm::register`) and plain (host arena) buffers, ranks as threads: every collective
-//! with a direct algorithm, every datatype and op, counts 0, 1, primes and several tiles,
+//! with a direct algorithm, every datatype and op (every pair in the direct AllReduce, each
+//! datatype once in the others: `world::Pairs`), counts 0, 1, primes and several tiles,
 //! in place and out of place, against the plain reference; the tuner's use of them; and
 //! the misuses that must fail.
 //! Ranks as processes: `tests/symmetric_processes.rs`.
@@ -11,15 +12,16 @@ mod world;
 use std::time::Duration;
 
 use jitccl::{Algorithm, Collective, Comm, Config, DataType, Device, Error, Op, Protocol};
-use world::{assert_past, check, check_cases, check_counts, world_on, world_on_channels, Mem, World};
+use world::{assert_past, check, check_cases, check_counts, pairs, world_on, world_on_channels, Mem, Pairs, World};
 
 fn world(nranks: usize, algo: Algorithm, nchannels: usize, mem: Mem) -> World {
     let devices: Vec<Device> = (0..nranks).map(Device::host).collect();
     World { mem, ..world_on(&devices, algo, Protocol::Simple, nchannels) }
 }
 
-fn sweep(coll: Collective, algo: Algorithm, ranks: &[usize], dtypes: &[DataType], mem: Mem) {
-    world::sweep(coll, &format!("{algo} {mem:?}"), ranks, dtypes, |n, nch| world(n, algo, nch, mem));
+fn sweep(coll: Collective, algo: Algorithm, ranks: &[usize], dtypes: &[DataType], which: Pairs, mem: Mem) {
+    let cases = pairs(coll, algo, Protocol::Simple, dtypes, which);
+    world::sweep(coll, &format!("{algo} {mem:?}"), ranks, &cases, |n, nch| world(n, algo, nch, mem));
 }
 
 const ALL_TYPES: &[DataType] = DataType::ALL;
@@ -27,34 +29,34 @@ const COPY_TYPES: &[DataType] = &[DataType::U8, DataType::F16, DataType::F32, Da
 const SOME_TYPES: &[DataType] = &[DataType::I8, DataType::BF16, DataType::F32, DataType::U64];
 
 macro_rules! sweep_tests {
-    ($($name:ident: $coll:ident $algo:ident $ranks:expr, $types:expr, $mem:ident;)+) => {$(
+    ($($name:ident: $coll:ident $algo:ident $ranks:expr, $types:expr, $pairs:ident, $mem:ident;)+) => {$(
         #[test]
         fn $name() {
-            sweep(Collective::$coll, Algorithm::$algo, &$ranks, $types, Mem::$mem);
+            sweep(Collective::$coll, Algorithm::$algo, &$ranks, $types, Pairs::$pairs, Mem::$mem);
         }
     )+};
 }
 
 sweep_tests! {
-    all_reduce_direct_symmetric: AllReduce Direct [1, 2, 3, 4], ALL_TYPES, Symmetric;
-    all_reduce_direct_oneshot_symmetric: AllReduce DirectOneShot [1, 2, 3, 4], ALL_TYPES, Symmetric;
-    all_reduce_direct_registered: AllReduce Direct [2, 3], SOME_TYPES, Registered;
-    all_reduce_direct_oneshot_registered: AllReduce DirectOneShot [4], SOME_TYPES, Registered;
-    reduce_scatter_direct_symmetric: ReduceScatter Direct [1, 2, 3, 4], ALL_TYPES, Symmetric;
-    reduce_direct_symmetric: Reduce Direct [1, 2, 3, 4], ALL_TYPES, Symmetric;
-    all_gather_direct_symmetric: AllGather Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
-    broadcast_direct_symmetric: Broadcast Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
-    all_gather_direct_registered: AllGather Direct [3], COPY_TYPES, Registered;
-    all_reduce_direct_oneshot_plain: AllReduce DirectOneShot [3], SOME_TYPES, Plain;
-    reduce_scatter_direct_plain: ReduceScatter Direct [2], SOME_TYPES, Plain;
-    all_to_all_direct_symmetric: AllToAll Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
-    gather_direct_symmetric: Gather Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
-    scatter_direct_symmetric: Scatter Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
-    all_to_all_direct_registered: AllToAll Direct [3], SOME_TYPES, Registered;
-    gather_direct_registered: Gather Direct [2], SOME_TYPES, Registered;
-    scatter_direct_registered: Scatter Direct [3], SOME_TYPES, Registered;
-    sendrecv_direct_symmetric: SendRecv Direct [1, 2, 3, 4], COPY_TYPES, Symmetric;
-    sendrecv_direct_registered: SendRecv Direct [3], SOME_TYPES, Registered;
+    all_reduce_direct_symmetric: AllReduce Direct [1, 2, 3, 4], ALL_TYPES, Every, Symmetric;
+    all_reduce_direct_oneshot_symmetric: AllReduce DirectOneShot [1, 2, 3, 4], ALL_TYPES, Rotated, Symmetric;
+    all_reduce_direct_registered: AllReduce Direct [2, 3], SOME_TYPES, Rotated, Registered;
+    all_reduce_direct_oneshot_registered: AllReduce DirectOneShot [4], SOME_TYPES, Rotated, Registered;
+    reduce_scatter_direct_symmetric: ReduceScatter Direct [1, 2, 3, 4], ALL_TYPES, Rotated, Symmetric;
+    reduce_direct_symmetric: Reduce Direct [1, 2, 3, 4], ALL_TYPES, Rotated, Symmetric;
+    all_gather_direct_symmetric: AllGather Direct [1, 2, 3, 4], COPY_TYPES, Every, Symmetric;
+    broadcast_direct_symmetric: Broadcast Direct [1, 2, 3, 4], COPY_TYPES, Every, Symmetric;
+    all_gather_direct_registered: AllGather Direct [3], COPY_TYPES, Every, Registered;
+    all_reduce_direct_oneshot_plain: AllReduce DirectOneShot [3], SOME_TYPES, Rotated, Plain;
+    reduce_scatter_direct_plain: ReduceScatter Direct [2], SOME_TYPES, Rotated, Plain;
+    all_to_all_direct_symmetric: AllToAll Direct [1, 2, 3, 4], COPY_TYPES, Every, Symmetric;
+    gather_direct_symmetric: Gather Direct [1, 2, 3, 4], COPY_TYPES, Every, Symmetric;
+    scatter_direct_symmetric: Scatter Direct [1, 2, 3, 4], COPY_TYPES, Every, Symmetric;
+    all_to_all_direct_registered: AllToAll Direct [3], SOME_TYPES, Every, Registered;
+    gather_direct_registered: Gather Direct [2], SOME_TYPES, Every, Registered;
+    scatter_direct_registered: Scatter Direct [3], SOME_TYPES, Every, Registered;
+    sendrecv_direct_symmetric: SendRecv Direct [1, 2, 3, 4], COPY_TYPES, Every, Symmetric;
+    sendrecv_direct_registered: SendRecv Direct [3], SOME_TYPES, Every, Registered;
 }
 
 /// Out-of-place calls of 8 MiB and more store their outputs bypassing the cache. Counts just

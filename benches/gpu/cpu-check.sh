@@ -14,7 +14,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 cargo build --release -q -p jitccl-capi -p jitccl
 bash scripts/setup-torch.sh >/dev/null
-rel=$root/target/release
+rel=${CARGO_TARGET_DIR:-$root/target}/release
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 c++ -O2 -std=c++17 -x c++ -Ibenches/gpu/cpu-stub -Icapi/include benches/gpu/threads_side.cu -L"$rel" -l:libnccl.so.2 \

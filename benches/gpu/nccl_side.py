@@ -1,4 +1,4 @@
-"""jitccl beside NVIDIA's NCCL on one GPU, in one run (scripts/gpu-check.sh, stage nccl_side):
+"""jitccl beside NVIDIA's NCCL on one GPU, in one run (tools/gpu-check.sh, stage nccl_side):
 AllReduce, AllGather and ReduceScatter (float32 SUM, out of place for perf, in place for
 torch's AllReduce) at 16 B ... 256 MiB by 8x, 2 and 4 ranks on GPU 0, timed five ways:
 
@@ -25,7 +25,8 @@ process: perf and threads+NCCL are one layout, torch+jitccl and torch+NCCL anoth
 backend gloo (the peer) and jitccl's own backend "jitccl" (python/), the copy rate of host
 memory; --py runs the rank script another way (e.g. in scripts/setup-torch.sh's chroot).
 
-Writes nccl-side.txt (the table) and nccl-side.json (every sample) to --out."""
+Writes nccl-side.txt (the table), nccl-side.json (every sample) and a plot of busbw against
+size per collective and rank count (nccl-side-COLL-N.svg, busbw_svg.py) to --out."""
 
 import argparse
 import json
@@ -37,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import busbw_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -347,6 +350,16 @@ class Side:
             json.dump({"info": self.info, "copy_GBps": self.copy, "samples": samples,
                        "notes": {f"{v} {n}": w for (v, n), w in self.notes.items()},
                        "failures": self.failures}, f, indent=1)
+        copy = statistics.median(self.copy) if self.copy else None
+        for coll, n in sorted({(c, n) for (_, n, c, _) in self.samples}):
+            series = {v: [(size, statistics.median(x[1] for x in xs))
+                          for (v2, n2, c2, size), xs in sorted(self.samples.items()) if (v2, n2, c2) == (v, n, coll)]
+                      for v in VARIANTS}
+            series = {v: pts for v, pts in series.items() if pts}
+            levels = [("40% of copy rate", 0.4 * copy)] if copy else []
+            with open(os.path.join(self.a.out, f"nccl-side-{coll}-{n}.svg"), "w") as f:
+                f.write(busbw_svg.svg(series, f"{coll}, {n} ranks, {self.info.get('gpu', '?')}: busbw against size",
+                                      levels))
 
 
 def main():

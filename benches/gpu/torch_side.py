@@ -150,9 +150,16 @@ class Rank:
         self.check(coll, per_rank)
         # Zeros: sums of them stay finite however many calls run in place.
         bufs = self.buffers(coll, per_rank, lambda c: 0.0)
-        self.timed(coll, bufs, 1)  # a warm-up: connections, kernels built or loaded
-        first = self.agreed(self.timed(coll, bufs, 1))
-        calls = int(max(1, min(self.args.max_calls, self.args.budget * 1e6 / max(first, 1.0))))
+        # The batch's size from a warmed estimate (connections made, kernels built or loaded):
+        # batches grow fourfold until one fills a tenth of the budget, so that a batch is not
+        # sized from cold calls and then mostly times how far apart the ranks left the barrier.
+        calls = 1
+        while True:
+            us = self.agreed(self.timed(coll, bufs, calls))
+            if us * calls >= self.args.budget * 1e5 or calls >= self.args.max_calls:
+                break
+            calls = min(self.args.max_calls, calls * 4)
+        calls = int(max(1, min(self.args.max_calls, self.args.budget * 1e6 / max(us, 1.0))))
         samples = [self.mean(self.timed(coll, bufs, calls)) for _ in range(self.args.reps)]
         us = statistics.median(samples)
         algbw = size / us / 1e3

@@ -6,7 +6,7 @@
  *
  * SIZE takes K/M/G suffixes (powers of 1024, like jitccl and nccl-tests); the default
  * list is 8 16M 256M. Without -w/-i the iteration counts shrink with the size, so that
- * the large sizes do not dominate the run time. scripts/compare-mpi.sh passes explicit
+ * the large sizes do not dominate the run time. tools/compare-mpi.sh passes explicit
  * counts so that MPI and jitccl run the same number of iterations.
  *
  * Rank 0 prints, per size:  bytes  time_us  algbw_GBps  busbw_GBps  wrong

@@ -3,10 +3,14 @@ rank processes, interleaved: one rank of benches/torch/run.sh (which starts them
 `jitccl launch` in the chroot of scripts/setup-torch.sh).
 
 For each repetition and each size (float32 SUM, in place) each backend times a batch of
-calls, in alternating order, with a barrier of its own before the batch; rank 0's time per
-call of each batch is one sample. The table gives each side's median and its spread
-(lower to upper quartile) over the repetitions, and Gloo's median over jitccl's (above 1:
-jitccl is faster). At 8 B it also sets out where jitccl's time goes, each measured in the
+calls, in alternating order, with a barrier of its own before the batch. A batch runs from a
+common start, the moment the last rank leaves the barrier (no call can finish before it),
+to the last rank's end, on the machine's monotonic clock that every rank reads: the time
+ranks take to leave the barrier is not counted, however short the batch. Its time per call
+is one sample. A batch's size comes from a warmed estimate: batches four times longer each
+until one takes a tenth of BENCH_BATCH_S, every rank taking the same figure. The table
+gives each side's median and its spread (lower to upper quartile) over the repetitions,
+and Gloo's median over jitccl's (above 1: jitccl is faster). At 8 B it also sets out where jitccl's time goes, each measured in the
 same repetitions: `jitccl perf`'s own time (its Rust ranks, started by rank 0 here while
 the others wait), a bare C API call through ctypes on the group's communicator, the
 group's agreement step alone (through ctypes), the Python group's allreduce called directly
@@ -38,20 +42,28 @@ BATCH_S = float(os.environ.get("BENCH_BATCH_S", "0.05"))
 
 
 def timed(call, iters: int, barrier) -> float:
-    """Microseconds per call of `iters` calls, after `barrier()`."""
+    """Microseconds per call of `iters` calls after `barrier()`, from the last rank's start
+    to the last rank's end (the same figure on every rank)."""
     barrier()
     start = time.perf_counter()
     for _ in range(iters):
         call()
-    return (time.perf_counter() - start) / iters * 1e6
+    end = time.perf_counter()
+    mine = torch.tensor([start, end], dtype=torch.float64)
+    every = [torch.empty(2, dtype=torch.float64) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine, group=GLOO)
+    return (max(t[1].item() for t in every) - max(t[0].item() for t in every)) / iters * 1e6
 
 
 def iterations(call, barrier) -> int:
-    """As many calls as fill about BATCH_S (agreed across ranks: rank 0's estimate)."""
-    us = timed(call, 3, barrier)
-    n = torch.tensor([max(1, min(5000, int(BATCH_S * 1e6 / max(us, 0.1))))])
-    dist.broadcast(n, 0, group=GLOO)
-    return int(n.item())
+    """As many calls as fill about BATCH_S, from a warmed estimate: batches grow fourfold
+    until one takes a tenth of BATCH_S (connections made, kernels compiled, caches warm)."""
+    n = 1
+    while True:
+        us = timed(call, n, barrier)
+        if us * n >= BATCH_S * 1e5 or n >= 1 << 20:
+            return max(1, int(BATCH_S * 1e6 / max(us, 0.01)))
+        n *= 4
 
 
 def perf_8b(nranks: int) -> float:

@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 cargo build --release -q -p jitccl-capi -p jitccl
 bash scripts/setup-torch.sh >/dev/null
-rel=$root/target/release
+rel=${CARGO_TARGET_DIR:-$root/target}/release
 for n in ${NRANKS:-2 4}; do
   env -u NCCL_COMM_ID -u JITCCL_COMM_ID JITCCL_DEVICE=host PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1 \
     JITCCL_NCCL_SO="$rel/libnccl.so.2" JITCCL_BIN="$rel/jitccl" JITCCL_TORCH_BIND="$rel" \

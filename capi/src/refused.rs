@@ -9,7 +9,7 @@ use crate::types::*;
 
 /// Refuses `name`.
 fn refuse(name: &str) -> NcclResult {
-    guard(name, None, || Err(fail(INVALID_USAGE, "not supported by jitccl (see the README's table of the C API)")))
+    guard(name, None, || Err(fail(INVALID_USAGE, "not supported by jitccl (see docs/guide.md, \"The C API\")")))
 }
 
 /// Exports each listed function (and its `pnccl` twin) as a refusal.
@@ -62,7 +62,7 @@ refused! {
 export! {
     /// Has nothing to return a refusal with: it records one as the last error.
     ncclParamDumpAll / pncclParamDumpAll() -> () {
-        LAST.set("ncclParamDumpAll: not supported by jitccl (see the README's table of the C API)");
+        LAST.set("ncclParamDumpAll: not supported by jitccl (see docs/guide.md, \"The C API\")");
         tracing::warn!("ncclParamDumpAll: not supported by jitccl");
     }
 }

@@ -1,6 +1,6 @@
 //! PyTorch's "jitccl" process-group backend (`python/jitccl/torch/`) in a real PyTorch:
 //! Debian trixie's CPU-only python3-torch 2.6, in the debootstrap chroot that
-//! `scripts/setup-torch.sh` makes in `.deps/torch-chroot` (a test requirement, as mpirun is
+//! `scripts/setup-torch.sh` makes, once per machine (a test requirement, as mpirun is
 //! for the MPI tests: a failed set-up fails the test; it needs root and Debian's package
 //! servers the first time, about 270 MB, and is instant after). Each rank of `jitccl launch`
 //! runs `scripts/setup-torch.sh run python3 python/tests/torch_collectives.py`: the script's
@@ -83,8 +83,9 @@ fn run_limited(cmd: Command, dir: &Path, tag: &str) -> Outcome {
 
 /// The mounts of this process's namespace under the chroot (none should outlive a rank).
 fn chroot_mounts() -> Vec<String> {
-    let chroot = repo().join(".deps/torch-chroot");
-    let chroot = chroot.to_string_lossy();
+    let out = Command::new("bash").arg(setup_script()).arg("dir").output().expect("run setup-torch.sh dir");
+    let chroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success() && !chroot.is_empty(), "setup-torch.sh dir: {}", String::from_utf8_lossy(&out.stderr));
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()

@@ -171,6 +171,16 @@ impl Generator {
     }
 }
 
+/// Checks that `spec` compiles for `target`, building nothing that is cached or meant to
+/// run: the host compiler's front end ([`HostCompiler::check`](crate::compile::host::HostCompiler::check)) or NVRTC's fastest
+/// settings ([`check_cuda`]).
+pub fn check(spec: &KernelSpec, target: Target) -> Result<(), CompileError> {
+    match target {
+        Target::Host => host_cc()?.check(&render(spec, target)?, &spec.to_string()),
+        Target::Cuda { arch, output } => check_cuda(spec, arch, output).map(drop),
+    }
+}
+
 /// Checks that `spec` compiles for `arch` with NVRTC's fastest settings
 /// ([`Nvrtc::check`](crate::compile::nvrtc::Nvrtc::check)) and returns the image, which is
 /// neither cached nor meant to run.

@@ -155,7 +155,7 @@ impl Drop for Running {
 /// Whether the calling thread runs on one of `set`'s CPUs now.
 pub(crate) fn on_current_cpu(set: &CpuSet) -> bool {
     // A caller's thread that `bind_thread` bound to `set` runs there, so a blocking call
-    // need not ask where (a vDSO call, 30 instructions). Rebound since behind
+    // need not ask where (a vDSO call). Rebound since behind
     // jitccl's back, it would still be taken as there: that costs speed, never results.
     let t = THREAD.get();
     if !t.own && t.bound == set.id {

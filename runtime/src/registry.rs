@@ -119,8 +119,8 @@ pub(crate) struct Registry {
 }
 
 /// The regions that held the last call's send and recv bytes, as a thread remembers them:
-/// a loop's calls on the same registered buffers then find them without the lock (2
-/// ranks, 8 B, symmetric buffers: the lock and two map lookups were 4% of a call's time).
+/// a loop's calls on the same registered buffers then find them without the lock (the
+/// lock and two map lookups showed in a small call's profile).
 #[derive(Clone, Copy)]
 struct Seen {
     registry: u64,

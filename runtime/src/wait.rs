@@ -29,23 +29,21 @@
 //! Spinning wins when the thread waited for is running on another core: a hand-off then
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
 //! waited-for thread needs the very core the waiter spins on, which is the case when ranks
-//! outnumber cores. So a rank that has cores of its own spins long (about 100 µs) and one
-//! that shares spins briefly (about 1 µs). `JITCCL_SPIN` (`Config::spin`) sets the budget
+//! outnumber cores. So a rank that has cores of its own spins long and one that shares spins
+//! briefly (`spin_budget`). `JITCCL_SPIN` (`Config::spin`) sets the budget
 //! outright: 0 yields at once, for ranks known to share their cores.
 //!
 //! Yielding hands the core to whatever else is runnable there. When that is a peer rank,
 //! it runs until it waits in turn, microseconds. When it is another job (a busy loop, a
-//! compiler), the yield costs that job's whole time slice (about 4 ms here, 1 yield in 3
-//! under one busy loop per core), and a ring, whose ranks must run at the same time to
-//! move a step, then advances a step per slice: 5–20× slower, where MPI and oneCCL lose
-//! 2×. A sleeping waiter instead frees the core and, having slept, runs ahead of the busy
+//! compiler), the yield can cost that job's whole time slice, milliseconds, and a ring,
+//! whose ranks must run at the same time to move a step, then advances a step per slice,
+//! losing far more to the load than MPI and oneCCL do. A sleeping waiter instead frees the core and, having slept, runs ahead of the busy
 //! job as soon as it wakes. So a kernel times its yields: two that each kept it off the
 //! core for over `JC_SLOW_YIELD_NS` (1 ms) within `JC_BUSY_SPELL_NS` (100 ms) start a spell
 //! of that length in which its waits go from spinning straight to sleeping; after it,
 //! yields are tried (and timed) again. The state is per compiled kernel, shared by its
-//! threads. Measured (f32 AllReduce, one busy loop per core, 2 cores): 4 ranks 16 MiB
-//! busbw 0.06 → 0.3–1.0 GB/s, 4 ranks 8 B 1.9 ms → 0.14 ms; without the load nothing
-//! changes (4 ranks 8 B 3.8–4.7 µs either way).
+//! threads. Beside a busy loop per core this keeps rings moving; without the load nothing
+//! changes (docs/performance.md, "Host AllReduce beside OpenMPI and oneCCL", loaded).
 
 use std::time::{Duration, Instant};
 
@@ -56,19 +54,17 @@ use crate::affinity::{self, CpuSet};
 pub(crate) const DEFER: Duration = Duration::from_micros(200);
 
 /// The longest doze: while it finds nothing to take, a dozing dispatcher wakes ever less
-/// often, up to this, so that blocking calls of a few hundred µs (1 MiB at 2 ranks) are not
-/// each cut by its wake-up on their core (2 ranks, 1 MiB, synchronizing every call: 2
-/// context switches per call with a fixed 200 µs), and so that beside other jobs each
-/// wake-up, which can hand the core to them, is rare (2 ranks, 8 B, a busy loop per core:
-/// queued 2.49 -> 2.08 µs a call against 1.6 ms). A launch nobody synchronizes starts
-/// within this plus `DEFER`.
+/// often, up to this, so that blocking calls longer than `DEFER` are not each cut by its
+/// wake-up on their core (a fixed `DEFER` cost such calls context switches), and so that
+/// beside other jobs each wake-up, which can hand the core to them, is rare. A launch
+/// nobody synchronizes starts within this plus `DEFER`.
 pub(crate) const DEFER_MAX: Duration = Duration::from_micros(6400);
 
 /// Wake-ups in a row that find its stream idle (nothing queued, nothing run by callers
 /// since) after which a dozing dispatcher sleeps until woken: a process holding many
 /// communicators (process groups, `perf --compare`'s setups) would otherwise have every
-/// idle stream's thread wake 5000 times a second, and each wake-up takes a core from a
-/// running rank (4 ranks on 2 cores, 4 setups: 10-20% slower).
+/// idle stream's thread wake thousands of times a second, and each wake-up takes a core
+/// from a running rank.
 pub(crate) const DOZES: u32 = 3;
 
 /// Busy rounds of `poll` before it starts yielding.
@@ -99,7 +95,7 @@ pub(crate) fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Opt
 }
 
 /// Busy-poll rounds a kernel's wait makes before it starts yielding its core (each round
-/// is a pause instruction, about 25 ns on this project's x86 machines): `set` if the
+/// is a pause instruction, tens of nanoseconds): `set` if the
 /// configuration sets it, else many for a rank with CPUs of its own, so that hand-offs
 /// between two running ranks cost no system call, and few for ranks that share CPUs, by
 /// their machine's rank count or because this process is running more kernels (of several

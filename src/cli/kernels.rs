@@ -1,4 +1,4 @@
-//! `jitccl kernels list | show | compile`.
+//! `jitccl kernels list | show | compile | check`.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
-use jitccl::codegen::{render, CudaArch, Generator, KernelSpec, Provenance, Target};
+use jitccl::codegen::{check, render, CudaArch, Generator, KernelSpec, Provenance, Target};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum TargetKind {
@@ -94,9 +94,29 @@ pub(super) enum KernelsCmd {
         #[command(flatten)]
         target: TargetArgs,
         /// Parallel compiles, 1 to 1024 (default: the number of cores).
-        #[arg(short = 'j', long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+        #[arg(short = 'j', long, value_parser = jobs_parser())]
         jobs: Option<usize>,
     },
+    /// Check that kernels compile, building nothing: the C compiler's front end for the
+    /// host, NVRTC without optimization for CUDA. Much faster than compile; caches nothing.
+    Check {
+        /// Kernel specs to check.
+        #[arg(value_parser = parse_spec, required_unless_present = "all")]
+        specs: Vec<KernelSpec>,
+        /// Check every valid spec for the target.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Parallel checks, 1 to 1024 (default: the number of cores).
+        #[arg(short = 'j', long, value_parser = jobs_parser())]
+        jobs: Option<usize>,
+    },
+}
+
+/// `--jobs`: 1 to 1024.
+fn jobs_parser() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024)
 }
 
 fn valid_for(target: Target) -> Vec<KernelSpec> {
@@ -117,37 +137,70 @@ impl KernelsCmd {
                 Ok(ExitCode::SUCCESS)
             }
             KernelsCmd::Compile { specs, all, target, jobs } => {
-                let target = target.target()?;
-                let specs = if all { valid_for(target) } else { specs };
-                for s in &specs {
-                    s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
+                let (specs, target, jobs) = batch(specs, all, &target, jobs)?;
+                let gen = Generator::global();
+                if let Some(d) = gen.cache_dir() {
+                    eprintln!(
+                        "# compiling {} kernel(s) for {target} with {jobs} job(s); cache {}",
+                        specs.len(),
+                        d.display()
+                    );
                 }
-                let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-                // More threads than kernels would only idle.
-                let jobs = jobs.min(specs.len()).max(1);
-                Ok(compile_all(&specs, target, jobs))
+                Ok(for_each(&specs, jobs, Work::Compile, |spec| {
+                    gen.get(spec, target).map(|(_, p)| p == Provenance::Compiled)
+                }))
+            }
+            KernelsCmd::Check { specs, all, target, jobs } => {
+                let (specs, target, jobs) = batch(specs, all, &target, jobs)?;
+                eprintln!("# checking {} kernel(s) for {target} with {jobs} job(s)", specs.len());
+                Ok(for_each(&specs, jobs, Work::Check, |spec| check(spec, target).map(|()| true)))
             }
         }
     }
 }
 
-fn compile_all(specs: &[KernelSpec], target: Target, jobs: usize) -> ExitCode {
-    let gen = Generator::global();
-    if let Some(d) = gen.cache_dir() {
-        eprintln!("# compiling {} kernel(s) for {target} with {jobs} job(s); cache {}", specs.len(), d.display());
+/// The specs (all valid ones with `all`), each checked against the target, and the number of
+/// threads to work through them with.
+fn batch(
+    specs: Vec<KernelSpec>, all: bool, target: &TargetArgs, jobs: Option<usize>,
+) -> Result<(Vec<KernelSpec>, Target, usize), String> {
+    let target = target.target()?;
+    let specs = if all { valid_for(target) } else { specs };
+    for s in &specs {
+        s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
     }
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // More threads than kernels would only idle.
+    let jobs = jobs.min(specs.len()).max(1);
+    Ok((specs, target, jobs))
+}
+
+/// What [`for_each`] does to each kernel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Work {
+    Compile,
+    Check,
+}
+
+/// Runs `work` on every spec with `jobs` threads, printing each failure and then the summary
+/// (`compiled N, failed F, cached C in T s`; `checked N, failed F in T s`), where `work`
+/// returns whether it did the work (else the cache had it).
+fn for_each(
+    specs: &[KernelSpec], jobs: usize, what: Work,
+    work: impl Fn(&KernelSpec) -> Result<bool, jitccl::codegen::CompileError> + Sync,
+) -> ExitCode {
     let t0 = Instant::now();
     let next = AtomicUsize::new(0);
-    let (compiled, cached, done) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+    let (worked, cached, done) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(spec) = specs.get(i) else { break };
-                match gen.get(spec, target).map(|(_, p)| p) {
-                    Ok(Provenance::Compiled) => _ = compiled.fetch_add(1, Ordering::Relaxed),
-                    Ok(_) => _ = cached.fetch_add(1, Ordering::Relaxed),
+                match work(spec) {
+                    Ok(true) => _ = worked.fetch_add(1, Ordering::Relaxed),
+                    Ok(false) => _ = cached.fetch_add(1, Ordering::Relaxed),
                     Err(e) => {
                         println!("FAILED {spec}: {e}");
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(spec.to_string());
@@ -161,12 +214,11 @@ fn compile_all(specs: &[KernelSpec], target: Target, jobs: usize) -> ExitCode {
         }
     });
     let failed = failures.into_inner().unwrap_or_else(|e| e.into_inner()).len();
-    println!(
-        "compiled {}, failed {failed}, cached {} in {:.2} s",
-        compiled.into_inner(),
-        cached.into_inner(),
-        t0.elapsed().as_secs_f64()
-    );
+    let (worked, cached, secs) = (worked.into_inner(), cached.into_inner(), t0.elapsed().as_secs_f64());
+    match what {
+        Work::Compile => println!("compiled {worked}, failed {failed}, cached {cached} in {secs:.2} s"),
+        Work::Check => println!("checked {worked}, failed {failed} in {secs:.2} s"),
+    }
     if failed > 0 {
         ExitCode::FAILURE
     } else {

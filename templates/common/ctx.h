@@ -123,7 +123,7 @@ static JC_DEVICE JC_INLINE jc_u64 jc_split(jc_u64 rem, int n, jc_u64 cap) {
 
 /* Element range [*beg, *end) of `count` that channel `chan` of `nch` handles. */
 static JC_DEVICE void jc_channel_range(jc_u64 count, int chan, int nch, jc_u64* beg, jc_u64* end) {
-  if (nch == 1) { /* every small call: no 64-bit division (up to 45 cycles on the host) */
+  if (nch == 1) { /* every small call: no 64-bit division (dozens of cycles on the host) */
     *beg = 0;
     *end = count;
     return;

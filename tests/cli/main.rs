@@ -25,7 +25,7 @@ fn jitccl_with(args: &[&str], cache: &std::path::Path, vars: &[(&str, &str)]) ->
 
 /// The run's kernel cache (`JITCCL_CACHE_DIR`, which scripts/test.sh makes fresh for each
 /// run), else a new one. Tests that are not about the cache use it, so they share the
-/// kernels that `every_spec_compiles_for_the_host` compiles instead of compiling their own.
+/// kernels that the other tests of the run compile instead of compiling their own.
 struct RunCache {
     path: std::path::PathBuf,
     _own: Option<tempfile::TempDir>,
@@ -84,12 +84,21 @@ fn kernels_list_and_show() {
 
 /// The summary line `compiled N, failed F, cached C in T s` as (N, F, C).
 fn summary(out: &Output) -> (usize, usize, usize) {
+    match summary_of(out, "compiled ")[..] {
+        [n, f, c, ..] => (n, f, c),
+        _ => panic!("bad summary: {}", text(&out.stdout)),
+    }
+}
+
+/// The whole numbers of the last line of stdout, which starts with `word` (the summary),
+/// at least two (done and failed).
+fn summary_of(out: &Output, word: &str) -> Vec<usize> {
     let stdout = text(&out.stdout);
     let line = stdout.lines().last().unwrap_or_default();
     let nums: Vec<usize> =
         line.split(|c: char| !c.is_ascii_digit() && c != '.').filter_map(|w| w.parse().ok()).collect();
-    assert!(line.starts_with("compiled ") && nums.len() >= 3, "bad summary: {stdout}");
-    (nums[0], nums[1], nums[2])
+    assert!(line.starts_with(word) && nums.len() >= 2, "bad summary: {stdout}");
+    nums
 }
 
 #[test]
@@ -234,15 +243,34 @@ fn perf_rejects_bad_input() {
     assert!(text(&out.stderr).contains("JITCCL_PROTO='ll64'"), "{}", text(&out.stderr));
 }
 
+/// Every spec's source passes the host compiler's checks (`kernels check`, which builds
+/// nothing); the collective sweeps build and run a sample of them that meets every shape,
+/// datatype and op. A broken compiler fails the check, naming the kernel and the command.
 #[test]
-fn every_spec_compiles_for_the_host() {
-    // Shares the run's cache with the collective sweeps, which execute these same kernels:
-    // whichever runs first compiles them.
-    let cache = RunCache::new();
-    let out = jitccl(&["kernels", "compile", "--target", "host", "--all"], cache.path());
-    let (compiled, failed, cached) = summary(&out);
-    assert!(out.status.success() && failed == 0, "{}", text(&out.stdout));
-    assert_eq!(compiled + cached, KernelSpec::all().len());
+fn every_spec_checks_for_the_host_and_a_broken_compiler_fails_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = jitccl(&["kernels", "check", "--target", "host", "--all"], cache.path());
+    let nums = summary_of(&out, "checked ");
+    assert!(out.status.success() && nums[1] == 0, "{}", text(&out.stdout));
+    assert_eq!(nums[0], KernelSpec::all().len());
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0, "a check caches nothing");
+
+    let out = jitccl_with(&["kernels", "check", "reduce.ring.ll.i8.min"], cache.path(), &[("CC", "false")]);
+    assert!(!out.status.success());
+    let log = text(&out.stdout);
+    assert!(log.contains("FAILED reduce.ring.ll.i8.min") && log.contains("-fsyntax-only"), "{log}");
+    assert_eq!(summary_of(&out, "checked ")[..2], [0, 1]);
+
+    // CUDA: NVRTC without optimization (required in CI).
+    let cuda = jitccl(
+        &["kernels", "check", "--target", "cuda", "--arch", "sm_90", "all_reduce.ring.ll.f32.sum"],
+        cache.path(),
+    );
+    if !cuda.status.success() && std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() != Ok("1") {
+        eprintln!("skipping the CUDA part: {}", text(&cuda.stdout));
+        return;
+    }
+    assert_eq!(summary_of(&cuda, "checked ")[..2], [1, 0], "{}", text(&cuda.stdout));
 }
 
 #[test]

@@ -302,18 +302,48 @@ pub fn assert_past(
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// Runs `coll` for every datatype of `dtypes`, every op, count and placement on the worlds
+/// Which (datatype, op) pairs a sweep runs.
+#[allow(dead_code)] // each test binary uses some
+#[derive(Clone, Copy)]
+pub enum Pairs {
+    /// Every datatype with every op.
+    Every,
+    /// Each datatype once, with the ops in turn from one that the kernel's shape picks:
+    /// every datatype, every op where there are as many datatypes as ops, and over the
+    /// shapes many different pairs. Tests of the same shape and datatypes get the same
+    /// pairs, and so share their kernels.
+    Rotated,
+}
+
+#[allow(dead_code)] // not every test file sweeps
+pub fn pairs(
+    coll: Collective, algo: Algorithm, proto: Protocol, dtypes: &[DataType], which: Pairs,
+) -> Vec<(DataType, Option<Op>)> {
+    if !coll.reduces() {
+        return dtypes.iter().map(|&d| (d, None)).collect();
+    }
+    match which {
+        Pairs::Every => dtypes.iter().flat_map(|&d| OPS.iter().map(move |&o| (d, Some(o)))).collect(),
+        Pairs::Rotated => {
+            let first = coll as usize * 5 + algo as usize * 3 + proto as usize;
+            dtypes.iter().enumerate().map(|(i, &d)| (d, Some(OPS[(first + i) % OPS.len()]))).collect()
+        }
+    }
+}
+
+/// Runs `coll` for every (datatype, op) of `cases`, every count and placement on the worlds
 /// `make(nranks, nchannels)` gives for each size in `ranks` (1, 2 and 3 channels by size);
 /// fails listing every combination that went wrong. `what` labels the runs.
 #[allow(dead_code)] // the CUDA sweep has its own
-pub fn sweep(coll: Collective, what: &str, ranks: &[usize], dtypes: &[DataType], make: impl Fn(usize, usize) -> World) {
+pub fn sweep(
+    coll: Collective, what: &str, ranks: &[usize], cases: &[(DataType, Option<Op>)],
+    make: impl Fn(usize, usize) -> World,
+) {
     let (mut runs, mut failures) = (0, Vec::new());
     for &n in ranks {
         let nchannels = 1 + n % 3;
         let w = make(n, nchannels);
-        let ops: Vec<Option<Op>> = if coll.reduces() { OPS.iter().map(|&o| Some(o)).collect() } else { vec![None] };
-        let cases: Vec<_> = dtypes.iter().flat_map(|&d| ops.iter().map(move |&o| (d, o))).collect();
-        let (r, f) = check_cases(&w, coll, &cases, &format!("{coll} {what} n={n} ch={nchannels}"));
+        let (r, f) = check_cases(&w, coll, cases, &format!("{coll} {what} n={n} ch={nchannels}"));
         runs += r;
         failures.extend(f);
     }

@@ -1,5 +1,5 @@
 // One rank of a CUDA C program on jitccl's libnccl.so.2, built with nvcc against
-// capi/include/nccl.h on the GPU machine (scripts/gpu-check.sh, stage `capi`): every rank
+// capi/include/nccl.h on the GPU machine (tools/gpu-check.sh, stage `capi`): every rank
 // uses the current device (GPU 0 unless CUDA_DEVICE says otherwise), fills its buffers with
 // a kernel on its own stream, and checks AllReduce, Broadcast, AllGather, a group of
 // sends and receives, two AllReduces queued back to back on the stream (calls return once

@@ -1,4 +1,4 @@
-"""One rank of PyTorch on GPU 0 (scripts/gpu-check.sh, stage `torch`), two or more processes,
+"""One rank of PyTorch on GPU 0 (tools/gpu-check.sh, stage `torch`), two or more processes,
 through one of two backends (TORCH_BACKEND):
 
 - "nccl" (the default): PyTorch's backend "nccl" served by jitccl's libnccl.so.2 (LD_PRELOAD);

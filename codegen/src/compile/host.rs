@@ -1,6 +1,7 @@
 //! The host target's compiler: the system C compiler builds a kernel into a shared object,
 //! which is loaded with libloading.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -63,6 +64,28 @@ impl HostCompiler {
             // Templates avoid libm, but a custom op's C may not: link it rather than fail
             // at load time with an undefined symbol.
             .arg("-lm");
+        self.run(cmd, name)?;
+        std::fs::read(&so).map_err(|e| CompileError::io(format!("reading {}", so.display()), e))
+    }
+
+    /// Parses and type-checks `source` with the kernel flags, building nothing: every error
+    /// the compiler's front end finds in a kernel, in a fraction of a build's time. For
+    /// checking that the generator's output is valid C; nothing is cached.
+    pub fn check(&self, source: &str, name: &str) -> Result<(), CompileError> {
+        let mut c = tempfile::Builder::new()
+            .prefix(BUILD_PREFIX)
+            .suffix(".c")
+            .tempfile()
+            .map_err(|e| CompileError::io("creating a temporary source file", e))?;
+        c.write_all(source.as_bytes()).map_err(|e| CompileError::io(format!("writing {}", c.path().display()), e))?;
+        let mut cmd = Command::new(&self.cc);
+        cmd.args(CFLAGS).arg("-fsyntax-only").arg(c.path());
+        self.run(cmd, name)
+    }
+
+    /// Runs `cmd` and turns a failure into an error that shows the command, its status and
+    /// its output.
+    fn run(&self, mut cmd: Command, name: &str) -> Result<(), CompileError> {
         let shown = std::iter::once(cmd.get_program())
             .chain(cmd.get_args())
             .map(|a| a.to_string_lossy())
@@ -82,7 +105,7 @@ impl HostCompiler {
         if !output.is_empty() {
             tracing::debug!(kernel = name, log = %output.join("\n"), "cc diagnostics");
         }
-        std::fs::read(&so).map_err(|e| CompileError::io(format!("reading {}", so.display()), e))
+        Ok(())
     }
 }
 

@@ -13,10 +13,8 @@
 //! arena they mapped at init. Elsewhere it is a shared-memory segment of its own, which
 //! every rank maps once when the allocation is made (rather than one growing heap per rank
 //! at equal offsets: nothing to size in advance, and freeing is exact). Arena blocks came
-//! out faster at large sizes: AllReduce on 256 MiB took 20-30% longer in segments than in
-//! the arena with the same direct kernel (2-core VM, 4 ranks, 4-5 alternating runs; the
-//! cause is not known: the VM shows no hardware counters, and neither page faults nor
-//! fallocate differ). The enqueue lookup is the same interval map either way. Ranks tell
+//! out faster at large sizes with the same direct kernel (docs/performance.md, "Host
+//! buffers"; the cause is not known: neither page faults nor fallocate differ). The enqueue lookup is the same interval map either way. Ranks tell
 //! each other their parts with an AllGather on the communicator itself (its own timeout
 //! and failure handling), then confirm that every rank mapped every part before anyone
 //! proceeds, so all ranks end with the region or all with the error.

@@ -85,7 +85,7 @@ pub struct Config {
     pub abort_propagates: Option<bool>,
     /// Busy-poll rounds (pause instructions, tens of nanoseconds each) a kernel's wait on a
     /// peer makes before it starts yielding its core; `JITCCL_SPIN`, 0 to 10^9. Default:
-    /// chosen per rank by whether it has cores of its own (see the README's wait policy).
+    /// chosen per rank by whether it has cores of its own (docs/guide.md, "Waiting").
     /// Each rank may set its own.
     pub spin: Option<u64>,
     /// The tuning table file (NCCL's example-tuner CSV), as `JITCCL_TUNER_CONFIG_FILE`,
@@ -276,8 +276,9 @@ impl Config {
                 )))
             }
             Some(n) => n,
-            // A GPU channel is a CTA, which moved about 9 GB/s (the CUDA model's
-            // `CUDA_BW`), so large calls want many; the model gives small ones fewer.
+            // A GPU channel is a CTA, one of many SMs, so a large call needs many to fill
+            // the device (docs/performance.md, "The GPU kernels"); the model gives small
+            // calls fewer.
             None if device.is_cuda() => {
                 let budget = cta_budget.unwrap_or(usize::MAX).max(1);
                 crate::settings::GPU_CHANNELS.min(budget).clamp(min_ctas, max_ctas)
@@ -286,9 +287,7 @@ impl Config {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 // Ranks that share cores get a second channel, which the model gives to
                 // large calls only: its worker keeps the call's share of the cores
-                // beside other busy processes (4 ranks on 2 cores, 64-256 MiB, a busy
-                // loop per core: 0.53-0.66 GB/s with one channel, 0.87-1.25 with two;
-                // level on a quiet machine).
+                // beside other busy processes, and costs nothing on a quiet machine.
                 let n = if nranks > cores { 2 } else { cores / nranks.max(1) };
                 n.clamp(1, 4).clamp(min_ctas, max_ctas)
             }

@@ -2,8 +2,7 @@
 //! remembers the last plan it made for each of a few ranks, so a call that repeats the one
 //! before (a loop's calls, the common case) skips the tuner's and the kernel table's locks
 //! and hash lookups, and takes no lock at all: a small call's path is short enough that
-//! these showed in its profile (each lock an atomic read-modify-write pair, about 13 cycles
-//! on this project's x86 VM).
+//! these showed in its profile (each lock an atomic read-modify-write pair).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};

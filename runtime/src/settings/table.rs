@@ -7,10 +7,10 @@ use super::{Initial, Kind, Ranks, Scope, Setting};
 /// Most channels a rank may use (each is a CTA: a thread on the host), as NCCL's MAXCHANNELS.
 pub const MAX_CHANNELS: usize = 64;
 /// Channels of a rank on a GPU by default (fewer where ranks of one process share a GPU:
-/// `comm::init::threads`), and the most the graph search looks for unless told: on an H200
-/// (2 ranks sharing it, 256 MiB) a ring AllReduce took 2740, 1414 and 778 us with 8, 16 and
-/// 32 channels (a CTA each). Up to `MAX_CHANNELS` may be set (`JITCCL_NCHANNELS`); whether
-/// more than 32 are faster has not been measured yet.
+/// `comm::init::threads`), and the most the graph search looks for unless told: a ring's
+/// bandwidth grows near linearly with channels (a CTA each) up to here (docs/performance.md,
+/// "The GPU kernels"). Up to `MAX_CHANNELS` may be set (`JITCCL_NCHANNELS`); the default
+/// moves only once more channels run faster on a GPU.
 pub const GPU_CHANNELS: usize = 32;
 /// The smallest Simple FIFO slot, and what every Simple slot is a multiple of.
 pub const MIN_SIMPLE_SLOT: usize = 64;

@@ -81,14 +81,12 @@ impl Shared {
     /// The ring is full at launch `i`: the caller, which would wait for the queued launches
     /// to finish, runs them itself instead (host CTAs), as `synchronize` does, where its
     /// thread and the dispatcher's share the rank's one CPU (`OnCaller::SameCpu`): waiting
-    /// would only hand the core back and forth (2 ranks, 8 B, queued: 0.60 → 0.44 µs per
-    /// call). Calls queued this fast are then left to the caller, the dispatcher dozing
+    /// would only hand the core back and forth. Calls queued this fast are then left to the caller, the dispatcher dozing
     /// (see the module comment). It runs up to the last multiple of `DEPTH` (at least one
     /// launch): ranks whose streams carry the same launches then all switch from queuing to
     /// running at the same launch, whoever ran the launches before. Where one rank switched
     /// at another launch than its peer, each would wait in its kernel while the other queues
-    /// (2 ranks, 8 B, queued, boundaries half a ring apart: 0.40-0.55 against 0.34-0.42 µs
-    /// a call), and a boundary that only counts from the last one keeps any offset the
+    /// (a measurable loss for small queued calls), and a boundary that only counts from the last one keeps any offset the
     /// stream's thread made by taking a few launches. True if that made room.
     pub(super) fn run_when_full(&self, i: u64, p: &mut Producer) -> bool {
         if !self.inline {

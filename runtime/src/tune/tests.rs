@@ -297,13 +297,13 @@ fn ranks_with_a_core_each_take_the_direct_algorithms_from_a_few_hundred_bytes() 
 
 #[test]
 fn oversubscribed_tiny_calls_on_registered_buffers_keep_the_fifo_one_shot() {
-    // 4 ranks on 2 cores: the direct algorithms' two barriers wait for every rank's turn
-    // (8 B measured: two-shot 5.8-6.0 us, direct one-shot 6.4-7.3, FIFO one-shot 4.2-5).
+    // 4 ranks on 2 cores: the direct algorithms' two barriers wait for every rank's turn,
+    // where the FIFO one-shot's waits overlap.
     let t = tuner(4, 1, "", "", None);
     for bytes in [4, 8, 64] {
         assert_eq!(t.choose_for(AllReduce, bytes, 4, true, true).unwrap().algo, OneShot, "{bytes} B");
     }
-    // From a few KiB the direct two-shot's single copy wins (6.4 us at 4 KiB against 19-26).
+    // From a few KiB the direct two-shot's single copy wins.
     assert_eq!(t.choose_for(AllReduce, 4096, 4, true, true).unwrap().algo, Direct);
 }
 
@@ -326,8 +326,8 @@ fn ranks_sharing_cores_take_a_second_channel_for_large_calls_only() {
 
 #[test]
 fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
-    // Before, GPU ranks got the host's 2-core constants: at most 12.9 GB/s, so two
-    // channels, and 7.9 GB/s at 128 MiB on an H200 where 32 channels moved 104 (16, 60).
+    // GPU ranks must not get the host's constants, which would give a large call two
+    // channels where a GPU needs many.
     let cfg = Config::default().resolve_on(2, &Device::Cuda { ordinal: 0 }).unwrap();
     assert_eq!(cfg.nchannels, 32, "the GPU default");
     let capped = Config { max_ctas: Some(8), ..Config::default() }.resolve_on(2, &Device::Cuda { ordinal: 0 });
@@ -344,7 +344,7 @@ fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
     assert_eq!(t.topo.fingerprint, Topology::cuda(&graph).fingerprint);
     assert_ne!(t.topo.fingerprint, Topology::from_graph(&graph, 2).fingerprint, "host tables never apply");
     let big = t.choose(AllReduce, 64 << 20, 4, true).unwrap();
-    // As many channels as reach a rank's measured ceiling (350 GB/s at 13.3 a channel).
+    // As many channels as reach a rank's ceiling (`CUDA_BW_RANK` over `CUDA_BW`).
     assert_eq!((big.algo, big.proto), (Ring, Protocol::Simple), "{big:?}");
     assert!((26..=32).contains(&big.nchannels), "{big:?}");
     assert_eq!(t.choose(AllReduce, 8, 4, true).unwrap().nchannels, 1, "8 B");
@@ -388,8 +388,9 @@ fn the_cuda_model_reproduces_the_h200_measurements() {
 
 #[test]
 fn gpu_ranks_take_the_direct_kernels_on_registered_buffers_where_they_measured_faster() {
-    // On an H200 (2 ranks) two-shot direct reached 1.7x the ring's busbw from 8 MiB on
-    // registered buffers (the CUDA model's direct entries); plain buffers keep the ring.
+    // On registered buffers two-shot direct beats the ring from a few MiB (the CUDA
+    // model's direct entries, docs/performance.md, "The GPU kernels"); plain buffers keep
+    // the ring.
     let gpu = Device::Cuda { ordinal: 0 };
     let tuner = |cfg: Config| {
         let cfg = cfg.resolve_on(2, &gpu).unwrap();

@@ -2,9 +2,9 @@
 //! in one run. Each setup is a communicator split from the ranks' own with its
 //! configuration, so every setup runs in the same processes, on the same buffers and
 //! cores; per size they take turns for --reps rounds in a rotating order, so that a burst
-//! of foreign load hits each alike. Separate runs of one choice differ by up to 2-3x on a
-//! small VM (where the processes land), which hides gaps of a few percent; turns within
-//! one run do not. Out of place, plain buffers.
+//! of foreign load hits each alike. Separate runs of one choice differ by far more than
+//! turns do on a small VM (where the processes land), which hides gaps of a few percent;
+//! turns within one run do not. Out of place, plain buffers.
 
 use jitccl::reference::RefElement;
 use jitccl::{Comm, Config, Stream};

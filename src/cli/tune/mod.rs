@@ -6,8 +6,8 @@
 //! (a row also fixes the chunk size, and the DEBUG log then confirms that the choice came
 //! from it); the model's own pick runs with an empty table. All of them are timed side by
 //! side, taking turns, by one `jitccl perf --compare` run (this program again) per band of
-//! sizes: in the same rank processes, since separate runs of one choice differ by up to
-//! 2-3x on a small VM and would pick winners by where the processes landed. Every finished
+//! sizes: in the same rank processes, since separate runs of one choice differ widely on
+//! a small VM and would pick winners by where the processes landed. Every finished
 //! band is appended to `<output>.partial`, so an interrupted run resumes.
 //!
 //! With `--target cuda` the ranks are threads of one perf process on the GPUs `--devices`

@@ -62,10 +62,9 @@ pub(super) fn report(plan: &Plan, coll: Collective, partial: &Partial) -> Result
 
 /// How much faster (percent) than the cost model's pick a measured best must be to replace
 /// it in the table. Below that the difference is within what two runs of one setup differ
-/// by at small sizes (up to 6% with the default turns on a 2-core VM, up to 27% with
-/// --quick), and the fastest of many noisy candidates is mostly the luckiest: quick tables
-/// there ran 12-23% behind the best fixed candidate at 8-128 B where the model alone ran
-/// within 14%.
+/// by at small sizes, and the fastest of many noisy candidates is mostly the luckiest, so
+/// a table that took every small win ran behind the model alone (docs/performance.md,
+/// "Host cost model and tuning tables").
 const KEEP_MODEL_PCT: u32 = 5;
 
 /// The row's candidate at one size: the measured best (candidate, time), unless the model's

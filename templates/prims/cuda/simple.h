@@ -8,7 +8,7 @@
    per call site halves NVRTC's compile time; its branches on r/s/src/dst are uniform. */
 #define JC_PROTO 0
 {% include "prims/cuda/step.h" %}
-/* 16-byte packs in flight per thread and stream: four (eight measured slower on an H200);
+/* 16-byte packs in flight per thread and stream: four (eight ran slower on a GPU);
    two for 1-byte types that reduce, whose 16 elements a pack make each pack's code (and
    NVRTC's time) four times a float's. Kernels that only move bytes (JC_OP_COPY) move whole
    packs, four. */

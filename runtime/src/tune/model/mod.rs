@@ -138,10 +138,10 @@ impl Constants {
     /// Simple's; tree reaches 0.65 and one-shot 0.67 of the ring's bandwidth per channel, LL
     /// 0.16 of Simple's (one line per thread at a time) and LL128 0.29 (eight threads a
     /// line, two lines in flight). The direct algorithms on registered buffers, beside the
-    /// ring at 2 ranks and 32 channels: two-shot 1.67x its busbw (586 against 342 GB/s at
-    /// 128 MiB: a byte is loaded and stored once per rank, where the ring also moves it
-    /// through a FIFO), one-shot 0.63x (each rank reads every input), level with it below
-    /// 1 MiB (docs/performance.md, "The GPU kernels").
+    /// ring at 2 ranks and 32 channels: two-shot 1.67x its busbw (a byte is loaded and
+    /// stored once per rank, where the ring also moves it through a FIFO), one-shot 0.63x
+    /// (each rank reads every input), level with it below 1 MiB (docs/performance.md, "The
+    /// GPU kernels").
     pub const CUDA: Constants = Constants {
         base: [2.75, 2.75, 3.75, 2.75, 2.75],
         hop_factor: [1.0, 1.5, 1.89, 1.0, 1.0],
@@ -158,9 +158,8 @@ const HOST_HOP_SWITCH: f64 = 2.06;
 const HOST_BW: f64 = 8.6;
 const HOST_SECOND_CHANNEL: f64 = 0.5;
 const HOST_CHAN_LAT: f64 = 20.0;
-/// ... once ranks outnumber cores: the second channel's worker waits for a core. At 4 ranks
-/// on 2 cores a second channel was level with one from 16 MiB and slower at 1 MiB
-/// (quiet, 3 interleaved runs), so it starts paying at a few MiB.
+/// ... once ranks outnumber cores: the second channel's worker waits for a core, so a
+/// second channel starts paying only at a few MiB.
 const HOST_CHAN_LAT_SWITCH: f64 = 200.0;
 /// Hops one barrier of the direct algorithms costs once ranks outnumber cores, and while
 /// every rank has a core (a flag line handed over, as an LL hop is).
@@ -168,8 +167,8 @@ const HOST_BARRIER_SWITCH: f64 = 1.5;
 const HOST_BARRIER_SPIN: f64 = 0.5;
 /// Hop latency through the network transport (TCP and a proxy thread each side), us:
 /// half of an 8-byte ring AllReduce at 2 rank processes with `JITCCL_TRANSPORT=net` over
-/// loopback on the 2-core development VM (240-335 us in 6 runs of 2000 iterations; the
-/// proxy threads share the cores with the kernels).
+/// loopback on a 2-core machine, where the proxy threads share the cores with the kernels
+/// (docs/performance.md, "Network transport").
 const HOST_NET_HOP: f64 = 135.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
 const HOST_MODEL_VERSION: u64 = 8;
@@ -229,13 +228,12 @@ impl Topology {
     /// Ranks on CUDA GPUs over a searched graph (between hosts, the network as for the
     /// host). Fitted to `jitccl perf all_reduce --target cuda` on one H200 holding 1-8 ranks
     /// (threads of one process), each choice forced by a one-row table, 8 B to 256 MiB
-    /// (`scripts/gpu-check.sh run points channels direct` measures them again): 8-byte ring
-    /// AllReduce took 13.3, 34.0 and 61.3 us at 2, 4 and 8 ranks (2, 6 and 14 hops: a 2.75 us
-    /// launch and 4.54 a hop); a channel (a CTA) moved 12-14 GB/s of bus bandwidth at 2 ranks
-    /// and 17 at 8, near linearly to 345 GB/s (2 ranks, 256 MiB: 98, 190 and 345 GB/s with 8, 16
-    /// and 32 channels), the most this model gives a rank; more channels cost nothing
-    /// measurable at 8 B. Ranks on separate GPUs (NVLink, PCIe) were not measured: their
-    /// hops and per-channel bandwidth may differ; `jitccl tune` measures the machine at hand.
+    /// (`tools/gpu-check.sh run points channels direct` measures them again): a small ring
+    /// AllReduce is a launch plus a hop per step (2, 6 and 14 hops at 2, 4 and 8 ranks), and
+    /// bus bandwidth grows near linearly with channels (a CTA each) up to `CUDA_BW_RANK`, so
+    /// more channels cost a small call nothing measurable (docs/performance.md, "The GPU
+    /// kernels"). Ranks on separate GPUs (NVLink, PCIe) have not run: their hops and
+    /// per-channel bandwidth may differ; `jitccl tune` measures the machine at hand.
     pub fn cuda(graph: &Graph) -> Topology {
         Topology {
             nranks: graph.nranks.max(1),
@@ -376,8 +374,8 @@ pub fn time(
     // Rounds pay a launch each.
     let launches = if coll.in_rounds() && !algo.is_direct() { n } else { 1 };
     let hop = |lat: f64, proto_lat: f64| lat * k.hop_factor[a] * proto_lat;
-    // Collectives that only move data gained nothing from LL128's shorter hop: ring
-    // Broadcast and AllGather at 2 ranks, 8-512 B, ran 0-50% slower with it than with Simple.
+    // Collectives that only move data gained nothing from LL128's shorter hop (ring
+    // Broadcast and AllGather at 2 ranks ran slower with it than with Simple at small sizes).
     let intra_lat = if t.contention > 1.0 || !coll.reduces() { k.proto_lat[p] } else { k.proto_lat_spin[p] };
     // A barrier waits for the last rank to arrive: longer than a hop once ranks take
     // turns on the cores.

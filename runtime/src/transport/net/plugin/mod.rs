@@ -137,6 +137,9 @@ struct Setup {
     abandoned: Arc<AtomicBool>,
 }
 
+/// Sends this rank's bytes to every rank and returns every rank's (an all-gather).
+pub(crate) type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
+
 /// Sets up the connectors over `net` and starts the proxy thread that moves their steps.
 ///
 /// The thread itself listens, connects, accepts and registers, so that every plugin comm of
@@ -148,7 +151,7 @@ struct Setup {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     net: &Network, layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], cfg: &Resolved,
-    exchange: &dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>, lost: &(dyn Fn() -> Result<()> + Sync),
+    exchange: Exchange, lost: &(dyn Fn() -> Result<()> + Sync),
 ) -> Result<Proxy> {
     let abandoned = Arc::new(AtomicBool::new(false));
     let setup = Setup {

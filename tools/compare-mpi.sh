@@ -20,7 +20,7 @@
 # A missed target is a finding, not an error: the script exits non-zero only when it cannot
 # set up or run a side (missing packages, failed build, a run with no result).
 #
-# Usage: scripts/compare-mpi.sh [SIZE...]      (default sizes: 8 1M 16M 256M)
+# Usage: tools/compare-mpi.sh [SIZE...]      (default sizes: 8 1M 16M 256M)
 # Environment:
 #   NRANKS      rank counts (default "2 4")
 #   REPEATS     runs per figure, the median is shown (default 3, and 9 up to 1 MiB, whose

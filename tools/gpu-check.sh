@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The one command that proves the CUDA target on a GPU machine, in two halves:
 #
-#   bash scripts/gpu-extras.sh        # here, optional (PyPI): NCCL 2.30 and MPICH for the
-#                                     # last two stages, into target/gpu-extras (41 MiB)
-#   bash scripts/gpu-check.sh build   # here (Rust, no GPU): release binaries, stripped, into
-#                                     # target/gpu-check/ (ignored; under 64 MiB, checked)
-#   bash scripts/gpu-check.sh run [STAGE...]
-#                                     # there (a GPU, the CUDA driver and NVRTC 12 or 13; no
-#                                     # Rust, no network): runs from target/gpu-check/ only
+#   bash tools/gpu-extras.sh        # here, optional (PyPI): NCCL 2.30 for the last
+#                                   # stage, into target/gpu-extras
+#   bash tools/gpu-check.sh build   # here (Rust, no GPU): release binaries, stripped, into
+#                                   # target/gpu-check/ (ignored; GPU_CHECK_MAX_MIB, if set,
+#                                   # bounds its size for a machine that takes no more)
+#   bash tools/gpu-check.sh run [STAGE...]
+#                                   # there (a GPU, the CUDA driver and NVRTC 12 or 13; no
+#                                   # Rust, no network): runs from target/gpu-check/ only
 #
 # STAGE picks parts of `run` (default: all, in the order of STAGES below). Each step has a time limit, so that a hung kernel fails
 # its step instead of the run, and the stages split the run into calls that each fit a
@@ -30,13 +31,11 @@
 # (benches/gpu/nccl_side.py: AllReduce, AllGather, ReduceScatter at 16 B - 256 MiB, 2 and 4
 # ranks on GPU 0, through `jitccl perf` beside NCCL's ranks in one process, and PyTorch on
 # jitccl's libnccl.so.2 beside PyTorch on NCCL, with the device's copy rate, in interleaved
-# rounds; tables to $OUT/nccl-side.txt and .json) and `nccl_tests` (NVIDIA's nccl-tests, benches/gpu/third_party, built there with nvcc
-# against jitccl's nccl.h and libnccl.so.2, 1, 2 and 4 ranks on GPU 0 beside NCCL's own run;
-# table and logs to $OUT/nccl-tests.txt). Those two use what scripts/gpu-extras.sh fetched
+# rounds; tables to $OUT/nccl-side.txt and .json). It uses what tools/gpu-extras.sh fetched
 # here, if it was run before `build` (target/gpu-extras, carried in target/gpu-check/extras):
-# NCCL 2.30.7's libnccl.so.2 cut to sm_90 (PyTorch 2.11 bundles NCCL 2.28.9, which cannot put
-# several ranks on one GPU) and MPICH (nccl-tests starts several rank processes only under
-# MPI); without them the NCCL rows say why they are missing. It ends with
+# NCCL 2.30.7's libnccl.so.2 (PyTorch 2.11 bundles NCCL 2.28.9, which cannot put several
+# ranks on one GPU); without it the NCCL rows say why they are missing. nccl-tests is not
+# run here: docs/performance.md says how to build and run it by hand. It ends with
 # `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
 # machine's NVRTC into a fresh cache.
 set -uo pipefail
@@ -66,14 +65,14 @@ build() {
   # Debug info is most of their size, and the GPU machine has no debugger use for it.
   strip "$out/jitccl" "$out/cuda-tests" "$out/libnccl.so.2" 2>/dev/null ||
     echo "gpu-check build: strip not found; binaries kept whole"
-  cp scripts/gpu-check.sh scripts/gpu-check-perf.sh "$out/"
+  cp tools/gpu-check.sh tools/gpu-check-perf.sh "$out/"
   build_nccl_side
   git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
   local kib
   kib=$(du -sk "$out" | cut -f1)
   echo "gpu-check build: $out ($((kib / 1024)) MiB), commit $(cat "$out/COMMIT")"
-  if [ "$kib" -ge $((64 * 1024)) ]; then
-    echo "gpu-check build: $out is over 64 MiB" >&2
+  if [ -n "${GPU_CHECK_MAX_MIB:-}" ] && [ "$kib" -ge $((GPU_CHECK_MAX_MIB * 1024)) ]; then
+    echo "gpu-check build: $out is over GPU_CHECK_MAX_MIB=$GPU_CHECK_MAX_MIB MiB" >&2
     exit 1
   fi
 }
@@ -273,16 +272,16 @@ direct_ipc() {
 
 # The stages that time jitccl alone (perf, points, channels, tune, launch_perf, and the direct
 # stage's tables).
-# shellcheck source=scripts/gpu-check-perf.sh
-source "$root/scripts/gpu-check-perf.sh"
-# The stages that set jitccl beside NVIDIA's NCCL (nccl_side, nccl_tests), with what `build`
-# carries for them (build_nccl_side).
-# shellcheck source=scripts/gpu-check-nccl.sh
-source "$root/scripts/gpu-check-nccl.sh"
+# shellcheck source=tools/gpu-check-perf.sh
+source "$root/tools/gpu-check-perf.sh"
+# The stage that sets jitccl beside NVIDIA's NCCL (nccl_side), with what `build` carries
+# for it (build_nccl_side).
+# shellcheck source=tools/gpu-check-nccl.sh
+source "$root/tools/gpu-check-nccl.sh"
 
 # The stages of `run`, in order; each is the function stage_NAME above.
 STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net failures perf points channels tune capi
-  torch nccl_side nccl_tests)
+  torch nccl_side)
 
 run() {
   local stages=("$@") st
@@ -294,7 +293,7 @@ run() {
     }
   done
   [ -x "$out/cuda-tests" ] && [ -x "$out/jitccl" ] || {
-    echo "gpu-check run: $out has no binaries: run 'bash scripts/gpu-check.sh build' first (where Rust is)" >&2
+    echo "gpu-check run: $out has no binaries: run 'bash tools/gpu-check.sh build' first (where Rust is)" >&2
     exit 1
   }
   cd "$root"
@@ -325,7 +324,7 @@ case "${1:-}" in
     run "$@"
     ;;
   *)
-    echo "usage: bash scripts/gpu-check.sh build | run [STAGE...]" >&2
+    echo "usage: bash tools/gpu-check.sh build | run [STAGE...]" >&2
     exit 2
     ;;
 esac

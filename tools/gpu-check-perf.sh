@@ -1,4 +1,4 @@
-# Sourced by scripts/gpu-check.sh: the stages that time jitccl alone on the GPU machine
+# Sourced by tools/gpu-check.sh: the stages that time jitccl alone on the GPU machine
 # (perf sweeps, the cost model's points, channels, a quick tune, queued / blocking / graph
 # launches) and the direct stage's tables. They use gpu-check.sh's `step`, $out
 # (target/gpu-check) and $OUT, and write their tables to $OUT.

@@ -12,7 +12,7 @@
 # A missed target is a finding, not an error: the script exits non-zero only when a side
 # cannot be built or run, or gives wrong elements.
 #
-# Usage: scripts/compare-moves.sh [SIZE...]      (default sizes: 4K 64K 1M 16M 256M)
+# Usage: tools/compare-moves.sh [SIZE...]      (default sizes: 4K 64K 1M 16M 256M)
 # Environment:
 #   NRANKS   rank counts (default "2 4")
 #   COLLS    collectives (default "all_to_all gather scatter"; also all_to_allv, sendrecv)

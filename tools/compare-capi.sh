@@ -6,8 +6,8 @@
 # median of its rounds' ratios C / Rust. The last line per size is the median of the runs'
 # ratios and their range.
 #
-#   scripts/compare-capi.sh                 # 8 B and 16 MiB, 2 ranks, 5 runs each
-#   NRANKS=4 RUNS=3 scripts/compare-capi.sh 8 1M
+#   tools/compare-capi.sh                 # 8 B and 16 MiB, 2 ranks, 5 runs each
+#   NRANKS=4 RUNS=3 tools/compare-capi.sh 8 1M
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -9,9 +9,9 @@ zeroes after it (the file's size, its sections and every address unchanged, so t
 loads as before), then xz-compresses it: the zeroes cost next to nothing. cuobjdump (CUDA
 13.2) lists the result's 28 sm_90 images, and they extract byte for byte as from the wheel.
 
-    python3 scripts/nccl_sm90.py [--version 2.30.7] [--out DIR] [--cache DIR]
+    python3 tools/nccl_sm90.py [--version 2.30.7] [--out DIR] [--cache DIR]
 
-writes OUT/libnccl.so.2.xz (36 MiB) and NCCL's license beside it; scripts/gpu-extras.sh runs
+writes OUT/libnccl.so.2.xz (36 MiB) and NCCL's license beside it; tools/gpu-extras.sh runs
 it for `gpu-check.sh build`. Needs pip and PyPI (the wheel: 216 MB, kept in CACHE)."""
 
 import argparse

@@ -6,8 +6,8 @@
 # after / before, with their quartiles; and the ratio of the two builds' lower quartiles of
 # time, which foreign load (other processes on the VM's cores) disturbs least.
 #
-#   scripts/compare-builds.sh /tmp/jitccl-before target/release/jitccl          # 8 B and 1 MiB
-#   NRANKS=4 REPEATS=9 scripts/compare-builds.sh old/jitccl new/jitccl 8 16K 1M
+#   tools/compare-builds.sh /tmp/jitccl-before target/release/jitccl          # 8 B and 1 MiB
+#   NRANKS=4 REPEATS=9 tools/compare-builds.sh old/jitccl new/jitccl 8 16K 1M
 set -euo pipefail
 before=$1
 after=$2
