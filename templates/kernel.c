@@ -34,26 +34,30 @@ static JC_DEVICE JC_INLINE C jc_scalar(const struct jc_args* a) { {{ op.scalar }
 #define JC_SRC_FIRST 2
 
 /* One output element: the received value (if any) combined with the pre-op'd source
-   element (if any), then the post-op. Values, not pointers: a pack's elements stay in
+   element (if any), then the post-op (jc_fold_c: the same in the compute type, for the
+   wire formats' decoded values). Values, not pointers: a pack's elements stay in
    registers (a pointer into a pack put the CUDA copy's source packs in local memory, one
    load in flight per thread: 16 GB/s a CTA on an H200). */
-static JC_DEVICE JC_INLINE T jc_fold(const struct jc_ctx* x, T rv, int has_recv, int has_src, T sv, int pre, int post) {
+static JC_DEVICE JC_INLINE C jc_fold_c(const struct jc_ctx* x, C rv, int has_recv, int has_src, T sv, int pre, int post) {
   C v;
   if (has_src) {
     C s = jc_to_c(sv);
     if (pre) s = jc_pre(x, s);
-    v = !has_recv ? s : (post & JC_SRC_FIRST) ? jc_combine(s, jc_to_c(rv)) : jc_combine(jc_to_c(rv), s);
+    v = !has_recv ? s : (post & JC_SRC_FIRST) ? jc_combine(s, rv) : jc_combine(rv, s);
   } else {
-    v = jc_to_c(rv);
+    v = rv;
   }
   if (post & JC_POST) v = jc_post(x, v);
-  return jc_from_c(v);
+  return v;
+}
+static JC_DEVICE JC_INLINE T jc_fold(const struct jc_ctx* x, T rv, int has_recv, int has_src, T sv, int pre, int post) {
+  return jc_from_c(jc_fold_c(x, has_recv ? jc_to_c(rv) : (C)0, has_recv, has_src, sv, pre, post));
 }
 static JC_DEVICE JC_INLINE T jc_elem(const struct jc_ctx* x, T rv, int has_recv, const T* src, jc_u64 i, int pre, int post) {
   return jc_fold(x, rv, has_recv, src != 0, src ? src[i] : (T)0, pre, post);
 }
 
-{% if cuda %}{% if proto == "simple" %}{% include "prims/cuda/simple.h" %}{% else if proto == "ll" %}{% include "prims/cuda/ll.h" %}{% else %}{% include "prims/cuda/ll128.h" %}{% endif %}{% else %}{% if proto == "simple" %}{% include "prims/host/simple.h" %}{% else if proto == "ll" %}{% include "prims/host/ll.h" %}{% else %}{% include "prims/host/ll128.h" %}{% endif %}{% endif %}
+{% if wire_code > 0 %}{% if cuda %}{% include "prims/cuda/wire.h" %}{% else %}{% include "prims/host/wire.h" %}{% endif %}{% else if cuda %}{% if proto == "simple" %}{% include "prims/cuda/simple.h" %}{% else if proto == "ll" %}{% include "prims/cuda/ll.h" %}{% else %}{% include "prims/cuda/ll128.h" %}{% endif %}{% else %}{% if proto == "simple" %}{% include "prims/host/simple.h" %}{% else if proto == "ll" %}{% include "prims/host/ll.h" %}{% else %}{% include "prims/host/ll128.h" %}{% endif %}{% endif %}
 {% include "prims/common.h" %}
 
 {% if algo_file == "all_reduce_ring" %}{% include "algo/all_reduce_ring.h" %}{% else if algo_file == "all_reduce_tree" %}{% include "algo/all_reduce_tree.h" %}{% else if algo_file == "all_reduce_oneshot" %}{% include "algo/all_reduce_oneshot.h" %}{% else if algo_file == "all_reduce_direct" %}{% include "algo/all_reduce_direct.h" %}{% else if algo_file == "all_reduce_direct_oneshot" %}{% include "algo/all_reduce_direct_oneshot.h" %}{% else if algo_file == "broadcast_direct" %}{% include "algo/broadcast_direct.h" %}{% else if algo_file == "reduce_direct" %}{% include "algo/reduce_direct.h" %}{% else if algo_file == "all_gather_direct" %}{% include "algo/all_gather_direct.h" %}{% else if algo_file == "reduce_scatter_direct" %}{% include "algo/reduce_scatter_direct.h" %}{% else if algo_file == "all_to_all_direct" %}{% include "algo/all_to_all_direct.h" %}{% else if algo_file == "gather_direct" %}{% include "algo/gather_direct.h" %}{% else if algo_file == "scatter_direct" %}{% include "algo/scatter_direct.h" %}{% else if algo_file == "sendrecv_direct" %}{% include "algo/sendrecv_direct.h" %}{% else if algo_file == "broadcast_ring" %}{% include "algo/broadcast_ring.h" %}{% else if algo_file == "reduce_ring" %}{% include "algo/reduce_ring.h" %}{% else if algo_file == "all_gather_ring" %}{% include "algo/all_gather_ring.h" %}{% else if algo_file == "reduce_scatter_ring" %}{% include "algo/reduce_scatter_ring.h" %}{% else %}{% include "algo/sendrecv.h" %}{% endif %}

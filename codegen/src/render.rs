@@ -6,7 +6,7 @@ use askama::Template;
 
 use crate::abi::{ll128_flag_word, AbiSizes};
 use crate::compile::CompileError;
-use crate::spec::{Algorithm, BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target};
+use crate::spec::{Algorithm, BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target, Wire};
 
 /// How a datatype is stored (`T`) and combined (`C`) in C.
 struct Dtype {
@@ -43,6 +43,11 @@ struct KernelSource<'a> {
     op: OpSource,
     /// The rank count the kernel is specialized for, or 0: any.
     ranks: u8,
+    wire: String,
+    /// `Wire::code`: 0 for the exact wire.
+    wire_code: u8,
+    /// Elements per scale of a scaled wire, else 0.
+    wire_block: u16,
     abi: &'a AbiSizes,
 }
 
@@ -146,14 +151,17 @@ fn algo_file(spec: &KernelSpec) -> &'static str {
 
 /// What a collective's kernel mixes into the identity its FIFO steps carry (see
 /// `jc_call_tag` in `templates/common/ctx.h`): the collective, algorithm, datatype and op,
-/// so that ranks which call with another of them fail instead of pairing their steps.
-/// Point to point carries bytes only: a send and its receive may name other datatypes.
+/// and wire, so that ranks which call with another of them fail instead of pairing their
+/// steps. Point to point carries bytes only: a send and its receive may name other datatypes.
 fn call_kind(spec: &KernelSpec) -> u64 {
     if spec.coll == Collective::SendRecv {
         return 0;
     }
     let op = spec.op.as_ref().map_or_else(String::new, |o| o.to_string());
-    let what = format!("{}.{}.{}.{op}", spec.coll, spec.algo, spec.dtype);
+    let mut what = format!("{}.{}.{}.{op}", spec.coll, spec.algo, spec.dtype);
+    if spec.wire != Wire::Exact {
+        what += &format!(".{}", spec.wire);
+    }
     // FNV-1a: stable across builds and processes, unlike std's hasher.
     what.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
@@ -178,6 +186,9 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         copy_only: spec.op.is_none(),
         op: op_source(spec),
         ranks: spec.ranks.unwrap_or(0),
+        wire: spec.wire.to_string(),
+        wire_code: spec.wire.code(),
+        wire_block: spec.wire.block().unwrap_or(0),
         abi: &abi,
     };
     src.render().map_err(|e| CompileError::Render(e.to_string()))

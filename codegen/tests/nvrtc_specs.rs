@@ -231,6 +231,39 @@ fn every_shape_specialized_for_a_rank_count_assembles_to_cubin() {
     assert_compiled(failures, jobs.len());
 }
 
+/// The wire formats' kernels (`KernelSpec::wire`): AllReduce with every wire over f32, and
+/// over bf16 with int8, and the other ring collectives with one wire each, assembled to
+/// CUBIN for sm_90; the unscaled and int8 wires for sm_80 too (fp8 wires need sm_89).
+#[test]
+fn wire_kernels_assemble_to_cubin() {
+    let Some(_) = nvrtc_or_skip("wire_kernels_assemble_to_cubin") else {
+        return;
+    };
+    let names = [
+        ("all_reduce.ring.simple.f32.sum.wbf16", true),
+        ("all_reduce.ring.simple.f32.sum.wfp16", true),
+        ("all_reduce.ring.simple.f32.avg.wfp8e4m3b64", false),
+        ("all_reduce.ring.simple.f32.sum.wfp8e5m2b128", false),
+        ("all_reduce.ring.simple.f32.sum.wint8b64", true),
+        ("all_reduce.ring.simple.bf16.sum.wint8b32", false),
+        ("reduce_scatter.ring.simple.f32.sum.wbf16", false),
+        ("all_gather.ring.simple.f32.wint8b64", false),
+        ("broadcast.ring.simple.f16.wfp8e4m3b64", false),
+        ("sendrecv.ring.simple.f32.wbf16", false),
+    ];
+    let mut jobs = Vec::new();
+    for (name, sm80) in names {
+        let spec: KernelSpec = name.parse().unwrap();
+        jobs.push((spec, SM90, CudaOutput::Cubin));
+        if sm80 {
+            jobs.push((spec, SM80, CudaOutput::Cubin));
+        }
+    }
+    let (failures, elapsed, _) = compile(&jobs);
+    println!("{} wire kernels to CUBIN in {:.1} s", jobs.len(), elapsed.as_secs_f64());
+    assert_compiled(failures, jobs.len());
+}
+
 #[test]
 fn ptx_holds_the_kernel_entry_and_the_protocol_instructions() {
     let Some(_) = nvrtc_or_skip("ptx_holds_the_kernel_entry_and_the_protocol_instructions") else {

@@ -69,7 +69,7 @@ pub mod tune;
 mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split};
+pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split, Wired};
 pub use config::overrides::{AlgoOverrides, OverrideError, ProtoOverrides};
 pub use config::Config;
 pub use device::{
@@ -78,7 +78,7 @@ pub use device::{
 };
 pub use element::Element;
 pub use error::{Error, Result};
-pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol};
+pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol, Wire};
 pub use logging::init as init_logging;
 pub use op::{Op, ScalarAt};
 pub use process_group::{ProcessGroup, Work};

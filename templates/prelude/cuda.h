@@ -60,6 +60,8 @@ static __device__ void jc_relax(jc_u64 spins, jc_u64 spin) {
 /* Conversions for the narrow float types, stored as raw bits (jc_u16 / jc_u8) like on the
    host; the cvt instructions round to nearest even, fp8 saturates to the largest finite
    value (satfinite), matching host.h. */
+static __device__ __forceinline__ float jc_bits_f32(jc_u32 b) { return __uint_as_float(b); }
+static __device__ __forceinline__ jc_u32 jc_f32_bits(float f) { return __float_as_uint(f); }
 static __device__ __forceinline__ float jc_f16_to_f32(jc_u16 h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

@@ -17,8 +17,13 @@ static JC_DEVICE JC_INLINE int jc_recv_copy_send(struct jc_ctx* x, struct jc_con
   return jc_generic(x, r, s, 0, dst, n, 0, 0);
 }
 static JC_DEVICE JC_INLINE int jc_copy_send(struct jc_ctx* x, struct jc_conn* s, const T* src, T* dst, jc_u64 n, int pre) {
-  /* In place (src == dst) the local copy is skipped unless the pre-op changes the data. */
+  /* In place (src == dst) the local copy is skipped unless the pre-op changes the data, or
+     a wire format's decoding replaces it (the sender keeps what its receivers get). */
+#ifdef JC_WIRE
+  return jc_generic(x, 0, s, src, dst, n, pre, 0);
+#else
   return jc_generic(x, 0, s, src, (src == dst && !pre) ? 0 : dst, n, pre, 0);
+#endif
 }
 static JC_DEVICE JC_INLINE int jc_recv_reduce_send(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s, const T* src, jc_u64 n, int pre) {
   return jc_generic(x, r, s, src, 0, n, pre, 0);

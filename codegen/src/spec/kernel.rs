@@ -4,14 +4,16 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{invalid, Algorithm, BuiltinOp, Collective, DataType, InvalidSpec, Protocol, RedOp, Target};
+use super::{invalid, Algorithm, BuiltinOp, Collective, DataType, InvalidSpec, Protocol, RedOp, Target, Wire};
 use crate::target::CudaArch;
 
-/// One generated kernel: `coll.algo.proto.dtype[.op][@ranks]`, e.g. `all_reduce.ring.ll.f32.sum`
-/// or, specialized for 2 ranks, `all_reduce.direct.simple.f32.sum@2`.
+/// One generated kernel: `coll.algo.proto.dtype[.op][.wWIRE][@ranks]`, e.g.
+/// `all_reduce.ring.ll.f32.sum`, specialized for 2 ranks `all_reduce.direct.simple.f32.sum@2`,
+/// with the bf16 wire `all_reduce.ring.simple.f32.sum.wbf16`.
 ///
 /// Collectives that only move data (broadcast, all_gather, sendrecv) are specialized for
-/// bytes: their kernels exist for `u8` only and the runtime runs every datatype through them.
+/// bytes: their exact kernels exist for `u8` only and the runtime runs every datatype
+/// through them; with another wire they are specialized for the float type they encode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KernelSpec {
     pub coll: Collective,
@@ -24,6 +26,8 @@ pub struct KernelSpec {
     /// loops over ranks unroll), or `None`: any. A specialized kernel refuses a call of
     /// another rank count (`JC_ERR_SPECIALIZED`), never computing a wrong result.
     pub ranks: Option<u8>,
+    /// How the FIFO steps carry the elements (`Wire::Exact`: as they are).
+    pub wire: Wire,
 }
 
 /// The most ranks a kernel may be specialized for: the direct kernels' rank limit.
@@ -34,7 +38,14 @@ impl KernelSpec {
     pub fn new(
         coll: Collective, algo: Algorithm, proto: Protocol, dtype: DataType, op: Option<RedOp>,
     ) -> Result<Self, InvalidSpec> {
-        let spec = KernelSpec { coll, algo, proto, dtype, op, ranks: None };
+        let spec = KernelSpec { coll, algo, proto, dtype, op, ranks: None, wire: Wire::Exact };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// This kernel with its elements carried in `wire`.
+    pub fn with_wire(self, wire: Wire) -> Result<Self, InvalidSpec> {
+        let spec = KernelSpec { wire, ..self };
         spec.validate()?;
         Ok(spec)
     }
@@ -77,7 +88,7 @@ impl KernelSpec {
             (false, Some(_)) => {
                 return Err(invalid(format!("{} does not reduce: it takes no op", self.coll)));
             }
-            (false, None) if self.dtype != DataType::U8 => {
+            (false, None) if self.dtype != DataType::U8 && self.wire == Wire::Exact => {
                 return Err(invalid(format!(
                     "{} only moves bytes: its kernel is specialized for u8 and serves every datatype",
                     self.coll
@@ -92,6 +103,7 @@ impl KernelSpec {
                 )));
             }
         }
+        self.validate_wire()?;
         if let Some(RedOp::Custom(c)) = self.op {
             if !c.dtypes.contains(&self.dtype) {
                 return Err(invalid(format!(
@@ -112,16 +124,34 @@ impl KernelSpec {
         Ok(())
     }
 
+    /// The rules of a wire other than `Exact`: the ring (and point to point) on the Simple
+    /// protocol, a float type wider than the wire's codes, and a sum (or average): the
+    /// only ops whose fp32 accumulation the wire's error bounds describe.
+    fn validate_wire(&self) -> Result<(), InvalidSpec> {
+        let w = self.wire;
+        if w == Wire::Exact {
+            return Ok(());
+        }
+        w.check_dtype(self.dtype)?;
+        if self.algo != Algorithm::Ring || self.proto != Protocol::Simple {
+            return Err(invalid(format!(
+                "the {w} wire runs on the ring algorithm with the simple protocol, not {}/{}",
+                self.algo, self.proto
+            )));
+        }
+        match self.op {
+            None | Some(RedOp::Builtin(BuiltinOp::Sum | BuiltinOp::Avg)) => Ok(()),
+            Some(op) => Err(invalid(format!("the {w} wire reduces with sum or avg only, not {op}"))),
+        }
+    }
+
     /// Checks that `target` can compile this spec.
     pub fn validate_for(&self, target: Target) -> Result<(), InvalidSpec> {
         self.validate()?;
         if let Target::Cuda { arch, .. } = target {
-            if self.dtype.is_fp8() && arch < CudaArch::FP8 {
-                return Err(invalid(format!(
-                    "{} needs {} or newer on CUDA (asked for {arch})",
-                    self.dtype,
-                    CudaArch::FP8
-                )));
+            if (self.dtype.is_fp8() || self.wire.is_fp8()) && arch < CudaArch::FP8 {
+                let what = if self.dtype.is_fp8() { self.dtype.to_string() } else { format!("the {} wire", self.wire) };
+                return Err(invalid(format!("{} needs {} or newer on CUDA (asked for {arch})", what, CudaArch::FP8)));
             }
         }
         Ok(())
@@ -132,7 +162,8 @@ impl KernelSpec {
         format!("jitccl_{}", self.to_string().replace(['.', ':'], "_").replace('@', "__ranks"))
     }
 
-    /// Every valid spec with a built-in op (custom ops are added by their users).
+    /// Every valid spec with a built-in op and the exact wire (custom ops are added by their
+    /// users; the other wires by the calls that ask for them).
     pub fn all() -> Vec<KernelSpec> {
         let mut out = Vec::new();
         for &coll in Collective::ALL {
@@ -144,11 +175,27 @@ impl KernelSpec {
                     if coll.reduces() {
                         for &dtype in DataType::ALL {
                             for &op in BuiltinOp::ALL {
-                                out.push(KernelSpec { coll, algo, proto, dtype, op: Some(op.into()), ranks: None });
+                                out.push(KernelSpec {
+                                    coll,
+                                    algo,
+                                    proto,
+                                    dtype,
+                                    op: Some(op.into()),
+                                    ranks: None,
+                                    wire: Wire::Exact,
+                                });
                             }
                         }
                     } else {
-                        out.push(KernelSpec { coll, algo, proto, dtype: DataType::U8, op: None, ranks: None });
+                        out.push(KernelSpec {
+                            coll,
+                            algo,
+                            proto,
+                            dtype: DataType::U8,
+                            op: None,
+                            ranks: None,
+                            wire: Wire::Exact,
+                        });
                     }
                 }
             }
@@ -168,6 +215,9 @@ impl fmt::Display for KernelSpec {
         if let Some(op) = &self.op {
             write!(f, ".{op}")?;
         }
+        if self.wire != Wire::Exact {
+            write!(f, ".w{}", self.wire)?;
+        }
         if let Some(n) = self.ranks {
             write!(f, "@{n}")?;
         }
@@ -177,7 +227,7 @@ impl fmt::Display for KernelSpec {
 
 impl FromStr for KernelSpec {
     type Err = InvalidSpec;
-    /// Parses `coll.algo.proto.dtype[.op][@ranks]` with a built-in op.
+    /// Parses `coll.algo.proto.dtype[.op][.wWIRE][@ranks]` with a built-in op.
     fn from_str(s: &str) -> Result<Self, InvalidSpec> {
         let (name, ranks) = match s.split_once('@') {
             Some((name, n)) => {
@@ -188,17 +238,34 @@ impl FromStr for KernelSpec {
             }
             None => (s, None),
         };
-        let parts: Vec<&str> = name.split('.').collect();
+        let mut parts: Vec<&str> = name.split('.').collect();
+        // No op's name starts with 'w': a last part that does names the wire.
+        let wire = match parts.last().and_then(|p| p.strip_prefix('w')) {
+            Some(w) if parts.len() > 4 => {
+                parts.pop();
+                w.parse()?
+            }
+            _ => Wire::Exact,
+        };
         if !(parts.len() == 4 || parts.len() == 5) {
             return Err(invalid(format!(
-                "bad kernel spec '{s}': expected coll.algo.proto.dtype[.op][@ranks], e.g. all_reduce.ring.ll.f32.sum"
+                "bad kernel spec '{s}': expected coll.algo.proto.dtype[.op][.wWIRE][@ranks], e.g. all_reduce.ring.ll.f32.sum"
             )));
         }
         let op = match parts.get(4) {
             Some(o) => Some(RedOp::Builtin(o.parse()?)),
             None => None,
         };
-        let spec = KernelSpec::new(parts[0].parse()?, parts[1].parse()?, parts[2].parse()?, parts[3].parse()?, op)?;
+        let spec = KernelSpec {
+            coll: parts[0].parse()?,
+            algo: parts[1].parse()?,
+            proto: parts[2].parse()?,
+            dtype: parts[3].parse()?,
+            op,
+            ranks: None,
+            wire,
+        };
+        spec.validate()?;
         ranks.map_or(Ok(spec), |n| spec.specialized_for(n))
     }
 }

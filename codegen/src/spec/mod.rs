@@ -1,5 +1,5 @@
 //! Typed kernel specifications: the vocabulary of a kernel (collective, algorithm, protocol,
-//! datatype, reduction op) with each term's names and rules; `KernelSpec` (in `kernel`)
+//! datatype, reduction op, wire format) with each term's names and rules; `KernelSpec` (in `kernel`)
 //! combines exactly one of each per generated kernel.
 
 use std::fmt;
@@ -7,8 +7,10 @@ use std::str::FromStr;
 
 pub use crate::target::{CudaArch, CudaOutput, Target};
 pub use kernel::{KernelSpec, MAX_SPECIALIZED_RANKS};
+pub use wire::Wire;
 
 mod kernel;
+mod wire;
 
 /// Why a spec cannot be generated, or a name cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

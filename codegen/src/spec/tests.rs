@@ -95,3 +95,55 @@ fn collectives_in_rounds_have_direct_kernels_only() {
         assert!(coll.algorithms().contains(&Algorithm::Ring), "{coll}: the tuner weighs the rounds");
     }
 }
+
+#[test]
+fn wires_name_their_kernels_and_round_trip() {
+    let spec: KernelSpec = "all_reduce.ring.simple.f32.sum.wbf16".parse().unwrap();
+    assert_eq!(spec.wire, Wire::Bf16);
+    assert_eq!(spec.symbol(), "jitccl_all_reduce_ring_simple_f32_sum_wbf16");
+    let exact = KernelSpec { wire: Wire::Exact, ..spec };
+    assert_eq!(exact.to_string(), "all_reduce.ring.simple.f32.sum");
+    for name in [
+        "all_reduce.ring.simple.f32.sum.wfp16",
+        "all_reduce.ring.simple.f32.avg.wfp8e4m3b64",
+        "all_reduce.ring.simple.bf16.sum.wfp8e5m2b128@4",
+        "reduce_scatter.ring.simple.f16.sum.wint8b32",
+        "broadcast.ring.simple.f32.wint8b256",
+        "sendrecv.ring.simple.f32.wbf16",
+    ] {
+        let spec: KernelSpec = name.parse().unwrap();
+        assert_eq!(spec.to_string(), name);
+    }
+    assert_eq!("int8".parse::<Wire>().unwrap(), Wire::Int8 { block: Wire::DEFAULT_BLOCK });
+    assert_eq!("E4M3b128".parse::<Wire>().unwrap(), Wire::Fp8E4M3 { block: 128 });
+}
+
+#[test]
+fn wire_rules_say_why() {
+    let refused = |name: &str, why: &str| {
+        let e = name.parse::<KernelSpec>().unwrap_err();
+        assert!(e.0.contains(why), "{name}: {e}");
+    };
+    refused("all_reduce.ring.simple.i32.sum.wbf16", "carries f32, f16 or bf16 elements, not i32");
+    refused("all_reduce.ring.simple.bf16.sum.wfp16", "no narrower than bf16");
+    refused("all_reduce.ring.simple.f32.max.wbf16", "sum or avg only, not max");
+    refused("all_reduce.tree.simple.f32.sum.wbf16", "ring algorithm with the simple protocol");
+    refused("all_reduce.ring.ll.f32.sum.wbf16", "ring algorithm with the simple protocol");
+    refused("all_reduce.ring.simple.f32.sum.wint8b48", "the blocks are 32, 64, 128, 256");
+    refused("all_reduce.ring.simple.f32.sum.wbf16b64", "takes no block");
+    refused("all_reduce.ring.simple.f32.sum.wint4", "unknown wire 'int4'");
+    refused("broadcast.ring.simple.f32", "only moves bytes");
+    let fp8: KernelSpec = "all_gather.ring.simple.f32.wfp8e4m3b64".parse().unwrap();
+    assert!(fp8.validate_for(Target::cubin(CudaArch(80))).unwrap_err().0.contains("the fp8e4m3b64 wire needs"));
+    assert!(fp8.validate_for(Target::cubin(CudaArch(90))).is_ok());
+    static FIRST: CustomOp =
+        CustomOp { name: "first", body: "return a;", identity: "0.0f", commutative: true, dtypes: &[DataType::F32] };
+    let custom = KernelSpec::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        Protocol::Simple,
+        DataType::F32,
+        Some(RedOp::Custom(&FIRST)),
+    );
+    assert!(custom.unwrap().with_wire(Wire::Bf16).unwrap_err().0.contains("not custom:first"));
+}

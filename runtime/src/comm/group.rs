@@ -246,5 +246,6 @@ fn pair(send: Option<Side>, recv: Option<Side>) -> Call {
         internal: false,
         rounds: Vec::new(),
         batch: false,
+        wire: None,
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Where each `Comm` method lives (a test keeps this index true):
 //! - `mod.rs`: rank, nranks, name, device, is_blocking, bind_current_thread, all_reduce,
-//!   broadcast, reduce, all_gather, reduce_scatter, send, recv, sendrecv, estimate
+//!   broadcast, reduce, all_gather, reduce_scatter, send, recv, sendrecv, estimate, wired
 //! - `alltoall.rs`: all_to_all, all_to_allv, gather, scatter
 //! - `handle.rs`: from_inner, start_init, async_error, wait_ready, abort, is_aborted, inner,
 //!   finalize, is_finalized
@@ -30,10 +30,11 @@ mod shrink;
 mod split;
 mod splits;
 mod submit;
+mod wired;
 
 use std::sync::Arc;
 
-use jitccl_codegen::{Collective, DataType};
+use jitccl_codegen::{Collective, DataType, Wire};
 
 use crate::device::{Device, DeviceBuffer};
 use crate::element::Element;
@@ -47,6 +48,7 @@ pub(crate) use inner::CommInner;
 pub use progress::CommState;
 pub use registration::Registration;
 pub use split::Split;
+pub use wired::Wired;
 
 /// One rank of a communicator: a handle (clones share the rank). In nonblocking mode
 /// (`Config::blocking = false`) it may exist before its init is done: see
@@ -107,7 +109,7 @@ impl Comm {
     pub fn all_reduce<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(&self.group(), Collective::AllReduce, Some(op), send, recv, count, 0), stream)
+        self.collective(Collective::AllReduce, Some(op), send, recv, count, 0, None, stream)
     }
 
     /// Copies `count` elements of `send` on `root` into `recv` on every rank (`send` is
@@ -115,7 +117,7 @@ impl Comm {
     pub fn broadcast<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(&self.group(), Collective::Broadcast, None, send, recv, count, root), stream)
+        self.collective(Collective::Broadcast, None, send, recv, count, root, None, stream)
     }
 
     /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
@@ -123,7 +125,7 @@ impl Comm {
     pub fn reduce<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, root: usize, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(&self.group(), Collective::Reduce, Some(op), send, recv, count, root), stream)
+        self.collective(Collective::Reduce, Some(op), send, recv, count, root, None, stream)
     }
 
     /// Gathers every rank's `count` elements of `send` into `recv` (rank r's at
@@ -131,7 +133,7 @@ impl Comm {
     pub fn all_gather<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(&self.group(), Collective::AllGather, None, send, recv, count, 0), stream)
+        self.collective(Collective::AllGather, None, send, recv, count, 0, None, stream)
     }
 
     /// Reduces every rank's `send` (nranks blocks of `count`) and leaves block `rank` of the
@@ -139,7 +141,7 @@ impl Comm {
     pub fn reduce_scatter<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
     ) -> Result<()> {
-        self.submit(Call::checked(&self.group(), Collective::ReduceScatter, Some(op), send, recv, count, 0), stream)
+        self.collective(Collective::ReduceScatter, Some(op), send, recv, count, 0, None, stream)
     }
 
     /// Sends `count` elements of `buf` to `peer` (which must post a matching receive).
@@ -184,6 +186,32 @@ impl Comm {
             return Ok(0.0);
         }
         inner.enq.tuner.estimate_us(coll, bytes, dtype.size())
+    }
+
+    /// This communicator's collectives with their elements carried in `wire` (see
+    /// [`Wire`] for the formats and their error bounds): `comm.wired(Wire::Bf16).all_reduce(..)`.
+    /// `Wire::Exact` sends them exactly whatever the communicator's default
+    /// (`Config::wire`). A call the wire cannot carry (not a float type wider than its codes,
+    /// an op other than sum or avg) fails with `InvalidArgument`, queuing nothing.
+    pub fn wired(&self, wire: Wire) -> Wired<'_> {
+        Wired { comm: self, wire }
+    }
+
+    /// A collective of `count` elements (a block per rank where it moves blocks), in `wire`
+    /// if given, else the communicator's default where it fits.
+    #[allow(clippy::too_many_arguments)]
+    fn collective<T: Element>(
+        &self, coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize,
+        root: usize, wire: Option<Wire>, stream: &Stream,
+    ) -> Result<()> {
+        let call = Call::checked(&self.group(), coll, op, send, recv, count, root);
+        self.submit(
+            call.and_then(|c| match wire {
+                Some(w) => c.wired(w),
+                None => Ok(c),
+            }),
+            stream,
+        )
     }
 
     fn group(&self) -> Group {

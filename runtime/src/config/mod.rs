@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use jitccl_codegen::abi::{NPROTOS, STEPS};
-use jitccl_codegen::{Algorithm, Protocol};
+use jitccl_codegen::{Algorithm, Protocol, Wire};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -99,6 +99,12 @@ pub struct Config {
     /// results, compiled once per rank count; `JITCCL_SPECIALIZE_RANKS` (0 or 1). Default
     /// false. Each rank may set its own.
     pub specialize_ranks: Option<bool>,
+    /// The wire format the communicator's float AllReduce, ReduceScatter, AllGather,
+    /// Broadcast and Reduce calls carry their elements in where it fits (f32, f16 or bf16
+    /// elements wider than its codes; sum or avg), as if each asked for it with
+    /// [`Comm::wired`](crate::Comm::wired); other calls stay exact; `JITCCL_WIRE` (a name
+    /// as `Wire` parses it). Default [`Wire::Exact`]. Every rank must give the same.
+    pub wire: Option<Wire>,
     /// Where this rank lives, for the inits of one rank per call (`init_rank`,
     /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
     /// each rank's device instead. Ranks of one communicator may differ in it.
@@ -137,6 +143,7 @@ impl Config {
             spin: self.spin.or(base.spin),
             tuner_table: self.tuner_table.or(base.tuner_table),
             specialize_ranks: self.specialize_ranks.or(base.specialize_ranks),
+            wire: self.wire.or(base.wire),
             device: self.device.or(base.device),
         }
     }
@@ -180,6 +187,7 @@ resolved! {
     spin: Option<u64>,
     tuner_table: Option<PathBuf>,
     specialize_ranks: bool,
+    wire: Wire,
 }
 
 /// Per protocol (Simple, LL, LL128), what every slot is a multiple of (a line), and the
@@ -332,6 +340,12 @@ impl Config {
             spin: settings::SPIN.whole_opt(self.spin)?,
             tuner_table: self.tuner_table.clone(),
             specialize_ranks: settings::SPECIALIZE_RANKS.flag(self.specialize_ranks)?,
+            wire: match self.wire {
+                Some(w) => w,
+                None => {
+                    settings::WIRE.parse_with(|v| v.parse::<Wire>().map_err(|e| e.to_string()))?.unwrap_or_default()
+                }
+            },
         })
     }
 }

@@ -8,6 +8,7 @@ mod checks;
 mod p2p;
 mod plan;
 mod queuing;
+mod wire;
 
 use std::ops::Range;
 use std::sync::atomic::AtomicI32;
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 
 use jitccl_codegen::abi::Args;
-use jitccl_codegen::{Collective, DataType, KernelSpec};
+use jitccl_codegen::{Collective, DataType, KernelSpec, Wire};
 
 use crate::affinity::{self, CpuSet};
 use crate::config::Resolved;
@@ -68,6 +69,8 @@ pub(crate) struct Ready {
     direct: Option<Direct>,
     /// Direct point-to-point: its table (`p2p`).
     ops: Option<Arc<p2p::Ops>>,
+    /// Bytes per element of the call's type where its kernel counts bytes, else 1.
+    scale: usize,
 }
 
 /// One checked operation, ready to be tuned and launched.
@@ -98,6 +101,9 @@ pub(crate) struct Call {
     /// `rounds` are a batch of transfers (AlltoAllv's, a group's sends and receives) that
     /// run as one direct point-to-point launch where they can (`p2p`), else one by one.
     pub batch: bool,
+    /// The wire format asked for (`Call::wired`), or `None`: the communicator's default
+    /// where it fits.
+    pub wire: Option<Wire>,
 }
 
 impl Call {
@@ -151,6 +157,7 @@ impl Call {
             internal: false,
             rounds: Vec::new(),
             batch: false,
+            wire: None,
         }
     }
 
@@ -184,6 +191,7 @@ impl Call {
             internal: false,
             rounds: Vec::new(),
             batch: false,
+            wire: None,
         })
     }
 }
@@ -223,9 +231,11 @@ impl Rank {
 
     /// `call`'s shape as plans see it, and its bytes if the direct algorithms could run it.
     fn shape(&self, call: &Call) -> (Shape, Option<Ranges>) {
-        // Collectives that only move data run as bytes.
-        let kdtype = if call.coll.reduces() { call.dtype } else { DataType::U8 };
-        let ranges = if call.internal { None } else { self.direct_ranges(call) };
+        let wire = call.wire_with(self.cfg.wire);
+        // Collectives that only move data run as bytes, unless a wire format encodes them;
+        // the wire formats run on the ring.
+        let kdtype = if call.coll.reduces() || wire != Wire::Exact { call.dtype } else { DataType::U8 };
+        let ranges = if call.internal || wire != Wire::Exact { None } else { self.direct_ranges(call) };
         let shape = Shape {
             coll: call.coll,
             bytes: call.bytes,
@@ -233,6 +243,7 @@ impl Rank {
             op: call.op.map(Op::red_op),
             direct: ranges.as_ref().is_some_and(|(s, r)| self.sym.holds(s, r)),
             internal: call.internal,
+            wire,
         };
         (shape, ranges)
     }
@@ -288,7 +299,9 @@ impl Rank {
             })?),
             _ => None,
         };
-        Ok(Some(Ready { choice, kernel, direct, ops }))
+        // A kernel of bytes counts bytes (see `shape`).
+        let scale = if shape.dtype == DataType::U8 { call.dtype.size() } else { 1 };
+        Ok(Some(Ready { choice, kernel, direct, ops, scale }))
     }
 
     /// Writes the launch of a prepared `call` of `comm` (the communicator, which the launch
@@ -301,7 +314,7 @@ impl Rank {
         &self, dst: &mut Option<Launch>, comm: Arc<dyn Send + Sync>, call: &mut Call, ready: &mut Ready,
     ) {
         let (choice, kernel, direct, ops) = (ready.choice, ready.kernel, ready.direct.take(), ready.ops.take());
-        let scale = if call.coll.reduces() { 1 } else { call.dtype.size() };
+        let scale = ready.scale;
         let (b, Group { rank, nranks }) = (&self.base, self.group);
         let region = |r: Option<&Arc<crate::registry::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.kernel_bases(), r.id, (at - r.range.start) as u64))

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use jitccl_codegen::abi::{SYM_EAGER_MIN_RANKS, SYM_MAX_RANKS, SYM_P2P_EAGER_BYTES};
-use jitccl_codegen::{Collective, DataType};
+use jitccl_codegen::{Collective, DataType, Wire};
 
 use super::{checks, Call, Rank};
 use crate::error::{invalid, Result};
@@ -52,6 +52,7 @@ impl Call {
             internal: false,
             rounds,
             batch: true,
+            wire: None,
         }
     }
 }
@@ -93,7 +94,9 @@ impl Rank {
     /// The table of `call` if it runs direct (`build`; else an empty one, only to say so).
     fn p2p_ops(&self, call: &Call, build: bool) -> Option<Ops> {
         let p2p = call.batch || call.coll == Collective::SendRecv;
-        if !p2p || call.internal || self.device.is_cuda() || self.group.nranks > SYM_MAX_RANKS {
+        // A wire format is encoded in the FIFOs' steps: the receiver's copy moves raw bytes.
+        let wired = call.wire.is_some_and(|w| w != Wire::Exact);
+        if !p2p || wired || call.internal || self.device.is_cuda() || self.group.nranks > SYM_MAX_RANKS {
             return None;
         }
         let flags = self.sym.flags()?.table();

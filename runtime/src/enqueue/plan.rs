@@ -7,7 +7,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp, MAX_SPECIALIZED_RANKS};
+use jitccl_codegen::{Collective, DataType, KernelSpec, RedOp, Wire, MAX_SPECIALIZED_RANKS};
 
 use super::checks::Group;
 use super::Rank;
@@ -29,6 +29,8 @@ pub(super) struct Shape {
     pub direct: bool,
     /// The library's own exchange (see `Call::internal`).
     pub internal: bool,
+    /// The format the elements travel in.
+    pub wire: Wire,
 }
 
 /// A rank's identity for the plans threads remember: unique in the process for good, so a
@@ -87,27 +89,31 @@ impl Rank {
     #[cold]
     #[inline(never)]
     fn plan_anew(&self, shape: Shape, slot: usize) -> Result<(Choice, KernelRef)> {
-        let choice = match shape.internal {
-            true => self.tuner.internal(shape.dtype.size()),
-            false => {
+        let choice = match (shape.internal, shape.wire) {
+            (true, _) => self.tuner.internal(shape.dtype.size()),
+            (false, Wire::Exact) => {
                 let commutative = !matches!(shape.op, Some(RedOp::Custom(c)) if !c.commutative);
                 self.tuner.choose_for(shape.coll, shape.bytes, shape.dtype.size(), commutative, shape.direct)?
             }
+            (false, _) => self.tuner.for_wire(shape.coll, shape.bytes, shape.dtype.size())?,
         };
-        let kernel = self.kernel(shape.coll, choice, shape.dtype, shape.op)?;
+        let kernel = self.kernel(shape.coll, choice, shape.dtype, shape.op, shape.wire)?;
         LAST.with(|l| l[slot].set(Some(Remembered { rank: self.uid, shape, choice, kernel })));
         Ok((choice, kernel))
     }
 
     /// The kernel for one launch: from this rank's table, else validated and fetched
     /// (compiled if need be) from the generator into the table, which never lets it go.
-    fn kernel(&self, coll: Collective, choice: Choice, dtype: DataType, op: Option<RedOp>) -> Result<KernelRef> {
+    fn kernel(
+        &self, coll: Collective, choice: Choice, dtype: DataType, op: Option<RedOp>, wire: Wire,
+    ) -> Result<KernelRef> {
         let ranks = self.specialized;
-        let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op, ranks };
+        let spec = KernelSpec { coll, algo: choice.algo, proto: choice.proto, dtype, op, ranks, wire };
         if let Some(k) = self.kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
             return Ok(k.borrow());
         }
-        let spec = KernelSpec::new(coll, choice.algo, choice.proto, dtype, op)
+        let spec = KernelSpec { ranks: None, wire: Wire::Exact, ..spec }
+            .with_wire(wire)
             .and_then(|s| ranks.map_or(Ok(s), |n| s.specialized_for(n as usize)))
             .map_err(|e| Error::InvalidArgument(format!("{} with {dtype}: {e}", coll.name())))?;
         let kernel = Kernel::get(&self.device, &spec)?;

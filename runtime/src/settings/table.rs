@@ -216,6 +216,16 @@ pub const SPECIALIZE_RANKS: Setting = config(
     Ranks::Own,
     "1: kernels specialized for the communicator's rank count (up to 64), their loops over ranks unrolled; the same results",
 );
+pub const WIRE: Setting = config(
+    "JITCCL_WIRE",
+    "wire",
+    Kind::Text,
+    Initial::Text("exact"),
+    Ranks::Agree,
+    "the wire format of the float AllReduce, ReduceScatter, AllGather, Broadcast and Reduce calls it fits (sum or avg; \
+     elements wider than its codes): `exact`, `bf16`, `fp16`, `fp8e4m3`, `fp8e5m2` or `int8`, the scaled ones with \
+     `b32`..`b256`, their block (default 64), as `int8b128`; see the guide's Wire formats",
+);
 pub const SPIN: Setting = config(
     "JITCCL_SPIN",
     "spin",
@@ -442,6 +452,7 @@ pub const ALL: &[Setting] = &[
     COMM_SPLIT_SHARE_RESOURCES,
     ABORT_PROPAGATE,
     SPECIALIZE_RANKS,
+    WIRE,
     SPIN,
     DEBUG,
     IGNORE_CPU_AFFINITY,

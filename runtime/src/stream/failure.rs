@@ -156,8 +156,8 @@ impl Failure {
         }
         if let Some((_, st)) = failed().find(|(_, st)| st.code == abi::ERR_MISMATCH) {
             return Error::InvalidUsage(format!(
-                "{op} on rank {rank}: rank {} called it differently (another count, datatype, op or root; or, for a \
-                 direct algorithm, buffers in other registrations)",
+                "{op} on rank {rank}: rank {} called it differently (another count, datatype, op, root or wire format; or, \
+                 for a direct algorithm, buffers in other registrations)",
                 st.peer
             ));
         }

@@ -216,6 +216,29 @@ impl Tuner {
         }
     }
 
+    /// The choice for a call whose elements travel in a wire format other than exact: the
+    /// ring with the Simple protocol, whose kernels alone encode and decode (the other
+    /// algorithms and protocols carry elements exactly), on the channels the cost model
+    /// gives that pair. Where the tuner would choose otherwise, a debug line says so.
+    pub(crate) fn for_wire(&self, coll: Collective, bytes: usize, elem_size: usize) -> Result<Choice> {
+        let (algo, proto) = (Algorithm::Ring, Protocol::Simple);
+        let usual = self.choose_for(coll, bytes, elem_size, true, false)?;
+        if (usual.algo, usual.proto) != (algo, proto) {
+            tracing::debug!(
+                "{}{coll} {bytes} B with a wire format: {algo}/{proto} instead of {}/{}, which carry elements exactly",
+                self.log_prefix,
+                usual.algo,
+                usual.proto
+            );
+        }
+        // Point to point keeps its every channel: its two sides may move different sizes.
+        let nchannels = match coll {
+            Collective::SendRecv => usual.nchannels,
+            _ => self.best(coll, &[algo], &[proto], bytes).map_or(usual.nchannels, |e| e.nchannels),
+        };
+        Ok(Choice { algo, proto, nchannels, ..self.internal(elem_size) })
+    }
+
     /// The most channels a choice may use.
     /// Whether the overrides let `coll` run direct (whatever the size): the choice of calls
     /// whose ranks move different sizes (AlltoAllv, point-to-point), which must still agree.

@@ -1,0 +1,162 @@
+//! Wire formats: how a kernel's FIFO steps carry floating-point elements between ranks.
+//! `Exact` sends the elements as they are; the others encode each step on the sender and
+//! decode it on the receiver, which reduces in fp32 (see `templates/common/wire.h` for the
+//! encodings and docs/guide.md, "Wire formats", for their error bounds).
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{invalid, DataType, InvalidSpec};
+
+/// The format a kernel's FIFO steps carry its elements in. A kernel with another wire than
+/// `Exact` decodes every received step to fp32, combines in fp32, and encodes what it
+/// sends; a rank's final values that other ranks also receive are the decoded encoding, so
+/// that every rank ends with the same bits.
+///
+/// Rounding is to nearest, ties to even. Per encoding of a value `v` (`a`: the largest
+/// finite magnitude of `v`'s block of `block` elements in that step):
+///
+/// - `Bf16`: `|e| <= 2^-8 |v| + 2^-134` (the last term: f32 denormals); f32's range, so
+///   nothing saturates.
+/// - `Fp16`: `|e| <= 2^-11 |v| + 2^-25`; finite values beyond ±65504 become ±Inf, as a cast
+///   to half makes them.
+/// - `Fp8E4M3 { block }`: a power-of-two scale per block puts `a` in (208, 416], so nothing
+///   saturates: `|e| <= 2^-4 |v| + 2^-17 a + 2^-136` (the last terms: values the scale
+///   leaves in e4m3's subnormals; blocks below 2^-118 keep the scale 2^-126). The codes
+///   ±448 carry ±Inf.
+/// - `Fp8E5M2 { block }`: as e4m3, with `a` scaled into (28672, 57344]:
+///   `|e| <= 2^-3 |v| + 2^-31 a + 2^-143`.
+/// - `Int8 { block }`: the scale `a / 126`, codes -126..=126 (127, -127 and -128 carry
+///   +Inf, -Inf and NaN): `|e| <= a / 250 + 2^-140`.
+///
+/// A ring AllReduce over `n` ranks encodes each partial sum once per hop, `n` times in all,
+/// so with `u`, `c` and `t` the relative, block-relative and absolute terms above,
+/// `M = sum_i |x_i|` of the element and `A` the largest `M` within `block` elements of it,
+/// its error is at most `n ((u + 2^-24) M + c A + t) (1 + u)^n` (`2^-24`: the fp32
+/// additions). NaN and ±Inf pass through as with `Exact`. A single rank sends nothing: its
+/// result is exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Wire {
+    /// The elements as they are (the default).
+    #[default]
+    Exact,
+    /// bfloat16, round to nearest even.
+    Bf16,
+    /// IEEE half, round to nearest even.
+    Fp16,
+    /// fp8 e4m3 with a power-of-two scale per `block` elements.
+    Fp8E4M3 { block: u16 },
+    /// fp8 e5m2 with a power-of-two scale per `block` elements.
+    Fp8E5M2 { block: u16 },
+    /// 8-bit integers with an fp32 scale per `block` elements.
+    Int8 { block: u16 },
+}
+
+impl Wire {
+    /// The block of the scaled formats when a name gives none.
+    pub const DEFAULT_BLOCK: u16 = 64;
+    /// The blocks a scaled format may take.
+    pub const BLOCKS: &'static [u16] = &[32, 64, 128, 256];
+
+    /// The wire's code in the kernel source (`JC_WIRE`), 0 for `Exact`.
+    pub fn code(self) -> u8 {
+        match self {
+            Wire::Exact => 0,
+            Wire::Bf16 => 1,
+            Wire::Fp16 => 2,
+            Wire::Fp8E4M3 { .. } => 3,
+            Wire::Fp8E5M2 { .. } => 4,
+            Wire::Int8 { .. } => 5,
+        }
+    }
+
+    /// The elements per scale, or `None` for the unscaled formats.
+    pub fn block(self) -> Option<u16> {
+        match self {
+            Wire::Fp8E4M3 { block } | Wire::Fp8E5M2 { block } | Wire::Int8 { block } => Some(block),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one encoded element (without its block's scale); `None` for `Exact`.
+    pub fn code_size(self) -> Option<usize> {
+        match self {
+            Wire::Exact => None,
+            Wire::Bf16 | Wire::Fp16 => Some(2),
+            _ => Some(1),
+        }
+    }
+
+    /// Whether the wire is one of the fp8 formats (which need an fp8-capable GPU on CUDA).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, Wire::Fp8E4M3 { .. } | Wire::Fp8E5M2 { .. })
+    }
+
+    /// Checks that elements of `dtype` may travel in this wire: a float type wider than
+    /// its codes.
+    pub fn check_dtype(self, dtype: DataType) -> Result<(), InvalidSpec> {
+        let Some(size) = self.code_size() else { return Ok(()) };
+        if !matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16) {
+            return Err(invalid(format!("the {self} wire carries f32, f16 or bf16 elements, not {dtype}")));
+        }
+        if size >= dtype.size() {
+            return Err(invalid(format!("the {self} wire is no narrower than {dtype}: send {dtype} exactly")));
+        }
+        Ok(())
+    }
+
+    fn check_block(self) -> Result<Self, InvalidSpec> {
+        match self.block() {
+            Some(b) if !Wire::BLOCKS.contains(&b) => Err(invalid(format!(
+                "a wire block of {b} elements: the blocks are {}",
+                Wire::BLOCKS.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+            ))),
+            _ => Ok(self),
+        }
+    }
+}
+
+impl fmt::Display for Wire {
+    /// `exact`, `bf16`, `fp16`, `fp8e4m3b64`, `fp8e5m2b64`, `int8b64` (the number: the block).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wire::Exact => f.write_str("exact"),
+            Wire::Bf16 => f.write_str("bf16"),
+            Wire::Fp16 => f.write_str("fp16"),
+            Wire::Fp8E4M3 { block } => write!(f, "fp8e4m3b{block}"),
+            Wire::Fp8E5M2 { block } => write!(f, "fp8e5m2b{block}"),
+            Wire::Int8 { block } => write!(f, "int8b{block}"),
+        }
+    }
+}
+
+impl FromStr for Wire {
+    type Err = InvalidSpec;
+    /// A name as `Display` writes it; the scaled formats' block may be left out (then
+    /// [`Wire::DEFAULT_BLOCK`]).
+    fn from_str(s: &str) -> Result<Self, InvalidSpec> {
+        let lower = s.to_ascii_lowercase();
+        let (name, block) = match lower.rsplit_once('b') {
+            Some((name, b)) if !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()) => {
+                (name, Some(b.parse::<u16>().map_err(|_| invalid(format!("a wire block of {b} elements")))?))
+            }
+            _ => (lower.as_str(), None),
+        };
+        let scaled = |make: fn(u16) -> Wire| make(block.unwrap_or(Wire::DEFAULT_BLOCK)).check_block();
+        let unscaled = |w: Wire| match block {
+            Some(_) => Err(invalid(format!("the {w} wire takes no block (in '{s}')"))),
+            None => Ok(w),
+        };
+        match name {
+            "exact" => unscaled(Wire::Exact),
+            "bf16" => unscaled(Wire::Bf16),
+            "fp16" => unscaled(Wire::Fp16),
+            "fp8e4m3" | "e4m3" => scaled(|block| Wire::Fp8E4M3 { block }),
+            "fp8e5m2" | "e5m2" => scaled(|block| Wire::Fp8E5M2 { block }),
+            "int8" => scaled(|block| Wire::Int8 { block }),
+            _ => Err(invalid(format!(
+                "unknown wire '{s}' (expected one of: exact, bf16, fp16, fp8e4m3[bN], fp8e5m2[bN], int8[bN])"
+            ))),
+        }
+    }
+}

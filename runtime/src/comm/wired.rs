@@ -1,0 +1,101 @@
+//! `Comm::wired`: a communicator's collectives and point-to-point calls with their elements
+//! carried in a wire format.
+
+use jitccl_codegen::{Collective, Wire};
+
+use super::{group, Comm};
+use crate::device::DeviceBuffer;
+use crate::element::Element;
+use crate::enqueue::Call;
+use crate::error::{invalid, Result};
+use crate::op::Op;
+use crate::stream::Stream;
+
+/// A communicator's collectives in one wire format (made by [`Comm::wired`]). Each call
+/// takes the arguments of the `Comm` method of its name and gives the same result within
+/// the wire's error bound ([`Wire`]); every rank ends with the same bits.
+#[derive(Debug, Clone, Copy)]
+pub struct Wired<'a> {
+    pub(super) comm: &'a Comm,
+    pub(super) wire: Wire,
+}
+
+impl Wired<'_> {
+    /// The wire the calls carry their elements in.
+    pub fn wire(&self) -> Wire {
+        self.wire
+    }
+
+    /// [`Comm::all_reduce`]: each hop decodes, adds in fp32 and encodes; the final sums are
+    /// encoded once and every rank keeps their decoding.
+    pub fn all_reduce<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
+    ) -> Result<()> {
+        self.comm.collective(Collective::AllReduce, Some(op), send, recv, count, 0, Some(self.wire), stream)
+    }
+
+    /// [`Comm::broadcast`]: encoded once by the root; every rank (the root too) keeps the
+    /// decoding.
+    pub fn broadcast<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.comm.collective(Collective::Broadcast, None, send, recv, count, root, Some(self.wire), stream)
+    }
+
+    /// [`Comm::reduce`]: as AllReduce's first half; the root's sums are not encoded again.
+    pub fn reduce<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, root: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.comm.collective(Collective::Reduce, Some(op), send, recv, count, root, Some(self.wire), stream)
+    }
+
+    /// [`Comm::all_gather`]: each block encoded once by its rank; every rank (its own too)
+    /// keeps the decodings.
+    pub fn all_gather<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.comm.collective(Collective::AllGather, None, send, recv, count, 0, Some(self.wire), stream)
+    }
+
+    /// [`Comm::reduce_scatter`]: each hop decodes, adds in fp32 and encodes; a rank's
+    /// own block is not encoded again.
+    pub fn reduce_scatter<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
+    ) -> Result<()> {
+        self.comm.collective(Collective::ReduceScatter, Some(op), send, recv, count, 0, Some(self.wire), stream)
+    }
+}
+
+/// Point to point: the receiver must ask for the same wire as the sender (a step of another
+/// size fails the call). Not inside a group, whose transfers are scheduled as bytes.
+impl Wired<'_> {
+    /// [`Comm::send`], encoded once.
+    pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.p2p(Call::checked_p2p(&self.comm.group(), Some((buf, count, peer)), None), stream)
+    }
+
+    /// [`Comm::recv`], decoded on arrival.
+    pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.p2p(Call::checked_p2p(&self.comm.group(), None, Some((buf, count, peer))), stream)
+    }
+
+    /// [`Comm::sendrecv`] in the wire.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Element>(
+        &self, send: &DeviceBuffer<T>, send_count: usize, to: usize, recv: &DeviceBuffer<T>, recv_count: usize,
+        from: usize, stream: &Stream,
+    ) -> Result<()> {
+        let call = Call::checked_p2p(&self.comm.group(), Some((send, send_count, to)), Some((recv, recv_count, from)));
+        self.p2p(call, stream)
+    }
+
+    fn p2p(&self, call: Result<Call>, stream: &Stream) -> Result<()> {
+        if group::is_open() && self.wire != Wire::Exact {
+            return group::note(invalid(format!(
+                "sendrecv in the {} wire inside a group: a group's transfers run as bytes; make the call outside the group",
+                self.wire
+            )));
+        }
+        self.comm.submit(call.and_then(|c| c.wired(self.wire)), stream)
+    }
+}

@@ -1,0 +1,65 @@
+//! Which wire format a call's elements travel in: the one the call asks for (checked when
+//! the call is made, so that a refusal changes nothing), else the communicator's default
+//! where it fits (`Config::wire`: collectives only), else exact.
+
+use jitccl_codegen::{Collective, Wire};
+
+use super::Call;
+use crate::error::{invalid, Result};
+use crate::op::Op;
+
+/// The collectives a wire format runs on (their ring kernels encode and decode).
+fn carries(coll: Collective) -> bool {
+    matches!(
+        coll,
+        Collective::AllReduce
+            | Collective::ReduceScatter
+            | Collective::AllGather
+            | Collective::Broadcast
+            | Collective::Reduce
+    )
+}
+
+/// Why `call` cannot travel in `wire`, if it cannot. Point to point takes a wire only where
+/// asked (`asked`), as both sides must ask for the same one.
+fn refusal(call: &Call, wire: Wire, asked: bool) -> Option<String> {
+    if wire == Wire::Exact {
+        return None;
+    }
+    let name = call.coll.name();
+    if !(carries(call.coll) || asked && call.coll == Collective::SendRecv) {
+        return Some(format!(
+            "{name}: the {wire} wire runs on AllReduce, ReduceScatter, AllGather, Broadcast, Reduce and point to point"
+        ));
+    }
+    if let Err(e) = wire.check_dtype(call.dtype) {
+        return Some(format!("{name}: {e}"));
+    }
+    match call.op {
+        None | Some(Op::Sum | Op::Avg) => None,
+        Some(op) => Some(format!(
+            "{name}: the {wire} wire reduces with sum or avg only (it accumulates in fp32), not {}",
+            op.red_op()
+        )),
+    }
+}
+
+impl Call {
+    /// This call with its elements carried in `wire` (exact included: then whatever the
+    /// communicator's default), or why it cannot be.
+    pub(crate) fn wired(self, wire: Wire) -> Result<Call> {
+        match refusal(&self, wire, true) {
+            Some(why) => invalid(why),
+            None => Ok(Call { wire: Some(wire), ..self }),
+        }
+    }
+
+    /// The wire the call's kernel runs with: its own, or `default` where it fits.
+    pub(super) fn wire_with(&self, default: Wire) -> Wire {
+        match self.wire {
+            Some(w) => w,
+            None if self.internal || refusal(self, default, false).is_some() => Wire::Exact,
+            None => default,
+        }
+    }
+}

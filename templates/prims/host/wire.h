@@ -1,0 +1,29 @@
+/* Simple protocol with a wire format, host: the framing of prims/host/simple.h (a step in
+   one slot, its size word, then the tail with release order), with the step's elements
+   encoded in the slot (common/wire.h) and decoded on arrival, folded in fp32. A received
+   step forwarded unchanged keeps its bytes: re-encoding its decoded values could give
+   other bits (a scale recomputed from decoded values), and every rank must decode the same. */
+#define JC_PROTO 0
+#define JC_WIRE_TILE (JC_WIRE_BLOCK ? JC_WIRE_BLOCK : 256)
+#define JC_SLOT_READ const
+{% include "common/wire.h" %}
+static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
+                                const T* src, T* dst, jc_u64 n, int pre, int post) {
+  const jc_u64 bytes = jc_wire_bytes(n);
+  if (s) JC_CHECK(jc_wait_space(x, s));
+  if (r) {
+    JC_CHECK(jc_wait_ge(x, r->tail, r->step + 1, r->peer, JC_WAIT_DATA));
+    if (jc_load_relaxed(&r->sizes[r->step % JC_STEPS]) != jc_size_word(JC_PROTO, bytes, x->tag_recv))
+      return jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA);
+  }
+  const char* in = r ? jc_slot(r, JC_PROTO) : 0;
+  char* out = s ? jc_slot(s, JC_PROTO) : 0;
+  if (in && out && !src && !pre && !post) {
+    jc_copy(out, in, bytes);
+    out = 0;
+  }
+  for (jc_u64 b = 0; b < n; b += JC_WIRE_TILE) jc_wire_tile(x, in, out, src, dst, n, b, jc_min(JC_WIRE_TILE, n - b), pre, post);
+  if (r) jc_store_release(r->head, ++r->step);
+  if (s) jc_post_step(x, s, JC_PROTO, bytes);
+  return JC_OK;
+}
