@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: sets up the C compiler and NVRTC, then runs every test with NVRTC
-# required (a missing NVRTC fails the run instead of skipping the CUDA checks). Kernels
-# are compiled into a fresh cache, so cold compiles and cache hits are both exercised.
+# required (a missing NVRTC fails the run instead of skipping the CUDA checks). Kernels go
+# to the machine's kernel cache (jitccl's default, ~/.cache/jitccl), so a run compiles only
+# what changed since the last, as a build cache would; its keys name the source, compiler
+# and flags, so no entry outlives what it was built from. The cache's own tests, and those
+# of cold compiles, make caches of their own. JITCCL_CACHE_DIR chooses another.
 # With arguments, they go to one `cargo test --release --workspace --all-targets`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,10 +20,10 @@ if [ $# -eq 0 ]; then
   torch_setup=$!
 fi
 export JITCCL_REQUIRE_NVRTC=1
-cache=$(mktemp -d "${TMPDIR:-/tmp}/jitccl-test-cache.XXXXXX")
+# Named, not left to the default, so that the PyTorch test shows it inside its chroot.
+export JITCCL_CACHE_DIR="${JITCCL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/jitccl}"
 # An unfinished set-up goes with the run, all its processes (its own process group).
-trap '[ -z "$torch_setup" ] || kill -- "-$torch_setup" 2>/dev/null; rm -rf "$cache" "$torch_log"' EXIT
-export JITCCL_CACHE_DIR="$cache"
+trap '[ -z "$torch_setup" ] || kill -- "-$torch_setup" 2>/dev/null; rm -f "$torch_log"' EXIT
 if [ $# -gt 0 ]; then
   cargo test --release --workspace --all-targets "$@"
   exit
