@@ -23,7 +23,7 @@ export JITCCL_REQUIRE_NVRTC=1
 # Named, not left to the default, so that the PyTorch test shows it inside its chroot.
 export JITCCL_CACHE_DIR="${JITCCL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/jitccl}"
 # An unfinished set-up goes with the run, all its processes (its own process group).
-trap '[ -z "$torch_setup" ] || kill -- "-$torch_setup" 2>/dev/null; rm -f "$torch_log"' EXIT
+trap '[ -z "$torch_setup" ] || kill -- "-$torch_setup" 2>/dev/null || true; rm -f "$torch_log"' EXIT
 if [ $# -gt 0 ]; then
   cargo test --release --workspace --all-targets "$@"
   exit
