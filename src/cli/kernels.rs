@@ -84,39 +84,26 @@ pub(super) enum KernelsCmd {
         target: TargetArgs,
     },
     /// Compile kernels (into the cache); prints failures with the compiler log.
-    Compile {
-        /// Kernel specs to compile.
-        #[arg(value_parser = parse_spec, required_unless_present = "all")]
-        specs: Vec<KernelSpec>,
-        /// Compile every valid spec for the target.
-        #[arg(long)]
-        all: bool,
-        #[command(flatten)]
-        target: TargetArgs,
-        /// Parallel compiles, 1 to 1024 (default: the number of cores).
-        #[arg(short = 'j', long, value_parser = jobs_parser())]
-        jobs: Option<usize>,
-    },
+    Compile(Batch),
     /// Check that kernels compile, building nothing: the C compiler's front end for the
     /// host, NVRTC without optimization for CUDA. Much faster than compile; caches nothing.
-    Check {
-        /// Kernel specs to check.
-        #[arg(value_parser = parse_spec, required_unless_present = "all")]
-        specs: Vec<KernelSpec>,
-        /// Check every valid spec for the target.
-        #[arg(long)]
-        all: bool,
-        #[command(flatten)]
-        target: TargetArgs,
-        /// Parallel checks, 1 to 1024 (default: the number of cores).
-        #[arg(short = 'j', long, value_parser = jobs_parser())]
-        jobs: Option<usize>,
-    },
+    Check(Batch),
 }
 
-/// `--jobs`: 1 to 1024.
-fn jobs_parser() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024)
+/// The kernels of `compile` and `check`, and how many at a time.
+#[derive(clap::Args)]
+pub(super) struct Batch {
+    /// Kernel specs.
+    #[arg(value_parser = parse_spec, required_unless_present = "all")]
+    specs: Vec<KernelSpec>,
+    /// Every valid spec for the target.
+    #[arg(long)]
+    all: bool,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Kernels at a time, 1 to 1024 (default: the number of cores).
+    #[arg(short = 'j', long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    jobs: Option<usize>,
 }
 
 fn valid_for(target: Target) -> Vec<KernelSpec> {
@@ -136,8 +123,8 @@ impl KernelsCmd {
                 print!("{}", render(&spec, target.target()?).map_err(|e| e.to_string())?);
                 Ok(ExitCode::SUCCESS)
             }
-            KernelsCmd::Compile { specs, all, target, jobs } => {
-                let (specs, target, jobs) = batch(specs, all, &target, jobs)?;
+            KernelsCmd::Compile(b) => {
+                let (specs, target, jobs) = b.resolve()?;
                 let gen = Generator::global();
                 if let Some(d) = gen.cache_dir() {
                     eprintln!(
@@ -150,8 +137,8 @@ impl KernelsCmd {
                     gen.get(spec, target).map(|(_, p)| p == Provenance::Compiled)
                 }))
             }
-            KernelsCmd::Check { specs, all, target, jobs } => {
-                let (specs, target, jobs) = batch(specs, all, &target, jobs)?;
+            KernelsCmd::Check(b) => {
+                let (specs, target, jobs) = b.resolve()?;
                 eprintln!("# checking {} kernel(s) for {target} with {jobs} job(s)", specs.len());
                 Ok(for_each(&specs, jobs, Work::Check, |spec| check(spec, target).map(|()| true)))
             }
@@ -159,20 +146,20 @@ impl KernelsCmd {
     }
 }
 
-/// The specs (all valid ones with `all`), each checked against the target, and the number of
-/// threads to work through them with.
-fn batch(
-    specs: Vec<KernelSpec>, all: bool, target: &TargetArgs, jobs: Option<usize>,
-) -> Result<(Vec<KernelSpec>, Target, usize), String> {
-    let target = target.target()?;
-    let specs = if all { valid_for(target) } else { specs };
-    for s in &specs {
-        s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
+impl Batch {
+    /// The specs (all valid ones with `all`), each checked against the target, the target,
+    /// and the number of threads to work through them with.
+    fn resolve(self) -> Result<(Vec<KernelSpec>, Target, usize), String> {
+        let target = self.target.target()?;
+        let specs = if self.all { valid_for(target) } else { self.specs };
+        for s in &specs {
+            s.validate_for(target).map_err(|e| format!("{s}: {e}"))?;
+        }
+        let jobs = self.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        // More threads than kernels would only idle.
+        let jobs = jobs.min(specs.len()).max(1);
+        Ok((specs, target, jobs))
     }
-    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    // More threads than kernels would only idle.
-    let jobs = jobs.min(specs.len()).max(1);
-    Ok((specs, target, jobs))
 }
 
 /// What [`for_each`] does to each kernel.

@@ -38,8 +38,8 @@ pub(super) struct Plan {
 impl Plan {
     /// Timed (and warm-up) iterations at `size`: a call of a few microseconds needs many
     /// more than one that moves megabytes to rise above timer and scheduling noise. Below
-    /// 4 KiB a call takes well under a microsecond at 2 ranks, and turns of 1000 iterations
-    /// left two runs of one setup too far apart to rank candidates, so these get 10x more.
+    /// 4 KiB a call is so short that the default turns left two runs of one setup too far
+    /// apart to rank candidates, so these get many more.
     pub(super) fn iters_at(&self, size: usize) -> (usize, usize) {
         let scale = if size < 4 << 10 {
             500

@@ -133,15 +133,15 @@ impl Constants {
     };
 
     /// Fitted to an H200's runs (see [`Topology::cuda`]; ranks as threads sharing it,
-    /// calls queued back to back): every algorithm's base is a launch, 2.75 us (3.75 for
-    /// one-shot); tree hops cost 1.5x, one-shot's 1.89x; LL's hop 1.11x and LL128's 1.37x
-    /// Simple's; tree reaches 0.65 and one-shot 0.67 of the ring's bandwidth per channel, LL
-    /// 0.16 of Simple's (one line per thread at a time) and LL128 0.29 (eight threads a
-    /// line, two lines in flight). The direct algorithms on registered buffers, beside the
-    /// ring at 2 ranks and 32 channels: two-shot 1.67x its busbw (a byte is loaded and
-    /// stored once per rank, where the ring also moves it through a FIFO), one-shot 0.63x
-    /// (each rank reads every input), level with it below 1 MiB (docs/performance.md, "The
-    /// GPU kernels").
+    /// calls queued back to back): every algorithm's base is a launch, one-shot's longer;
+    /// tree and one-shot hops cost more than the ring's, LL's and LL128's more than
+    /// Simple's; tree and one-shot reach less of the ring's bandwidth per channel, LL much
+    /// less than Simple (one line per thread at a time) and LL128 more than LL (eight
+    /// threads a line, two lines in flight). The direct algorithms on registered buffers:
+    /// two-shot above the ring's busbw (a byte is loaded and stored once per rank, where the
+    /// ring also moves it through a FIFO), one-shot below it (each rank reads every input)
+    /// but level with it at small sizes. The runs behind the values: docs/performance.md,
+    /// "The GPU kernels".
     pub const CUDA: Constants = Constants {
         base: [2.75, 2.75, 3.75, 2.75, 2.75],
         hop_factor: [1.0, 1.5, 1.89, 1.0, 1.0],
