@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Builds the workspace's tests (`cargo test --release --workspace --all-targets --no-run`)
-and runs their executables a few at a time, each as cargo would (in its package's folder).
-Many targets mostly wait (rank processes, network namespaces, timeouts) while others
-compile kernels, so two side by side keep both cores busy where one after the other left
-one idle. (One `cargo test -p PKG` per target would not do: each package alone unifies
+and examples, and runs the test executables a few at a time, each as cargo would (in its
+package's folder). Many targets mostly wait (rank processes, network namespaces,
+timeouts) while others compile kernels, so two side by side keep both cores busy where one
+after the other left one idle. (One `cargo test -p PKG` per target would not do: each package alone unifies
 its dependencies' features differently, and cargo would build them again.)
 
 Each target's output is printed whole when it ends; the run fails if any target failed,
@@ -24,7 +24,7 @@ import threading
 import time
 
 # The longest targets of a run (seconds, roughly), for a checkout without durations.
-FIRST = {"torch": 180, "collectives": 170, "nvrtc_specs": 100, "across_hosts": 90, "reduction_ui": 85}
+FIRST = {"torch": 180, "collectives": 170, "nvrtc_specs": 100, "across_hosts": 90, "multiprocess": 80}
 
 
 def targets(root):
@@ -33,6 +33,10 @@ def targets(root):
     out = subprocess.run(
         build + ["--message-format=json-render-diagnostics"], cwd=root, stdout=subprocess.PIPE, check=True
     ).stdout
+    # The examples as programs too, which some tests run (mpirun's, the process group's):
+    # built here with the workspace's features, where a test's own `cargo build --example`
+    # would unify them for one package and build the libraries again.
+    subprocess.run(["cargo", "build", "--release", "--workspace", "--examples"], cwd=root, check=True)
     meta = json.loads(subprocess.check_output(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=root))
     names = {p["manifest_path"]: p["name"] for p in meta["packages"]}
     jobs = []

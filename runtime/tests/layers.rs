@@ -254,3 +254,77 @@ fn no_module_file_sits_beside_its_folder() {
     }
     assert!(beside.is_empty(), "move these to <folder>/mod.rs (git mv): {beside:?}");
 }
+
+/// `docs/architecture.md` is the map of the code: every path it names (a back-quoted word
+/// with a `/` in it) exists, read from the workspace's root or from the folder its section
+/// speaks of (the runtime's modules, its targets, its transports, the templates, the plugins).
+#[test]
+fn every_path_the_architecture_page_names_exists() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let page = std::fs::read_to_string(workspace.join("docs/architecture.md")).unwrap();
+    let bases = ["", "runtime/src", "runtime/src/device", "runtime/src/transport", "templates", "plugins", "src/cli"];
+    let mut missing = Vec::new();
+    for word in page.split('`').skip(1).step_by(2) {
+        // Paths only: not commands, placeholders (`<coll>`) or the machine's own (`/sys`).
+        if !word.contains('/') || word.contains(' ') || word.contains('<') || word.starts_with('/') {
+            continue;
+        }
+        for path in expand(word) {
+            let found = bases.iter().any(|base| matches(&workspace.join(base), &path));
+            if !found {
+                missing.push(path);
+            }
+        }
+    }
+    assert!(missing.is_empty(), "docs/architecture.md names paths that do not exist: {missing:?}");
+}
+
+/// `prims/{host,cuda}/` as the paths it stands for.
+fn expand(word: &str) -> Vec<String> {
+    match (word.find('{'), word.find('}')) {
+        (Some(open), Some(close)) if open < close => word[open + 1..close]
+            .split(',')
+            .flat_map(|choice| expand(&format!("{}{choice}{}", &word[..open], &word[close + 1..])))
+            .collect(),
+        _ => vec![word.to_string()],
+    }
+}
+
+/// Whether `path` (its components may hold `*`, and `net/wire` may leave out `.rs`) names
+/// something under `base`.
+fn matches(base: &Path, path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let mut here = vec![base.to_path_buf()];
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        here = here
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let stem = name.strip_suffix(".rs").filter(|_| last).unwrap_or(&name);
+                glob(part, &name) || glob(part, stem)
+            })
+            .map(|e| e.path())
+            .collect();
+    }
+    !here.is_empty()
+}
+
+/// `*` for any run of characters; nothing else is special.
+fn glob(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((head, rest)) => {
+            name.starts_with(head) && (0..=name.len() - head.len()).any(|i| glob(rest, &name[head.len() + i..]))
+        }
+    }
+}
+
+#[test]
+fn architecture_paths_are_read_as_written() {
+    assert_eq!(expand("prims/{host,cuda}/"), ["prims/host/", "prims/cuda/"]);
+    assert!(glob("*_direct*.h", "all_reduce_direct_two.h") && !glob("*_direct*.h", "all_reduce_ring.h"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(matches(root, "src/lib.rs") && matches(root, "src/settings/") && !matches(root, "src/nothing.rs"));
+}

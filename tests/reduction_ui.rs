@@ -1,9 +1,0 @@
-//! Compile-fail tests of `#[jitccl::reduction]`: every unsupported form is an error at its
-//! span that says what is supported (the expected messages are in tests/ui/*.stderr;
-//! regenerate them with `TRYBUILD=overwrite cargo test --test reduction_ui`).
-
-#[test]
-fn unsupported_forms_are_compile_errors() {
-    let t = trybuild::TestCases::new();
-    t.compile_fail("tests/ui/*.rs");
-}
