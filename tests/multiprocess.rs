@@ -2,13 +2,19 @@
 //! runs its ranks as processes over shared memory and counts wrong elements against the
 //! reference on every rank), also with several sockets per network connection, a refused
 //! socket count, the launcher's fail-fast behaviour and its hiding of an outer launcher, a
-//! missing rank process, a store-based init, and TLS on the network transport.
+//! missing rank process, a store-based init, TLS on the network transport, and a live keyed
+//! job's listeners refusing clients without its key.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use jitccl::auth::{Initiator, JobKey, Refusal, Service, REPLY_LEN};
 use jitccl::store::{Server, TcpStore};
 use jitccl::{Comm, Config, Op};
+use listeners::Fate;
+
+#[path = "common/listeners.rs"]
+mod listeners;
 
 fn jitccl(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jitccl"));
@@ -309,4 +315,112 @@ fn ranks_that_disagree_on_tls_fail_init_saying_so() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("Config.tls (JITCCL_TLS) is false on rank(s) [0], true on rank(s) [1]"), "{stderr}");
     assert!(t0.elapsed() < Duration::from_secs(8), "took {:?}", t0.elapsed());
+}
+
+/// What one listener of a live job did with clients that know jitccl's protocol but not
+/// the job's key.
+#[derive(Debug)]
+struct Probe {
+    /// The listener's service, if a handshake with the job's key opened it.
+    service: Option<Service>,
+    /// A client with another key, which sent a made-up proof.
+    wrong_key: Fate,
+    /// A handshake recorded with the job's key, replayed on a new connection.
+    replay: Option<Fate>,
+}
+
+/// Tries a client with another key at `addr`, then, where a handshake with the job's key
+/// for the listener's service (found by trying each) can be recorded, one replaying it.
+/// `None`: the listener answered no handshake (not accepting at the time).
+fn probe(addr: std::net::SocketAddr, key: JobKey) -> Option<Probe> {
+    use std::io::{Read, Write};
+    let mut reply = [0u8; REPLY_LEN];
+    let wrong = JobKey::from_secret("a key that is not the job's").unwrap();
+    let (me, hello) = Initiator::start(&wrong, Service::Bootstrap).unwrap();
+    let mut s = listeners::connect(addr)?;
+    s.write_all(&hello).and_then(|()| s.read_exact(&mut reply)).ok()?;
+    assert_eq!(me.finish(&reply), Err(Refusal::KeysDiffer), "{addr}: the listener proves another key");
+    let _ = s.write_all(&[7u8; 32]);
+    let wrong_key = listeners::fate(s);
+    for service in [Service::Bootstrap, Service::Store, Service::Net] {
+        let Some((recorded, s)) = listeners::handshake(addr, &key, service) else { continue };
+        drop(s);
+        // (A listener that stopped answering meanwhile lets nothing in either.)
+        let replay = listeners::connect(addr).and_then(|mut r| {
+            r.write_all(&recorded).and_then(|()| r.read_exact(&mut reply)).ok()?;
+            Some(listeners::fate(r))
+        });
+        return Some(Probe { service: Some(service), wrong_key, replay });
+    }
+    Some(Probe { service: None, wrong_key, replay: None })
+}
+
+/// A keyed job of three rank processes over the network transport, held while its
+/// listeners are up: rank 2 pauses before its hello to the root (the launcher's store, the
+/// root and the other ranks' bootstrap listeners are up), rank 1 before it opens its
+/// transport connections (every rank's transport listener is up). A client at each of
+/// them with another key, and one replaying a recorded handshake, is refused or left
+/// unread, never let in; the job's results are right.
+#[test]
+fn a_live_jobs_listeners_refuse_clients_without_its_key() {
+    use std::collections::HashSet;
+    use std::process::Stdio;
+    let exe = env!("CARGO_BIN_EXE_jitccl");
+    let secret = "the live job's secret, known to the test";
+    let key = JobKey::from_secret(secret).unwrap();
+    let script = format!(
+        r#"case "$RANK" in 2) export JITCCL_TEST_PAUSE_AT=join+2500;; 1) export JITCCL_TEST_PAUSE_AT=transport+2500;; esac
+exec "{exe}" perf all_reduce -N 3 -b 8 -e 64K -f 16 -w 1 -n 2"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut job = Command::new(exe)
+        .args(["launch", "-n", "3", "--", "sh", "-c", &script])
+        .envs([
+            ("JITCCL_AUTH_KEY", secret),
+            ("JITCCL_TRANSPORT", "net"),
+            ("JITCCL_SOCKET_IFNAME", "lo"),
+            ("JITCCL_TIMEOUT", "60"),
+            ("JITCCL_BOOTSTRAP_TIMEOUT", "60"),
+        ])
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut seen = HashSet::new();
+    let mut probes = Vec::new();
+    let status = loop {
+        if let Some(status) = job.try_wait().unwrap() {
+            break status;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            job.kill().unwrap();
+            panic!("the job did not end within 60 s");
+        }
+        for addr in listeners::of(&listeners::tree(job.id())) {
+            if seen.insert(addr) {
+                probes.push(std::thread::spawn(move || probe(addr, key)));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let probes: Vec<Probe> = probes.into_iter().filter_map(|p| p.join().unwrap()).collect();
+    let (stdout, stderr) = (std::fs::read_to_string(out).unwrap(), std::fs::read_to_string(err).unwrap());
+    assert!(status.success() && stdout.contains("# Out of bounds values : 0 OK"), "{stdout}{stderr}");
+    for p in &probes {
+        assert!(p.wrong_key != Fate::Answered && p.replay != Some(Fate::Answered), "a client was let in: {p:?}");
+    }
+    // Each kind of listener refused both clients at least once: the store; the root (a
+    // rank's bootstrap listener reads a connection only while its rank receives on it);
+    // the transport listeners of the ranks that were not paused.
+    let refused = |s: Service| {
+        let of = |p: &&Probe| p.service == Some(s);
+        (probes.iter().filter(of).filter(|p| p.wrong_key == Fate::Closed).count())
+            .min(probes.iter().filter(of).filter(|p| p.replay == Some(Fate::Closed)).count())
+    };
+    assert!(
+        refused(Service::Store) == 1 && refused(Service::Bootstrap) >= 1 && refused(Service::Net) >= 2,
+        "not every kind of listener refused the clients: {probes:?}\n{stderr}"
+    );
 }

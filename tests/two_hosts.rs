@@ -8,8 +8,11 @@ use std::time::Duration;
 
 #[path = "common/hosts.rs"]
 mod hosts;
+#[path = "common/listeners.rs"]
+mod listeners;
 
 use hosts::{Hosts, RankEnd};
+use jitccl::auth::{JobKey, Service};
 
 fn hosts(h: usize) -> Hosts {
     Hosts::new(h).unwrap_or_else(|e| panic!("cannot create {h} test hosts (needs root and iproute2): {e}"))
@@ -54,7 +57,7 @@ fn collectives_between_two_hosts() {
 }
 
 /// With JITCCL_TLS=1 (and a job key on every rank) the sockets between the hosts carry
-/// TLS, and the results match.
+/// TLS, the bootstrap's ring and the network transport's alike, and the results match.
 #[test]
 fn collectives_between_two_hosts_over_tls() {
     let hosts = hosts(2);
@@ -63,8 +66,58 @@ fn collectives_between_two_hosts_over_tls() {
         let args = [run, &["-N", "2", "-b", "4", "-e", "1M", "-f", "16", "-w", "1", "-n", "2"][..]].concat();
         for e in perf(&hosts, &[0, 1], &args, &env) {
             assert!(e.stderr.contains("socket(s) each, TLS"), "{run:?}: {e}");
+            assert!(e.stderr.contains("the bootstrap ring carries TLS"), "{run:?}: {e}");
         }
     }
+}
+
+/// A TLS job between two hosts, held while rank 0's transport listener waits for rank 1
+/// (paused just before it connects): a client on rank 1's host that knows the job's key
+/// and proves it, but then speaks in the clear, is refused; the job's results match.
+#[test]
+fn a_client_in_the_clear_is_refused_between_hosts_over_tls() {
+    let hosts = hosts(2);
+    let secret = "the two hosts' job secret";
+    let key = JobKey::from_secret(secret).unwrap();
+    let args = ["perf", "all_reduce", "-N", "2", "-b", "4", "-e", "64K", "-f", "16", "-w", "1", "-n", "2"];
+    let env = |rank: usize| {
+        let mut env = vec![("JITCCL_AUTH_KEY", secret), ("JITCCL_TLS", "1"), ("JITCCL_DEBUG", "INFO")];
+        env.push(("JITCCL_TIMEOUT", "60"));
+        if rank == 1 {
+            env.push(("JITCCL_TEST_PAUSE_AT", "transport+4000"));
+        }
+        env
+    };
+    let mut ranks = hosts.ranks_each(&[0, 1], std::path::Path::new(env!("CARGO_BIN_EXE_jitccl")), &args, env);
+    assert!(ranks.wait_for(1, "pausing at transport", Duration::from_secs(60)), "rank 1 never reached its pause");
+    let pids = listeners::tree(ranks.pid(0));
+    // Rank 0's transport listener: the one whose handshake proves the net service.
+    // Each listener at once: one that does not answer (not accepting) holds only its own.
+    let refused = hosts.in_host(1, || {
+        std::thread::scope(|scope| {
+            let tries: Vec<_> = listeners::of(&pids)
+                .into_iter()
+                .map(|addr| {
+                    scope.spawn(move || {
+                        let (_, mut s) = listeners::handshake(addr, &key, Service::Net)?;
+                        // A transport hello, in the clear where TLS is due.
+                        let hello = [b"JCCLNET2".as_slice(), &[0u8; 32]].concat();
+                        std::io::Write::write_all(&mut s, &hello).ok()?;
+                        Some((addr, listeners::fate(s)))
+                    })
+                })
+                .collect();
+            tries.into_iter().find_map(|t| t.join().unwrap())
+        })
+    });
+    let ends = ranks.finish(Duration::from_secs(60));
+    let (addr, refused) = refused.unwrap_or_else(|| panic!("rank 0's transport listener was not found: {}", ends[0]));
+    assert_eq!(refused, listeners::Fate::Alerted, "a client in the clear at {addr}: {}", ends[0]);
+    assert!(ends[0].stderr.contains(&format!("refused a net connection from {}", hosts.addr(1))), "{}", ends[0]);
+    for e in &ends {
+        assert!(e.success() && e.stderr.contains("the bootstrap ring carries TLS"), "{e}");
+    }
+    assert!(ends[0].stdout.contains("# Out of bounds values : 0 OK"), "{}", ends[0]);
 }
 
 /// Two hosts of two ranks each: a rank reaches the other rank of its host through shared

@@ -451,6 +451,11 @@ impl Ranks<'_> {
         }
     }
 
+    /// The process id of `rank` (`ip netns exec` runs the program in its own place).
+    pub fn pid(&self, rank: usize) -> u32 {
+        self.procs[rank].child.id()
+    }
+
     /// Time since the ranks were started (what [`RankEnd::after`] counts from).
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()

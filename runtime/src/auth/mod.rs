@@ -2,8 +2,8 @@
 //! connection of the job opens with when there is one (`handshake`): the bootstrap's (to
 //! the root, the ring), jitccl's store clients to jitccl's store server, and the network
 //! transport's sockets; the bootstrap's send/recv messages, which must not wait for their
-//! receiver, are sealed instead (`seal`). With `JITCCL_TLS=1` the network transport's
-//! sockets then carry TLS 1.3, pinned to the job's key (`tls`).
+//! receiver, are sealed instead (`seal`). With `JITCCL_TLS=1` the bootstrap's ring and the
+//! network transport's sockets then carry TLS 1.3, pinned to the job's key (`tls`).
 //!
 //! The key comes with the unique id (rank 0 makes a fresh one with the id), or from
 //! `JITCCL_AUTH_KEY` / `JITCCL_AUTH_KEY_FILE` where every rank makes the id itself. Without

@@ -85,20 +85,32 @@ impl Tls {
 
     /// Opens a session as the connecting end on blocking `io` (its timeouts bound it).
     pub fn connect(&self, io: &mut (impl Read + Write)) -> io::Result<Connection> {
-        let name = ServerName::try_from(SERVER_NAME).expect("a valid name");
-        let conn = ClientConnection::new(self.client.clone(), name).map_err(io::Error::other)?;
-        handshake(conn.into(), io)
+        handshake(self.client()?, io)
     }
 
     /// Opens a session as the accepting end on blocking `io` (its timeouts bound it).
     pub fn accept(&self, io: &mut (impl Read + Write)) -> io::Result<Connection> {
-        let conn = ServerConnection::new(self.server.clone()).map_err(io::Error::other)?;
-        handshake(conn.into(), io)
+        handshake(self.server()?, io)
+    }
+
+    /// A session of the connecting end whose handshake has not begun, for a caller that
+    /// drives it itself (on a non-blocking socket).
+    pub fn client(&self) -> io::Result<Connection> {
+        let name = ServerName::try_from(SERVER_NAME).expect("a valid name");
+        let mut conn: Connection = ClientConnection::new(self.client.clone(), name).map_err(io::Error::other)?.into();
+        conn.set_buffer_limit(Some(BUFFER_LIMIT));
+        Ok(conn)
+    }
+
+    /// A session of the accepting end whose handshake has not begun (see [`client`](Self::client)).
+    pub fn server(&self) -> io::Result<Connection> {
+        let mut conn: Connection = ServerConnection::new(self.server.clone()).map_err(io::Error::other)?.into();
+        conn.set_buffer_limit(Some(BUFFER_LIMIT));
+        Ok(conn)
     }
 }
 
 fn handshake(mut conn: Connection, io: &mut (impl Read + Write)) -> io::Result<Connection> {
-    conn.set_buffer_limit(Some(BUFFER_LIMIT));
     while conn.is_handshaking() {
         conn.complete_io(io)?;
     }

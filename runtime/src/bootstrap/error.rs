@@ -69,6 +69,10 @@ pub enum BootstrapError {
     /// prove that it knows the job's key, or refused this rank's proof.
     #[error("bootstrap {op} on rank {rank}: {peer}: {why}")]
     Auth { op: &'static str, rank: usize, peer: String, why: Refusal },
+    /// The TLS session of rank `rank`'s ring connection with rank `peer` did not open
+    /// (`JITCCL_TLS=1`): the peer does not speak TLS, or proves another key.
+    #[error("bootstrap {op} on rank {rank}: TLS with rank {peer}: {detail}")]
+    Tls { op: &'static str, rank: usize, peer: usize, detail: String },
     /// The job's key cannot be had (`JITCCL_AUTH_KEY`, its file, the OS's randomness).
     #[error("bootstrap: the job key: {0}")]
     Key(#[from] KeyError),
@@ -135,6 +139,7 @@ impl BootstrapError {
                 Store { op, rank: *rank, server: *server, addr: addr.clone(), detail: detail.clone() }
             }
             Auth { op, rank, peer, why } => Auth { op, rank: *rank, peer: peer.clone(), why: *why },
+            Tls { op, rank, peer, detail } => Tls { op, rank: *rank, peer: *peer, detail: detail.clone() },
             Key(e) => Key(e.clone()),
             Protocol { from, detail } => Protocol { from: from.clone(), detail: detail.clone() },
             InvalidArgument(m) => InvalidArgument(m.clone()),

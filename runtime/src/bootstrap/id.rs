@@ -49,6 +49,32 @@ impl UniqueId {
         Self::with_config(&BootstrapConfig::from_env()?)
     }
 
+    /// As [`new`](Self::new) for a job whose key is `key`, which the id then carries
+    /// instead of a fresh one. The ranks that know it get the id without it
+    /// ([`without_key`](Self::without_key)), so the key never travels with it; `None`: a
+    /// fresh key, which does.
+    pub(crate) fn for_job(key: Option<JobKey>) -> Result<Self> {
+        Ok(Root::start_keyed(&BootstrapConfig::from_env()?, key)?.detach())
+    }
+
+    /// The bytes to give a rank that knows the job's key `job` (which it then puts back
+    /// with [`with_job_key`](Self::with_job_key)): without the key when there is one, so
+    /// that a channel read by others (a store, a bootstrap's messages) does not carry it.
+    pub(crate) fn without_key(&self, job: Option<JobKey>) -> [u8; UNIQUE_ID_BYTES] {
+        match job {
+            Some(_) => self.with_key(None).to_bytes(),
+            None => self.to_bytes(),
+        }
+    }
+
+    /// The id of [`without_key`](Self::without_key)'s bytes, given the same `job` key.
+    pub(crate) fn with_job_key(self, job: Option<JobKey>) -> Self {
+        match job {
+            Some(_) => self.with_key(job),
+            None => self,
+        }
+    }
+
     /// As [`new`](Self::new) with an explicit configuration for the root (timeout, abort
     /// flag, interface). Use [`Root::start`] to keep a handle on the root.
     pub(crate) fn with_config(config: &BootstrapConfig) -> Result<Self> {
@@ -241,6 +267,20 @@ mod tests {
         b[3] ^= 0xff;
         assert!(matches!(UniqueId::from_bytes(&b), Err(BootstrapError::WrongMagic { .. })));
         assert!(matches!(UniqueId::from_bytes(&b[..64]), Err(BootstrapError::InvalidArgument(_))));
+    }
+
+    /// Ranks that know the job's key get an id without it, and put it back.
+    #[test]
+    fn ids_given_to_a_keyed_job_do_not_carry_its_key() {
+        let job = JobKey::from_secret("the job's key, known to every rank").unwrap();
+        let id = UniqueId::random("127.0.0.1:29500".parse().unwrap()).unwrap().with_key(Some(job));
+        let bytes = id.without_key(Some(job));
+        assert!(!bytes.windows(KEY_BYTES).any(|w| w == job.as_bytes()), "the key travels with the id");
+        assert_eq!(UniqueId::from_bytes(&bytes).unwrap().key(), None);
+        assert_eq!(UniqueId::from_bytes(&bytes).unwrap().with_job_key(Some(job)), id);
+        // Without a job key, the id's own (fresh) key is all the ranks have: it travels.
+        let fresh = UniqueId::random("127.0.0.1:29500".parse().unwrap()).unwrap();
+        assert_eq!(UniqueId::from_bytes(&fresh.without_key(None)).unwrap().with_job_key(None), fresh);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::link::RootLink;
 use super::liveness::Liveness;
 use super::net::{self, Waiter};
 use super::ring::{self, Ring};
+use super::stream::Stream;
 use super::wire::{self, Header, Hello, Kind, RootReply};
 use super::{iface, root, scalable, test_hook, Bootstrap, BootstrapConfig, UniqueId, STAGGER_ABOVE};
 use crate::auth::Session;
@@ -185,7 +186,7 @@ impl Bootstrap {
             };
             Ok((next, prev.unwrap()))
         })?;
-        let mut ring = Ring { next, prev, seq: 0 };
+        let mut ring = Ring { next: Stream::new(next), prev: Stream::new(prev), seq: 0 };
 
         // 4. AllGather the listen addresses (and, with a key, the session nonces senders
         //    seal their messages with).

@@ -42,6 +42,7 @@ mod net;
 mod ring;
 mod root;
 mod scalable;
+mod stream;
 pub(crate) mod test_hook;
 mod wire;
 
@@ -57,7 +58,7 @@ pub use launcher::launcher_vars;
 pub(crate) use launcher::LaunchEnv;
 pub(crate) use net::{deadline_after, watch_link};
 
-use crate::auth::{self, JobKey, Session};
+use crate::auth::{self, JobKey, Session, Tls};
 use crate::settings::{BOOTSTRAP_TIMEOUT, SOCKET_IFNAME};
 use incoming::{Acceptor, Incoming, Mailbox, Message};
 use liveness::Liveness;
@@ -297,6 +298,20 @@ impl Bootstrap {
         }
     }
 
+    /// From now on the ring's connections carry TLS ([`Tls`], pinned to the job's key):
+    /// every rank calls it at the same point (once the communicator's configuration, which
+    /// says whether it uses TLS, is agreed). A neighbour that does not, or that proves
+    /// another key, fails it naming that rank.
+    pub fn start_tls(&self, tls: &Tls) -> Result<()> {
+        let w = self.waiter("start TLS on the ring", None);
+        w.check()?;
+        let mut guard = lock(&self.ring);
+        let Some(ring) = guard.as_mut() else { return Ok(()) };
+        ring.start_tls(tls, self.rank, self.nranks, &w)?;
+        tracing::debug!(rank = self.rank, "jitccl bootstrap: the ring carries TLS");
+        Ok(())
+    }
+
     /// Sets the abort flag (shared with whoever gave it in the config: the whole
     /// communicator) and shuts the ring down; every wait of every user of the flag ends
     /// with `Aborted`. Sockets are closed when the `Bootstrap` is dropped.
@@ -304,8 +319,8 @@ impl Bootstrap {
         self.abort.store(true, Ordering::Release);
         if let Ok(guard) = self.ring.try_lock() {
             if let Some(r) = guard.as_ref() {
-                let _ = r.next.shutdown(std::net::Shutdown::Both);
-                let _ = r.prev.shutdown(std::net::Shutdown::Both);
+                let _ = r.next.socket().shutdown(std::net::Shutdown::Both);
+                let _ = r.prev.socket().shutdown(std::net::Shutdown::Both);
             }
         }
     }

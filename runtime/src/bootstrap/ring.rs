@@ -1,21 +1,58 @@
 //! The bootstrap ring: one connection to the successor, one from the predecessor, and the
 //! ring AllGather over them (contributions of any length, one `RingData` message each).
-
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
-
-use socket2::Socket;
+//! With `JITCCL_TLS=1` both connections carry TLS once the communicator's configuration is
+//! agreed ([`Ring::start_tls`]): this rank is the session's client towards its successor,
+//! its server towards its predecessor.
 
 use super::error::{BootstrapError, Result};
 use super::net::{self, Waiter};
+use super::stream::Stream;
 use super::wire::{self, Header, Kind, HEADER_BYTES};
+use crate::auth::Tls;
 
 pub(crate) struct Ring {
-    pub next: Socket,
-    pub prev: Socket,
+    pub next: Stream,
+    pub prev: Stream,
     /// Number of all-gathers run on this ring (tags their messages, so ranks that call
     /// different collectives in a different order fail instead of mixing data).
     pub seq: u32,
+}
+
+impl Ring {
+    /// Opens a TLS session on both connections at once (each neighbour waits for this
+    /// rank's half of its own handshake, so neither may wait for the other).
+    pub fn start_tls(&mut self, tls: &Tls, rank: usize, nranks: usize, w: &Waiter) -> Result<()> {
+        let (next_rank, prev_rank) = ((rank + 1) % nranks, (rank + nranks - 1) % nranks);
+        let failed = |peer: usize, e: std::io::Error| BootstrapError::Tls {
+            op: w.op,
+            rank,
+            peer,
+            detail: match e.kind() {
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                    format!("{e}: the peer refused the session (it does not know the job's key, or does not run TLS)")
+                }
+                _ => e.to_string(),
+            },
+        };
+        self.next.secure(tls.client().map_err(|e| failed(next_rank, e))?);
+        self.prev.secure(tls.server().map_err(|e| failed(prev_rank, e))?);
+        loop {
+            let next_open = self.next.handshake().map_err(|e| failed(next_rank, e))?;
+            let prev_open = self.prev.handshake().map_err(|e| failed(prev_rank, e))?;
+            if next_open && prev_open {
+                return Ok(());
+            }
+            w.sub(w.op, Some(if next_open { prev_rank } else { next_rank })).check()?;
+            let mut fds = Vec::with_capacity(2);
+            if !next_open {
+                fds.push(net::pollfd(self.next.fd(), self.next.handshake_events()));
+            }
+            if !prev_open {
+                fds.push(net::pollfd(self.prev.fd(), self.prev.handshake_events()));
+            }
+            net::poll(&mut fds, w.slice()).map_err(|e| BootstrapError::io(format!("{}: poll", w.op), e))?;
+        }
+    }
 }
 
 /// Ring AllGather: at step s, rank r sends block (r - s) to its successor and receives block
@@ -39,7 +76,7 @@ pub(crate) fn all_gather(
             Header::new(nonce, Kind::RingData, send_idx as u32, tag, out[send_idx].len()),
             &out[send_idx],
         );
-        let (h, data) = exchange(&ring.next, next_rank, &msg, &ring.prev, prev_rank, nonce, w)?;
+        let (h, data) = exchange(&mut ring.next, next_rank, &msg, &mut ring.prev, prev_rank, nonce, w)?;
         if h.kind != Kind::RingData || h.rank as usize != recv_idx || h.tag != tag {
             return Err(BootstrapError::Protocol {
                 from: format!("rank {prev_rank} (ring predecessor)"),
@@ -61,7 +98,7 @@ pub(crate) fn all_gather(
 
 /// Sends `msg` on `next` while receiving one message from `prev`.
 fn exchange(
-    next: &Socket, next_rank: usize, msg: &[u8], prev: &Socket, prev_rank: usize, nonce: u64, w: &Waiter,
+    next: &mut Stream, next_rank: usize, msg: &[u8], prev: &mut Stream, prev_rank: usize, nonce: u64, w: &Waiter,
 ) -> Result<(Header, Vec<u8>)> {
     const CHUNK: usize = 1 << 20;
     let mut sent = 0;
@@ -74,9 +111,14 @@ fn exchange(
     let unreachable = |peer| w.unreachable(Some(peer));
     let io_err = |what: &str, e| BootstrapError::io(format!("{}: {what}", w.op), e);
     loop {
-        while sent < msg.len() {
-            match (&*next).write(&msg[sent..]) {
-                Ok(0) => return Err(closed(next_rank)),
+        // With TLS, the last bytes written may still wait in the session.
+        while sent < msg.len() || next.pending() {
+            let r = match sent < msg.len() {
+                true => next.write(&msg[sent..]),
+                false => next.flush().map(|()| 0),
+            };
+            match r {
+                Ok(0) if sent < msg.len() => return Err(closed(next_rank)),
                 Ok(k) => sent += k,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -95,12 +137,12 @@ fn exchange(
                 break true;
             }
             let r = match header {
-                None => (&*prev).read(&mut hdr[hdr_got..]),
+                None => prev.read(&mut hdr[hdr_got..]),
                 Some(_) => {
                     if payload.len() == got {
                         payload.resize(got + want.min(CHUNK), 0);
                     }
-                    (&*prev).read(&mut payload[got..])
+                    prev.read(&mut payload[got..])
                 }
             };
             match r {
@@ -124,7 +166,7 @@ fn exchange(
                 Err(e) => return Err(io_err("read", e)),
             }
         };
-        let send_done = sent == msg.len();
+        let send_done = sent == msg.len() && !next.pending();
         if send_done && recv_done {
             return Ok((header.unwrap(), payload));
         }
@@ -132,10 +174,10 @@ fn exchange(
         w.sub(w.op, Some(waiting_on)).check()?;
         let mut fds = Vec::with_capacity(2);
         if !send_done {
-            fds.push(net::pollfd(next.as_raw_fd(), libc::POLLOUT));
+            fds.push(net::pollfd(next.fd(), libc::POLLOUT));
         }
         if !recv_done {
-            fds.push(net::pollfd(prev.as_raw_fd(), libc::POLLIN));
+            fds.push(net::pollfd(prev.fd(), libc::POLLIN));
         }
         net::poll(&mut fds, w.slice()).map_err(|e| io_err("poll", e))?;
     }

@@ -218,14 +218,16 @@ fn split_processes(bs: &Bootstrap, seq: u64, me: Entry, cfg: &Config) -> Result<
 /// other parent rank takes part.
 pub(crate) fn child_id(bs: &Bootstrap, members: &[usize], tag: u64) -> Result<(UniqueId, usize)> {
     let new_rank = members.iter().position(|&q| q == bs.rank()).unwrap_or(0);
+    // The child's key is the parent's, which its members know: it never travels.
+    let job = bs.key();
     let id = if new_rank == 0 {
-        let id = UniqueId::new()?;
+        let id = UniqueId::for_job(job)?;
         for &q in &members[1..] {
-            bs.send(q, tag, &id.to_bytes())?;
+            bs.send(q, tag, &id.without_key(job))?;
         }
         id
     } else {
-        UniqueId::from_bytes(&bs.recv(members[0], tag)?)?
+        UniqueId::from_bytes(&bs.recv(members[0], tag)?)?.with_job_key(job)
     };
     Ok((id, new_rank))
 }

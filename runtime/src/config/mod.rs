@@ -83,8 +83,8 @@ pub struct Config {
     /// waiting on this rank fail at once naming it, instead of by their timeout;
     /// `JITCCL_ABORT_PROPAGATE` (0 or 1). Default false (NCCL's abort is local).
     pub abort_propagates: Option<bool>,
-    /// TLS on the network transport's sockets; `JITCCL_TLS` (0 or 1). Default false. Needs
-    /// a job key; every rank must agree.
+    /// TLS on the bootstrap's ring and the network transport's sockets; `JITCCL_TLS` (0 or
+    /// 1). Default false. Needs a job key; every rank must agree.
     pub tls: Option<bool>,
     /// Busy-poll rounds (pause instructions, tens of nanoseconds each) a kernel's wait on a
     /// peer makes before it starts yielding its core; `JITCCL_SPIN`, 0 to 10^9. Default:

@@ -290,7 +290,7 @@ pub const TLS: Setting = config(
     Kind::Flag,
     Initial::Flag(false),
     Ranks::Agree,
-    "1: the network transport's sockets between ranks carry TLS 1.3, pinned to the job's key (needs `JITCCL_AUTH_KEY`, `JITCCL_AUTH_KEY_FILE` or a unique id made by rank 0); not with network plugins",
+    "1: the bootstrap's ring (from the configuration's agreement on) and the network transport's sockets carry TLS 1.3, pinned to the job's key (needs `JITCCL_AUTH_KEY`, `JITCCL_AUTH_KEY_FILE` or a unique id made by rank 0); not with network plugins",
 );
 pub const TRANSPORT: Setting = user(
     "JITCCL_TRANSPORT",

@@ -33,7 +33,7 @@ use super::net::{self, Opening};
 use super::scalable::{neighbour_of, Block};
 use super::wire::{self, Header, Hello, Kind, HEADER_BYTES, HOSTS_ROOT, MAX_CONTROL_PAYLOAD};
 use super::BootstrapConfig;
-use crate::auth::Gate;
+use crate::auth::{Gate, JobKey};
 use reply::clone_err;
 use watch::{Leave, Member};
 
@@ -81,9 +81,15 @@ impl Root {
     /// Starts a root listening on the chosen interface (`config.ifname`, see
     /// [`super::iface`]) at an ephemeral port, with a fresh random id.
     pub fn start(config: &BootstrapConfig) -> Result<Root> {
+        Self::start_keyed(config, None)
+    }
+
+    /// As [`start`](Self::start), the id carrying `key` (`None`: a fresh one).
+    pub fn start_keyed(config: &BootstrapConfig, key: Option<JobKey>) -> Result<Root> {
         let iface = choose_interface(config.ifname.as_deref(), None)?;
         let listener = net::listen(SocketAddr::new(iface.addr, 0))?;
         let id = UniqueId::random(net::local_addr(&listener)?)?;
+        let id = if key.is_some() { id.with_key(key) } else { id };
         Self::spawn(listener, id, config)
     }
 

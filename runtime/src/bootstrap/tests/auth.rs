@@ -2,7 +2,8 @@
 //! they know it get in: at the root and at a rank's listener; a stranger that speaks the
 //! protocol, one with another key and one replaying a recorded handshake or message are
 //! refused, and the real ranks' results are right. A rank with another key, or none, fails
-//! at once.
+//! at once. With TLS started, the ring's all-gathers come out right, and a neighbour in the
+//! clear is refused.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -10,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::auth::{seal, Failure, Initiator, JobKey, Refusal, REPLY_LEN, SEAL_LEN};
+use crate::auth::{seal, Failure, Initiator, JobKey, Refusal, Tls, REPLY_LEN, SEAL_LEN};
 use crate::bootstrap::wire::{self, Header, Hello, Kind};
 
 /// The connection is closed by the other side (within 5 s).
@@ -159,4 +160,42 @@ fn ranks_with_another_key_or_none_fail_at_once_saying_so() {
         assert!(!e.to_string().contains(&hex[80..144]), "no error shows the key: {e}");
     }
     assert!(root.join().is_err());
+}
+
+/// TLS on the ring, started by every rank once init is done: blocks far larger than a TLS
+/// record and than the session's buffer, tiny ones and a barrier all come out right.
+/// Then a rank that stays in the clear while its neighbours start TLS: both refuse it,
+/// naming it.
+#[test]
+fn the_ring_carries_tls_and_its_neighbours_refuse_a_rank_in_the_clear() {
+    let config = cfg(Duration::from_secs(20));
+    let block = |r: usize| -> Vec<u8> { (0..3_000_000usize).map(|i| (i * 7 + r) as u8).collect() };
+    let (results, root) = run(&config, &all_ranks(3), &[], |b| {
+        b.start_tls(&Tls::new(&b.key().unwrap()).unwrap())?;
+        let big = b.all_gather(&block(b.rank))?;
+        b.barrier()?;
+        Ok::<_, BootstrapError>((big, b.all_gather(&[b.rank as u8])?))
+    });
+    assert_eq!(root.unwrap().addrs.len(), 3);
+    for (r, res) in results.into_iter().enumerate() {
+        let (big, small) = res.unwrap().unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert!(big.iter().enumerate().all(|(q, b)| *b == block(q)), "rank {r}: a block came out wrong");
+        assert_eq!(small, vec![vec![0], vec![1], vec![2]], "rank {r}");
+    }
+
+    let (results, _) = run(&config, &all_ranks(3), &[], |b| {
+        if b.rank != 1 {
+            b.start_tls(&Tls::new(&b.key().unwrap()).unwrap())?;
+        }
+        b.all_gather(&[b.rank as u8])
+    });
+    for r in [0, 2] {
+        match &results[r] {
+            Ok(Err(e @ BootstrapError::Tls { rank, peer: 1, .. })) if *rank == r => {
+                assert!(e.to_string().contains("TLS with rank 1"), "{e}")
+            }
+            other => panic!("rank {r} must refuse rank 1 in the clear: {other:?}"),
+        }
+    }
+    assert!(matches!(results[1], Ok(Err(_))), "rank 1 in the clear must fail: {:?}", results[1]);
 }

@@ -22,15 +22,18 @@ fn next_store_key(store: &dyn Store, rank: usize) -> Result<String> {
 
 /// The unique id of `rank`'s next store-based communicator: rank 0 creates it (its process
 /// runs the bootstrap root) and publishes it; the others read it (waiting up to the
-/// store's timeout), as framework process groups do.
+/// store's timeout), as framework process groups do. With a job key (`JITCCL_AUTH_KEY` or
+/// its file), the id carries it and the store does not: whoever reads the store, or its
+/// connections, does not learn it.
 fn id_from_store(store: &dyn Store, rank: usize) -> Result<UniqueId> {
     let key = next_store_key(store, rank)?;
+    let job = JobKey::from_env().map_err(BootstrapError::from)?;
     if rank == 0 {
-        let id = UniqueId::new()?;
-        store.set(&key, &id.to_bytes())?;
+        let id = UniqueId::for_job(job)?;
+        store.set(&key, &id.without_key(job))?;
         Ok(id)
     } else {
-        Ok(UniqueId::from_bytes(&store.get(&key)?)?)
+        Ok(UniqueId::from_bytes(&store.get(&key)?)?.with_job_key(job))
     }
 }
 

@@ -26,7 +26,7 @@ use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::cuda_ipc::{self, DeviceSegment};
 use crate::transport::layout::Layout;
-use crate::transport::net::{plugin, tls_of, Activity, NetListener, Proxy};
+use crate::transport::net::{plugin, tls_for_peers, tls_of, Activity, NetListener, Proxy};
 use crate::transport::shm::ShmSegment;
 use crate::transport::{self, AttachCtx, Endpoint};
 use crate::tune::{self, Tuner};
@@ -94,6 +94,13 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     // not agree on channels, protocols or FIFO slots.
     let cfg = config.resolve_on(nranks, &device)?;
     cfg.agree(rank, &bs.all_gather(&cfg.encode())?)?;
+    // What the ranks tell each other from here on (endpoints, addresses, a plugin's
+    // handles, tuning) goes in TLS when it is asked for; every rank now knows that all do.
+    let tls = tls_of(&cfg, bs.key().as_ref())?;
+    if let Some(tls) = &tls {
+        bs.start_tls(tls)?;
+        tracing::info!("rank {rank}: the bootstrap ring carries TLS");
+    }
 
     let layout = Layout::new(nranks, &cfg, &device);
     let own = ShmSegment::create(layout.segment_bytes())?;
@@ -119,7 +126,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         netplugin::check(cfg.net_name.as_deref())?;
         None
     };
-    let tls = tls_of(&cfg, bs.key().as_ref(), network.as_ref().map(Network::name))?;
+    let tls = tls_for_peers(tls, network.as_ref().map(Network::name))?;
     if let Some(n) = &network {
         between_hosts(&mut graph, n);
     }

@@ -114,9 +114,8 @@ pub(crate) struct Proxy {
 type Sockets = Vec<Vec<Opening>>;
 
 /// The TLS settings of a communicator whose configuration asks for TLS (`JITCCL_TLS`),
-/// pinned to its `key`: refused without a key, and with a network plugin, which moves the
-/// data itself. `plugin`: the plugin's name, if one carries the net peers.
-pub(crate) fn tls_of(cfg: &Resolved, key: Option<&JobKey>, plugin: Option<&str>) -> Result<Option<Tls>> {
+/// pinned to its `key`: refused without a key.
+pub(crate) fn tls_of(cfg: &Resolved, key: Option<&JobKey>) -> Result<Option<Tls>> {
     if !cfg.tls {
         return Ok(None);
     }
@@ -127,13 +126,19 @@ pub(crate) fn tls_of(cfg: &Resolved, key: Option<&JobKey>, plugin: Option<&str>)
                 .into(),
         ));
     };
-    if let Some(name) = plugin {
-        return Err(Error::InvalidUsage(format!(
+    Tls::new(key).map(Some).map_err(|e| Error::Internal(format!("setting up TLS: {e}")))
+}
+
+/// `tls` for the net peers' sockets: refused where a network plugin (`plugin`: its name)
+/// carries them, as it moves the data itself.
+pub(crate) fn tls_for_peers(tls: Option<Tls>, plugin: Option<&str>) -> Result<Option<Tls>> {
+    match (tls, plugin) {
+        (Some(_), Some(name)) => Err(Error::InvalidUsage(format!(
             "JITCCL_TLS=1 secures jitccl's own sockets, but network plugin {name} carries the data between \
              hosts: set JITCCL_NET=Socket, or unset JITCCL_TLS"
-        )));
+        ))),
+        (tls, _) => Ok(tls),
     }
-    Tls::new(key).map(Some).map_err(|e| Error::Internal(format!("setting up TLS: {e}")))
 }
 
 /// What opening a rank's connections needs, shared by its connecting and accepting halves.
@@ -160,7 +165,7 @@ impl Proxy {
     /// `bases` are the segment bases the links' FIFOs live in (shadows for net peers).
     /// `lost` is asked every [`LOST_POLL`] while connections are awaited; its error ends
     /// the setup. `key`: the communicator's (the bootstrap's), if it has one; `tls`: its
-    /// TLS settings ([`tls_of`]), if it asks for TLS.
+    /// TLS settings ([`tls_for_peers`]), if it asks for TLS.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], listener: NetListener,
@@ -536,18 +541,21 @@ mod tests {
     #[test]
     fn tls_needs_a_key_and_the_built_in_network() {
         let cfg = Config { tls: Some(true), ..Config::default() }.resolve(2).unwrap();
-        let m = match tls_of(&cfg, None, None) {
+        let m = match tls_of(&cfg, None) {
             Err(Error::InvalidUsage(m)) => m,
             other => panic!("TLS without a key was not refused: {other:?}"),
         };
         assert!(m.contains("JITCCL_TLS=1") && m.contains("JITCCL_AUTH_KEY or JITCCL_AUTH_KEY_FILE"), "{m}");
         let key = JobKey::from_secret("a key for the TLS settings").unwrap();
+        let tls = tls_of(&cfg, Some(&key)).unwrap();
+        assert!(tls.is_some());
         assert!(
-            matches!(tls_of(&cfg, Some(&key), Some("Fabric")), Err(Error::InvalidUsage(m)) if m.contains("Fabric"))
+            matches!(tls_for_peers(tls.clone(), Some("Fabric")), Err(Error::InvalidUsage(m)) if m.contains("Fabric"))
         );
-        assert!(tls_of(&cfg, Some(&key), None).unwrap().is_some());
+        assert!(tls_for_peers(tls, None).unwrap().is_some());
         let off = Config { tls: Some(false), ..Config::default() }.resolve(2).unwrap();
-        assert!(tls_of(&off, None, None).unwrap().is_none());
+        assert!(tls_of(&off, None).unwrap().is_none());
+        assert!(tls_for_peers(None, Some("Fabric")).unwrap().is_none());
     }
 
     fn refused(r: Result<()>) -> String {
