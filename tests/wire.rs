@@ -563,11 +563,11 @@ fn all_to_all_carries_a_wire() {
             });
             for (r, out) in read(&recv).iter().enumerate() {
                 let mut at = 0;
-                for q in 0..n {
+                for (q, x) in xs.iter().enumerate() {
                     let from: usize = (0..r).map(|k| size(q, k)).sum();
                     let len = size(q, r);
                     let what = format!("all_to_allv, {n} ranks, {wire}, rank {r} from {q}");
-                    fail(what, once(&xs[q][from..from + len], &out[at..at + len]));
+                    fail(what, once(&x[from..from + len], &out[at..at + len]));
                     at += len;
                 }
             }
