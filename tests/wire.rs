@@ -2,8 +2,9 @@
 //! within its documented bound of the exact sum (computed in f64) at 1 to 8 ranks, on
 //! random and adversarial data (an outlier in a block, zeros, f32 denormals, ±Inf and NaN,
 //! which must come out as the exact path's would), every rank's result bit-identical; the
-//! bf16 wire beats summing in bf16 (PyTorch's bf16_compress_hook) at 8 ranks; the other
-//! ring collectives; shared memory and the network transport; the communicator's default
+//! bf16 wire beats summing in bf16 (PyTorch's bf16_compress_hook) at 8 ranks; the tree and
+//! direct AllReduce; the other ring collectives, point to point and AlltoAll(v); shared
+//! memory and the network transport; the communicator's default
 //! (`Config::wire`, `JITCCL_WIRE`); the calls a wire refuses, refused before anything is
 //! queued.
 //!
@@ -46,6 +47,15 @@ fn world(n: usize) -> World {
 }
 
 impl World {
+    /// `f(rank, comm)` on every rank at once: what each gives.
+    fn on_all<R: Send>(&self, f: impl Fn(usize, &Comm) -> R + Sync) -> Vec<R> {
+        std::thread::scope(|s| {
+            let f = &f;
+            let hs: Vec<_> = self.comms.iter().enumerate().map(|(r, c)| s.spawn(move || f(r, c))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
     /// `f(rank, comm, stream)` on every rank at once, then every stream synchronized.
     fn run(&self, f: impl Fn(usize, &Comm, &Stream) -> jitccl::Result<()> + Sync) {
         std::thread::scope(|s| {
@@ -172,6 +182,34 @@ fn all_reduce_is_within_each_wires_bound_and_bit_identical_at_1_to_8_ranks() {
                 let problem =
                     outside_bound(wire, n, &xs, &outs[0], &exact_sum(&xs, count)).or_else(|| identical(&outs));
                 failures.extend(problem.map(|p| format!("{what}: {p}")));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The tree (each partial sum encoded once per edge, the root's sums once for the way down)
+/// and the direct two-shot (each peer's input and each sum encoded once): within the ring's
+/// bound and every rank's bits alike, at 1 to 8 ranks (the tree's inner nodes fan out to
+/// several children from 3 ranks on).
+#[test]
+fn all_reduce_on_the_tree_and_direct() {
+    let mut failures = Vec::new();
+    for (algo, ranks) in [(Algorithm::Tree, &[1, 2, 5, 8][..]), (Algorithm::Direct, &[1, 3, 8][..])] {
+        for &n in ranks {
+            let w = world_with(n, Config { algo: Some(algo), ..Config::default() });
+            for wire in [Wire::Bf16, Wire::Fp8E4M3 { block: 64 }, Wire::Int8 { block: 32 }] {
+                for &count in COUNTS {
+                    let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, true)).collect();
+                    // The direct algorithm's buffers: symmetric, every rank's mapped by all.
+                    let [send, recv] = [(); 2].map(|_| w.on_all(|_, c| c.alloc_symmetric::<f32>(count).unwrap()));
+                    send.iter().zip(&xs).for_each(|(b, x)| b.copy_from_host(x).unwrap());
+                    w.run(|r, c, s| c.wired(wire).all_reduce(&send[r], &recv[r], count, Op::Sum, s));
+                    let outs = read(&recv);
+                    let problem =
+                        outside_bound(wire, n, &xs, &outs[0], &exact_sum(&xs, count)).or_else(|| identical(&outs));
+                    failures.extend(problem.map(|p| format!("{algo}, {n} ranks, {wire}, {count} elements: {p}")));
+                }
             }
         }
     }
@@ -347,7 +385,7 @@ fn calls_a_wire_cannot_carry_are_refused() {
     refused(c.wired(Wire::Int8 { block: 64 }).all_reduce(&f, &f, 8, Op::PreMulSum(2.0), s), "sum or avg only");
     refused(c.wired(Wire::Fp16).all_reduce(&f, &f, 8, Op::Custom(&FIRST), s), "sum or avg only");
     s.synchronize().unwrap();
-    // Tree and LL forced: the wire still runs, on the ring with Simple.
+    // Tree and LL forced: the wire still runs, on the tree with Simple.
     let xs: Vec<Vec<f32>> = (0..2).map(|r| inputs(r, 61, false)).collect();
     let bufs: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
     w.run(|r, c, s| c.wired(Wire::Fp16).all_reduce(&bufs[r], &bufs[r], 61, Op::Sum, s));
@@ -476,6 +514,70 @@ fn point_to_point_carries_a_wire() {
     let buf = w.comms[0].device().alloc::<f32>(8).unwrap();
     jitccl::group_start();
     let e = w.comms[0].wired(Wire::Bf16).send(&buf, 8, 1, &w.streams[0]).unwrap_err();
+    assert!(e.to_string().contains("inside a group"), "{e}");
+    assert!(jitccl::group_end().is_err(), "the refusal fails the group");
+}
+
+/// AlltoAll and AlltoAllv in a wire: each block encoded once by its sender (the own block
+/// too) and decoded on arrival, within one encoding's bound; AlltoAllv's uneven blocks,
+/// zero ones among them; inside a group, refused.
+#[test]
+fn all_to_all_carries_a_wire() {
+    let mut failures = Vec::new();
+    for n in [1, 3, 5] {
+        let w = world(n);
+        for wire in [Wire::Fp16, Wire::Int8 { block: 32 }] {
+            let mut fail = |what: String, p: Option<String>| failures.extend(p.map(|p| format!("{what}: {p}")));
+            let once = |x: &[f32], got: &[f32]| {
+                outside_bound(wire, 1, &[x.to_vec()], got, &x.iter().map(|&v| v as f64).collect::<Vec<_>>())
+            };
+            for &count in COUNTS {
+                let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count * n, true)).collect();
+                let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count * n).unwrap()).collect();
+                w.run(|r, c, s| c.wired(wire).all_to_all(&send[r], &recv[r], count, s));
+                for (r, out) in read(&recv).iter().enumerate() {
+                    for q in 0..n {
+                        let (got, x) = (&out[q * count..(q + 1) * count], &xs[q][r * count..(r + 1) * count]);
+                        fail(
+                            format!("all_to_all, {n} ranks, {wire}, {count} elements, rank {r} from {q}"),
+                            once(x, got),
+                        );
+                    }
+                }
+            }
+            // AlltoAllv: rank r sends (r + q) % 3 * 37 elements to rank q, packed in order.
+            let size = |from: usize, to: usize| (from + to) % 3 * 37;
+            let displs =
+                |sizes: &[usize]| sizes.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+            let plan: Vec<(Vec<usize>, Vec<usize>)> =
+                (0..n).map(|r| ((0..n).map(|q| size(r, q)).collect(), (0..n).map(|q| size(q, r)).collect())).collect();
+            let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, plan[r].0.iter().sum(), true)).collect();
+            let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+            let recv: Vec<_> =
+                w.comms.iter().zip(&plan).map(|(c, p)| c.device().alloc::<f32>(p.1.iter().sum()).unwrap()).collect();
+            w.run(|r, c, s| {
+                let (sc, rc) = &plan[r];
+                let (sd, rd): (Vec<usize>, Vec<usize>) = (displs(sc), displs(rc));
+                c.wired(wire).all_to_allv(&send[r], sc, &sd, &recv[r], rc, &rd, s)
+            });
+            for (r, out) in read(&recv).iter().enumerate() {
+                let mut at = 0;
+                for (q, x) in xs.iter().enumerate() {
+                    let from: usize = (0..r).map(|k| size(q, k)).sum();
+                    let len = size(q, r);
+                    let what = format!("all_to_allv, {n} ranks, {wire}, rank {r} from {q}");
+                    fail(what, once(&x[from..from + len], &out[at..at + len]));
+                    at += len;
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let w = world(2);
+    let buf = w.comms[0].device().alloc::<f32>(8).unwrap();
+    jitccl::group_start();
+    let e = w.comms[0].wired(Wire::Bf16).all_to_all(&buf, &buf, 4, &w.streams[0]).unwrap_err();
     assert!(e.to_string().contains("inside a group"), "{e}");
     assert!(jitccl::group_end().is_err(), "the refusal fails the group");
 }

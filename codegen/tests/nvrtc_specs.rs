@@ -232,7 +232,9 @@ fn every_shape_specialized_for_a_rank_count_assembles_to_cubin() {
 }
 
 /// The wire formats' kernels (`KernelSpec::wire`): AllReduce with every wire over f32, and
-/// over bf16 with int8, and the other ring collectives with one wire each, assembled to
+/// over bf16 with int8, its tree and direct kernels with a scaled wire each (the fan-out
+/// that sends a step's bytes again; the direct rounding), and the other ring collectives
+/// with one wire each, assembled to
 /// CUBIN for sm_90; the unscaled and int8 wires for sm_80 too (fp8 wires need sm_89).
 #[test]
 fn wire_kernels_assemble_to_cubin() {
@@ -246,6 +248,8 @@ fn wire_kernels_assemble_to_cubin() {
         ("all_reduce.ring.simple.f32.sum.wfp8e5m2b128", false),
         ("all_reduce.ring.simple.f32.sum.wint8b64", true),
         ("all_reduce.ring.simple.bf16.sum.wint8b32", false),
+        ("all_reduce.tree.simple.f32.sum.wint8b64", false),
+        ("all_reduce.direct.simple.f32.avg.wfp8e4m3b32", false),
         ("reduce_scatter.ring.simple.f32.sum.wbf16", false),
         ("all_gather.ring.simple.f32.wint8b64", false),
         ("broadcast.ring.simple.f16.wfp8e4m3b64", false),

@@ -323,9 +323,40 @@ static JC_DEVICE int jc_sym_begin(struct jc_ctx* x, struct jc_sym* v, jc_u64* be
   return jc_sym_begin_as(x, v, beg, end, JC_SYNC_ALL);
 }
 
+#ifdef JC_WIRE
+/* A wire format's numerics where no FIFO step carries the elements: the peers' inputs as
+   they would arrive (encoded, then decoded; this rank's own exact), folded in fp32 in rank
+   order, and the result encoded once, every output getting its decoding, as a two-shot
+   over FIFOs in that wire would give them. Each element is computed once: every rank holds
+   the same bits. A thread folds whole tiles (a scaled format's block). */
+static JC_DEVICE void jc_sym_wire_reduce(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 shift, jc_u64 beg, jc_u64 end, int first, int ndst) {
+  const int n = JC_NRANKS(x->args), me = x->args->rank;
+  const jc_u64 nt = (jc_u64)jc_nthreads();
+  for (jc_u64 b = beg + (jc_u64)jc_tid() * JC_WIRE_TILE; b < end; b += nt * JC_WIRE_TILE) {
+    const jc_u64 m = jc_min(JC_WIRE_TILE, end - b);
+    float acc[JC_WIRE_TILE], t[JC_WIRE_TILE];
+    for (int q = 0; q < n; q++) {
+      const T* s = v->in[q] + shift + b;
+      for (jc_u64 i = 0; i < m; i++) t[i] = jc_pre(&v->px[q], jc_to_c(s[i]));
+      if (q != me) jc_wire_round(t, m);
+      for (jc_u64 i = 0; i < m; i++) acc[i] = q == 0 ? t[i] : jc_combine(acc[i], t[i]);
+    }
+    for (jc_u64 i = 0; i < m; i++) acc[i] = jc_post(x, acc[i]);
+    if (n > 1) jc_wire_round(acc, m);
+    for (int k = 0; k < ndst; k++) {
+      T* d = v->out[jc_mod(first + k, n)] + b;
+      for (jc_u64 i = 0; i < m; i++) d[i] = jc_from_c(acc[i]);
+    }
+  }
+}
+#endif
+
 /* Folds [beg, end) of the inputs shifted by `shift` elements, tile by tile, and stores each
    tile into the outputs of ranks first, first + 1, ... (ndst of them, mod n). */
 static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym* v, jc_u64 shift, jc_u64 beg, jc_u64 end, int first, int ndst) {
+#ifdef JC_WIRE
+  jc_sym_wire_reduce(x, v, shift, beg, end, first, ndst);
+#else
 #ifdef JC_SYM_PACK_UNROLL
   if (jc_sym_inputs_pack(x, v, shift + beg)) {
     const jc_u64 nt = (jc_u64)jc_nthreads(), np = (end - beg) / JC_PACK;
@@ -344,6 +375,7 @@ static JC_DEVICE void jc_sym_reduce(const struct jc_ctx* x, const struct jc_sym*
     jc_sym_fold(x, v, shift, off, len, res);
     for (int k = 0; k < ndst; k++) jc_sym_put(v, res, v->out[jc_mod(first + k, JC_NRANKS(x->args))], off, len);
   }
+#endif
 }
 
 /* Gather (to_root: the root copies every rank's input into that rank's block of its own

@@ -93,6 +93,38 @@ static JC_DEVICE JC_INLINE jc_code jc_wire_enc(float v, float k) { (void)k; retu
 static JC_DEVICE JC_INLINE float jc_wire_dec(jc_code c, float scale) { (void)scale; return jc_f16_to_f32(c); }
 #endif
 
+/* The scale of a block of values (1 for the unscaled formats), from its largest finite
+   magnitude `amax`; `*k`: the encoder's factor. */
+static JC_DEVICE JC_INLINE float jc_wire_block_scale(float amax, float* k) {
+  *k = 1.0f;
+#if JC_WIRE_BLOCK
+  return jc_wire_scale(amax, k);
+#else
+  (void)amax;
+  return 1.0f;
+#endif
+}
+static JC_DEVICE JC_INLINE float jc_wire_abs_max(float amax, float v) {
+  float a = v < 0 ? -v : v;
+  return jc_wire_finite(v) && a > amax ? a : amax;
+}
+
+/* v[0..m) (m <= JC_WIRE_TILE: one block) replaced by what a receiver decodes of them:
+   the wire's rounding where no FIFO step carries them (the direct algorithms). */
+static JC_DEVICE JC_INLINE void jc_wire_round(float* v, jc_u64 m) {
+  float amax = 0.0f, k;
+  for (jc_u64 i = 0; i < m; i++) amax = jc_wire_abs_max(amax, v[i]);
+  float scale = jc_wire_block_scale(amax, &k);
+  for (jc_u64 i = 0; i < m; i++) v[i] = jc_wire_dec(jc_wire_enc(v[i], k), scale);
+}
+
+/* The slot of the step last posted on connector c: its bytes, to be sent again as they are
+   (a tree node's children all get one encoding). Only c's sender writes it, and not
+   before its next step on c. */
+static JC_DEVICE JC_INLINE const char* jc_wire_posted(const struct jc_conn* c) {
+  return c->buf[JC_PROTO] + ((c->step - 1) % JC_STEPS) * c->slot_bytes[JC_PROTO];
+}
+
 /* Elements [b, b + m) of a step of n (m <= JC_WIRE_TILE; one whole block for the scaled
    formats): v = the fold of the decoded received element and the source element, encoded
    into `out`. `dst` gets v itself when nothing is sent, else the decoding of what was
@@ -109,18 +141,16 @@ static JC_DEVICE JC_INLINE void jc_wire_tile(const struct jc_ctx* x, JC_SLOT_REA
   for (jc_u64 i = 0; i < m; i++) {
     C r = in ? jc_wire_dec(ic[b + i], rscale) : (C)0;
     v[i] = jc_fold_c(x, r, in != 0, src != 0, src ? src[b + i] : (T)0, pre, post);
-    float a = v[i] < 0 ? -v[i] : v[i];
-    if (jc_wire_finite(v[i]) && a > amax) amax = a;
+    amax = jc_wire_abs_max(amax, v[i]);
   }
-  (void)amax;
   if (!out) {
     if (dst) for (jc_u64 i = 0; i < m; i++) dst[b + i] = jc_from_c(v[i]);
     return;
   }
   jc_code* oc = (jc_code*)out;
-  float k = 1.0f, scale = 1.0f;
+  float k;
+  float scale = jc_wire_block_scale(amax, &k);
 #if JC_WIRE_BLOCK
-  scale = jc_wire_scale(amax, &k);
   ((float*)(out + jc_wire_scales_at(n)))[b / JC_WIRE_BLOCK] = scale;
 #endif
   for (jc_u64 i = 0; i < m; i++) {

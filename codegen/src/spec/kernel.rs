@@ -124,19 +124,22 @@ impl KernelSpec {
         Ok(())
     }
 
-    /// The rules of a wire other than `Exact`: the ring (and point to point) on the Simple
-    /// protocol, a float type wider than the wire's codes, and a sum (or average): the
-    /// only ops whose fp32 accumulation the wire's error bounds describe.
+    /// The rules of a wire other than `Exact`: an algorithm whose kernel carries it
+    /// ([`Wire::algorithms`]) on the Simple protocol, a float type wider than the wire's
+    /// codes, and a sum (or average): the only ops whose fp32 accumulation the wire's error
+    /// bounds describe.
     fn validate_wire(&self) -> Result<(), InvalidSpec> {
         let w = self.wire;
         if w == Wire::Exact {
             return Ok(());
         }
         w.check_dtype(self.dtype)?;
-        if self.algo != Algorithm::Ring || self.proto != Protocol::Simple {
+        let algos = Wire::algorithms(self.coll);
+        if !algos.contains(&self.algo) || self.proto != Protocol::Simple {
+            let names = algos.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
             return Err(invalid(format!(
-                "the {w} wire runs on the ring algorithm with the simple protocol, not {}/{}",
-                self.algo, self.proto
+                "the {w} wire runs {} on the simple protocol with the {names} algorithm(s), not {}/{}",
+                self.coll, self.algo, self.proto
             )));
         }
         match self.op {

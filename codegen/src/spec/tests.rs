@@ -127,8 +127,12 @@ fn wire_rules_say_why() {
     refused("all_reduce.ring.simple.i32.sum.wbf16", "carries f32, f16 or bf16 elements, not i32");
     refused("all_reduce.ring.simple.bf16.sum.wfp16", "no narrower than bf16");
     refused("all_reduce.ring.simple.f32.max.wbf16", "sum or avg only, not max");
-    refused("all_reduce.tree.simple.f32.sum.wbf16", "ring algorithm with the simple protocol");
-    refused("all_reduce.ring.ll.f32.sum.wbf16", "ring algorithm with the simple protocol");
+    refused("all_reduce.direct_oneshot.simple.f32.sum.wbf16", "with the ring, tree, direct algorithm(s)");
+    refused("all_reduce.tree.ll.f32.sum.wbf16", "on the simple protocol");
+    refused("reduce_scatter.direct.simple.f32.sum.wbf16", "with the ring algorithm(s)");
+    for name in ["all_reduce.tree.simple.f32.sum.wbf16", "all_reduce.direct.simple.f32.avg.wint8b64"] {
+        assert!(name.parse::<KernelSpec>().is_ok(), "{name}");
+    }
     refused("all_reduce.ring.simple.f32.sum.wint8b48", "the blocks are 32, 64, 128, 256");
     refused("all_reduce.ring.simple.f32.sum.wbf16b64", "takes no block");
     refused("all_reduce.ring.simple.f32.sum.wint4", "unknown wire 'int4'");

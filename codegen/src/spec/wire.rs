@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{invalid, DataType, InvalidSpec};
+use super::{invalid, Algorithm, Collective, DataType, InvalidSpec};
 
 /// The format a kernel's FIFO steps carry its elements in. A kernel with another wire than
 /// `Exact` decodes every received step to fp32, combines in fp32, and encodes what it
@@ -33,8 +33,11 @@ use super::{invalid, DataType, InvalidSpec};
 /// so with `u`, `c` and `t` the relative, block-relative and absolute terms above,
 /// `M = sum_i |x_i|` of the element and `A` the largest `M` within `block` elements of it,
 /// its error is at most `n ((u + 2^-24) M + c A + t) (1 + u)^n` (`2^-24`: the fp32
-/// additions). NaN and ±Inf pass through as with `Exact`. A single rank sends nothing: its
-/// result is exact.
+/// additions). The tree encodes each partial sum once per edge up and the root's sums once
+/// for the way down, and the direct (two-shot) AllReduce each peer's input once and each
+/// sum once: at most `n` encodings of a partial sum on any element's path, so the same
+/// bound holds. NaN and ±Inf pass through as with `Exact`. A single rank sends nothing:
+/// its result is exact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Wire {
     /// The elements as they are (the default).
@@ -67,6 +70,16 @@ impl Wire {
             Wire::Fp8E4M3 { .. } => 3,
             Wire::Fp8E5M2 { .. } => 4,
             Wire::Int8 { .. } => 5,
+        }
+    }
+
+    /// The algorithms whose kernels carry a wire for `coll` (on the Simple protocol): the
+    /// ring for every collective and point to point, and for AllReduce the tree and the
+    /// direct (two-shot) algorithm too.
+    pub fn algorithms(coll: Collective) -> &'static [Algorithm] {
+        match coll {
+            Collective::AllReduce => &[Algorithm::Ring, Algorithm::Tree, Algorithm::Direct],
+            _ => &[Algorithm::Ring],
         }
     }
 

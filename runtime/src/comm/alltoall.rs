@@ -5,7 +5,9 @@
 //! `enqueue::p2p`). Otherwise they run as NCCL builds them: from point-to-point transfers,
 //! one `sendrecv` launch per round. Round `k` sends to `rank + k` and receives from `rank - k`
 //! (mod nranks), so every round pairs up across ranks and a cycle of exchanges cannot
-//! deadlock; round 0 is the rank's own block, moved by a transfer to itself. Every
+//! deadlock; round 0 is the rank's own block, moved by a transfer to itself. In a wire
+//! format (`Comm::wired`) AlltoAll(v) always runs in rounds, each block encoded once by its
+//! sender and decoded on arrival (the own block too). Every
 //! transfer of a call is built and checked before anything is queued, so a bad argument
 //! changes nothing.
 
@@ -15,7 +17,7 @@ use super::group::note;
 use super::Comm;
 use crate::device::DeviceBuffer;
 use crate::element::Element;
-use jitccl_codegen::Collective;
+use jitccl_codegen::{Collective, Wire};
 
 use crate::enqueue::Call;
 use crate::error::{invalid, Result};
@@ -31,6 +33,13 @@ impl Comm {
     pub fn all_to_all<T: Element>(
         &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
     ) -> Result<()> {
+        self.all_to_all_in(send, recv, count, None, stream)
+    }
+
+    /// [`Comm::all_to_all`], its blocks in `wire` where given (then always in rounds).
+    pub(super) fn all_to_all_in<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, wire: Option<Wire>, stream: &Stream,
+    ) -> Result<()> {
         note((|| {
             let total = self.group().total(count)?;
             let name = "AllToAll";
@@ -38,8 +47,9 @@ impl Comm {
                 self.even_blocks(name, "send", send, count, total)?,
                 self.even_blocks(name, "recv", recv, count, total)?,
             );
-            let rounds = self.rounds(name, sends, recvs, false)?;
-            self.submit(Ok(Call::moves(&self.group(), Collective::AllToAll, send, recv, count, 0, rounds)), stream)
+            let rounds = self.rounds(name, sends, recvs, false, wire)?;
+            let call = Call::moves(&self.group(), Collective::AllToAll, send, recv, count, 0, rounds);
+            self.submit(Ok(in_wire(call, wire)?), stream)
         })())
     }
 
@@ -53,11 +63,22 @@ impl Comm {
         &self, send: &DeviceBuffer<T>, send_counts: &[usize], send_displs: &[usize], recv: &DeviceBuffer<T>,
         recv_counts: &[usize], recv_displs: &[usize], stream: &Stream,
     ) -> Result<()> {
+        self.all_to_allv_in(send, send_counts, send_displs, recv, recv_counts, recv_displs, None, stream)
+    }
+
+    /// [`Comm::all_to_allv`], its blocks in `wire` where given (then always in rounds).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn all_to_allv_in<T: Element>(
+        &self, send: &DeviceBuffer<T>, send_counts: &[usize], send_displs: &[usize], recv: &DeviceBuffer<T>,
+        recv_counts: &[usize], recv_displs: &[usize], wire: Option<Wire>, stream: &Stream,
+    ) -> Result<()> {
         note((|| {
             let name = "AllToAllv";
             let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
             let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
-            self.submit(Ok(Call::batch(Collective::AllToAll, self.rounds(name, sends, recvs, true)?)), stream)
+            // The batch counts bytes: its rounds, one per rank, each checked its dtype.
+            let batch = Call::batch(Collective::AllToAll, self.rounds(name, sends, recvs, true, wire)?);
+            self.submit(Ok(Call { wire, ..batch }), stream)
         })())
     }
 
@@ -103,7 +124,7 @@ impl Comm {
             }
         }
         let (sends, recvs) = if to_root { (ones, alls) } else { (alls, ones) };
-        let rounds = self.rounds(name, sends, recvs, false)?;
+        let rounds = self.rounds(name, sends, recvs, false, None)?;
         self.submit(Ok(Call::moves(&self.group(), coll, send, recv, count, root, rounds)), stream)
     }
 
@@ -135,8 +156,10 @@ impl Comm {
     /// One transfer per round (see the module comment); empty blocks move nothing, and are
     /// left out unless `empty` (AlltoAllv: its direct kernel compares every block's size with
     /// the sender's, a zero one too). All transfers are checked, and send blocks against
-    /// recv blocks.
-    fn rounds<T: Element>(&self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, empty: bool) -> Result<Vec<Call>> {
+    /// recv blocks. Each transfer travels in `wire` where given.
+    fn rounds<T: Element>(
+        &self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, empty: bool, wire: Option<Wire>,
+    ) -> Result<Vec<Call>> {
         let used = |v: &Blocks<T>| {
             v.iter().flatten().filter(|b| !b.is_empty()).map(DeviceBuffer::byte_range).collect::<Vec<_>>()
         };
@@ -152,10 +175,18 @@ impl Comm {
             let (to, from) = ((rank + k) % n, (rank + n - k) % n);
             let (send, recv) = (side(&sends, to, empty), side(&recvs, from, empty));
             if send.is_some() || recv.is_some() {
-                calls.push(Call::checked_p2p(&self.group(), send, recv)?);
+                calls.push(in_wire(Call::checked_p2p(&self.group(), send, recv)?, wire)?);
             }
         }
         Ok(calls)
+    }
+}
+
+/// `call` in `wire` where given (checked that it may be), else as it is.
+fn in_wire(call: Call, wire: Option<Wire>) -> Result<Call> {
+    match wire {
+        Some(w) => call.wired(w),
+        None => Ok(call),
     }
 }
 

@@ -66,9 +66,30 @@ impl Wired<'_> {
     }
 }
 
-/// Point to point: the receiver must ask for the same wire as the sender (a step of another
-/// size fails the call). Not inside a group, whose transfers are scheduled as bytes.
+/// Point to point and AlltoAll(v): the receiver must ask for the same wire as the sender (a
+/// step of another size fails the call). Not inside a group, whose transfers are scheduled
+/// as bytes.
 impl Wired<'_> {
+    /// [`Comm::all_to_all`]: each block encoded once by its sender and decoded on arrival
+    /// (a rank's own block too).
+    pub fn all_to_all<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.outside_group("AllToAll")?;
+        self.comm.all_to_all_in(send, recv, count, Some(self.wire), stream)
+    }
+
+    /// [`Comm::all_to_allv`], each block encoded once by its sender and decoded on arrival.
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_to_allv<T: Element>(
+        &self, send: &DeviceBuffer<T>, send_counts: &[usize], send_displs: &[usize], recv: &DeviceBuffer<T>,
+        recv_counts: &[usize], recv_displs: &[usize], stream: &Stream,
+    ) -> Result<()> {
+        self.outside_group("AllToAllv")?;
+        let wire = Some(self.wire);
+        self.comm.all_to_allv_in(send, send_counts, send_displs, recv, recv_counts, recv_displs, wire, stream)
+    }
+
     /// [`Comm::send`], encoded once.
     pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
         self.p2p(Call::checked_p2p(&self.comm.group(), Some((buf, count, peer)), None), stream)
@@ -90,12 +111,18 @@ impl Wired<'_> {
     }
 
     fn p2p(&self, call: Result<Call>, stream: &Stream) -> Result<()> {
+        self.outside_group("sendrecv")?;
+        self.comm.submit(call.and_then(|c| c.wired(self.wire)), stream)
+    }
+
+    /// InvalidArgument (noted in the group) where `what` in this wire is called inside a group.
+    fn outside_group(&self, what: &str) -> Result<()> {
         if group::is_open() && self.wire != Wire::Exact {
             return group::note(invalid(format!(
-                "sendrecv in the {} wire inside a group: a group's transfers run as bytes; make the call outside the group",
+                "{what} in the {} wire inside a group: a group's transfers run as bytes; make the call outside the group",
                 self.wire
             )));
         }
-        self.comm.submit(call.and_then(|c| c.wired(self.wire)), stream)
+        Ok(())
     }
 }

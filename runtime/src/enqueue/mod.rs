@@ -233,9 +233,10 @@ impl Rank {
     fn shape(&self, call: &Call) -> (Shape, Option<Ranges>) {
         let wire = call.wire_with(self.cfg.wire);
         // Collectives that only move data run as bytes, unless a wire format encodes them;
-        // the wire formats run on the ring.
+        // a wire runs direct only where a direct kernel carries it.
         let kdtype = if call.coll.reduces() || wire != Wire::Exact { call.dtype } else { DataType::U8 };
-        let ranges = if call.internal || wire != Wire::Exact { None } else { self.direct_ranges(call) };
+        let direct_wire = Wire::algorithms(call.coll).iter().any(|a| a.is_direct());
+        let ranges = if call.internal || wire != Wire::Exact && !direct_wire { None } else { self.direct_ranges(call) };
         let shape = Shape {
             coll: call.coll,
             bytes: call.bytes,

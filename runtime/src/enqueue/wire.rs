@@ -8,7 +8,8 @@ use super::Call;
 use crate::error::{invalid, Result};
 use crate::op::Op;
 
-/// The collectives a wire format runs on (their ring kernels encode and decode).
+/// The collectives a communicator's default wire applies to (their kernels encode and
+/// decode; see `Wire::algorithms`).
 fn carries(coll: Collective) -> bool {
     matches!(
         coll,
@@ -20,16 +21,17 @@ fn carries(coll: Collective) -> bool {
     )
 }
 
-/// Why `call` cannot travel in `wire`, if it cannot. Point to point takes a wire only where
-/// asked (`asked`), as both sides must ask for the same one.
+/// Why `call` cannot travel in `wire`, if it cannot. Point to point and AlltoAll(v) take a
+/// wire only where asked (`asked`), as both sides of each transfer must ask for the same one.
 fn refusal(call: &Call, wire: Wire, asked: bool) -> Option<String> {
     if wire == Wire::Exact {
         return None;
     }
     let name = call.coll.name();
-    if !(carries(call.coll) || asked && call.coll == Collective::SendRecv) {
+    if !(carries(call.coll) || asked && matches!(call.coll, Collective::SendRecv | Collective::AllToAll)) {
         return Some(format!(
-            "{name}: the {wire} wire runs on AllReduce, ReduceScatter, AllGather, Broadcast, Reduce and point to point"
+            "{name}: the {wire} wire runs on AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AlltoAll(v) \
+             and point to point"
         ));
     }
     if let Err(e) = wire.check_dtype(call.dtype) {

@@ -25,7 +25,7 @@ use std::fmt;
 use std::sync::Mutex;
 
 use jitccl_codegen::abi::NPROTOS;
-use jitccl_codegen::{Algorithm, Collective, Protocol};
+use jitccl_codegen::{Algorithm, Collective, Protocol, Wire};
 use rustc_hash::FxHashMap;
 
 use crate::config::overrides::{AlgoOverrides, ProtoOverrides};
@@ -216,13 +216,26 @@ impl Tuner {
         }
     }
 
-    /// The choice for a call whose elements travel in a wire format other than exact: the
-    /// ring with the Simple protocol, whose kernels alone encode and decode (the other
-    /// algorithms and protocols carry elements exactly), on the channels the cost model
-    /// gives that pair. Where the tuner would choose otherwise, a debug line says so.
-    pub(crate) fn for_wire(&self, coll: Collective, bytes: usize, elem_size: usize) -> Result<Choice> {
-        let (algo, proto) = (Algorithm::Ring, Protocol::Simple);
-        let usual = self.choose_for(coll, bytes, elem_size, true, false)?;
+    /// The choice for a call whose elements travel in a wire format other than exact: an
+    /// algorithm whose kernel carries the wire ([`Wire::algorithms`]: the direct one only
+    /// where the call's buffers are registered, `direct`) with the Simple protocol, the
+    /// usual choice's where it is one, else the model's best of those the overrides allow
+    /// (all of them, where the overrides allow none). Where the tuner would choose
+    /// otherwise, a debug line says so.
+    pub(crate) fn for_wire(&self, coll: Collective, bytes: usize, elem_size: usize, direct: bool) -> Result<Choice> {
+        let proto = Protocol::Simple;
+        let usual = self.choose_for(coll, bytes, elem_size, true, direct)?;
+        let carried: Vec<Algorithm> =
+            Wire::algorithms(coll).iter().copied().filter(|a| direct || !a.is_direct()).collect();
+        let allowed: Vec<Algorithm> =
+            carried.iter().copied().filter(|&a| self.algos.allowed(coll).contains(a)).collect();
+        let candidates = match (carried.contains(&usual.algo), allowed.is_empty()) {
+            (true, _) => vec![usual.algo],
+            (false, false) => allowed,
+            (false, true) => carried,
+        };
+        let best = self.best(coll, &candidates, &[proto], bytes);
+        let algo = best.as_ref().map_or(candidates[0], |e| e.algo);
         if (usual.algo, usual.proto) != (algo, proto) {
             tracing::debug!(
                 "{}{coll} {bytes} B with a wire format: {algo}/{proto} instead of {}/{}, which carry elements exactly",
@@ -232,9 +245,9 @@ impl Tuner {
             );
         }
         // Point to point keeps its every channel: its two sides may move different sizes.
-        let nchannels = match coll {
-            Collective::SendRecv => usual.nchannels,
-            _ => self.best(coll, &[algo], &[proto], bytes).map_or(usual.nchannels, |e| e.nchannels),
+        let nchannels = match (coll, best) {
+            (Collective::SendRecv, _) | (_, None) => usual.nchannels,
+            (_, Some(e)) => e.nchannels,
         };
         Ok(Choice { algo, proto, nchannels, ..self.internal(elem_size) })
     }

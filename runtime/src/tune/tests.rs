@@ -415,3 +415,24 @@ fn gpu_ranks_take_the_direct_kernels_on_registered_buffers_where_they_measured_f
         }
     }
 }
+
+#[test]
+fn wired_calls_take_an_algorithm_whose_kernel_carries_the_wire() {
+    let t = tuner(4, 2, "", "", None);
+    for bytes in sizes() {
+        for direct in [false, true] {
+            let c = t.for_wire(AllReduce, bytes, 4, direct).unwrap();
+            let carried = Wire::algorithms(AllReduce).contains(&c.algo) && (direct || !c.algo.is_direct());
+            assert!(carried && c.proto == Protocol::Simple, "{bytes} B, direct {direct}: {c:?}");
+            for coll in [ReduceScatter, AllGather, Broadcast, Reduce, SendRecv] {
+                assert_eq!(t.for_wire(coll, bytes, 4, direct).unwrap().algo, Ring, "{coll} {bytes} B");
+            }
+        }
+    }
+    // The overrides choose among the wire's algorithms; LL and one-shot carry none.
+    let tree = tuner(4, 2, "allreduce:tree", "ll", None).for_wire(AllReduce, 1 << 20, 4, false).unwrap();
+    assert_eq!((tree.algo, tree.proto), (Tree, Protocol::Simple));
+    assert_eq!(tuner(4, 2, "allreduce:direct", "", None).for_wire(AllReduce, 64, 4, true).unwrap().algo, Direct);
+    let oneshot = tuner(4, 2, "allreduce:oneshot", "", None).for_wire(AllReduce, 64, 4, false).unwrap();
+    assert!(matches!(oneshot.algo, Ring | Tree), "{oneshot:?}");
+}

@@ -9,6 +9,14 @@
 /* The peer wrote the slot from outside this SM: volatile loads skip stale L1 lines. */
 #define JC_SLOT_READ const volatile
 {% include "common/wire.h" %}
+/* A step's bytes copied as they are by the block's threads, a word at a time where they
+   allow. */
+static JC_DEVICE JC_INLINE void jc_wire_copy(char* out, JC_SLOT_READ char* in, jc_u64 bytes) {
+  const jc_u64 nt = (jc_u64)jc_nthreads(), words = (bytes & 3) ? 0 : bytes / 4;
+  for (jc_u64 i = (jc_u64)jc_tid(); i < words; i += nt) ((jc_u32*)out)[i] = ((JC_SLOT_READ jc_u32*)in)[i];
+  for (jc_u64 i = words * 4 + (jc_u64)jc_tid(); i < bytes; i += nt) out[i] = in[i];
+}
+
 static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
   __shared__ int jc_wait_err;
@@ -27,15 +35,27 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   if (e) return e;
   const jc_u64 nt = (jc_u64)jc_nthreads();
   if (in && out && !src && !pre && !post) {
-    const jc_u64 words = (bytes & 3) ? 0 : bytes / 4;
-    for (jc_u64 i = (jc_u64)jc_tid(); i < words; i += nt) ((jc_u32*)out)[i] = ((const volatile jc_u32*)in)[i];
-    for (jc_u64 i = words * 4 + (jc_u64)jc_tid(); i < bytes; i += nt) out[i] = in[i];
+    jc_wire_copy(out, in, bytes);
     out = 0;
   }
   for (jc_u64 b = (jc_u64)jc_tid() * JC_WIRE_TILE; b < n; b += nt * JC_WIRE_TILE)
     jc_wire_tile(x, in, out, src, dst, n, b, jc_min(JC_WIRE_TILE, n - b), pre, post);
   jc_barrier();
   if (jc_tid() == 0) jc_end_step(x, r, s, JC_PROTO, bytes);
+  jc_barrier();
+  return JC_OK;
+}
+
+/* Sends the step last posted on `sent` again, its bytes as they are, through `s`. */
+static JC_DEVICE __noinline__ int jc_wire_resend(struct jc_ctx* x, const struct jc_conn* sent, struct jc_conn* s, jc_u64 n) {
+  __shared__ int jc_wait_err;
+  const jc_u64 bytes = jc_wire_bytes(n);
+  if (jc_tid() == 0) jc_wait_err = jc_wait_space(x, s);
+  jc_barrier();
+  if (jc_wait_err) return jc_wait_err;
+  jc_wire_copy(jc_slot(s, JC_PROTO), jc_wire_posted(sent), bytes);
+  jc_barrier();
+  if (jc_tid() == 0) jc_end_step(x, 0, s, JC_PROTO, bytes);
   jc_barrier();
   return JC_OK;
 }

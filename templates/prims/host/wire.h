@@ -27,3 +27,12 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   if (s) jc_post_step(x, s, JC_PROTO, bytes);
   return JC_OK;
 }
+
+/* Sends the step last posted on `sent` again, its bytes as they are, through `s`. */
+static JC_DEVICE int jc_wire_resend(struct jc_ctx* x, const struct jc_conn* sent, struct jc_conn* s, jc_u64 n) {
+  const jc_u64 bytes = jc_wire_bytes(n);
+  JC_CHECK(jc_wait_space(x, s));
+  jc_copy(jc_slot(s, JC_PROTO), jc_wire_posted(sent), bytes);
+  jc_post_step(x, s, JC_PROTO, bytes);
+  return JC_OK;
+}
