@@ -59,7 +59,8 @@ fn outside_bound<T: RefElement>(a: &PerfArgs, n: usize, r: usize, count: usize, 
         .filter(|&k| {
             let b = wire_bound(a.wire, encodings, m[k], largest[k]);
             let b = b + last * (exact[k].abs() + b);
-            !((out[k].to_f64() - exact[k]).abs() <= b)
+            let off = (out[k].to_f64() - exact[k]).abs();
+            off.is_nan() || off > b
         })
         .count()
 }
