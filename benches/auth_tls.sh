@@ -15,17 +15,11 @@ init_rounds=${2:-$rounds}
 jitccl=${JITCCL:-$(cd "$(dirname "$0")/.." && pwd)/target/release/jitccl}
 [ -x "$jitccl" ] || { echo "no jitccl binary at $jitccl: cargo build --release" >&2; exit 1; }
 tag="jcbench$$"
-cleanup() { ip netns del "${tag}a" 2>/dev/null || true; ip netns del "${tag}b" 2>/dev/null || true; }
+# shellcheck source=benches/two_hosts.sh
+. "$(dirname "$0")/two_hosts.sh"
+cleanup() { two_hosts_down "$tag"; }
 trap cleanup EXIT INT TERM
-ip netns add "${tag}a"
-ip netns add "${tag}b"
-ip -n "${tag}a" link add veth0 type veth peer name veth0 netns "${tag}b"
-for ns in a:1 b:2; do
-    n=${ns%%:*} i=${ns##*:}
-    ip -n "${tag}$n" link set lo up
-    ip -n "${tag}$n" addr add "198.18.0.$i/24" dev veth0
-    ip -n "${tag}$n" link set veth0 up
-done
+two_hosts_up "$tag"
 secret="the benchmark's job secret, not a real one"
 
 # busbw of rank 0's report at the sizes asked, one run, TLS $1 (0 or 1).

@@ -2,9 +2,10 @@
 //! to count wrong elements). Inputs are small whole numbers (and powers of two for
 //! products) chosen so that every datatype, fp8 included, holds every partial result
 //! exactly: any reduction order gives the same bits, and a mismatch is a real error.
-//! Float Avg scales by 1/n, which is inexact; it is compared within a tolerance.
+//! Float Avg scales by 1/n, which is inexact; it is compared within a tolerance. A result
+//! carried in a wire format is compared within the wire's error bound ([`wire_bound`]).
 
-use jitccl_runtime::{DataType, Element, Op};
+use jitccl_runtime::{DataType, Element, Op, Wire};
 
 /// An element type the reference can compute with.
 pub trait RefElement: Element {
@@ -159,6 +160,59 @@ pub fn count_wrong<T: RefElement>(got: &[T], want: &[T], op: Option<Op>, nranks:
     got.iter().zip(want).filter(|(g, w)| !matches(**g, **w, op, nranks)).count() + got.len().abs_diff(want.len())
 }
 
+/// One encoding's error terms in `wire` (as `Wire` documents them): relative `u`,
+/// block-relative `c` (of the largest finite magnitude of the value's block) and absolute `t`.
+pub fn wire_terms(wire: Wire) -> (f64, f64, f64) {
+    let p = |e: i32| 2f64.powi(e);
+    match wire {
+        Wire::Exact => (0.0, 0.0, 0.0),
+        Wire::Bf16 => (p(-8), 0.0, p(-134)),
+        Wire::Fp16 => (p(-11), 0.0, p(-25)),
+        Wire::Fp8E4M3 { .. } => (p(-4), p(-17), p(-136)),
+        Wire::Fp8E5M2 { .. } => (p(-3), p(-31), p(-143)),
+        Wire::Int8 { .. } => (0.0, 1.0 / 250.0, p(-140)),
+    }
+}
+
+/// The most an f32 result that went through `encodings` encodings in `wire` may differ
+/// from the exact one (`Wire`'s bound of a sum): `m` is the sum of the magnitudes of the
+/// element's inputs, `a` the largest such sum within a block of it, and `2^-24` the fp32
+/// additions' own rounding.
+pub fn wire_bound(wire: Wire, encodings: usize, m: f64, a: f64) -> f64 {
+    let (u, c, t) = wire_terms(wire);
+    let k = encodings as f64;
+    k * ((u + 2f64.powi(-24)) * m + c * a + t) * (1.0 + u).powi(encodings as i32)
+}
+
+/// `out[j]`: the largest of `m[j - reach ..= j + reach]` (clipped to `m`), in linear time
+/// (van Herk / Gil-Werman: running maxima within windows of `2 reach + 1` elements).
+pub fn window_max(m: &[f64], reach: usize) -> Vec<f64> {
+    let (n, w) = (m.len(), 2 * reach + 1);
+    let (mut from_start, mut to_end) = (m.to_vec(), m.to_vec());
+    for i in 1..n {
+        if i % w != 0 {
+            from_start[i] = from_start[i].max(from_start[i - 1]);
+        }
+    }
+    for i in (0..n.saturating_sub(1)).rev() {
+        if (i + 1) % w != 0 {
+            to_end[i] = to_end[i].max(to_end[i + 1]);
+        }
+    }
+    // A window (at most `w` long) lies in one piece, then starting it, ending it or ending
+    // `m` (it touches an edge, or is the whole piece), or in two neighbouring pieces.
+    (0..n)
+        .map(|j| {
+            let (l, r) = (j.saturating_sub(reach), (j + reach).min(n - 1));
+            match (l / w == r / w, l % w == 0) {
+                (true, true) => from_start[r],
+                (true, false) => to_end[l],
+                (false, _) => to_end[l].max(from_start[r]),
+            }
+        })
+        .collect()
+}
+
 /// Calls `$f::<T>($args)` with `T` the Rust type of the runtime datatype `$d`.
 #[macro_export]
 macro_rules! with_element_type {
@@ -178,4 +232,23 @@ macro_rules! with_element_type {
             $crate::DataType::F8E5M2 => $f::<$crate::float8::F8E5M2>($($args),*),
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_max;
+
+    #[test]
+    fn window_max_is_the_largest_within_reach() {
+        let m: Vec<f64> = (0..103u64).map(|i| ((i * 37 + 11) % 29) as f64).collect();
+        for len in [0, 1, 2, 7, 64, 103] {
+            for reach in [0, 1, 3, 31] {
+                let m = &m[..len];
+                let brute: Vec<f64> = (0..len)
+                    .map(|j| m[j.saturating_sub(reach)..(j + reach + 1).min(len)].iter().copied().fold(0.0, f64::max))
+                    .collect();
+                assert_eq!(window_max(m, reach), brute, "{len} elements, reach {reach}");
+            }
+        }
+    }
 }

@@ -12,6 +12,7 @@
 //! (collective, wire) is compiled, shared by every rank count.
 
 use half::bf16;
+use jitccl::reference::{window_max, wire_bound, wire_terms};
 use jitccl::{Algorithm, Comm, Config, Device, DeviceBuffer, Error, Op, Protocol, Stream, Wire};
 
 /// Counts: zero, one, a prime, one that is no multiple of a block or a step.
@@ -111,29 +112,14 @@ fn inputs(r: usize, count: usize, specials: bool) -> Vec<f32> {
         .collect()
 }
 
-/// One encoding's error factors (`Wire`'s doc): relative `u`, block-relative `c`,
-/// absolute `t`.
-fn factors(wire: Wire) -> (f64, f64, f64) {
-    let p = |e: i32| 2f64.powi(e);
-    match wire {
-        Wire::Exact => (0.0, 0.0, 0.0),
-        Wire::Bf16 => (p(-8), 0.0, p(-134)),
-        Wire::Fp16 => (p(-11), 0.0, p(-25)),
-        Wire::Fp8E4M3 { .. } => (p(-4), p(-17), p(-136)),
-        Wire::Fp8E5M2 { .. } => (p(-3), p(-31), p(-143)),
-        Wire::Int8 { .. } => (0.0, 1.0 / 250.0, p(-140)),
-    }
-}
-
 /// Where `got` is not the exact result `want` of `xs` (each rank's inputs) within the bound
 /// of `encodings` encodings per element (the fp32 additions' own rounding added), or where
 /// a non-finite `want` does not come out as itself. `None` when all is well.
 fn outside_bound(wire: Wire, encodings: usize, xs: &[Vec<f32>], got: &[f32], want: &[f64]) -> Option<String> {
-    let (u, c, t) = factors(wire);
     let block = wire.block().unwrap_or(1) as usize;
     let m: Vec<f64> =
         (0..got.len()).map(|j| xs.iter().map(|x| (x[j] as f64).abs()).filter(|v| v.is_finite()).sum()).collect();
-    let k = encodings as f64;
+    let largest = window_max(&m, block - 1);
     for j in 0..got.len() {
         let (g, w) = (got[j] as f64, want[j]);
         if !w.is_finite() {
@@ -142,8 +128,7 @@ fn outside_bound(wire: Wire, encodings: usize, xs: &[Vec<f32>], got: &[f32], wan
             }
             continue;
         }
-        let a = m[j.saturating_sub(block - 1)..(j + block).min(got.len())].iter().copied().fold(0.0, f64::max);
-        let bound = k * ((u + 2f64.powi(-24)) * m[j] + c * a + t) * (1.0 + u).powi(encodings as i32);
+        let bound = wire_bound(wire, encodings, m[j], largest[j]);
         // NaN, where a finite value was due, fails too.
         if (g - w).abs().partial_cmp(&bound).is_none_or(|o| o == std::cmp::Ordering::Greater) {
             return Some(format!("element {j}: {g}, exact {w}: error {:e} over the bound {bound:e}", (g - w).abs()));
@@ -320,7 +305,7 @@ fn bf16_elements_travel_in_int8() {
     assert_eq!(identical(&outs), None);
     // The final rounding to bf16 adds 2^-8 of the result: counted as one more encoding.
     let want = exact_sum(&exact, count);
-    let (u, c, t) = factors(wire);
+    let (u, c, t) = wire_terms(wire);
     for j in 0..count {
         let (g, w) = (outs[0][j] as f64, want[j]);
         if !w.is_finite() {

@@ -1,7 +1,8 @@
 //! `jitccl perf` with nccl-tests' flags: AlltoAll, Gather and Scatter checked against the
 //! reference with nccl-tests' bus bandwidth factors, ranks spread over processes, threads
 //! and ranks per thread (-N, -t, -g), aggregation, blocking, averaging and fixed steps,
-//! and the refusals (-G, --target cuda without a GPU, bad combinations); `--compare`.
+//! and the refusals (-G, --target cuda without a GPU, bad combinations); `--compare`;
+//! `--wire`.
 
 use jitccl::tune::{Row, Table};
 use jitccl::{Algorithm, Collective, Protocol};
@@ -154,6 +155,15 @@ fn perf_refuses_wrong_flag_combinations() {
         ),
         (&["perf", "all_reduce", "--compare", "a=t.csv", "--compare", "b=u.csv", "-R", "2"], &["plain buffers"]),
         (&["perf", "all_reduce", "--reps", "3"], &["--compare"]),
+        (&["perf", "all_to_all", "--wire", "bf16"], &["--wire bf16", "all_to_all has no wire path"]),
+        (&["perf", "all_reduce", "--wire", "int8", "-d", "int32"], &["--wire int8b64", "not i32"]),
+        (&["perf", "all_reduce", "--wire", "fp16", "-d", "half"], &["--wire fp16", "no narrower than f16"]),
+        (&["perf", "all_reduce", "--wire", "int8", "-o", "max"], &["sum or avg only", "-o max"]),
+        (&["perf", "all_reduce", "--wire", "int8b48"], &["--wire", "block of 48"]),
+        (
+            &["perf", "all_reduce", "--wire", "bf16", "--compare", "a=t.csv", "--compare", "b=u.csv"],
+            &["--wire bf16", "--compare"],
+        ),
     ];
     for (args, why) in cases {
         let out = jitccl(args, cache.path());
@@ -162,6 +172,32 @@ fn perf_refuses_wrong_flag_combinations() {
         for w in *why {
             assert!(err.contains(w), "{args:?}: expected '{w}' in: {err}");
         }
+    }
+}
+
+/// --wire: the collectives that carry a wire, checked within its bound and for the same
+/// bits on every rank, with the wire named in the header; busbw on the datatype's bytes
+/// (the size column is the same as an exact run's).
+#[test]
+fn wires_run_and_check_within_their_bound() {
+    for (args, wire) in [
+        (&["all_reduce", "-N", "3", "--threads", "-o", "avg"][..], "int8b64"),
+        (&["reduce_scatter", "-N", "2", "-d", "bfloat16"], "fp8e4m3b32"),
+        (&["all_gather", "-N", "2", "-t", "2"], "bf16"),
+        (&["broadcast", "-N", "3", "-r", "1", "--threads"], "fp8e5m2b64"),
+        (&["sendrecv", "-N", "2", "--threads", "-d", "half"], "int8b32"),
+    ] {
+        let mut all = vec!["perf", "--wire", wire, "-b", "1K", "-e", "32K", "-f", "32", "-w", "1", "-n", "2"];
+        all.extend(args);
+        let cache = RunCache::new();
+        let out = jitccl(&all, cache.path());
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{all:?}: {stdout}\n{}", text(&out.stderr));
+        assert!(stdout.contains(&format!("in the {wire} wire")), "{all:?}: {stdout}");
+        assert!(stdout.contains("# Out of bounds values : 0 OK"), "{all:?}: {stdout}");
+        let rows = rows(&stdout);
+        assert_eq!(rows.len(), 2, "{all:?}: sizes 1K and 32K: {stdout}");
+        assert!(rows.iter().all(|r| r[8] == "0"), "{all:?}: {stdout}");
     }
 }
 

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use jitccl::reference::{input, inputs, reduced, RefElement};
-use jitccl::{Collective, Comm, DeviceBuffer, Op, Stream};
+use jitccl::{Collective, Comm, DeviceBuffer, Op, Stream, Wire};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PerfColl {
@@ -77,6 +77,16 @@ impl PerfColl {
         matches!(self, AllGather | ReduceScatter | AllToAll | AllToAllv | Gather | Scatter)
     }
 
+    /// Whether a call of it may carry a wire format (`Comm::wired`).
+    pub fn has_wire_path(self) -> bool {
+        matches!(self, AllReduce | Broadcast | Reduce | AllGather | ReduceScatter | SendRecv)
+    }
+
+    /// Whether every rank ends with the same values (which a wire must give bit for bit).
+    pub fn same_everywhere(self) -> bool {
+        matches!(self, AllReduce | Broadcast | AllGather)
+    }
+
     /// Whether an in-place form exists: not for send/recv, nor AlltoAll(v) (NCCL has none;
     /// nccl-tests reports no errors for it).
     pub fn in_place(self) -> bool {
@@ -120,21 +130,23 @@ impl PerfColl {
         })
     }
 
-    /// Queues one operation of rank `c` on `s`.
+    /// Queues one operation of rank `c` on `s`, its elements carried in `wire` (which the
+    /// flags allow only where [`has_wire_path`](Self::has_wire_path)).
     #[allow(clippy::too_many_arguments)]
     pub fn launch<T: jitccl::Element>(
         self, c: &Comm, s: &Stream, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Option<Op>,
-        root: usize,
+        root: usize, wire: Wire,
     ) -> jitccl::Result<()> {
         let (r, n) = (c.rank(), c.nranks());
         let op = || op.expect("a reducing collective has an op");
+        let w = c.wired(wire);
         match self {
-            AllReduce => c.all_reduce(send, recv, count, op(), s),
-            Broadcast => c.broadcast(send, recv, count, root, s),
-            Reduce => c.reduce(send, recv, count, op(), root, s),
-            AllGather => c.all_gather(send, recv, count, s),
-            ReduceScatter => c.reduce_scatter(send, recv, count, op(), s),
-            SendRecv => c.sendrecv(send, count, (r + 1) % n, recv, count, (r + n - 1) % n, s),
+            AllReduce => w.all_reduce(send, recv, count, op(), s),
+            Broadcast => w.broadcast(send, recv, count, root, s),
+            Reduce => w.reduce(send, recv, count, op(), root, s),
+            AllGather => w.all_gather(send, recv, count, s),
+            ReduceScatter => w.reduce_scatter(send, recv, count, op(), s),
+            SendRecv => w.sendrecv(send, count, (r + 1) % n, recv, count, (r + n - 1) % n, s),
             AllToAll => c.all_to_all(send, recv, count, s),
             AllToAllv => {
                 let (counts, displs): (Vec<usize>, Vec<usize>) = (0..n).map(|q| (count, q * count)).unzip();

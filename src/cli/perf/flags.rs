@@ -2,12 +2,12 @@
 //! letter, long name and meaning (`-n` iterations, `-w` warm-up, `-t` threads, `-g` GPUs,
 //! `-m` aggregation, `-z` blocking, `-G` graph launches, `-a` averaging, `-b -e -f -i -d -o
 //! -r -c`), so an nccl-tests command line means the same here. Ranks are `-N` (nccl-tests
-//! takes them from MPI); `--target`, `--devices`, `--algo`, `--proto`, `--channels` and
-//! `--threads` are jitccl's own. Every number is range-checked at parse time, and the
+//! takes them from MPI); `--target`, `--devices`, `--algo`, `--proto`, `--channels`,
+//! `--threads` and `--wire` are jitccl's own. Every number is range-checked at parse time, and the
 //! combinations in [`PerfArgs::validate`], with an error naming the flag.
 
 use jitccl::codegen::BuiltinOp;
-use jitccl::{Algorithm, DataType, Protocol};
+use jitccl::{Algorithm, DataType, Protocol, Wire};
 
 use super::super::at_least;
 use super::super::ranks::{max_local_ranks, parse_nranks};
@@ -110,6 +110,12 @@ pub struct PerfArgs {
     /// Force the protocol (simple, ll, ll128).
     #[arg(long)]
     pub proto: Option<Protocol>,
+    /// The wire format the collective carries its elements in (a name as JITCCL_WIRE takes:
+    /// exact, bf16, fp16, fp8e4m3[bN], fp8e5m2[bN], int8[bN]); results are checked within
+    /// the wire's error bound and for the same bits on every rank; busbw counts the
+    /// datatype's bytes. Perf runs this wire whatever JITCCL_WIRE says.
+    #[arg(long, default_value = "exact", value_parser = wire)]
+    pub wire: Wire,
     /// Channels per rank.
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=jitccl::MAX_CHANNELS as u64))]
     pub channels: Option<usize>,
@@ -224,6 +230,7 @@ impl PerfArgs {
                 return Err(format!("--devices lists {} GPU(s), one per rank (-N {n}) is needed", self.devices.len()));
             }
         }
+        self.validate_wire()?;
         self.validate_compare()?;
         let (threads, per_thread) = if self.threads { (1, n) } else { (self.nthreads, self.ngpus) };
         let per_process = threads * per_thread;
@@ -266,6 +273,40 @@ impl PerfArgs {
         }
         Ok(())
     }
+}
+
+impl PerfArgs {
+    /// --wire: a float datatype wider than the wire's codes, a collective whose kernels
+    /// carry wires, a sum or avg; not with --compare, whose setups are tuning tables.
+    fn validate_wire(&self) -> Result<(), String> {
+        let w = self.wire;
+        if w == Wire::Exact {
+            return Ok(());
+        }
+        let no = |why: String| Err(format!("--wire {w}: {why}"));
+        if !self.coll.has_wire_path() {
+            return no(format!(
+                "{} has no wire path (the wires run on all_reduce, reduce_scatter, all_gather, broadcast, reduce and \
+                 sendrecv); use --wire exact",
+                self.coll
+            ));
+        }
+        if let Err(e) = w.check_dtype(self.dtype) {
+            return no(format!("{e} (-d float, or -d half / bfloat16 for the 8-bit wires)"));
+        }
+        if self.coll.reduces() && !matches!(self.op, BuiltinOp::Sum | BuiltinOp::Avg) {
+            return no(format!("the wires reduce with sum or avg only (they add in fp32), not -o {}", self.op));
+        }
+        if !self.compare.is_empty() {
+            return no("not with --compare (its setups differ in tuning tables, which a wire does not consult)".into());
+        }
+        Ok(())
+    }
+}
+
+/// Value parser of --wire: a name as `Wire` parses it.
+fn wire(s: &str) -> Result<Wire, String> {
+    s.parse::<Wire>().map_err(|e| e.to_string())
 }
 
 /// Value parser of -t and -g: 1 to the local rank limit (so their product cannot overflow).

@@ -12,7 +12,8 @@
 //! - `coll`: per collective, sizes, bus bandwidth factor, buffers, call and reference;
 //! - `sweep`: one thread's sizes, timing and checks;
 //! - `report`: the table and its closing lines;
-//! - `compare`: `--compare`, setups timed side by side instead of the sweep.
+//! - `compare`: `--compare`, setups timed side by side instead of the sweep;
+//! - `wire`: the check of a run in a wire format (`--wire`).
 
 mod coll;
 mod compare;
@@ -20,6 +21,7 @@ mod flags;
 mod place;
 mod report;
 mod sweep;
+mod wire;
 
 use std::process::ExitCode;
 

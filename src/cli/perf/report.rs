@@ -51,8 +51,9 @@ impl Report {
             Average::Max => "max",
         };
         self.say(&format!(
-            "# jitccl perf: {} on {target}, {} {how}, {} buffers, {} warmup + {} timed iterations of {} op(s){}{}, check {}, {avg} time over ranks",
+            "# jitccl perf: {} in the {} wire on {target}, {} {how}, {} buffers, {} warmup + {} timed iterations of {} op(s){}{}, check {}, {avg} time over ranks",
             a.coll,
+            a.wire,
             lay.nranks,
             match a.register {
                 Register::None => "plain",
@@ -69,6 +70,14 @@ impl Report {
             },
             a.check
         ));
+        if a.wire != jitccl::Wire::Exact {
+            self.say(&format!(
+                "# The {} wire encodes what the ranks send: busbw counts the {} bytes; #wrong counts results outside \
+                 the wire's error bound of the exact ones, and results whose bits differ between ranks",
+                a.wire,
+                a.dtype.nccl_name()
+            ));
+        }
         self.say("#");
         self.say(&format!("# {:>66}{:>34}", "out-of-place", "in-place"));
         let cols = |v: [&str; 13]| {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use jitccl::codegen::BuiltinOp;
 use jitccl::reference::{count_wrong, inputs, op_for_rank, RefElement};
-use jitccl::{Comm, CudaGraph, DeviceBuffer, Op, Registration, Stream};
+use jitccl::{Comm, CudaGraph, DeviceBuffer, Op, Registration, Stream, Wire};
 
 use super::flags::{Average, Layout, PerfArgs, Register};
 use super::report::{Report, Timing};
@@ -80,7 +80,7 @@ pub(super) fn prepare<'a, T: RefElement>(
 /// Each rank's (send, recv) buffers of `len` elements as -R says, and the registrations to
 /// keep. Registering and symmetric allocation are collective: this thread's ranks take part
 /// at once, each on a thread of its own.
-fn alloc<T: jitccl::Element>(
+pub(super) fn alloc<T: jitccl::Element>(
     how: Register, comms: &[Comm], len: usize,
 ) -> jitccl::Result<(Views<T>, Vec<Registration>)> {
     let one = |c: &Comm| -> jitccl::Result<(Pair<T>, Vec<Registration>)> {
@@ -138,12 +138,12 @@ fn launch_all<T: jitccl::Element>(
 ) -> jitccl::Result<()> {
     for ((c, s), (send, recv)) in comms.iter().zip(streams).zip(v) {
         let op = op(a).map(|o| op_for_rank(o, c.rank()));
-        a.coll.launch(c, s, send, recv, count, op, a.root)?;
+        a.coll.launch(c, s, send, recv, count, op, a.root, a.wire)?;
     }
     Ok(())
 }
 
-fn sync_all(streams: &[Stream]) -> jitccl::Result<()> {
+pub(super) fn sync_all(streams: &[Stream]) -> jitccl::Result<()> {
     streams.iter().try_for_each(|s| s.synchronize())
 }
 
@@ -275,6 +275,9 @@ fn check<T: RefElement>(
     } else {
         launch_all(a, comms, streams, v, count)?;
         sync_all(streams)?;
+    }
+    if a.wire != Wire::Exact {
+        return super::wire::wrong(a, lay, comms, streams, v, count);
     }
     Ok(comms
         .iter()
