@@ -252,13 +252,13 @@ impl Tuner {
         Ok(Choice { algo, proto, nchannels, ..self.internal(elem_size) })
     }
 
-    /// The most channels a choice may use.
     /// Whether the overrides let `coll` run direct (whatever the size): the choice of calls
     /// whose ranks move different sizes (AlltoAllv, point-to-point), which must still agree.
     pub(crate) fn allows_direct(&self, coll: Collective) -> bool {
         self.algos.allowed(coll).contains(Algorithm::Direct)
     }
 
+    /// The most channels a choice may use.
     pub(crate) fn max_channels(&self) -> usize {
         self.topo.nchannels
     }
