@@ -85,6 +85,40 @@ impl Generator {
         Generator { disk, loaded: Mutex::new(FxHashMap::default()) }
     }
 
+    /// Checks that `spec` compiles for `target`, building nothing meant to run: the host
+    /// compiler's front end ([`HostCompiler::check`](crate::compile::host::HostCompiler::check))
+    /// or NVRTC's fastest settings ([`Nvrtc::check`](crate::compile::nvrtc::Nvrtc::check)),
+    /// whose image must hold the kernel's entry. A check that passes is remembered in the
+    /// disk cache (an empty marker, keyed as a kernel is: source, target, compiler and
+    /// flags), so that checking again what did not change is a lookup, as with a build
+    /// cache: [`Provenance::Disk`] then, else [`Provenance::Compiled`].
+    pub fn check(&self, spec: &KernelSpec, target: Target) -> Result<Provenance, CompileError> {
+        let source = render(spec, target)?;
+        let name = spec.to_string();
+        let marker = |compiler: &str| {
+            self.disk.as_ref().map(|d| d.path(&source, &format!("{target}:check"), compiler, "checked"))
+        };
+        match target {
+            Target::Host => {
+                let cc = host_cc()?;
+                remembered(marker(&cc.id()), || cc.check(&source, &name))
+            }
+            Target::Cuda { arch, output } => {
+                let nv = nvrtc()?;
+                remembered(marker(&nv.id()), || {
+                    let image = nv.check(&source, &name, arch, output)?;
+                    let entry = format!(".entry {}(", spec.symbol());
+                    let problem = match output {
+                        CudaOutput::Cubin if !image.starts_with(b"\x7fELF") => "the CUBIN is not an ELF image",
+                        CudaOutput::Ptx if !String::from_utf8_lossy(&image).contains(&entry) => "the PTX has no entry",
+                        _ => return Ok(()),
+                    };
+                    Err(CompileError::Failed { compiler: "nvrtc", kernel: name.clone(), log: problem.to_owned() })
+                })
+            }
+        }
+    }
+
     /// The process-wide generator, with the disk cache from the environment.
     pub fn global() -> &'static Generator {
         static G: std::sync::OnceLock<Generator> = std::sync::OnceLock::new();
@@ -171,22 +205,21 @@ impl Generator {
     }
 }
 
-/// Checks that `spec` compiles for `target`, building nothing that is cached or meant to
-/// run: the host compiler's front end ([`HostCompiler::check`](crate::compile::host::HostCompiler::check)) or NVRTC's fastest
-/// settings ([`check_cuda`]).
-pub fn check(spec: &KernelSpec, target: Target) -> Result<(), CompileError> {
-    match target {
-        Target::Host => host_cc()?.check(&render(spec, target)?, &spec.to_string()),
-        Target::Cuda { arch, output } => check_cuda(spec, arch, output).map(drop),
+/// [`Provenance::Disk`] where `marker` exists, else `check`'s outcome, a pass leaving the
+/// marker behind.
+fn remembered(
+    marker: Option<PathBuf>, check: impl FnOnce() -> Result<(), CompileError>,
+) -> Result<Provenance, CompileError> {
+    if marker.as_ref().is_some_and(|m| m.is_file()) {
+        return Ok(Provenance::Disk);
     }
-}
-
-/// Checks that `spec` compiles for `arch` with NVRTC's fastest settings
-/// ([`Nvrtc::check`](crate::compile::nvrtc::Nvrtc::check)) and returns the image, which is
-/// neither cached nor meant to run.
-pub fn check_cuda(spec: &KernelSpec, arch: CudaArch, output: CudaOutput) -> Result<Vec<u8>, CompileError> {
-    let source = render(spec, Target::Cuda { arch, output })?;
-    nvrtc()?.check(&source, &spec.to_string(), arch, output)
+    check()?;
+    if let Some(m) = marker {
+        // A marker that cannot be written costs only a check next time.
+        let _ = m.parent().map(std::fs::create_dir_all);
+        let _ = std::fs::write(&m, b"");
+    }
+    Ok(Provenance::Compiled)
 }
 
 /// The checked entry at `path`, else `compile`'s output, stored there. A damaged entry is

@@ -11,6 +11,6 @@ pub mod spec;
 mod target;
 
 pub use compile::CompileError;
-pub use generator::{check, check_cuda, Artifact, CudaImage, Generator, Provenance};
+pub use generator::{Artifact, CudaImage, Generator, Provenance};
 pub use render::render;
 pub use spec::*;

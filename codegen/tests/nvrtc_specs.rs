@@ -9,8 +9,10 @@
 //! inline-PTX site with every operand type it is given. Assembling every spec for sm_90
 //! as well cost CI about 100 s more (ptxas is about 45% of a CUBIN's time).
 //!
-//! Both go through [`Nvrtc::check`], which skips optimizations: every C++ error and every
-//! inline-PTX error still fails, in less than half the time (61-71 s against 144 s in CI).
+//! Both go through [`Generator::check`] (NVRTC without optimizations): every C++ error and
+//! every inline-PTX error still fails, in less than half the time. A pass is remembered in
+//! the kernel cache (`JITCCL_CACHE_DIR`, keyed by source, target and NVRTC), so a run after
+//! a change checks what the change touched, as a build cache would.
 //! The optimized code is what the PTX instruction test below and the GPU runs look at.
 //!
 //! Needs NVRTC (scripts/setup-nvrtc.sh, or JITCCL_NVRTC_PATH), not a GPU. Without NVRTC the
@@ -22,9 +24,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use jitccl_codegen::cache::DiskCache;
 use jitccl_codegen::compile::nvrtc::{nvrtc, CudaOutput, Nvrtc};
 use jitccl_codegen::{
-    check_cuda, Algorithm, Collective, CompileError, CudaArch, DataType, Generator, KernelSpec, Protocol, RedOp, Target,
+    Algorithm, Collective, CompileError, CudaArch, DataType, Generator, KernelSpec, Protocol, Provenance, RedOp, Target,
 };
 
 const SM80: CudaArch = CudaArch(80);
@@ -97,17 +100,6 @@ fn jobs(generator: &Generator) -> Vec<(KernelSpec, CudaArch, CudaOutput)> {
     jobs
 }
 
-/// What is wrong with `bytes` as `spec`'s `output`, if anything.
-fn check_image(spec: &KernelSpec, output: CudaOutput, bytes: &[u8]) -> Option<String> {
-    match output {
-        CudaOutput::Cubin if !bytes.starts_with(b"\x7fELF") => Some("the CUBIN is not an ELF image".to_owned()),
-        CudaOutput::Ptx if !String::from_utf8_lossy(bytes).contains(&format!(".entry {}(", spec.symbol())) => {
-            Some(format!("the PTX has no entry {}", spec.symbol()))
-        }
-        _ => None,
-    }
-}
-
 fn shorten(log: &str) -> String {
     if log.chars().count() <= MAX_LOG_CHARS {
         return log.to_owned();
@@ -116,9 +108,12 @@ fn shorten(log: &str) -> String {
     format!("{head}\n[... log truncated]")
 }
 
-/// Compiles `jobs` on WORKERS threads; the failures (what, log), the wall time and the
-/// compilers' busy time.
-fn compile(jobs: &[(KernelSpec, CudaArch, CudaOutput)]) -> (Vec<(String, String)>, Duration, Duration) {
+/// Checks `jobs` on WORKERS threads (remembered passes skipped: the checks go through the
+/// kernel cache, `JITCCL_CACHE_DIR`); the failures (what, log), the wall time, the
+/// compilers' busy time and how many were remembered.
+fn compile(jobs: &[(KernelSpec, CudaArch, CudaOutput)]) -> (Vec<(String, String)>, Duration, Duration, usize) {
+    let checker = Generator::new(DiskCache::from_env());
+    let remembered = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::<(String, String)>::new());
     let busy = Mutex::new(Duration::ZERO);
@@ -131,13 +126,14 @@ fn compile(jobs: &[(KernelSpec, CudaArch, CudaOutput)]) -> (Vec<(String, String)
                     break;
                 };
                 let t0 = Instant::now();
-                let outcome = check_cuda(&spec, arch, output);
+                let outcome = checker.check(&spec, Target::Cuda { arch, output });
                 *busy.lock().unwrap() += t0.elapsed();
                 let problem = match outcome {
-                    Ok(bytes) => match check_image(&spec, output, &bytes) {
-                        None => continue,
-                        Some(p) => p,
-                    },
+                    Ok(Provenance::Disk) => {
+                        remembered.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Ok(_) => continue,
                     Err(CompileError::Failed { log, .. }) => log,
                     Err(e) => e.to_string(),
                 };
@@ -146,7 +142,7 @@ fn compile(jobs: &[(KernelSpec, CudaArch, CudaOutput)]) -> (Vec<(String, String)
         }
     });
     let busy = *busy.lock().unwrap();
-    (failures.into_inner().unwrap(), started.elapsed(), busy)
+    (failures.into_inner().unwrap(), started.elapsed(), busy, remembered.into_inner())
 }
 
 /// Fails naming every kernel of `failures` (of `total`), with the first logs.
@@ -173,16 +169,16 @@ fn every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80() {
     };
     let generator = Generator::new(None);
     let jobs = jobs(&generator);
-    let (failures, elapsed, busy) = compile(&jobs);
+    let (failures, elapsed, busy, remembered) = compile(&jobs);
     let cubins = jobs.iter().filter(|j| j.2 == CudaOutput::Cubin).count();
     println!(
         "nvrtc {} ({}): {} kernels to PTX (sm_90), {cubins} to CUBIN (sm_90 and sm_80 samples) in {:.1} s \
-         with {WORKERS} workers, {:.0} ms per compile",
+         with {WORKERS} workers, {:.0} ms per compile ({remembered} remembered from an earlier pass)",
         nv.id(),
         nv.location(),
         jobs.len() - cubins,
         elapsed.as_secs_f64(),
-        busy.as_secs_f64() * 1e3 / jobs.len() as f64
+        busy.as_secs_f64() * 1e3 / jobs.len().saturating_sub(remembered).max(1) as f64
     );
     assert_compiled(failures, jobs.len());
 }
@@ -206,7 +202,7 @@ fn every_direct_kernel_assembles_to_cubin_for_every_op_over_a_datatype_sample() 
     // AllReduce's two, and one each for Broadcast, Reduce, AllGather, ReduceScatter,
     // AlltoAll, Gather, Scatter and SendRecv.
     assert_eq!(shapes.len(), 10, "direct kernels: {shapes:?}");
-    let (failures, elapsed, _) = compile(&jobs);
+    let (failures, elapsed, _, _) = compile(&jobs);
     println!("{} direct kernels to CUBIN (sm_90) in {:.1} s", jobs.len(), elapsed.as_secs_f64());
     assert_compiled(failures, jobs.len());
 }
@@ -226,7 +222,7 @@ fn every_shape_specialized_for_a_rank_count_assembles_to_cubin() {
         })
         .flat_map(|s| [2, 3].map(|n| (s.specialized_for(n).unwrap(), SM90, CudaOutput::Cubin)))
         .collect();
-    let (failures, elapsed, _) = compile(&jobs);
+    let (failures, elapsed, _, _) = compile(&jobs);
     println!("{} specialized kernels to CUBIN (sm_90) in {:.1} s", jobs.len(), elapsed.as_secs_f64());
     assert_compiled(failures, jobs.len());
 }
@@ -263,7 +259,7 @@ fn wire_kernels_assemble_to_cubin() {
             jobs.push((spec, SM80, CudaOutput::Cubin));
         }
     }
-    let (failures, elapsed, _) = compile(&jobs);
+    let (failures, elapsed, _, _) = compile(&jobs);
     println!("{} wire kernels to CUBIN in {:.1} s", jobs.len(), elapsed.as_secs_f64());
     assert_compiled(failures, jobs.len());
 }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
-use jitccl::codegen::{check, render, CudaArch, Generator, KernelSpec, Provenance, Target};
+use jitccl::codegen::{render, CudaArch, Generator, KernelSpec, Provenance, Target};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum TargetKind {
@@ -139,8 +139,11 @@ impl KernelsCmd {
             }
             KernelsCmd::Check(b) => {
                 let (specs, target, jobs) = b.resolve()?;
+                let gen = Generator::global();
                 eprintln!("# checking {} kernel(s) for {target} with {jobs} job(s)", specs.len());
-                Ok(for_each(&specs, jobs, Work::Check, |spec| check(spec, target).map(|()| true)))
+                Ok(for_each(&specs, jobs, Work::Check, |spec| {
+                    gen.check(spec, target).map(|p| p == Provenance::Compiled)
+                }))
             }
         }
     }
@@ -170,8 +173,8 @@ enum Work {
 }
 
 /// Runs `work` on every spec with `jobs` threads, printing each failure and then the summary
-/// (`compiled N, failed F, cached C in T s`; `checked N, failed F in T s`), where `work`
-/// returns whether it did the work (else the cache had it).
+/// (`compiled N, failed F, cached C in T s`; `checked N, failed F, remembered R in T s`),
+/// where `work` returns whether it did the work (else the cache had it).
 fn for_each(
     specs: &[KernelSpec], jobs: usize, what: Work,
     work: impl Fn(&KernelSpec) -> Result<bool, jitccl::codegen::CompileError> + Sync,
@@ -204,7 +207,7 @@ fn for_each(
     let (worked, cached, secs) = (worked.into_inner(), cached.into_inner(), t0.elapsed().as_secs_f64());
     match what {
         Work::Compile => println!("compiled {worked}, failed {failed}, cached {cached} in {secs:.2} s"),
-        Work::Check => println!("checked {worked}, failed {failed} in {secs:.2} s"),
+        Work::Check => println!("checked {worked}, failed {failed}, remembered {cached} in {secs:.2} s"),
     }
     if failed > 0 {
         ExitCode::FAILURE

@@ -23,8 +23,8 @@ fn jitccl_with(args: &[&str], cache: &std::path::Path, vars: &[(&str, &str)]) ->
         .expect("run jitccl")
 }
 
-/// The run's kernel cache (`JITCCL_CACHE_DIR`, which scripts/test.sh makes fresh for each
-/// run), else a new one. Tests that are not about the cache use it, so they share the
+/// The run's kernel cache (`JITCCL_CACHE_DIR`, which scripts/test.sh names), else a new
+/// one. Tests that are not about the cache use it, so they share the
 /// kernels that the other tests of the run compile instead of compiling their own.
 struct RunCache {
     path: std::path::PathBuf,
@@ -248,18 +248,29 @@ fn perf_rejects_bad_input() {
 /// datatype and op. A broken compiler fails the check, naming the kernel and the command.
 #[test]
 fn every_spec_checks_for_the_host_and_a_broken_compiler_fails_it() {
-    let cache = tempfile::tempdir().unwrap();
-    let out = jitccl(&["kernels", "check", "--target", "host", "--all"], cache.path());
+    // Every spec, through the run's cache: what an earlier run checked with this compiler
+    // is remembered.
+    let run = RunCache::new();
+    let out = jitccl(&["kernels", "check", "--target", "host", "--all"], run.path());
     let nums = summary_of(&out, "checked ");
     assert!(out.status.success() && nums[1] == 0, "{}", text(&out.stdout));
-    assert_eq!(nums[0], KernelSpec::all().len());
-    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0, "a check caches nothing");
+    assert_eq!(nums[0] + nums[2], KernelSpec::all().len(), "{}", text(&out.stdout));
 
-    let out = jitccl_with(&["kernels", "check", "reduce.ring.ll.i8.min"], cache.path(), &[("CC", "false")]);
+    // A pass is remembered (nothing else is kept), for this compiler only.
+    let cache = tempfile::tempdir().unwrap();
+    let spec = "reduce.ring.ll.i8.min";
+    for expected in [[1, 0, 0], [0, 0, 1]] {
+        let out = jitccl(&["kernels", "check", spec], cache.path());
+        assert_eq!(summary_of(&out, "checked ")[..3], expected, "{}", text(&out.stdout));
+    }
+    let kept: Vec<_> = walk(cache.path());
+    assert!(kept.len() == 1 && kept[0].extension().is_some_and(|e| e == "checked"), "{kept:?}");
+    assert_eq!(std::fs::metadata(&kept[0]).unwrap().len(), 0, "a marker, not a build");
+    let out = jitccl_with(&["kernels", "check", spec], cache.path(), &[("CC", "false")]);
     assert!(!out.status.success());
     let log = text(&out.stdout);
-    assert!(log.contains("FAILED reduce.ring.ll.i8.min") && log.contains("-fsyntax-only"), "{log}");
-    assert_eq!(summary_of(&out, "checked ")[..2], [0, 1]);
+    assert!(log.contains(&format!("FAILED {spec}")) && log.contains("-fsyntax-only"), "{log}");
+    assert_eq!(summary_of(&out, "checked ")[..3], [0, 1, 0]);
 
     // CUDA: NVRTC without optimization (required in CI).
     let cuda = jitccl(
@@ -270,7 +281,21 @@ fn every_spec_checks_for_the_host_and_a_broken_compiler_fails_it() {
         eprintln!("skipping the CUDA part: {}", text(&cuda.stdout));
         return;
     }
-    assert_eq!(summary_of(&cuda, "checked ")[..2], [1, 0], "{}", text(&cuda.stdout));
+    assert_eq!(summary_of(&cuda, "checked ")[..3], [1, 0, 0], "{}", text(&cuda.stdout));
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 #[test]

@@ -94,7 +94,7 @@ fn specs_compile_with_nvrtc_for_sm90() {
     let mut failed = Vec::new();
     for spec in &specs {
         // A check (no optimizations): every C++ and inline-PTX error still fails.
-        if let Err(e) = check_cuda(spec, CudaArch(90), CudaOutput::Cubin) {
+        if let Err(e) = Generator::global().check(spec, Target::cubin(CudaArch(90))) {
             failed.push(format!("{spec}: {e}"));
         }
     }

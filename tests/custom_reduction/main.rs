@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use jitccl::codegen::compile::nvrtc::{nvrtc, CudaOutput};
-use jitccl::codegen::{check_cuda, CudaArch, Generator, KernelSpec, Provenance, RedOp};
+use jitccl::codegen::compile::nvrtc::nvrtc;
+use jitccl::codegen::{CudaArch, Generator, KernelSpec, Provenance, RedOp, Target};
 use jitccl::reference::RefElement;
 use jitccl::{Algorithm, Collective, Comm, Config, CustomOp, DataType, Element, Error, Op, Protocol, Stream};
 
