@@ -14,7 +14,9 @@
 //! SIGKILL at several points: the others' calls must fail naming it within seconds. Both run
 //! the C++ backend (`python/jitccl/torch/_native.cpp`, compiled in the chroot at first use);
 //! the collectives run once more on the Python group alone, and `torch_native_modes.py` checks
-//! what `JITCCL_TORCH_NATIVE` does where the C++ part cannot be built.
+//! what `JITCCL_TORCH_NATIVE` does where the C++ part cannot be built. `torch_hooks.py`
+//! trains under DDP with `jitccl.torch.hooks.compress(wire)` at 2 ranks, through the C++
+//! backend and through the Python group alone.
 
 mod common;
 
@@ -144,6 +146,23 @@ fn the_jitccl_backend_matches_gloo_at_2_and_4_ranks() {
         run_limited(cmd, tmp.path(), &format!("torch-{n}-native{native}")).assert_passed(n, 700);
     }
     assert_eq!(chroot_mounts(), before, "the ranks' mounts are gone with them");
+}
+
+#[test]
+fn ddp_hooks_average_gradients_in_a_wire_within_its_bound() {
+    let built = built();
+    setup();
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    for native in ["1", "0"] {
+        let mut cmd = Command::new(&built.jitccl);
+        rank_env(&mut cmd)
+            .args(["launch", "-n", "2", "--timeout", &(RUN_LIMIT.as_secs() - 10).to_string(), "--"])
+            .arg(setup_script())
+            .args(["run", "python3"])
+            .arg(repo().join("python/tests/torch_hooks.py"));
+        torch_env(&mut cmd, tmp.path()).env("JITCCL_TORCH_NATIVE", native);
+        run_limited(cmd, tmp.path(), &format!("hooks-native{native}")).assert_passed(2, 20);
+    }
 }
 
 #[test]

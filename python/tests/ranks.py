@@ -142,7 +142,8 @@ m = 600
 every = np.stack([noisy(r, m, 1) for r in range(size)]).astype("float64")
 exact = every.sum(0)
 mags = np.abs(every).sum(0)
-for name, u, c in (("bf16", 2 ** -8, 0.0), ("fp8e4m3b128", 2 ** -4, 2 ** -17), ("int8", 0.0, 1 / 250)):
+for name, u, c in (("bf16", 2 ** -8, 0.0), ("fp8e4m3b128", 2 ** -4, 2 ** -17),
+                   ("int8", 0.0, 1 / 250)):
     x = noisy(rank, m, 1)
     comm.all_reduce(x, wire=name)
     # The bound with A, the largest sum of magnitudes in a block, taken over the whole array.
