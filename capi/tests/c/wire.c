@@ -288,7 +288,8 @@ static void refused(void) {
     memset(out, 0xA5, sizeof out);
     const void* in = cases[k].dt == ncclInt32 ? (const void*)ints : (const void*)f;
     size_t n = cases[k].dt == ncclFloat64 ? count / 2 : count;
-    EXPECT_RESULT(ncclInvalidArgument, jitcclWiredAllReduce(in, out, n, cases[k].dt, cases[k].op, cases[k].w, comm_, NULL));
+    EXPECT_RESULT(ncclInvalidArgument,
+                  jitcclWiredAllReduce(in, out, n, cases[k].dt, cases[k].op, cases[k].w, comm_, NULL));
     const char* e = ncclGetLastError(comm_);
     EXPECT(strstr(e, cases[k].why) && strstr(e, "jitcclWiredAllReduce"), "case %zu: last error '%s'", k, e);
     int untouched = 1;
