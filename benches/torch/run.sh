@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# torch.distributed.all_reduce through the "jitccl" backend beside Gloo
-# (benches/torch/allreduce_vs_gloo.py), at 2 and 4 ranks started by `jitccl launch` in the
-# Debian PyTorch chroot of scripts/setup-torch.sh (set up if missing; needs root).
+# A PyTorch benchmark of benches/torch/ as ranks started by `jitccl launch` in the Debian
+# PyTorch chroot of scripts/setup-torch.sh (set up if missing; needs root):
 #
-# Usage: benches/torch/run.sh                 (NRANKS="2 4"; BENCH_REPS, BENCH_SIZES,
-#                                              BENCH_BATCH_S as the script says)
+# - allreduce_vs_gloo.py (the default): torch.distributed.all_reduce through the "jitccl"
+#   backend beside Gloo, at 2 and 4 ranks;
+# - ddp_wire.py: DDP training with gradients in jitccl's wire formats beside PyTorch's
+#   bf16_compress_hook (run it at 4 ranks: NRANKS=4).
+#
+# Usage: benches/torch/run.sh [SCRIPT]        (NRANKS="2 4"; the script's own variables, as
+#                                              it says)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+script=benches/torch/${1:-allreduce_vs_gloo.py}
 cargo build --release -q -p jitccl-capi -p jitccl
 bash scripts/setup-torch.sh >/dev/null
 rel=${CARGO_TARGET_DIR:-$root/target}/release
 for n in ${NRANKS:-2 4}; do
-  env -u NCCL_COMM_ID -u JITCCL_COMM_ID JITCCL_DEVICE=host PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1 \
-    JITCCL_NCCL_SO="$rel/libnccl.so.2" JITCCL_BIN="$rel/jitccl" JITCCL_TORCH_BIND="$rel" \
+  env -u NCCL_COMM_ID -u JITCCL_COMM_ID -u JITCCL_WIRE JITCCL_DEVICE=host PYTHONPATH="$root/python" \
+    PYTHONDONTWRITEBYTECODE=1 JITCCL_NCCL_SO="$rel/libnccl.so.2" JITCCL_BIN="$rel/jitccl" JITCCL_TORCH_BIND="$rel" \
     USE_LIBUV=0 GLOO_SOCKET_IFNAME=lo \
-    "$rel/jitccl" launch -n "$n" -- bash scripts/setup-torch.sh run python3 benches/torch/allreduce_vs_gloo.py 2>&1 |
+    "$rel/jitccl" launch -n "$n" -- bash scripts/setup-torch.sh run python3 "$script" 2>&1 |
     grep -v ' WARN \| INFO ' | sed 's/^\[0\] //'
 done

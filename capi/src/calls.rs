@@ -1,11 +1,12 @@
 //! The collectives and point to point on the caller's buffers (host memory on the host, the
 //! rank's device memory on a GPU), and the reduction ops made by
 //! ncclRedOpCreatePreMulSum. Each call is checked by jitccl (a bad argument changes
-//! nothing), queued on the communicator's stream, and completed as `group` says.
+//! nothing), queued on the communicator's stream, and completed as `group` says. The
+//! collectives that take a wire format are shared with `wire`'s call variants.
 
 use std::ffi::{c_int, c_void};
 
-use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op, ScalarAt, Stream};
+use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op, ScalarAt, Stream, Wire};
 
 use crate::group;
 use crate::handle::{last_error, CommHandle, Live, PreMul, Scalar};
@@ -64,6 +65,17 @@ macro_rules! typed {
                 type $T = float8::F8E5M2;
                 $e
             }
+        }
+    };
+}
+
+/// `$l.comm.$call(..)`, or in `$wire`'s format when the call names one (else the
+/// communicator's default applies, where it fits).
+macro_rules! via {
+    ($l:expr, $wire:expr, $call:ident($($a:expr),* $(,)?)) => {
+        match $wire {
+            None => $l.comm.$call($($a),*),
+            Some(w) => $l.comm.wired(w).$call($($a),*),
         }
     };
 }
@@ -174,28 +186,37 @@ fn all(live: &Live, count: usize) -> Result<usize, Failure> {
     count.checked_mul(live.comm.nranks()).ok_or_else(|| fail(INVALID_ARGUMENT, format!("count {count} overflows")))
 }
 
+/// AllReduce as `name` (ncclAllReduce, or jitcclWiredAllReduce with its `wire`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn all_reduce(
+    name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, wire: Option<Wire>,
+    comm: *mut CommHandle, stream: *mut c_void,
+) -> NcclResult {
+    call(name, comm, stream, Collective::AllReduce, dt, count, |l, s, dt| {
+        let op = op_for(l, op, dt)?;
+        typed!(dt, T => via!(l, wire, all_reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, s)))?;
+        Ok(())
+    })
+}
+
 export! {
     ncclAllReduce / pncclAllReduce(
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclAllReduce", comm, stream, Collective::AllReduce, dt, count, |l, s, dt| {
-            let op = op_for(l, op, dt)?;
-            typed!(dt, T => l.comm.all_reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, s))?;
-            Ok(())
-        })
+        all_reduce("ncclAllReduce", send, recv, count, dt, op, None, comm, stream)
     }
 }
 
-/// Broadcast as `name` (ncclBroadcast, or ncclBcast in place).
+/// Broadcast as `name` (ncclBroadcast, ncclBcast in place, or jitcclWiredBroadcast).
 #[allow(clippy::too_many_arguments)]
-unsafe fn broadcast(
-    name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
-    stream: *mut c_void,
+pub(crate) unsafe fn broadcast(
+    name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, wire: Option<Wire>,
+    comm: *mut CommHandle, stream: *mut c_void,
 ) -> NcclResult {
     call(name, comm, stream, Collective::Broadcast, dt, count, |l, s, dt| {
         let rt = root(rt)?;
-        typed!(dt, T => l.comm.broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, s))?;
+        typed!(dt, T => via!(l, wire, broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, s)))?;
         Ok(())
     })
 }
@@ -205,7 +226,7 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        broadcast("ncclBroadcast", send, recv, count, dt, rt, comm, stream)
+        broadcast("ncclBroadcast", send, recv, count, dt, rt, None, comm, stream)
     }
 }
 
@@ -214,8 +235,21 @@ export! {
     ncclBcast / pncclBcast(
         buff: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        broadcast("ncclBcast", buff, buff, count, dt, rt, comm, stream)
+        broadcast("ncclBcast", buff, buff, count, dt, rt, None, comm, stream)
     }
+}
+
+/// Reduce as `name` (ncclReduce, or jitcclWiredReduce).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn reduce(
+    name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, rt: c_int,
+    wire: Option<Wire>, comm: *mut CommHandle, stream: *mut c_void,
+) -> NcclResult {
+    call(name, comm, stream, Collective::Reduce, dt, count, |l, s, dt| {
+        let (op, rt) = (op_for(l, op, dt)?, root(rt)?);
+        typed!(dt, T => via!(l, wire, reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, rt, s)))?;
+        Ok(())
+    })
 }
 
 export! {
@@ -223,24 +257,42 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, rt: c_int,
         comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclReduce", comm, stream, Collective::Reduce, dt, count, |l, s, dt| {
-            let (op, rt) = (op_for(l, op, dt)?, root(rt)?);
-            typed!(dt, T => l.comm.reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, rt, s))?;
-            Ok(())
-        })
+        reduce("ncclReduce", send, recv, count, dt, op, rt, None, comm, stream)
     }
+}
+
+/// AllGather as `name` (ncclAllGather, or jitcclWiredAllGather).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn all_gather(
+    name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, wire: Option<Wire>,
+    comm: *mut CommHandle, stream: *mut c_void,
+) -> NcclResult {
+    call(name, comm, stream, Collective::AllGather, dt, count, |l, s, dt| {
+        let total = all(l, count)?;
+        typed!(dt, T => via!(l, wire, all_gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, s)))?;
+        Ok(())
+    })
 }
 
 export! {
     ncclAllGather / pncclAllGather(
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclAllGather", comm, stream, Collective::AllGather, dt, count, |l, s, dt| {
-            let total = all(l, count)?;
-            typed!(dt, T => l.comm.all_gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, s))?;
-            Ok(())
-        })
+        all_gather("ncclAllGather", send, recv, count, dt, None, comm, stream)
     }
+}
+
+/// ReduceScatter as `name` (ncclReduceScatter, or jitcclWiredReduceScatter).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn reduce_scatter(
+    name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, wire: Option<Wire>,
+    comm: *mut CommHandle, stream: *mut c_void,
+) -> NcclResult {
+    call(name, comm, stream, Collective::ReduceScatter, dt, count, |l, s, dt| {
+        let (op, total) = (op_for(l, op, dt)?, all(l, count)?);
+        typed!(dt, T => via!(l, wire, reduce_scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, op, s)))?;
+        Ok(())
+    })
 }
 
 export! {
@@ -248,11 +300,7 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclReduceScatter", comm, stream, Collective::ReduceScatter, dt, count, |l, s, dt| {
-            let (op, total) = (op_for(l, op, dt)?, all(l, count)?);
-            typed!(dt, T => l.comm.reduce_scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, op, s))?;
-            Ok(())
-        })
+        reduce_scatter("ncclReduceScatter", send, recv, count, dt, op, None, comm, stream)
     }
 }
 

@@ -1,6 +1,7 @@
 //! NCCL 2.30's C API (`include/nccl.h`) served by jitccl, built as `libnccl.so.2`: C and
 //! C++ programs link it, Python loads it with ctypes, PyTorch takes it with `LD_PRELOAD`.
-//! Every function is exported twice, as `ncclX` and as its profiling twin `pncclX`.
+//! Every NCCL function is exported twice, as `ncclX` and as its profiling twin `pncclX`;
+//! jitccl's own (`jitcclX`, `include/jitccl.h`) once.
 //!
 //! - `types`: the C types and values (results, data types, ops, the config struct);
 //! - `status`: NCCL's result codes from jitccl's errors, and the last-error texts;
@@ -9,7 +10,8 @@
 //! - `calls`: the collectives and point to point, on the caller's buffers;
 //! - `group`: ncclGroupStart / End / SimulateEnd, and completing calls in host mode;
 //! - `memory`: ncclMemAlloc, buffer and window registration;
-//! - `refused`: what jitccl does not have: each says so, none claims success.
+//! - `refused`: what jitccl does not have: each says so, none claims success;
+//! - `wire`: jitccl's extension header `include/jitccl.h`, wire formats in C.
 //!
 //! The safety contract of every export is NCCL's documented one: pointers name memory of
 //! the sizes the call implies, handles come from this library and are not used after
@@ -42,3 +44,4 @@ mod memory;
 mod refused;
 mod status;
 mod types;
+mod wire;

@@ -14,8 +14,12 @@
 //! - `shrink.c`: 4 processes started here (`jitccl launch` would end them all when one
 //!   dies); rank 2 kills itself, the others shrink the communicator and go on. With
 //!   `--healthy` (3 ranks, none dies): a shrink that leaves the parent usable by all;
+//! - `wire.c`: jitccl.h's wire formats (names, the five wired collectives within their
+//!   bounds and alike on every rank, groups, refusals) at 3 ranks, and what `JITCCL_WIRE`
+//!   does to NCCL's own calls (nothing unless set) at 2;
 //! - `abi_layout.c`: the header's layouts and values, against `abi_layout.expected`;
-//! - the library's exports (`nm -D`) against `nccl-2.30-symbols.txt`, and its soname.
+//! - the library's exports (`nm -D`) against `nccl-2.30-symbols.txt` and the functions
+//!   `include/jitccl.h` declares, and its soname.
 //!
 //! Every process has a hard time limit, so a hang fails the test instead of the suite. A C
 //! compiler, binutils (`nm`, `readelf`) and Open MPI (`mpirun`, `mpicc`) are test
@@ -87,6 +91,19 @@ fn collectives_under_mpirun_with_the_id_from_mpi_bcast() {
     let out = run(cmd, tmp.path(), "mpirun");
     assert!(out.status.is_some(), "{version}\n{}", out.report());
     out.assert_passed(3, 300);
+}
+
+// ---- Wire formats -------------------------------------------------------------------------
+
+#[test]
+fn wire_formats_from_c_and_the_jitccl_wire_default() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("wire", tmp.path(), true, false);
+    launch(&exe, 3, &[], tmp.path(), "wire").assert_passed(3, 100);
+    // A program that cannot change: JITCCL_WIRE alone turns the wire on, and only where set.
+    launch_with(&exe, 2, &["--default", "bf16"], &[("JITCCL_WIRE", "bf16")], tmp.path(), "wire-env-bf16")
+        .assert_passed(2, 18);
+    launch(&exe, 2, &["--default", "exact"], tmp.path(), "wire-env-unset").assert_passed(2, 18);
 }
 
 // ---- Lifecycle, groups and shrink -------------------------------------------------------
@@ -261,15 +278,24 @@ fn exports_are_nccl_2_30s_and_the_soname_is_libnccl_so_2() {
         }
         got.insert(name);
     }
+    // jitccl's own functions: every one jitccl.h declares, once (no profiling twin).
+    let header = std::fs::read_to_string(capi_dir().join("include/jitccl.h")).expect("include/jitccl.h");
+    let own: BTreeSet<String> = header
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("jitccl") && header.contains(&format!("ncclResult_t {w}(")))
+        .map(String::from)
+        .collect();
+    assert!(own.len() == 6, "jitccl.h declares {} functions, expected 6: {own:?}", own.len());
+    let want: BTreeSet<String> = want.union(&own).cloned().collect();
     let missing: Vec<&String> = want.difference(&got).collect();
     let extra: Vec<&String> = got.difference(&want).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "exports of {}: missing {missing:?}, not NCCL's {extra:?}",
+        "exports of {}: missing {missing:?}, neither NCCL's nor jitccl.h's {extra:?}",
         lib.display()
     );
     assert!(not_code.is_empty(), "exports that are not functions in .text: {not_code:?}");
-    for name in &want {
+    for name in want.difference(&own) {
         let twin =
             name.strip_prefix('p').filter(|n| n.starts_with("nccl")).map_or_else(|| format!("p{name}"), String::from);
         assert!(want.contains(&twin), "{name} has no {twin} in nccl-2.30-symbols.txt");

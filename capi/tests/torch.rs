@@ -14,7 +14,9 @@
 //! SIGKILL at several points: the others' calls must fail naming it within seconds. Both run
 //! the C++ backend (`python/jitccl/torch/_native.cpp`, compiled in the chroot at first use);
 //! the collectives run once more on the Python group alone, and `torch_native_modes.py` checks
-//! what `JITCCL_TORCH_NATIVE` does where the C++ part cannot be built.
+//! what `JITCCL_TORCH_NATIVE` does where the C++ part cannot be built. `torch_hooks.py`
+//! trains under DDP with `jitccl.torch.hooks.compress(wire)` at 2 ranks, through the C++
+//! backend and through the Python group alone.
 
 mod common;
 
@@ -115,9 +117,22 @@ fn torch_env<'a>(cmd: &'a mut Command, dir: &Path) -> &'a mut Command {
         .current_dir(dir)
 }
 
+/// `nranks` ranks of `python/tests/<script>` under `jitccl launch` in the chroot, with
+/// [`torch_env`] (`dir`: the run's folder) and `JITCCL_TORCH_NATIVE` set to `native`.
+fn launch_torch(nranks: usize, script: &str, native: &str, dir: &Path) -> Command {
+    let mut cmd = Command::new(&built().jitccl);
+    rank_env(&mut cmd)
+        .args(["launch", "-n", &nranks.to_string(), "--timeout", &(RUN_LIMIT.as_secs() - 10).to_string(), "--"])
+        .arg(setup_script())
+        .args(["run", "python3"])
+        .arg(repo().join("python/tests").join(script));
+    torch_env(&mut cmd, dir).env("JITCCL_TORCH_NATIVE", native);
+    cmd
+}
+
 #[test]
 fn the_jitccl_backend_matches_gloo_at_2_and_4_ranks() {
-    let built = built();
+    built();
     setup();
     // The set-up is idempotent: a second run finds the marker and returns at once.
     let again = Instant::now();
@@ -134,31 +149,29 @@ fn the_jitccl_backend_matches_gloo_at_2_and_4_ranks() {
     // The C++ backend (required, so that a failed build fails the test) at 2 and 4 ranks;
     // the Python group alone at 2.
     for (n, native) in [(2, "1"), (4, "1"), (2, "0")] {
-        let mut cmd = Command::new(&built.jitccl);
-        rank_env(&mut cmd)
-            .args(["launch", "-n", &n.to_string(), "--timeout", &(RUN_LIMIT.as_secs() - 10).to_string(), "--"])
-            .arg(setup_script())
-            .args(["run", "python3"])
-            .arg(repo().join("python/tests/torch_collectives.py"));
-        torch_env(&mut cmd, tmp.path()).env("JITCCL_TORCH_NATIVE", native);
+        let cmd = launch_torch(n, "torch_collectives.py", native, tmp.path());
         run_limited(cmd, tmp.path(), &format!("torch-{n}-native{native}")).assert_passed(n, 700);
     }
     assert_eq!(chroot_mounts(), before, "the ranks' mounts are gone with them");
 }
 
 #[test]
+fn ddp_hooks_average_gradients_in_a_wire_within_its_bound() {
+    setup();
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    for native in ["1", "0"] {
+        let cmd = launch_torch(2, "torch_hooks.py", native, tmp.path());
+        run_limited(cmd, tmp.path(), &format!("hooks-native{native}")).assert_passed(2, 20);
+    }
+}
+
+#[test]
 fn without_a_cpp_compiler_the_python_group_serves_or_the_setting_refuses() {
-    let built = built();
     setup();
     let tmp = tempfile::tempdir().expect("a temporary folder");
     for mode in ["auto", "1", "bogus"] {
-        let mut cmd = Command::new(&built.jitccl);
-        rank_env(&mut cmd)
-            .args(["launch", "-n", "1", "--timeout", &(RUN_LIMIT.as_secs() - 10).to_string(), "--"])
-            .arg(setup_script())
-            .args(["run", "python3"])
-            .arg(repo().join("python/tests/torch_native_modes.py"));
-        torch_env(&mut cmd, tmp.path()).env("JITCCL_TORCH_NATIVE", mode).env("CXX", "/nonexistent/c++");
+        let mut cmd = launch_torch(1, "torch_native_modes.py", mode, tmp.path());
+        cmd.env("CXX", "/nonexistent/c++");
         run_limited(cmd, tmp.path(), &format!("native-{mode}")).assert_passed(1, if mode == "auto" { 4 } else { 2 });
     }
 }

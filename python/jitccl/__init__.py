@@ -7,15 +7,16 @@ ships it).
     comm = jitccl.Comm(nranks, uid, rank)   # every rank
     x = np.ones(1024, np.float32)
     comm.all_reduce(x)                      # in place, complete on return (host)
+    comm.all_reduce(x, wire="bf16")         # carried in bf16, summed in fp32 (docs/guide.md)
 """
 
-from .comm import Comm, Memory, UniqueId, get_unique_id, group, version
+from .comm import Comm, Memory, UniqueId, get_unique_id, group, version, wire
 from .errors import (
     Error, InternalError, InvalidArgument, InvalidUsage, RemoteError, SystemError_, Timeout, UnhandledCudaError,
 )
 from ._lib import PATH as library_path
 
 __all__ = [
-    "Comm", "Memory", "UniqueId", "get_unique_id", "group", "version", "library_path", "Error", "InternalError",
+    "Comm", "Memory", "UniqueId", "get_unique_id", "group", "version", "wire", "library_path", "Error", "InternalError",
     "InvalidArgument", "InvalidUsage", "RemoteError", "SystemError_", "Timeout", "UnhandledCudaError",
 ]

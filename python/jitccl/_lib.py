@@ -1,5 +1,6 @@
 """The C library, loaded with ctypes: jitccl's libnccl.so.2 shipped in the package (or the
-one JITCCL_NCCL_SO names), with the prototypes of the functions this package calls."""
+one JITCCL_NCCL_SO names), with the prototypes of the functions this package calls (NCCL's,
+and jitccl.h's wire formats)."""
 
 import ctypes
 import os
@@ -12,6 +13,12 @@ class UniqueIdStruct(ctypes.Structure):
     """ncclUniqueId: 128 opaque bytes."""
 
     _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class WireStruct(ctypes.Structure):
+    """jitcclWire_t (jitccl.h): a wire format's number and its block."""
+
+    _fields_ = [("format", c_int), ("block", c_int)]
 
 
 def _path() -> str:
@@ -58,6 +65,12 @@ _PROTOTYPES = {
     "ncclMemFree": [c_void_p],
     "ncclGroupStart": [],
     "ncclGroupEnd": [],
+    "jitcclWireFromName": [c_char_p, ctypes.POINTER(WireStruct)],
+    "jitcclWiredAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
+    "jitcclWiredBroadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
+    "jitcclWiredReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, WireStruct, c_void_p, c_void_p],
+    "jitcclWiredAllGather": [c_void_p, c_void_p, c_size_t, c_int, WireStruct, c_void_p, c_void_p],
+    "jitcclWiredReduceScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
 }
 for _name, _args in _PROTOTYPES.items():
     _f = getattr(lib, _name)

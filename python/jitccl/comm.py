@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Union
 
 from . import errors
 from ._buffers import Buf, as_buf as _as_buf, encode
-from ._lib import UniqueIdStruct, lib
+from ._lib import UniqueIdStruct, WireStruct, lib
 
 c_int, c_void_p = ctypes.c_int, ctypes.c_void_p
 
@@ -81,6 +81,25 @@ def _config(blocking=None, name=None, min_ctas=None, max_ctas=None, net_name=Non
 
 
 Op = Union[str, tuple]
+
+
+def wire(name: str) -> WireStruct:
+    """The wire format of `name`, as JITCCL_WIRE takes it ("exact", "bf16", "fp16",
+    "fp8e4m3", "fp8e5m2", "int8", the scaled ones with their block as "int8b128"); an
+    unknown one raises InvalidArgument (a ValueError) saying why."""
+    if not isinstance(name, str):
+        raise TypeError(f"a wire is named by a string such as 'bf16', got {type(name).__name__}")
+    w = WireStruct()
+    errors.check(lib.jitcclWireFromName(name.encode(), ctypes.byref(w)))
+    return w
+
+
+def _variant(call: str, name: Optional[str]):
+    """NCCL's `call` (the communicator's default wire: JITCCL_WIRE, else exact) and no more
+    arguments, or jitccl's wired variant and the wire of `name` to pass after the others."""
+    if name is None:
+        return getattr(lib, "nccl" + call), ()
+    return getattr(lib, "jitcclWired" + call), (wire(name),)
 
 
 def as_buf(obj, what: str, writable: bool) -> Buf:
@@ -210,35 +229,46 @@ class Comm:
             if made is not None:
                 lib.ncclRedOpDestroy(made, self._h)
 
-    def all_reduce(self, send, recv=None, op: Op = "sum") -> None:
+    # all_reduce, broadcast, reduce, all_gather and reduce_scatter take `wire`, the name of
+    # a wire format to carry the elements in (f32, f16 or bf16 elements wider than its codes,
+    # sum or avg): each hop decodes, adds in fp32 and encodes, and every rank gets the same
+    # bits, within the format's error bound (docs/guide.md, "Wire formats"). None: the
+    # communicator's default (JITCCL_WIRE, else exact); "exact": exact whatever that says.
+
+    def all_reduce(self, send, recv=None, op: Op = "sum", wire: Optional[str] = None) -> None:
         """recv[i] = op over ranks of send[i]; in place without `recv`."""
         s = as_buf(send, "all_reduce send", recv is None)
         r = s if recv is None else _same(as_buf(recv, "all_reduce recv", True), s, "all_reduce")
-        self._reduce(lib.ncclAllReduce, (s.ptr, r.ptr, s.count, s.dtype), (), op, s.dtype, (s, r))
+        f, w = _variant("AllReduce", wire)
+        self._reduce(f, (s.ptr, r.ptr, s.count, s.dtype), w, op, s.dtype, (s, r))
 
-    def broadcast(self, buf, root: int = 0, send=None) -> None:
+    def broadcast(self, buf, root: int = 0, send=None, wire: Optional[str] = None) -> None:
         """`buf` on every rank takes root's `buf` (or root's `send`, if given)."""
         r = as_buf(buf, "broadcast buffer", True)
         s = r if send is None else _same(as_buf(send, "broadcast send", False), r, "broadcast")
-        self._call(lib.ncclBroadcast, s.ptr, r.ptr, r.count, r.dtype, root, keep=(s, r))
+        f, w = _variant("Broadcast", wire)
+        self._call(f, s.ptr, r.ptr, r.count, r.dtype, root, *w, keep=(s, r))
 
-    def reduce(self, send, recv=None, op: Op = "sum", root: int = 0) -> None:
+    def reduce(self, send, recv=None, op: Op = "sum", root: int = 0, wire: Optional[str] = None) -> None:
         """Root's `recv` (in place without it) = op over ranks of `send`."""
         s = as_buf(send, "reduce send", recv is None)
         r = s if recv is None else _same(as_buf(recv, "reduce recv", True), s, "reduce")
-        self._reduce(lib.ncclReduce, (s.ptr, r.ptr, s.count, s.dtype), (root,), op, s.dtype, (s, r))
+        f, w = _variant("Reduce", wire)
+        self._reduce(f, (s.ptr, r.ptr, s.count, s.dtype), (root, *w), op, s.dtype, (s, r))
 
-    def all_gather(self, send, recv) -> None:
+    def all_gather(self, send, recv, wire: Optional[str] = None) -> None:
         """`recv` (size x send's elements) = every rank's `send`, in rank order."""
         s, r = as_buf(send, "all_gather send", False), as_buf(recv, "all_gather recv", True)
         self._blocks(r, s.count, "all_gather recv", s)
-        self._call(lib.ncclAllGather, s.ptr, r.ptr, s.count, s.dtype, keep=(s, r))
+        f, w = _variant("AllGather", wire)
+        self._call(f, s.ptr, r.ptr, s.count, s.dtype, *w, keep=(s, r))
 
-    def reduce_scatter(self, send, recv, op: Op = "sum") -> None:
+    def reduce_scatter(self, send, recv, op: Op = "sum", wire: Optional[str] = None) -> None:
         """`recv` = block `rank` of op over ranks of `send` (size blocks of recv's elements)."""
         s, r = as_buf(send, "reduce_scatter send", False), as_buf(recv, "reduce_scatter recv", True)
         self._blocks(s, r.count, "reduce_scatter send", r)
-        self._reduce(lib.ncclReduceScatter, (s.ptr, r.ptr, r.count, s.dtype), (), op, s.dtype, (s, r))
+        f, w = _variant("ReduceScatter", wire)
+        self._reduce(f, (s.ptr, r.ptr, r.count, s.dtype), w, op, s.dtype, (s, r))
 
     def all_to_all(self, send, recv) -> None:
         """Block q of `send` goes to rank q, whose block `rank` of `recv` takes it."""

@@ -1,6 +1,6 @@
 """One rank of the package's test (capi/tests/python.rs runs it under `jitccl launch`):
 every collective of `jitccl.Comm` on numpy arrays and on plain buffers against a reference
-each rank computes, in and out of place; groups, split, nonblocking init, PreMulSum,
+each rank computes, in and out of place; wire formats; groups, split, nonblocking init, PreMulSum,
 errors as exceptions, and the end of a communicator. Prints "rank R: N checks passed"."""
 
 import array
@@ -125,6 +125,70 @@ try:
     expect(False, "a non-contiguous array was accepted")
 except ValueError as e:
     expect("contiguous" in str(e), f"the error: {e}")
+
+# Wire formats: within the format's bound of the exact result (docs/guide.md, "Wire
+# formats"), not the exact bits where ranks send, the same bits on every rank.
+def noisy(r, count, salt):
+    return np.sin(np.arange(count) * 0.37 + r * 1.3 + salt).astype("float32")
+
+
+def same_everywhere(x, what):
+    every = np.zeros(size * x.nbytes, "uint8")
+    comm.all_gather(x.view("uint8"), every)
+    expect(all(np.array_equal(row, x.view("uint8")) for row in every.reshape(size, -1)), f"{what}: ranks differ")
+
+
+m = 600
+every = np.stack([noisy(r, m, 1) for r in range(size)]).astype("float64")
+exact = every.sum(0)
+mags = np.abs(every).sum(0)
+for name, u, c in (("bf16", 2 ** -8, 0.0), ("fp8e4m3b128", 2 ** -4, 2 ** -17),
+                   ("int8", 0.0, 1 / 250)):
+    x = noisy(rank, m, 1)
+    comm.all_reduce(x, wire=name)
+    # The bound with A, the largest sum of magnitudes in a block, taken over the whole array.
+    bound = size * ((u + 2 ** -24) * mags + c * mags.max() + 1e-30) * (1 + u) ** size
+    expect(np.all(np.abs(x - exact) <= bound), f"all_reduce in {name}: error above the bound")
+    expect(size == 1 or np.any(x != exact.astype("float32")), f"all_reduce in {name}: the exact result")
+    same_everywhere(x, f"all_reduce in {name}")
+x = noisy(rank, m, 2)
+comm.broadcast(x, root=size - 1, wire="bf16")
+want = noisy(size - 1, m, 2)
+expect(np.all(np.abs(x - want) <= 2 ** -8 * np.abs(want) + 1e-30), "broadcast in bf16")
+same_everywhere(x, "broadcast in bf16")
+out = np.zeros(m * size, "float32")
+comm.all_gather(noisy(rank, m, 3), out, wire="fp16")
+want = np.concatenate([noisy(r, m, 3) for r in range(size)])
+expect(np.all(np.abs(out - want) <= 2 ** -11 * np.abs(want) + 2 ** -25), "all_gather in fp16")
+out = np.zeros(m // size, "float32")
+comm.reduce_scatter(noisy(rank, m // size * size, 4), out, wire="bf16")
+every = np.stack([noisy(r, m // size * size, 4) for r in range(size)]).astype("float64")
+block = slice(rank * (m // size), (rank + 1) * (m // size))
+bound = size * (2 ** -8 + 2 ** -24) * np.abs(every).sum(0)[block] * (1 + 2 ** -8) ** size
+expect(np.all(np.abs(out - every.sum(0)[block]) <= bound), "reduce_scatter in bf16")
+y = np.zeros(m, "float32")
+comm.reduce(noisy(rank, m, 5), y, op="avg", root=0, wire="int8b32")
+if rank == 0:
+    want = np.stack([noisy(r, m, 5) for r in range(size)]).astype("float64").mean(0)
+    expect(np.allclose(y, want, atol=size / 250 * 2), "reduce avg in int8b32")
+x, plain = noisy(rank, m, 6), noisy(rank, m, 6)
+comm.all_reduce(x, wire="exact")
+comm.all_reduce(plain)
+equal(x, plain, "all_reduce in the exact wire is the plain call (no JITCCL_WIRE)")
+for bad, kind, why in (("int4", ValueError, "unknown wire 'int4'"), ("int8b48", ValueError, "the blocks are"),
+                       (16, TypeError, "named by a string")):
+    try:
+        comm.all_reduce(np.zeros(4, "float32"), wire=bad)
+        expect(False, f"wire {bad!r} was accepted")
+    except kind as e:
+        expect(why in str(e), f"wire {bad!r}: {e}")
+ints = np.arange(8, dtype="int32")
+try:
+    comm.all_reduce(ints, wire="bf16")
+    expect(False, "an int32 all_reduce in bf16 was accepted")
+except jitccl.InvalidArgument as e:
+    expect(isinstance(e, ValueError) and "not i32" in str(e), f"the error: {e}")
+equal(ints, np.arange(8, dtype="int32"), "a refused call writes nothing")
 
 # Split: even and odd ranks.
 half = comm.split(rank % 2)

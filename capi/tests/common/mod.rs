@@ -250,9 +250,10 @@ pub fn wait_all(children: &mut [Child], limit: Duration) -> (Vec<Option<ExitStat
     }
 }
 
-/// The environment every rank gets: the host target, waits bounded well inside [`LIMIT`].
+/// The environment every rank gets: the host target, waits bounded well inside [`LIMIT`],
+/// no default wire format (unless a test sets one).
 pub fn rank_env(cmd: &mut Command) -> &mut Command {
-    for v in ["NCCL_COMM_ID", "JITCCL_COMM_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"] {
+    for v in ["NCCL_COMM_ID", "JITCCL_COMM_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "JITCCL_WIRE"] {
         cmd.env_remove(v);
     }
     cmd.env("JITCCL_DEVICE", "host").env("JITCCL_TIMEOUT", "60").env("JITCCL_BOOTSTRAP_TIMEOUT", "60")
@@ -285,11 +286,17 @@ pub fn run_within(mut cmd: Command, dir: &Path, tag: &str, limit: Duration) -> O
 
 /// `exe args` as `nranks` ranks of `jitccl launch`, meeting at NCCL_COMM_ID.
 pub fn launch(exe: &Path, nranks: usize, args: &[&str], dir: &Path, tag: &str) -> Outcome {
+    launch_with(exe, nranks, args, &[], dir, tag)
+}
+
+/// [`launch`] with the variables `env` set for every rank.
+pub fn launch_with(exe: &Path, nranks: usize, args: &[&str], env: &[(&str, &str)], dir: &Path, tag: &str) -> Outcome {
     let mut cmd = Command::new(&built().jitccl);
     rank_env(&mut cmd)
         .args(["launch", "-n", &nranks.to_string(), "--timeout", &(LIMIT.as_secs() - 10).to_string(), "--"])
         .arg(exe)
         .args(args)
+        .envs(env.iter().copied())
         .env("NCCL_COMM_ID", format!("127.0.0.1:{}", free_port()));
     run(cmd, dir, tag)
 }

@@ -119,6 +119,18 @@ fn wires_name_their_kernels_and_round_trip() {
 }
 
 #[test]
+fn wires_by_code_and_block_invert_code_and_block() {
+    for name in ["exact", "bf16", "fp16", "fp8e4m3b32", "fp8e5m2b128", "int8b256", "int8"] {
+        let w: Wire = name.parse().unwrap();
+        assert_eq!(Wire::from_code(w.code(), w.block()).unwrap(), w, "{name}");
+    }
+    assert_eq!(Wire::from_code(5, None).unwrap(), Wire::Int8 { block: Wire::DEFAULT_BLOCK });
+    assert!(Wire::from_code(1, Some(64)).unwrap_err().0.contains("the bf16 wire takes no block"));
+    assert!(Wire::from_code(3, Some(100)).unwrap_err().0.contains("the blocks are 32, 64, 128, 256"));
+    assert!(Wire::from_code(6, None).unwrap_err().0.contains("wire format 6"));
+}
+
+#[test]
 fn wire_rules_say_why() {
     let refused = |name: &str, why: &str| {
         let e = name.parse::<KernelSpec>().unwrap_err();

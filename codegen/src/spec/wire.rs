@@ -118,13 +118,33 @@ impl Wire {
         Ok(())
     }
 
-    fn check_block(self) -> Result<Self, InvalidSpec> {
-        match self.block() {
-            Some(b) if !Wire::BLOCKS.contains(&b) => Err(invalid(format!(
-                "a wire block of {b} elements: the blocks are {}",
-                Wire::BLOCKS.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
-            ))),
-            _ => Ok(self),
+    /// The wire of `code` (as [`Wire::code`] gives it) with `block` elements per scale: the
+    /// scaled formats take one of [`Wire::BLOCKS`] (`None`: [`Wire::DEFAULT_BLOCK`]), the
+    /// others none. The inverse of `code` and `block`, for interfaces that name a wire by
+    /// numbers (the C API's `jitcclWire_t`).
+    pub fn from_code(code: u8, block: Option<u16>) -> Result<Wire, InvalidSpec> {
+        let scaled = |make: fn(u16) -> Wire| {
+            let b = block.unwrap_or(Wire::DEFAULT_BLOCK);
+            match Wire::BLOCKS.contains(&b) {
+                true => Ok(make(b)),
+                false => Err(invalid(format!(
+                    "a wire block of {b} elements: the blocks are {}",
+                    Wire::BLOCKS.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+                ))),
+            }
+        };
+        let unscaled = |w: Wire| match block {
+            Some(_) => Err(invalid(format!("the {w} wire takes no block"))),
+            None => Ok(w),
+        };
+        match code {
+            0 => unscaled(Wire::Exact),
+            1 => unscaled(Wire::Bf16),
+            2 => unscaled(Wire::Fp16),
+            3 => scaled(|block| Wire::Fp8E4M3 { block }),
+            4 => scaled(|block| Wire::Fp8E5M2 { block }),
+            5 => scaled(|block| Wire::Int8 { block }),
+            _ => Err(invalid(format!("wire format {code}: the formats are 0 (exact) to 5 (int8)"))),
         }
     }
 }
@@ -155,21 +175,19 @@ impl FromStr for Wire {
             }
             _ => (lower.as_str(), None),
         };
-        let scaled = |make: fn(u16) -> Wire| make(block.unwrap_or(Wire::DEFAULT_BLOCK)).check_block();
-        let unscaled = |w: Wire| match block {
-            Some(_) => Err(invalid(format!("the {w} wire takes no block (in '{s}')"))),
-            None => Ok(w),
+        let code = match name {
+            "exact" => 0,
+            "bf16" => 1,
+            "fp16" => 2,
+            "fp8e4m3" | "e4m3" => 3,
+            "fp8e5m2" | "e5m2" => 4,
+            "int8" => 5,
+            _ => {
+                return Err(invalid(format!(
+                    "unknown wire '{s}' (expected one of: exact, bf16, fp16, fp8e4m3[bN], fp8e5m2[bN], int8[bN])"
+                )))
+            }
         };
-        match name {
-            "exact" => unscaled(Wire::Exact),
-            "bf16" => unscaled(Wire::Bf16),
-            "fp16" => unscaled(Wire::Fp16),
-            "fp8e4m3" | "e4m3" => scaled(|block| Wire::Fp8E4M3 { block }),
-            "fp8e5m2" | "e5m2" => scaled(|block| Wire::Fp8E5M2 { block }),
-            "int8" => scaled(|block| Wire::Int8 { block }),
-            _ => Err(invalid(format!(
-                "unknown wire '{s}' (expected one of: exact, bf16, fp16, fp8e4m3[bN], fp8e5m2[bN], int8[bN])"
-            ))),
-        }
+        Wire::from_code(code, block).map_err(|e| invalid(format!("{} (in '{s}')", e.0)))
     }
 }

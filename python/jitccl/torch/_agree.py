@@ -26,15 +26,30 @@ _REDOPS = {k: i for i, k in enumerate(_R.__members__.values())}
 _OP_ID = {op: i for i, op in enumerate(_OPS)}
 
 
-def _desc(op: str, dtype, counts, root: int = -1, redop: int = -1) -> tuple:
+def _desc(op: str, dtype, counts, root: int = -1, redop: int = -1, wire: int = 0) -> tuple:
     """The fixed-size descriptor of a call (8 int64s); `redop`: _redop's number of its
-    reduction, if it has one (the premul factor may differ by rank)."""
+    reduction, if it has one (the premul factor may differ by rank); `wire`: _wire_id of the
+    wire format it asks for, 0 for none."""
     if len(counts) == 1:  # most calls: the count itself stands for the list
         total = crc = int(counts[0])
     else:
         counts = [int(c) for c in counts]
         total, crc = sum(counts), zlib.crc32(b",".join(str(c).encode() for c in counts))
-    return (_OP_ID[op], _DTYPE_ID.get(dtype, 0), len(counts), total, crc, root, redop, 0)
+    return (_OP_ID[op], _DTYPE_ID.get(dtype, 0), len(counts), total, crc, root, redop, wire)
+
+
+_WIRE_FORMATS = ["exact", "bf16", "fp16", "fp8e4m3", "fp8e5m2", "int8"]
+
+
+def _wire_id(w) -> int:
+    """The descriptor's number of a jitcclWire_t (never 0, the calls that ask for none)."""
+    return 1 + (w.format << 16 | w.block)
+
+
+def _wire_name(wid: int) -> str:
+    code, block = (wid - 1) >> 16, (wid - 1) & 0xFFFF
+    name = _WIRE_FORMATS[code] if 0 <= code < len(_WIRE_FORMATS) else f"format {code}"
+    return name + (f"b{block}" if block else "")
 
 
 def _redop(kind) -> int:
@@ -53,6 +68,8 @@ def _describe(d: list) -> str:
         what += f", root {d[5]}"
     if d[6] >= 0:
         what += f", ReduceOp.{list(_R.__members__)[d[6]]}"
+    if d[7]:
+        what += f", in the {_wire_name(d[7])} wire"
     return what
 
 

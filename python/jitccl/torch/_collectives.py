@@ -4,9 +4,10 @@ import ctypes
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 
-from ..comm import group as nccl_group
-from ._agree import _Mismatch, _desc, _redop
+from ..comm import group as nccl_group, wire as parse_wire
+from ._agree import _Mismatch, _desc, _redop, _wire_id
 from ._steps import _all, _offsets, _scatter_into, _then
 from ._tensors import Finish, _Staged, _buf
 
@@ -68,6 +69,23 @@ class _Collectives:
             s = _Staged(t)
             return _then(self._post_reduce(s.c, red), s.back)
         return self._run("allreduce", [t], _desc("allreduce", t.dtype, (t.numel(),), redop=_redop(red[2])), post)
+
+    def _wired_allreduce(self, t: torch.Tensor, wire: str, op=dist.ReduceOp.AVG):
+        """all_reduce of `t` by `op` (sum or avg) with its elements carried in the wire
+        format named `wire` (jitcclWiredAllReduce: fp32 accumulation, the same bits on every
+        rank); the ranks agree on the wire too. What jitccl.torch.hooks sends through."""
+        self._checked("allreduce", t)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = op
+        red = self._reduction("allreduce", opts, t.dtype)
+        wid = _wire_id(parse_wire(wire))
+
+        def post():
+            s = _Staged(t)
+            self._comm_for(s.c).all_reduce(_buf(s.c), op=red[0], wire=wire)
+            return s.back
+        return self._run("allreduce", [t], _desc("allreduce", t.dtype, (t.numel(),), redop=_redop(red[2]), wire=wid),
+                         post)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = "allreduce_coalesced"

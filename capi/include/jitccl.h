@@ -1,0 +1,67 @@
+/*
+ * jitccl's extensions to NCCL's C API (nccl.h, which stays NCCL's), served by the same
+ * libnccl.so.2. JITCCL_H_VERSION tells a program which extensions it may call.
+ *
+ * Wire formats: a collective may carry its elements between ranks in a narrower format
+ * than its data type; every hop decodes, reduces in fp32 and encodes again, and every rank
+ * ends with the same bits. The error bound of each format is in docs/guide.md, "Wire
+ * formats". Nothing is compressed unless asked: per call with the jitcclWiredX variants
+ * below, or for every call where it fits with JITCCL_WIRE=<name> (programs that cannot
+ * change).
+ */
+#ifndef JITCCL_H_
+#define JITCCL_H_
+
+#include "nccl.h"
+
+#define JITCCL_H_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The formats. The scaled ones (fp8 and int8) carry one scale per `block` elements. */
+typedef enum {
+  jitcclWireExact = 0,   /* the elements as they are */
+  jitcclWireBf16 = 1,    /* bfloat16 */
+  jitcclWireFp16 = 2,    /* IEEE half */
+  jitcclWireFp8E4M3 = 3, /* fp8 e4m3, a power-of-two scale per block */
+  jitcclWireFp8E5M2 = 4, /* fp8 e5m2, a power-of-two scale per block */
+  jitcclWireInt8 = 5     /* int8, an fp32 scale per block */
+} jitcclWireFormat_t;
+
+/* A wire: a format and, for the scaled formats, the elements per scale (32, 64, 128 or
+ * 256; 0: 64). The unscaled formats take block 0. */
+typedef struct {
+  jitcclWireFormat_t format;
+  int block;
+} jitcclWire_t;
+
+/* The wire of `name`, as JITCCL_WIRE takes it: "exact", "bf16", "fp16", "fp8e4m3",
+ * "fp8e5m2", "int8", the scaled ones with their block as "int8b128" (without: 64). An
+ * unknown name or block returns ncclInvalidArgument (ncclGetLastError(NULL) says why) and
+ * leaves *wire as it was. */
+ncclResult_t jitcclWireFromName(const char* name, jitcclWire_t* wire);
+
+/* The collectives with their elements carried in `wire`: the arguments, semantics, groups,
+ * streams and errors of ncclX otherwise. They take f32, f16 or bf16 elements wider than
+ * the wire's codes, with ncclSum or ncclAvg; anything else (an integer type, another op, a
+ * bad wire) fails with ncclInvalidArgument, ncclGetLastError says why, and nothing is
+ * queued. jitcclWireExact sends the elements as they are, whatever JITCCL_WIRE says. */
+ncclResult_t jitcclWiredAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                  ncclRedOp_t op, jitcclWire_t wire, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t jitcclWiredBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                  int root, jitcclWire_t wire, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t jitcclWiredReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                               ncclRedOp_t op, int root, jitcclWire_t wire, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t jitcclWiredAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                  jitcclWire_t wire, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t jitcclWiredReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                      ncclDataType_t datatype, ncclRedOp_t op, jitcclWire_t wire, ncclComm_t comm,
+                                      cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JITCCL_H_ */
