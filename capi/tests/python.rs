@@ -3,17 +3,27 @@
 //! - without a build step, as vLLM's pynccl loads NCCL: `tests/python/ctypes_ranks.py` loads
 //!   libnccl.so.2 with ctypes and runs collectives on numpy arrays at 2 and 4 ranks;
 //! - the `jitccl` package (`python/`), installed with pip (given the built library, so pip
-//!   builds nothing): `python/tests/ranks.py` at 1 to 3 ranks.
+//!   builds nothing): `python/tests/ranks.py` at 1 to 3 ranks;
+//! - the wheel as users get it (`scripts/wheel.sh`): a manylinux tag by auditwheel, the
+//!   library inside, and a collective from a copy installed into a fresh venv.
 //!
-//! Python 3 with pip and numpy is a test requirement (scripts/setup.sh installs numpy), so
-//! its absence fails.
+//! Python 3 with pip and numpy, and the wheel tools, are test requirements (scripts/setup.sh
+//! installs them), so their absence fails.
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use common::*;
+
+/// pip builds `python/` in place (its `build/` folder), so one build at a time.
+static PIP_BUILD: Mutex<()> = Mutex::new(());
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace")
+}
 
 #[test]
 fn ctypes_program_runs_collectives_on_numpy_arrays() {
@@ -35,7 +45,7 @@ fn ctypes_program_runs_collectives_on_numpy_arrays() {
 #[test]
 fn the_package_installs_with_pip_and_runs_every_collective() {
     let built = built();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+    let repo = repo();
     let tmp = tempfile::tempdir().expect("a temporary folder");
     let site = tmp.path().join("site");
     let mut pip = Command::new("python3");
@@ -43,7 +53,10 @@ fn the_package_installs_with_pip_and_runs_every_collective() {
         .arg(&site)
         .arg(repo.join("python"))
         .env("JITCCL_NCCL_SO", built.dir.join("libnccl.so"));
-    let out = run(pip, tmp.path(), "pip");
+    let out = {
+        let _one = PIP_BUILD.lock().unwrap_or_else(|e| e.into_inner());
+        run(pip, tmp.path(), "pip")
+    };
     assert!(out.status.is_some_and(|s| s.success()), "pip install ./python: {}", out.report());
     assert!(site.join("jitccl/lib/libnccl.so.2").exists(), "the package holds no library");
     assert!(
@@ -59,4 +72,84 @@ fn the_package_installs_with_pip_and_runs_every_collective() {
             .env("NCCL_COMM_ID", format!("127.0.0.1:{}", free_port()));
         run(cmd, tmp.path(), &format!("package-{n}")).assert_passed(n, 45);
     }
+}
+
+/// A 1-rank PreMulSum out of place, run by the venv's Python outside the repository: the
+/// package and its library must be the installed ones.
+const FROM_THE_WHEEL: &str = r#"
+import array, os, sys, jitccl
+venv = os.path.realpath(sys.argv[1])
+for path in (jitccl.__file__, jitccl.library_path):
+    if not os.path.realpath(path).startswith(venv + os.sep):
+        sys.exit(f"{path} is not the copy installed in {venv}")
+comm = jitccl.Comm(1, jitccl.get_unique_id(), 0)
+x, y = array.array("f", [1.5, -2.0, 3.0]), array.array("f", [0.0] * 3)
+comm.all_reduce(x, y, op=("premul_sum", 0.5))
+if list(y) != [0.75, -1.0, 1.5]:
+    sys.exit(f"all_reduce gave {list(y)}")
+print("the installed wheel reduced")
+"#;
+
+#[test]
+fn the_wheel_is_manylinux_with_the_library_and_runs_from_a_fresh_venv() {
+    let built = built();
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let dist = tmp.path().join("dist");
+    let mut build = Command::new("bash");
+    build.arg(repo().join("scripts/wheel.sh")).arg(&dist).env("JITCCL_NCCL_SO", built.dir.join("libnccl.so"));
+    let out = {
+        let _one = PIP_BUILD.lock().unwrap_or_else(|e| e.into_inner());
+        run(build, tmp.path(), "wheel")
+    };
+    assert!(out.status.is_some_and(|s| s.success()), "scripts/wheel.sh: {}", out.report());
+    let wheel = PathBuf::from(out.stdout.trim());
+    let name = wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    assert!(name.starts_with("jitccl-") && name.contains("-py3-none-manylinux_"), "wheel named {name:?}");
+
+    let mut show = Command::new(repo().join(".deps/wheel-tools/bin/auditwheel"));
+    show.arg("show").arg(&wheel);
+    let shown = run(show, tmp.path(), "auditwheel");
+    assert!(shown.status.is_some_and(|s| s.success()), "auditwheel show: {}", shown.report());
+    let words = shown.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("consistent with the following platform tag: \"manylinux_"),
+        "auditwheel gives no manylinux tag: {}",
+        shown.report()
+    );
+    let mut list = Command::new("python3");
+    list.args(["-c", "import sys, zipfile; print(*zipfile.ZipFile(sys.argv[1]).namelist(), sep='\\n')"]).arg(&wheel);
+    let listed = run(list, tmp.path(), "list");
+    assert!(
+        listed.stdout.lines().any(|l| l == "jitccl/lib/libnccl.so.2"),
+        "the wheel holds no jitccl/lib/libnccl.so.2: {}",
+        listed.report()
+    );
+
+    let venv = tmp.path().join("venv");
+    let mut make = Command::new("python3");
+    make.args(["-m", "venv", "--without-pip"]).arg(&venv);
+    let made = run(make, tmp.path(), "venv");
+    assert!(made.status.is_some_and(|s| s.success()), "python3 -m venv: {}", made.report());
+    let python = venv.join("bin/python");
+    let mut pip = Command::new("python3");
+    pip.args(["-m", "pip", "--python"])
+        .arg(&python)
+        .args(["install", "--quiet", "--disable-pip-version-check", "--no-index", "--no-deps"])
+        .arg(&wheel);
+    let installed = run(pip, tmp.path(), "install");
+    assert!(installed.status.is_some_and(|s| s.success()), "pip install of the wheel: {}", installed.report());
+
+    let mut cmd = Command::new(&python);
+    rank_env(&mut cmd)
+        .current_dir(tmp.path())
+        .args(["-c", FROM_THE_WHEEL])
+        .arg(&venv)
+        .env_remove("PYTHONPATH")
+        .env_remove("JITCCL_NCCL_SO");
+    let ran = run(cmd, tmp.path(), "from-wheel");
+    assert!(
+        ran.status.is_some_and(|s| s.success()) && ran.stdout.contains("the installed wheel reduced"),
+        "the installed wheel: {}",
+        ran.report()
+    );
 }
