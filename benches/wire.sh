@@ -6,7 +6,8 @@
 #     network transport joins the hosts); AllReduce busbw, counted on the f32 bytes, of the
 #     exact, bf16, fp8e4m3 and int8 wires;
 #  2. within one host (no namespace, no limit: shared memory): 2 rank processes, each wire's
-#     AllReduce time against the exact one's.
+#     AllReduce time against the exact one's, with JITCCL_WIRE_LOCAL=encode (without it, the
+#     wired calls of a communicator on one host run exactly).
 # The wires run in interleaved rounds, their order rotating from round to round; every run
 # checks its results (`jitccl perf --wire`: within the wire's bound, the same bits on every
 # rank). Prints per size and wire the median busbw (or time) and its spread (min..max), and
@@ -65,7 +66,7 @@ across() {
 
 # One run within this host: 2 rank processes (perf starts them), the wire $1.
 within() {
-    timeout 600 "$jitccl" perf all_reduce -N 2 --wire "$1" "${sizes[@]}" -w 2 -n 5 >"${out}.host" 2>&1 || true
+    timeout 600 env JITCCL_WIRE_LOCAL=encode "$jitccl" perf all_reduce -N 2 --wire "$1" "${sizes[@]}" -w 2 -n 5 >"${out}.host" 2>&1 || true
     table "${out}.host" "$1 within the host" 2
 }
 

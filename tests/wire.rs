@@ -6,14 +6,15 @@
 //! direct AllReduce; the other ring collectives, point to point and AlltoAll(v); shared
 //! memory and the network transport; the communicator's default
 //! (`Config::wire`, `JITCCL_WIRE`); the calls a wire refuses, refused before anything is
-//! queued.
+//! queued; within one host, the calls run exactly unless `Config::wire_local` says encode,
+//! which every other test sets, so that they test the wires' kernels.
 //!
 //! FIFO slots are tiny (64 f32 a step), so that the counts take many steps; one kernel per
 //! (collective, wire) is compiled, shared by every rank count.
 
 use half::bf16;
 use jitccl::reference::{window_max, wire_bound, wire_terms};
-use jitccl::{Algorithm, Comm, Config, Device, DeviceBuffer, Error, Op, Protocol, Stream, Wire};
+use jitccl::{Algorithm, Comm, Config, Device, DeviceBuffer, Error, Op, Protocol, Stream, Wire, WireLocal};
 
 /// Counts: zero, one, a prime, one that is no multiple of a block or a step.
 const COUNTS: &[usize] = &[0, 1, 61, 1031];
@@ -31,7 +32,12 @@ struct World {
     streams: Vec<Stream>,
 }
 
+/// `n` ranks as threads with `cfg`, encoding within the host unless `cfg` says otherwise.
 fn world_with(n: usize, cfg: Config) -> World {
+    world_as(n, Config { wire_local: cfg.wire_local.or(Some(WireLocal::Encode)), ..cfg })
+}
+
+fn world_as(n: usize, cfg: Config) -> World {
     let cfg = Config {
         nchannels: Some(2),
         slot_bytes: Some([256, 64, 256]),
@@ -395,8 +401,13 @@ fn over_shared_memory() {
                 let x = &xs[rank];
                 s.spawn(move || {
                     let store = TcpStore::connect(addr, std::time::Duration::from_secs(30)).unwrap();
-                    let cfg = Config { slot_bytes: Some([256, 64, 256]), ..Config::default() };
+                    let cfg = Config {
+                        slot_bytes: Some([256, 64, 256]),
+                        wire_local: Some(WireLocal::Encode),
+                        ..Config::default()
+                    };
                     let comm = Comm::init_from_store(&store, n, rank, &cfg).unwrap();
+                    assert!(comm.wired(sum_wire).encodes().unwrap());
                     let st = comm.device().stream().unwrap();
                     let send = comm.device().alloc_from(x).unwrap();
                     let (sum, all) =
@@ -428,6 +439,29 @@ fn over_the_network() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("1 passed"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Within one host a wired call runs exactly (the exact call's bits, on every rank) and
+/// says so (`Wired::encodes`); `Config::wire_local` set to encode runs the wire's kernels.
+#[test]
+fn within_one_host_wired_calls_run_exactly_unless_asked_to_encode() {
+    let (n, count, wire) = (3, 1031, Wire::Int8 { block: 64 });
+    let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, false)).collect();
+    let bits = |b: &DeviceBuffer<f32>| b.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for local in [None, Some(WireLocal::Encode)] {
+        let w = world_as(n, Config { algo: Some(Algorithm::Ring), wire_local: local, ..Config::default() });
+        let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+        let [exact, wired] =
+            [(); 2].map(|_| w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect::<Vec<_>>());
+        w.run(|r, c, s| c.all_reduce(&send[r], &exact[r], count, Op::Sum, s));
+        w.run(|r, c, s| c.wired(wire).all_reduce(&send[r], &wired[r], count, Op::Sum, s));
+        let encodes = local.is_some();
+        assert!(w.comms.iter().all(|c| c.wired(wire).encodes().unwrap() == encodes), "{local:?}");
+        let outs: Vec<Vec<f32>> = read(&wired);
+        assert_eq!(identical(&outs), None, "{local:?}");
+        assert_eq!(bits(&wired[0]) == bits(&exact[0]), !encodes, "{local:?}: exact unless encoding");
+        assert_eq!(outside_bound(wire, n, &xs, &outs[0], &exact_sum(&xs, count)), None, "{local:?}");
+    }
 }
 
 /// `JITCCL_WIRE` gives the communicator's default, and a name no wire has fails init

@@ -71,7 +71,7 @@ mod wait;
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split, Wired};
 pub use config::overrides::{AlgoOverrides, OverrideError, ProtoOverrides};
-pub use config::Config;
+pub use config::{Config, WireLocal};
 pub use device::{
     cuda_compute_capability, cuda_current_device, cuda_device_count, cuda_sync_launches, cuda_synchronize_stream,
     host_arena_available, Device, DeviceBuffer,

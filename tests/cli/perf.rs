@@ -177,9 +177,15 @@ fn perf_refuses_wrong_flag_combinations() {
 
 /// --wire: the collectives that carry a wire, checked within its bound and for the same
 /// bits on every rank, with the wire named in the header; busbw on the datatype's bytes
-/// (the size column is the same as an exact run's).
+/// (the size column is the same as an exact run's). One host: JITCCL_WIRE_LOCAL=encode runs
+/// the wires' kernels; without it the header says the calls run exactly.
 #[test]
 fn wires_run_and_check_within_their_bound() {
+    let all = ["perf", "all_reduce", "--wire", "bf16", "-b", "1K", "-e", "1K", "-w", "0", "-n", "1", "-N", "2"];
+    let cache = RunCache::new();
+    let out = jitccl(&all, cache.path());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success() && stdout.contains("every hop is in memory"), "{stdout}\n{}", text(&out.stderr));
     for (args, wire) in [
         (&["all_reduce", "-N", "3", "--threads", "-o", "avg"][..], "int8b64"),
         (&["reduce_scatter", "-N", "2", "-d", "bfloat16"], "fp8e4m3b32"),
@@ -190,10 +196,11 @@ fn wires_run_and_check_within_their_bound() {
         let mut all = vec!["perf", "--wire", wire, "-b", "1K", "-e", "32K", "-f", "32", "-w", "1", "-n", "2"];
         all.extend(args);
         let cache = RunCache::new();
-        let out = jitccl(&all, cache.path());
+        let out = jitccl_with(&all, cache.path(), &[("JITCCL_WIRE_LOCAL", "encode")]);
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{all:?}: {stdout}\n{}", text(&out.stderr));
         assert!(stdout.contains(&format!("in the {wire} wire")), "{all:?}: {stdout}");
+        assert!(stdout.contains(&format!("The {wire} wire encodes")), "{all:?}: {stdout}");
         assert!(stdout.contains("# Out of bounds values : 0 OK"), "{all:?}: {stdout}");
         let rows = rows(&stdout);
         assert_eq!(rows.len(), 2, "{all:?}: sizes 1K and 32K: {stdout}");

@@ -26,6 +26,14 @@ impl Wired<'_> {
         self.wire
     }
 
+    /// Whether the calls run the wire's kernels: not where every rank of the communicator
+    /// reaches every other through memory, unless [`Config::wire_local`](crate::Config::wire_local)
+    /// says encode (there they run exactly). Fails on a communicator that can no longer run
+    /// calls.
+    pub fn encodes(&self) -> Result<bool> {
+        Ok(self.wire != Wire::Exact && !self.comm.inner("encodes")?.enq.wires_run_exactly())
+    }
+
     /// [`Comm::all_reduce`]: each hop decodes, adds in fp32 and encodes; the final sums are
     /// encoded once and every rank keeps their decoding.
     pub fn all_reduce<T: Element>(

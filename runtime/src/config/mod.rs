@@ -105,10 +105,38 @@ pub struct Config {
     /// [`Comm::wired`](crate::Comm::wired); other calls stay exact; `JITCCL_WIRE` (a name
     /// as `Wire` parses it). Default [`Wire::Exact`]. Every rank must give the same.
     pub wire: Option<Wire>,
+    /// What a wire format does in a communicator whose ranks all reach each other through
+    /// memory (one host, no network transport): there compression cannot pay, so by
+    /// default ([`WireLocal::Exact`]) its wired calls run exactly, as said once in the info
+    /// log; [`WireLocal::Encode`] runs the wire's kernels anyway. `JITCCL_WIRE_LOCAL`
+    /// (`exact` or `encode`). Every rank must give the same.
+    pub wire_local: Option<WireLocal>,
     /// Where this rank lives, for the inits of one rank per call (`init_rank`,
     /// `init_from_store`, `init_from_env`); default: the host. `Comm::init_all_on` takes
     /// each rank's device instead. Ranks of one communicator may differ in it.
     pub device: Option<Device>,
+}
+
+/// What a wire format does where a communicator's ranks all reach each other through
+/// memory ([`Config::wire_local`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WireLocal {
+    /// The wired calls run exactly: memory bandwidth is the wire there, and encoding only
+    /// adds work.
+    #[default]
+    Exact,
+    /// The wired calls run the wire's kernels, as between hosts.
+    Encode,
+}
+
+impl WireLocal {
+    /// The name `JITCCL_WIRE_LOCAL` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WireLocal::Exact => "exact",
+            WireLocal::Encode => "encode",
+        }
+    }
 }
 
 impl Config {
@@ -144,6 +172,7 @@ impl Config {
             tuner_table: self.tuner_table.or(base.tuner_table),
             specialize_ranks: self.specialize_ranks.or(base.specialize_ranks),
             wire: self.wire.or(base.wire),
+            wire_local: self.wire_local.or(base.wire_local),
             device: self.device.or(base.device),
         }
     }
@@ -188,6 +217,7 @@ resolved! {
     tuner_table: Option<PathBuf>,
     specialize_ranks: bool,
     wire: Wire,
+    wire_local: WireLocal,
 }
 
 /// Per protocol (Simple, LL, LL128), what every slot is a multiple of (a line), and the
@@ -345,6 +375,10 @@ impl Config {
                 None => {
                     settings::WIRE.parse_with(|v| v.parse::<Wire>().map_err(|e| e.to_string()))?.unwrap_or_default()
                 }
+            },
+            wire_local: match settings::WIRE_LOCAL.choice(self.wire_local.map(WireLocal::name))? {
+                "encode" => WireLocal::Encode,
+                _ => WireLocal::Exact,
             },
         })
     }

@@ -11,7 +11,7 @@ mod queuing;
 mod wire;
 
 use std::ops::Range;
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
@@ -45,6 +45,11 @@ pub(crate) struct Rank {
     pub cpus: Option<Arc<CpuSet>>,
     /// The same choices on every rank (built from rank 0's plan).
     pub tuner: Arc<Tuner>,
+    /// Whether every rank of the communicator reaches every other through memory, where
+    /// its wired calls run exactly unless `Config::wire_local` says encode (`wire`).
+    pub in_memory: bool,
+    /// Whether this rank has said that a wired call ran exactly.
+    told_exact: AtomicBool,
     /// Registered memory: calls on it may run the direct algorithms.
     pub sym: Arc<Registry>,
     /// The kernels this rank has launched, kept while it lives: a launch looks its kernel
@@ -202,9 +207,10 @@ fn buf<T: Element>(b: &DeviceBuffer<T>) -> Buf {
 }
 
 impl Rank {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         group: Group, device: Device, cfg: Resolved, exec: Arc<Executor>, board: Board, cpus: Option<Arc<CpuSet>>,
-        tuner: Arc<Tuner>,
+        tuner: Arc<Tuner>, in_memory: bool,
     ) -> Rank {
         let uid = plan::next_uid();
         let specialized = plan::specialized(&group, &cfg);
@@ -216,6 +222,8 @@ impl Rank {
             exec,
             cpus,
             tuner,
+            in_memory,
+            told_exact: AtomicBool::new(false),
             sym: Arc::new(Registry::new(uid)),
             kernels: Mutex::default(),
             specialized,
@@ -231,7 +239,7 @@ impl Rank {
 
     /// `call`'s shape as plans see it, and its bytes if the direct algorithms could run it.
     fn shape(&self, call: &Call) -> (Shape, Option<Ranges>) {
-        let wire = call.wire_with(self.cfg.wire);
+        let wire = self.wire_of(call);
         // Collectives that only move data run as bytes, unless a wire format encodes them;
         // a wire runs direct only where a direct kernel carries it.
         let kdtype = if call.coll.reduces() || wire != Wire::Exact { call.dtype } else { DataType::U8 };

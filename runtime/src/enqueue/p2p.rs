@@ -95,7 +95,7 @@ impl Rank {
     fn p2p_ops(&self, call: &Call, build: bool) -> Option<Ops> {
         let p2p = call.batch || call.coll == Collective::SendRecv;
         // A wire format is encoded in the FIFOs' steps: the receiver's copy moves raw bytes.
-        let wired = call.wire.is_some_and(|w| w != Wire::Exact);
+        let wired = self.wire_of(call) != Wire::Exact;
         if !p2p || wired || call.internal || self.device.is_cuda() || self.group.nranks > SYM_MAX_RANKS {
             return None;
         }

@@ -1,12 +1,17 @@
 //! Which wire format a call's elements travel in: the one the call asks for (checked when
 //! the call is made, so that a refusal changes nothing), else the communicator's default
-//! where it fits (`Config::wire`: collectives only), else exact.
+//! where it fits (`Config::wire`: collectives only), else exact; and exact, whatever was
+//! asked, where every hop is in memory, unless `Config::wire_local` says encode.
+
+use std::sync::atomic::Ordering;
 
 use jitccl_codegen::{Collective, Wire};
 
-use super::Call;
+use super::{Call, Rank};
+use crate::config::WireLocal;
 use crate::error::{invalid, Result};
 use crate::op::Op;
+use crate::settings;
 
 /// The collectives a communicator's default wire applies to (their kernels encode and
 /// decode; see `Wire::algorithms`).
@@ -63,5 +68,33 @@ impl Call {
             None if self.internal || refusal(self, default, false).is_some() => Wire::Exact,
             None => default,
         }
+    }
+}
+
+impl Rank {
+    /// Whether wired calls run exactly here: every rank reaches every other through memory
+    /// and `Config::wire_local` leaves it so.
+    pub(crate) fn wires_run_exactly(&self) -> bool {
+        self.in_memory && self.cfg.wire_local == WireLocal::Exact
+    }
+
+    /// The wire `call`'s kernel runs with (`Call::wire_with`), or exact where every rank
+    /// reaches every other through memory: there memory bandwidth is the wire, and encoding
+    /// only adds work. Every rank decides alike (the reach and the setting are agreed), so
+    /// their kernels match.
+    pub(super) fn wire_of(&self, call: &Call) -> Wire {
+        let wire = call.wire_with(self.cfg.wire);
+        if wire == Wire::Exact || !self.wires_run_exactly() {
+            return wire;
+        }
+        if self.group.rank == 0 && !self.told_exact.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "{}: the {wire} wire was asked, but every hop of this communicator is in memory, where encoding \
+                 cannot pay: its wired calls run exactly ({}=encode runs the wire's kernels)",
+                call.coll.name(),
+                settings::WIRE_LOCAL.name
+            );
+        }
+        Wire::Exact
     }
 }

@@ -226,6 +226,16 @@ pub const WIRE: Setting = config(
      elements wider than its codes): `exact`, `bf16`, `fp16`, `fp8e4m3`, `fp8e5m2` or `int8`, the scaled ones with \
      `b32`..`b256`, their block (default 64), as `int8b128`; see the guide's Wire formats",
 );
+pub const WIRE_LOCAL: Setting = config(
+    "JITCCL_WIRE_LOCAL",
+    "wire_local",
+    Kind::Choice(&["exact", "encode"]),
+    Initial::Text("exact"),
+    Ranks::Agree,
+    "what a wire format does where the communicator's ranks all reach each other through memory (one host, no network \
+     transport): `exact` runs its calls exactly (encoding cannot pay there; said once in the info log), `encode` runs \
+     the wire's kernels anyway",
+);
 pub const SPIN: Setting = config(
     "JITCCL_SPIN",
     "spin",
@@ -453,6 +463,7 @@ pub const ALL: &[Setting] = &[
     ABORT_PROPAGATE,
     SPECIALIZE_RANKS,
     WIRE,
+    WIRE_LOCAL,
     SPIN,
     DEBUG,
     IGNORE_CPU_AFFINITY,

@@ -159,6 +159,12 @@ pub(crate) fn select(me: &Endpoint, peer: &Endpoint) -> (&'static dyn Transport,
     (&net::Net, "no other transport can")
 }
 
+/// Whether every pair of `endpoints` reaches each other through memory (no pair through
+/// the network): the same answer on every rank, which holds them all.
+pub(crate) fn all_in_memory(endpoints: &[Endpoint]) -> bool {
+    endpoints.iter().enumerate().all(|(p, a)| endpoints[p + 1..].iter().all(|b| !select(a, b).0.is_net()))
+}
+
 /// The transport both ends pick for a pair, checking that they agree.
 #[cfg(test)]
 pub(crate) fn pick_agreed(a: &Endpoint, b: &Endpoint) -> &'static str {
@@ -187,5 +193,14 @@ mod tests {
         assert_eq!(Endpoint::decode(3, &e.encode()).unwrap(), e);
         let err = Endpoint::decode(3, b"only\x1ftwo").unwrap_err().to_string();
         assert!(err.contains("rank 3 sent a malformed endpoint"), "{err}");
+    }
+
+    #[test]
+    fn a_communicator_is_in_memory_where_no_pair_uses_the_network() {
+        let (h, other, forced) = (ep("h", None, false), ep("other", None, false), ep("h", None, true));
+        assert!(all_in_memory(&[h.clone(), h.clone(), h.clone()]));
+        assert!(all_in_memory(std::slice::from_ref(&forced)), "one rank has no hops");
+        assert!(!all_in_memory(&[h.clone(), h.clone(), other]), "another host");
+        assert!(!all_in_memory(&[h.clone(), forced]), "JITCCL_TRANSPORT=net");
     }
 }

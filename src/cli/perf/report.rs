@@ -34,7 +34,8 @@ impl Report {
         }
     }
 
-    pub fn header(&self, a: &PerfArgs, lay: &Layout) {
+    /// The run's header; `encodes`: whether the wire's kernels run (`Wired::encodes`).
+    pub fn header(&self, a: &PerfArgs, lay: &Layout, encodes: bool) {
         if !self.printer {
             return;
         }
@@ -71,10 +72,19 @@ impl Report {
             a.check
         ));
         if a.wire != jitccl::Wire::Exact {
+            let applied = if encodes {
+                format!("The {} wire encodes what the ranks send", a.wire)
+            } else {
+                format!(
+                    "The {} wire was asked, but every hop is in memory, where encoding cannot pay: the calls run \
+                     exactly ({}=encode runs the wire's kernels)",
+                    a.wire,
+                    jitccl::settings::WIRE_LOCAL.name
+                )
+            };
             self.say(&format!(
-                "# The {} wire encodes what the ranks send: busbw counts the {} bytes; #wrong counts results outside \
-                 the wire's error bound of the exact ones, and results whose bits differ between ranks",
-                a.wire,
+                "# {applied}; busbw counts the {} bytes; #wrong counts results outside the wire's error bound of the \
+                 exact ones, and results whose bits differ between ranks",
                 a.dtype.nccl_name()
             ));
         }

@@ -204,7 +204,8 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     // Failure boards this process can write: those of peers in memory.
     let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(boards[q]))).collect();
     let shareable = !device.is_cuda() && nnet == 0;
-    let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device };
+    let in_memory = transport::all_in_memory(&endpoints);
+    let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device, in_memory };
     let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
     peer_arenas::share_processes(bs, rank, shareable, &inner.enq.sym)?;
     Ok(inner)
@@ -354,12 +355,14 @@ fn attach(
 }
 
 /// How one rank reaches the others: its connectors, its own failure board, each rank's
-/// board where this process can write it (None: reached through the proxy), its device.
+/// board where this process can write it (None: reached through the proxy), its device,
+/// and whether every rank of the communicator reaches every other through memory.
 struct Wiring {
     conns: RankConns,
     board: Board,
     boards: Vec<Option<Board>>,
     device: Device,
+    in_memory: bool,
 }
 
 /// The state of one rank wired by `w`, whose pointers stay valid while `segments` lives.
@@ -371,6 +374,7 @@ fn rank_state(
     let failure = Failure::new(rank, cfg.timeout, w.board, w.boards, activity.clone());
     let tables = Tables::new(w.conns, cfg.nchannels, &w.device)?;
     let exec = Executor::new(rank, cfg.spin, cpus.clone(), cfg.timeout, tables, failure, activity);
-    let enq = enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, Arc::new(exec), w.board, cpus, tuner);
+    let enq =
+        enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, Arc::new(exec), w.board, cpus, tuner, w.in_memory);
     Ok(CommInner::new(enq, segments))
 }

@@ -67,6 +67,7 @@ impl Comm {
                     board: boards[rank],
                     boards: boards.iter().copied().map(Some).collect(),
                     device: devices[rank].clone(),
+                    in_memory: true,
                 };
                 rank_state(rank, cfg.clone(), wiring, cpus, tuner.clone(), None, segments.clone())
             })
