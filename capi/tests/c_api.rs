@@ -99,11 +99,13 @@ fn collectives_under_mpirun_with_the_id_from_mpi_bcast() {
 fn wire_formats_from_c_and_the_jitccl_wire_default() {
     let tmp = tempfile::tempdir().expect("temporary directory");
     let exe = compile("wire", tmp.path(), true, false);
-    launch(&exe, 3, &[], tmp.path(), "wire").assert_passed(3, 100);
+    // The ranks share a host, where wires run exactly unless JITCCL_WIRE_LOCAL=encode.
+    let encode = ("JITCCL_WIRE_LOCAL", "encode");
+    launch_with(&exe, 3, &[], &[encode], tmp.path(), "wire").assert_passed(3, 100);
     // A program that cannot change: JITCCL_WIRE alone turns the wire on, and only where set.
-    launch_with(&exe, 2, &["--default", "bf16"], &[("JITCCL_WIRE", "bf16")], tmp.path(), "wire-env-bf16")
+    launch_with(&exe, 2, &["--default", "bf16"], &[("JITCCL_WIRE", "bf16"), encode], tmp.path(), "wire-env-bf16")
         .assert_passed(2, 18);
-    launch(&exe, 2, &["--default", "exact"], tmp.path(), "wire-env-unset").assert_passed(2, 18);
+    launch_with(&exe, 2, &["--default", "exact"], &[encode], tmp.path(), "wire-env-unset").assert_passed(2, 18);
 }
 
 // ---- Lifecycle, groups and shrink -------------------------------------------------------

@@ -253,7 +253,16 @@ pub fn wait_all(children: &mut [Child], limit: Duration) -> (Vec<Option<ExitStat
 /// The environment every rank gets: the host target, waits bounded well inside [`LIMIT`],
 /// no default wire format (unless a test sets one).
 pub fn rank_env(cmd: &mut Command) -> &mut Command {
-    for v in ["NCCL_COMM_ID", "JITCCL_COMM_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "JITCCL_WIRE"] {
+    for v in [
+        "NCCL_COMM_ID",
+        "JITCCL_COMM_ID",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "JITCCL_WIRE",
+        "JITCCL_WIRE_LOCAL",
+    ] {
         cmd.env_remove(v);
     }
     cmd.env("JITCCL_DEVICE", "host").env("JITCCL_TIMEOUT", "60").env("JITCCL_BOOTSTRAP_TIMEOUT", "60")
