@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::auth::{seal, Failure, Initiator, JobKey, Refusal, Tls, REPLY_LEN, SEAL_LEN};
-use crate::bootstrap::wire::{self, Header, Hello, Kind};
+use crate::bootstrap::wire::{self, Header, Kind};
 
 /// The connection is closed by the other side (within 5 s).
 fn closed(mut s: TcpStream) -> bool {
@@ -54,15 +54,7 @@ fn strangers_are_refused_at_the_root_and_at_a_rank_and_results_stay_right() {
     let other = JobKey::random().unwrap();
     let addr = id.root_addr();
     let decoy = TcpListener::bind("127.0.0.1:0").unwrap();
-    let hello = Hello {
-        nranks: 2,
-        iroot: 0,
-        timeout_ms: 20_000,
-        listen: decoy.local_addr().unwrap(),
-        nroots: 1,
-        flags: 0,
-        comm_nonce: id.nonce(),
-    };
+    let hello = hello_of(&id, 2, decoy.local_addr().unwrap());
     // Each claims rank 1: one let in would make the real rank 1 a duplicate.
     let claim = forged(&id, Kind::Hello, 1, 0, &hello.encode());
     let mut plain = TcpStream::connect(addr).unwrap();
@@ -236,15 +228,7 @@ fn lone_rank_says_done(tls: bool) -> (Result<RootReport, BootstrapError>, std::i
     let id = root.id();
     let mut s = connect_as_rank(id.root_addr(), &id);
     let listen = TcpListener::bind("127.0.0.1:0").unwrap();
-    let hello = Hello {
-        nranks: 1,
-        iroot: 0,
-        timeout_ms: 20_000,
-        listen: listen.local_addr().unwrap(),
-        nroots: 1,
-        flags: 0,
-        comm_nonce: crate::bootstrap::scalable::comm_nonce(&[id], 1).unwrap(),
-    };
+    let hello = hello_of(&id, 1, listen.local_addr().unwrap());
     let read = |s: &mut dyn Read| -> std::io::Result<Kind> {
         let mut h = [0u8; wire::HEADER_BYTES];
         s.read_exact(&mut h)?;
