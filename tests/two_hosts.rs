@@ -57,7 +57,8 @@ fn collectives_between_two_hosts() {
 }
 
 /// With JITCCL_TLS=1 (and a job key on every rank) the sockets between the hosts carry
-/// TLS, the bootstrap's ring and the network transport's alike, and the results match.
+/// TLS, the bootstrap's ring, its links to the root and the network transport's alike, and
+/// the results match.
 #[test]
 fn collectives_between_two_hosts_over_tls() {
     let hosts = hosts(2);
@@ -66,7 +67,7 @@ fn collectives_between_two_hosts_over_tls() {
         let args = [run, &["-N", "2", "-b", "4", "-e", "1M", "-f", "16", "-w", "1", "-n", "2"][..]].concat();
         for e in perf(&hosts, &[0, 1], &args, &env) {
             assert!(e.stderr.contains("socket(s) each, TLS"), "{run:?}: {e}");
-            assert!(e.stderr.contains("the bootstrap ring carries TLS"), "{run:?}: {e}");
+            assert!(e.stderr.contains("the bootstrap ring and the links to the root carry TLS"), "{run:?}: {e}");
         }
     }
 }
@@ -115,7 +116,7 @@ fn a_client_in_the_clear_is_refused_between_hosts_over_tls() {
     assert_eq!(refused, listeners::Fate::Alerted, "a client in the clear at {addr}: {}", ends[0]);
     assert!(ends[0].stderr.contains(&format!("refused a net connection from {}", hosts.addr(1))), "{}", ends[0]);
     for e in &ends {
-        assert!(e.success() && e.stderr.contains("the bootstrap ring carries TLS"), "{e}");
+        assert!(e.success() && e.stderr.contains("the bootstrap ring and the links to the root carry TLS"), "{e}");
     }
     assert!(ends[0].stdout.contains("# Out of bounds values : 0 OK"), "{}", ends[0]);
 }

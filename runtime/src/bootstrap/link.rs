@@ -5,21 +5,25 @@
 //! means the root itself is gone, with the process that ran it. Every wait of init looks
 //! at the link (through its [`Waiter`] and [`super::liveness`]), so it ends at once,
 //! naming the rank that is gone, instead of at its timeout.
+//!
+//! With `JITCCL_TLS=1` the link carries TLS from the point the communicator agreed to use
+//! it ([`RootLink::start_tls`]): the rank asks (`StartTls`), the root answers, and both
+//! switch after that answer, so no message is read half in the clear.
 
 use std::fmt::Display;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use socket2::Socket;
+use rustls::Connection;
 
 use super::error::{BootstrapError, Result};
 use super::id::UniqueId;
 use super::net::{self, Waiter};
+use super::stream::Stream;
 use super::wire::{self, Header, Hello, Kind, RootReply, HEADER_BYTES, MAX_CONTROL_PAYLOAD};
+use crate::auth::Tls;
 
 /// `host` when no rank is known to run the root.
 const NO_HOST: usize = usize::MAX;
@@ -45,12 +49,14 @@ struct State {
 }
 
 struct Conn {
-    s: Socket,
+    s: Stream,
     root: SocketAddr,
     nonce: u64,
     /// Bytes of messages not complete yet.
     buf: Vec<u8>,
     all_done: bool,
+    /// The session this rank asked the root for, until the root's answer opens it.
+    asked: Option<Connection>,
 }
 
 enum Ended {
@@ -121,7 +127,7 @@ impl RootLink {
         }
         let host = net::read_payload(&s, ack.len, w).map_err(closed)?;
         self.learn_host(&host);
-        let conn = Conn { s, root, nonce: id.nonce(), buf: Vec::new(), all_done: false };
+        let conn = Conn { s: Stream::new(s), root, nonce: id.nonce(), buf: Vec::new(), all_done: false, asked: None };
         self.lock().conns.push(conn);
         Ok(())
     }
@@ -170,13 +176,17 @@ impl RootLink {
 
     /// This rank's init is complete: tells its roots, and waits until each says every
     /// rank is done (so no root's process ends while a rank still needs it), or why not.
+    /// Writes on the links hold the link, so their waits do not look at it (`unwatched`).
     pub fn done(&self, w: &Waiter) -> Result<()> {
         if self.retired.load(Ordering::Acquire) {
             return Ok(());
         }
-        for (s, nonce) in self.sockets() {
-            let msg = Header::new(nonce, Kind::Done, self.rank as u32, 0, 0).encode();
-            net::write_all(&s, &msg, w)?;
+        {
+            let mut st = self.lock();
+            for c in &mut st.conns {
+                let msg = Header::new(c.nonce, Kind::Done, self.rank as u32, 0, 0).encode();
+                c.s.write_all(&msg, &w.unwatched())?;
+            }
         }
         loop {
             {
@@ -187,6 +197,36 @@ impl RootLink {
                 }
                 if st.conns.iter().all(|c| c.all_done) {
                     self.retired.store(true, Ordering::Release);
+                    return Ok(());
+                }
+            }
+            w.check()?;
+            self.poll(w.slice())?;
+        }
+    }
+
+    /// From now on the links carry TLS (`tls`, pinned to the job's key): asks each root,
+    /// and waits until each session is open, or why not (the root refused it, or is gone).
+    pub fn start_tls(&self, tls: &Tls, w: &Waiter) -> Result<()> {
+        {
+            let mut st = self.lock();
+            if let Some(e) = &st.ended {
+                return Err(self.error(w.op, e));
+            }
+            for c in &mut st.conns {
+                let msg = Header::new(c.nonce, Kind::StartTls, self.rank as u32, 0, 0).encode();
+                c.s.write_all(&msg, &w.unwatched())?;
+                c.asked = Some(tls.client().map_err(|e| BootstrapError::io(format!("{}: TLS", w.op), e))?);
+            }
+        }
+        loop {
+            {
+                let mut st = self.lock();
+                st.pump(self);
+                if let Some(e) = &st.ended {
+                    return Err(self.error(w.op, e));
+                }
+                if st.conns.iter().all(|c| c.s.is_secure()) {
                     return Ok(());
                 }
             }
@@ -207,7 +247,7 @@ impl RootLink {
         if self.retired.swap(true, Ordering::AcqRel) {
             return;
         }
-        let st = self.lock();
+        let mut st = self.lock();
         let (culprit, text) = match (&st.ended, why) {
             (Some(e), _) => match self.error("init", e) {
                 BootstrapError::PeerGone { culprit, how, .. } => (culprit as u32, how),
@@ -218,26 +258,21 @@ impl RootLink {
             (None, None) => return,
         };
         let payload = wire::encode_failure(culprit, &text);
-        for (_, c) in st.conns.iter().enumerate().filter(|(i, _)| st.ended.is_none() || *i != st.ended_by) {
+        let skip = st.ended.as_ref().map(|_| st.ended_by);
+        for (_, c) in st.conns.iter_mut().enumerate().filter(|(i, _)| Some(*i) != skip) {
             let msg = wire::message(Header::new(c.nonce, Kind::Failed, self.rank as u32, 0, payload.len()), &payload);
-            // The socket is empty (a rank sends nothing else): one write takes it all.
-            if let Err(e) = (&c.s).write_all(&msg) {
+            // The link is empty (a rank sends nothing else): one write takes it all.
+            if let Err(e) = c.s.write(&msg).and_then(|_| c.s.flush()) {
                 tracing::debug!(rank = self.rank, root = %c.root, error = %e, "jitccl bootstrap: cannot tell the root");
             }
         }
-    }
-
-    /// Duplicates of the links' sockets with their nonces, to write without the lock.
-    fn sockets(&self) -> Vec<(Socket, u64)> {
-        let st = self.lock();
-        st.conns.iter().filter_map(|c| c.s.try_clone().ok().map(|s| (s, c.nonce))).collect()
     }
 
     /// Waits up to `d` for anything on the links.
     pub fn poll(&self, d: Duration) -> Result<()> {
         let mut fds: Vec<libc::pollfd> = {
             let st = self.lock();
-            st.conns.iter().map(|c| net::pollfd(c.s.as_raw_fd(), libc::POLLIN)).collect()
+            st.conns.iter().map(|c| net::pollfd(c.s.fd(), c.s.handshake_events() | libc::POLLIN)).collect()
         };
         if fds.is_empty() {
             std::thread::sleep(d);
@@ -305,6 +340,9 @@ impl Conn {
     fn pump(&mut self, link: &RootLink, reply: &mut Option<RootReply>) -> Option<Ended> {
         let root = self.root;
         let gone = |how: String| Some(Ended::Gone(root, how));
+        if let Err(e) = self.s.handshake() {
+            return gone(format!("refused this rank's TLS session: {e}"));
+        }
         let eof = match self.fill() {
             Ok(eof) => eof,
             Err(e) if net::is_unreachable(&e) => {
@@ -324,6 +362,17 @@ impl Conn {
                 },
                 Ok(Some((Kind::RootError, p))) => return Some(Ended::Root(p)),
                 Ok(Some((Kind::AllDone, _))) => self.all_done = true,
+                Ok(Some((Kind::StartTls, p))) if p.is_empty() => {
+                    // The root's last bytes in the clear: what follows them is the session's.
+                    let (Some(session), true) = (self.asked.take(), self.buf.is_empty()) else {
+                        return gone("answered a TLS request this rank did not make, or sent more after it".into());
+                    };
+                    self.s.secure(session);
+                    if let Err(e) = self.s.handshake() {
+                        return gone(format!("refused this rank's TLS session: {e}"));
+                    }
+                    break;
+                }
                 Ok(Some((kind, _))) => return gone(format!("sent an unexpected {kind:?} message")),
                 Err(e) => return gone(format!("broke the protocol: {e}")),
             }
@@ -335,7 +384,7 @@ impl Conn {
     fn fill(&mut self) -> std::io::Result<bool> {
         let mut tmp = [0u8; 512];
         loop {
-            match (&self.s).read(&mut tmp) {
+            match self.s.read(&mut tmp) {
                 Ok(0) => return Ok(true),
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),

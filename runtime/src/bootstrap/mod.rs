@@ -298,17 +298,21 @@ impl Bootstrap {
         }
     }
 
-    /// From now on the ring's connections carry TLS ([`Tls`], pinned to the job's key):
-    /// every rank calls it at the same point (once the communicator's configuration, which
-    /// says whether it uses TLS, is agreed). A neighbour that does not, or that proves
-    /// another key, fails it naming that rank.
+    /// From now on the ring's connections and the links to the root(s) carry TLS ([`Tls`],
+    /// pinned to the job's key): every rank calls it at the same point (once the
+    /// communicator's configuration, which says whether it uses TLS, is agreed). A
+    /// neighbour that does not, or that proves another key, fails it naming that rank; a
+    /// rank whose link stays in the clear is refused by its root, which names it.
     pub fn start_tls(&self, tls: &Tls) -> Result<()> {
         let w = self.waiter("start TLS on the ring", None);
         w.check()?;
-        let mut guard = lock(&self.ring);
-        let Some(ring) = guard.as_mut() else { return Ok(()) };
-        ring.start_tls(tls, self.rank, self.nranks, &w)?;
-        tracing::debug!(rank = self.rank, "jitccl bootstrap: the ring carries TLS");
+        if let Some(ring) = lock(&self.ring).as_mut() {
+            ring.start_tls(tls, self.rank, self.nranks, &w)?;
+        }
+        if self.live.link.is_live() {
+            self.live.link.start_tls(tls, &w.sub("start TLS on the links to the root", None))?;
+        }
+        tracing::debug!(rank = self.rank, "jitccl bootstrap: the ring and the links to the root carry TLS");
         Ok(())
     }
 

@@ -54,6 +54,12 @@ impl<'a> Waiter<'a> {
         Waiter { live: Some(live), ..self }
     }
 
+    /// This waiter, blind to what `watching` showed it: for a wait that holds the link to
+    /// the root, which that would look at.
+    pub fn unwatched(&self) -> Waiter<'a> {
+        Waiter { live: None, ..*self }
+    }
+
     /// A waiter for a different op/peer sharing this one's start and deadline.
     pub fn sub(&self, op: &'static str, peer: Option<usize>) -> Waiter<'a> {
         Waiter { op, peer, ..*self }
@@ -157,6 +163,7 @@ fn is_closed(e: &io::Error) -> bool {
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::BrokenPipe
             | io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::WriteZero
             | io::ErrorKind::NotConnected
     )
 }
@@ -227,13 +234,24 @@ pub fn read_header(s: &Socket, nonce: u64, w: &Waiter) -> Result<Header> {
 /// Writes all of `buf`.
 pub fn write_all(s: &Socket, buf: &[u8], w: &Waiter) -> Result<()> {
     let mut off = 0;
-    while off < buf.len() {
-        match (&*s).write(&buf[off..]) {
-            Ok(0) => return Err(w.closed()),
-            Ok(n) => off += n,
+    send_with(s.as_raw_fd(), w, || {
+        if off < buf.len() {
+            off += nonzero((&*s).write(&buf[off..])?)?;
+        }
+        Ok(off == buf.len())
+    })
+}
+
+/// Calls `step` until it says that all it had to send is sent, waiting for `fd` to take
+/// more while it would block.
+pub fn send_with(fd: RawFd, w: &Waiter, mut step: impl FnMut() -> io::Result<bool>) -> Result<()> {
+    loop {
+        match step() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 w.check()?;
-                wait_fd(s.as_raw_fd(), libc::POLLOUT, w)?;
+                wait_fd(fd, libc::POLLOUT, w)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if is_closed(&e) => return Err(w.closed()),
@@ -241,7 +259,14 @@ pub fn write_all(s: &Socket, buf: &[u8], w: &Waiter) -> Result<()> {
             Err(e) => return Err(BootstrapError::io(format!("{}: write", w.op), e)),
         }
     }
-    Ok(())
+}
+
+/// A write's count, a connection that took nothing being closed.
+pub fn nonzero(n: usize) -> io::Result<usize> {
+    match n {
+        0 => Err(io::ErrorKind::WriteZero.into()),
+        n => Ok(n),
+    }
 }
 
 /// Opens `s` as the initiator of the job's handshake ([`crate::auth`]) for `rank`: `peer`

@@ -1,6 +1,6 @@
-//! A ring connection of the bootstrap: its non-blocking socket, and the TLS session all
-//! its bytes pass through once [`Bootstrap::start_tls`](super::Bootstrap::start_tls) has
-//! opened one. Reads and writes keep the socket's non-blocking contract (`WouldBlock`:
+//! A connection of the bootstrap's ring or of a rank's link to its root: its non-blocking
+//! socket, and the TLS session all its bytes pass through once
+//! [`Bootstrap::start_tls`](super::Bootstrap::start_tls) has opened one. Reads and writes keep the socket's non-blocking contract (`WouldBlock`:
 //! poll the socket), so the ring's poll loops drive both alike.
 
 use std::io::{self, Read, Write};
@@ -8,6 +8,9 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use rustls::Connection;
 use socket2::Socket;
+
+use super::error::Result;
+use super::net::{self, Waiter};
 
 pub(crate) struct Stream {
     s: Socket,
@@ -31,6 +34,11 @@ impl Stream {
     /// begun: [`handshake`](Self::handshake) drives it).
     pub fn secure(&mut self, conn: Connection) {
         self.tls = Some(Box::new(conn));
+    }
+
+    /// Whether a session carries the bytes and its handshake is complete.
+    pub fn is_secure(&self) -> bool {
+        self.tls.as_ref().is_some_and(|c| !c.is_handshaking())
     }
 
     /// Moves the session's handshake on as far as the socket allows, without waiting:
@@ -99,6 +107,18 @@ impl Stream {
         let n = c.writer().write(buf)?;
         push(c, &self.s)?;
         Ok(n)
+    }
+
+    /// Writes all of `buf`, and the records it makes, on the socket (bounded by `w`).
+    pub fn write_all(&mut self, buf: &[u8], w: &Waiter) -> Result<()> {
+        let (fd, mut off) = (self.fd(), 0);
+        net::send_with(fd, w, || {
+            if off < buf.len() {
+                off += net::nonzero(self.write(&buf[off..])?)?;
+            }
+            self.flush()?;
+            Ok(off == buf.len())
+        })
     }
 
     /// Whether the session holds records the socket has not taken yet.

@@ -29,6 +29,9 @@
 //! - `Failed` (rank → root): this rank's init failed: the rank that failed first u32
 //!   (`u32::MAX`: this one), then how, in UTF-8 (see [`encode_failure`]).
 //! - `AllDone` (root → rank, empty): every rank is done; the root stops watching.
+//! - `StartTls` (rank → root, then root → rank, empty; `JITCCL_TLS=1`): the rank asks for
+//!   TLS on its link, and the root's answer is the last byte either sends in the clear:
+//!   the rank then opens the session (as its client), and every later byte is in it.
 //!
 //! Between ranks:
 //! - `RingConnect` (rank → its ring successor): empty.
@@ -70,10 +73,11 @@ pub enum Kind {
     Done,
     Failed,
     AllDone,
+    StartTls,
 }
 
 impl Kind {
-    const ALL: [Kind; 10] = [
+    const ALL: [Kind; 11] = [
         Kind::Hello,
         Kind::RootReply,
         Kind::RootError,
@@ -84,6 +88,7 @@ impl Kind {
         Kind::Done,
         Kind::Failed,
         Kind::AllDone,
+        Kind::StartTls,
     ];
 
     fn from_u32(v: u32) -> Option<Self> {

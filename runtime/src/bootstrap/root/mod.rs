@@ -31,9 +31,10 @@ use super::id::UniqueId;
 use super::iface::choose_interface;
 use super::net::{self, Opening};
 use super::scalable::{neighbour_of, Block};
+use super::stream::Stream;
 use super::wire::{self, Header, Hello, Kind, HEADER_BYTES, HOSTS_ROOT, MAX_CONTROL_PAYLOAD};
 use super::BootstrapConfig;
-use crate::auth::{Gate, JobKey};
+use crate::auth::{Gate, JobKey, Tls};
 use reply::clone_err;
 use watch::{Leave, Member};
 
@@ -193,6 +194,8 @@ struct RootState {
     /// Ranks told the communicator's error, or gone.
     told: usize,
     rejected: usize,
+    /// The job's TLS settings, for the ranks that ask (made when the id has a key).
+    tls: Option<Tls>,
 }
 
 impl RootState {
@@ -216,6 +219,11 @@ impl RootState {
             failed: None,
             told: 0,
             rejected: 0,
+            tls: id.key().and_then(|key| {
+                Tls::new(&key)
+                    .map_err(|e| tracing::warn!(error = %e, "jitccl bootstrap root: no TLS for the links"))
+                    .ok()
+            }),
         }
     }
 
@@ -250,7 +258,7 @@ impl RootState {
             let mut fds = Vec::with_capacity(1 + pending.len() + self.members.len());
             fds.push(net::pollfd(self.listener.as_ref().map_or(-1, |l| l.as_raw_fd()), libc::POLLIN));
             fds.extend(pending.iter().map(|p| net::pollfd(p.s.as_raw_fd(), libc::POLLIN)));
-            fds.extend(self.members.iter().map(|m| net::pollfd(m.s.as_raw_fd(), libc::POLLIN)));
+            fds.extend(self.members.iter().map(Member::pollfd));
             let wait = self.deadline.saturating_duration_since(now).min(net::SLICE).max(Duration::from_millis(1));
             net::poll(&mut fds, wait).map_err(|e| BootstrapError::io("bootstrap root: poll", e))?;
 
@@ -260,7 +268,7 @@ impl RootState {
             let first_link = 1 + pending.len();
             let left = (0..self.members.len())
                 .filter(|&i| fds[first_link + i].revents != 0)
-                .find_map(|i| self.members[i].read().map(|leave| (i, leave)));
+                .find_map(|i| self.members[i].read(self.tls.as_ref()).map(|leave| (i, leave)));
             if let Some((i, leave)) = left {
                 if let Some(done) = self.on_leave(i, leave) {
                     return done;
@@ -390,7 +398,7 @@ impl RootState {
             self.host = Some(rank);
             self.announce_host();
         }
-        self.members.push(Member::new(p.s, rank, p.from, self.id.nonce(), hello.flags & HOSTS_ROOT != 0));
+        self.members.push(Member::new(Stream::new(p.s), rank, p.from, self.id.nonce(), hello.flags & HOSTS_ROOT != 0));
         let new = self.members.len() - 1;
         self.ack(new);
         if let Some(e) = &self.failed {

@@ -3,14 +3,12 @@
 //! reached it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::watch::Leave;
 use super::{RootReport, RootState, TELL_TIMEOUT};
 use crate::bootstrap::error::{BootstrapError, Result};
-use crate::bootstrap::net::{self, Waiter};
-use crate::bootstrap::wire::{self, Header, Kind, RootReply, ROOT_RANK};
+use crate::bootstrap::wire::{self, Kind, RootReply};
 
 impl RootState {
     /// Everyone is here: tell each rank of the block its successor (the last one's is the
@@ -65,7 +63,7 @@ impl RootState {
     }
 
     /// Acknowledges member `m`'s hello, saying which rank runs the root if it is known.
-    pub(super) fn ack(&self, m: usize) {
+    pub(super) fn ack(&mut self, m: usize) {
         let host = self.host.map_or(0, |h| h as u32 + 1).to_le_bytes();
         if let Err(e) = self.send(m, Kind::HelloAck, &host, TELL_TIMEOUT) {
             tracing::warn!(from = %self.members[m].from, error = %e, "jitccl bootstrap root: cannot acknowledge a hello");
@@ -73,15 +71,15 @@ impl RootState {
     }
 
     /// Tells every member which rank runs the root (just learned).
-    pub(super) fn announce_host(&self) {
+    pub(super) fn announce_host(&mut self) {
         (0..self.members.len()).for_each(|m| self.ack(m));
     }
 
-    pub(super) fn tell_all(&self, e: &BootstrapError, limit: Duration) {
+    pub(super) fn tell_all(&mut self, e: &BootstrapError, limit: Duration) {
         self.telling_order().into_iter().for_each(|m| self.tell(m, e, limit));
     }
 
-    pub(super) fn tell(&self, m: usize, e: &BootstrapError, limit: Duration) {
+    pub(super) fn tell(&mut self, m: usize, e: &BootstrapError, limit: Duration) {
         if let Some(payload) = wire::encode_error(e) {
             if let Err(err) = self.send(m, Kind::RootError, &payload, limit) {
                 tracing::warn!(rank = self.members[m].rank, error = %err, "jitccl bootstrap root: cannot tell a rank the error");
@@ -89,13 +87,10 @@ impl RootState {
         }
     }
 
-    /// Writes one message on member `m`'s link (not abortable: the root uses it to report
-    /// errors, aborts included; bounded by `limit`).
-    pub(super) fn send(&self, m: usize, kind: Kind, payload: &[u8], limit: Duration) -> Result<()> {
-        static NEVER: AtomicBool = AtomicBool::new(false);
-        let w = Waiter::new("root: tell a rank", Some(self.members[m].rank), limit.min(self.timeout), &NEVER);
-        let msg = wire::message(Header::new(self.id.nonce(), kind, ROOT_RANK, 0, payload.len()), payload);
-        net::write_all(&self.members[m].s, &msg, &w)
+    /// Writes one message on member `m`'s link, bounded by `limit` (and the root's timeout).
+    pub(super) fn send(&mut self, m: usize, kind: Kind, payload: &[u8], limit: Duration) -> Result<()> {
+        let limit = limit.min(self.timeout);
+        self.members[m].send(kind, payload, limit)
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::auth::{seal, Failure, Initiator, JobKey, Refusal, Tls, REPLY_LEN, SEAL_LEN};
-use crate::bootstrap::wire::{self, Header, Hello, Kind};
+use crate::bootstrap::wire::{self, Header, Kind};
 
 /// The connection is closed by the other side (within 5 s).
 fn closed(mut s: TcpStream) -> bool {
@@ -54,15 +54,7 @@ fn strangers_are_refused_at_the_root_and_at_a_rank_and_results_stay_right() {
     let other = JobKey::random().unwrap();
     let addr = id.root_addr();
     let decoy = TcpListener::bind("127.0.0.1:0").unwrap();
-    let hello = Hello {
-        nranks: 2,
-        iroot: 0,
-        timeout_ms: 20_000,
-        listen: decoy.local_addr().unwrap(),
-        nroots: 1,
-        flags: 0,
-        comm_nonce: id.nonce(),
-    };
+    let hello = hello_of(&id, 2, decoy.local_addr().unwrap());
     // Each claims rank 1: one let in would make the real rank 1 a duplicate.
     let claim = forged(&id, Kind::Hello, 1, 0, &hello.encode());
     let mut plain = TcpStream::connect(addr).unwrap();
@@ -198,4 +190,85 @@ fn the_ring_carries_tls_and_its_neighbours_refuse_a_rank_in_the_clear() {
         }
     }
     assert!(matches!(results[1], Ok(Err(_))), "rank 1 in the clear must fail: {:?}", results[1]);
+}
+
+/// TLS on the links to the root, started before init is finished (as a communicator does
+/// it): every rank's `Done` and the root's `AllDone` go through the sessions.
+#[test]
+fn the_links_to_the_root_carry_tls() {
+    log();
+    let config = cfg(Duration::from_secs(20));
+    let root = Root::start(&config).unwrap();
+    let id = root.id();
+    let results: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let config = &config;
+                s.spawn(move || {
+                    let b = Bootstrap::init_scalable(&[id], r, 2, config)?;
+                    b.start_tls(&Tls::new(&b.key().unwrap()).unwrap())?;
+                    let all = b.all_gather(&[r as u8])?;
+                    b.finish_init().map(|()| all)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        assert_eq!(res.unwrap_or_else(|e: BootstrapError| panic!("rank {r}: {e}")), vec![vec![0], vec![1]]);
+    }
+    assert_eq!(root.join().unwrap().addrs.len(), 1 + 1);
+}
+
+/// The one rank of a communicator, written out: it asks its root for TLS, and after the
+/// root's answer says `Done` in a session (`tls`) or in the clear; what it hears back.
+fn lone_rank_says_done(tls: bool) -> (Result<RootReport, BootstrapError>, std::io::Result<Kind>) {
+    log();
+    let root = Root::start(&cfg(Duration::from_secs(20))).unwrap();
+    let id = root.id();
+    let mut s = connect_as_rank(id.root_addr(), &id);
+    let listen = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hello = hello_of(&id, 1, listen.local_addr().unwrap());
+    let read = |s: &mut dyn Read| -> std::io::Result<Kind> {
+        let mut h = [0u8; wire::HEADER_BYTES];
+        s.read_exact(&mut h)?;
+        let h = Header::decode(&h, id.nonce(), &|| "the root".into()).map_err(std::io::Error::other)?;
+        s.read_exact(&mut vec![0; h.len as usize])?;
+        Ok(h.kind)
+    };
+    s.write_all(&forged(&id, Kind::Hello, 0, 0, &hello.encode())).unwrap();
+    assert_eq!(read(&mut s).unwrap(), Kind::HelloAck);
+    assert_eq!(read(&mut s).unwrap(), Kind::RootReply);
+    s.write_all(&forged(&id, Kind::StartTls, 0, 0, &[])).unwrap();
+    assert_eq!(read(&mut s).unwrap(), Kind::StartTls, "the root answers in the clear");
+    let done = forged(&id, Kind::Done, 0, 0, &[]);
+    let heard = if tls {
+        let session = Tls::new(&id.key().unwrap()).unwrap().connect(&mut s).unwrap();
+        let rustls::Connection::Client(mut session) = session else { panic!("a client's session") };
+        let mut io = rustls::Stream::new(&mut session, &mut s);
+        io.write_all(&done).and_then(|()| read(&mut io))
+    } else {
+        s.write_all(&done).unwrap();
+        read(&mut s)
+    };
+    (root.join(), heard)
+}
+
+/// After the root's answer to `StartTls`, a rank's link is TLS only: a `Done` in a session
+/// gets `AllDone` back in it; one in the clear is refused, and the root fails the
+/// communicator naming the rank.
+#[test]
+fn a_rank_in_the_clear_after_asking_for_tls_is_refused_by_its_root_naming_it() {
+    let (report, heard) = lone_rank_says_done(true);
+    assert_eq!(report.unwrap().addrs.len(), 1);
+    assert_eq!(heard.unwrap(), Kind::AllDone);
+
+    let (report, heard) = lone_rank_says_done(false);
+    match report {
+        Err(e @ BootstrapError::PeerGone { culprit: 0, .. }) => {
+            assert!(e.to_string().contains("rank 0") && e.to_string().contains("TLS"), "{e}")
+        }
+        other => panic!("the root must refuse rank 0 in the clear: {other:?}"),
+    }
+    assert!(heard.is_err(), "the root tells a rank in the clear nothing in the clear: {heard:?}");
 }

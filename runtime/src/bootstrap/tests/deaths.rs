@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::bootstrap::wire::{self, Header, Hello, Kind, HEADER_BYTES, ROOT_RANK};
+use crate::bootstrap::wire::{self, Header, Kind, HEADER_BYTES, ROOT_RANK};
 
 /// Far above how long any of these tests may take: only a death seen at once passes.
 const LONG: Duration = Duration::from_secs(30);
@@ -189,15 +189,7 @@ fn ranks_leaving_together_fail_the_communicator_once() {
     let root = Root::start(&cfg(Duration::from_secs(2))).unwrap();
     let id = root.id();
     let hello = |rank: u32, listen: &TcpListener| {
-        let h = Hello {
-            nranks: 6,
-            iroot: 0,
-            timeout_ms: 30_000,
-            listen: listen.local_addr().unwrap(),
-            nroots: 1,
-            flags: 0,
-            comm_nonce: id.nonce(),
-        };
+        let h = hello_of(&id, 6, listen.local_addr().unwrap());
         let mut s = connect_as_rank(id.root_addr(), &id);
         s.write_all(&wire::message(Header::new(id.nonce(), Kind::Hello, rank, 0, wire::HELLO_BYTES), &h.encode()))
             .unwrap();

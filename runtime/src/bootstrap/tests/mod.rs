@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::join::{reply_grace, stagger_delay};
 use super::root::{Root, RootReport};
-use super::{Bootstrap, BootstrapConfig, BootstrapError, UniqueId};
+use super::{wire, Bootstrap, BootstrapConfig, BootstrapError, UniqueId};
 use crate::auth::{initiate, Service};
 
 fn log() {
@@ -74,6 +74,11 @@ fn connect_as_rank(addr: SocketAddr, id: &UniqueId) -> TcpStream {
         initiate(&mut s, &key, Service::Bootstrap).unwrap();
     }
     s
+}
+
+/// The hello of a rank of `nranks` (one root, `id`'s) that listens at `listen`.
+fn hello_of(id: &UniqueId, nranks: u32, listen: SocketAddr) -> wire::Hello {
+    wire::Hello { nranks, iroot: 0, timeout_ms: 30_000, listen, nroots: 1, flags: 0, comm_nonce: id.nonce() }
 }
 
 /// Opens `n` connections to `addr` that never send anything.

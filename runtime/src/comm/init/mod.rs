@@ -99,7 +99,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let tls = tls_of(&cfg, bs.key().as_ref())?;
     if let Some(tls) = &tls {
         bs.start_tls(tls)?;
-        tracing::info!("rank {rank}: the bootstrap ring carries TLS");
+        tracing::info!("rank {rank}: the bootstrap ring and the links to the root carry TLS");
     }
 
     let layout = Layout::new(nranks, &cfg, &device);
