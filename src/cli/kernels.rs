@@ -86,7 +86,8 @@ pub(super) enum KernelsCmd {
     /// Compile kernels (into the cache); prints failures with the compiler log.
     Compile(Batch),
     /// Check that kernels compile, building nothing: the C compiler's front end for the
-    /// host, NVRTC without optimization for CUDA. Much faster than compile; caches nothing.
+    /// host, NVRTC without optimization for CUDA. Much faster than compile; remembers passes in
+    /// the cache, so a second check re-checks only what changed.
     Check(Batch),
 }
 
