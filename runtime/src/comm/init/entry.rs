@@ -26,8 +26,12 @@ fn next_store_key(store: &dyn Store, rank: usize) -> Result<String> {
 /// its file), the id carries it and the store does not: whoever reads the store, or its
 /// connections, does not learn it.
 fn id_from_store(store: &dyn Store, rank: usize) -> Result<UniqueId> {
+    id_through_store(store, rank, JobKey::from_env().map_err(BootstrapError::from)?)
+}
+
+/// [`id_from_store`] for the job key `job`.
+fn id_through_store(store: &dyn Store, rank: usize, job: Option<JobKey>) -> Result<UniqueId> {
     let key = next_store_key(store, rank)?;
-    let job = JobKey::from_env().map_err(BootstrapError::from)?;
     if rank == 0 {
         let id = UniqueId::for_job(job)?;
         store.set(&key, &id.without_key(job))?;
@@ -117,5 +121,27 @@ impl Comm {
         Self::start_init(config, rank, nranks, move |abort| {
             Self::init_rank_with(&ids, nranks, rank, &cfg, server, abort, root_rank)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// With a job key, the id rank 0 publishes in the store carries no key (a fresh one
+    /// there would let whoever reads the store join), and the rank that reads it ends with
+    /// rank 0's id, the job's key in it.
+    #[test]
+    fn a_job_keyed_id_goes_through_the_store_without_a_key() {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let store = TcpStore::connect(server.local_addr(), Duration::from_secs(5)).unwrap();
+        let job = JobKey::random().unwrap();
+        let made = id_through_store(&store, 0, Some(job)).unwrap();
+        assert_eq!(made.key(), Some(job));
+        let published = UniqueId::from_bytes(&store.get("jitccl/unique_id/1").unwrap()).unwrap();
+        assert_eq!(published.key(), None, "the store holds a key");
+        assert_eq!(id_through_store(&store, 1, Some(job)).unwrap(), made);
     }
 }
