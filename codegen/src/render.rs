@@ -6,7 +6,7 @@ use askama::Template;
 
 use crate::abi::{ll128_flag_word, AbiSizes};
 use crate::compile::CompileError;
-use crate::spec::{Algorithm, BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target, Wire};
+use crate::spec::{BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target, Wire};
 
 /// How a datatype is stored (`T`) and combined (`C`) in C.
 struct Dtype {
@@ -24,32 +24,40 @@ struct OpSource {
     scalar: &'static str,
 }
 
-#[derive(Template)]
-#[template(path = "kernel.c", escape = "none")]
-struct KernelSource<'a> {
-    spec: String,
-    target: String,
-    symbol: String,
-    cuda: bool,
-    proto: &'static str,
-    ll128_flag: usize,
-    algo_file: &'static str,
-    call_kind: u64,
-    dtype: DataType,
-    d: Dtype,
-    op_name: String,
-    /// No reduction op: the kernel only moves bytes.
-    copy_only: bool,
-    op: OpSource,
-    /// The rank count the kernel is specialized for, or 0: any.
-    ranks: u8,
-    wire: String,
-    /// `Wire::code`: 0 for the exact wire.
-    wire_code: u8,
-    /// Elements per scale of a scaled wire, else 0.
-    wire_block: u16,
-    abi: &'a AbiSizes,
+/// The kernel template: `templates/kernel.c` with the choice of its algorithm's file
+/// (`codegen/build.rs`), given to askama as a literal.
+macro_rules! kernel_source {
+    ($template:literal) => {
+        #[derive(Template)]
+        #[template(source = $template, ext = "c", escape = "none")]
+        struct KernelSource<'a> {
+            spec: String,
+            target: String,
+            symbol: String,
+            cuda: bool,
+            proto: &'static str,
+            ll128_flag: usize,
+            /// `<collective>_<algorithm>`: the file of `templates/algo/` the kernel includes.
+            algo_file: String,
+            call_kind: u64,
+            dtype: DataType,
+            d: Dtype,
+            op_name: String,
+            /// No reduction op: the kernel only moves bytes.
+            copy_only: bool,
+            op: OpSource,
+            /// The rank count the kernel is specialized for, or 0: any.
+            ranks: u8,
+            wire: String,
+            /// `Wire::code`: 0 for the exact wire.
+            wire_code: u8,
+            /// Elements per scale of a scaled wire, else 0.
+            wire_block: u16,
+            abi: &'a AbiSizes,
+        }
+    };
 }
+include!(concat!(env!("OUT_DIR"), "/kernel_template.rs"));
 
 fn dtype(d: DataType) -> Dtype {
     let plain = |ty: &'static str| Dtype { storage: ty, compute: ty, to_c: "v", from_c: "v" };
@@ -125,28 +133,8 @@ fn op_source(spec: &KernelSpec) -> OpSource {
     src
 }
 
-fn algo_file(spec: &KernelSpec) -> &'static str {
-    match (spec.coll, spec.algo) {
-        (Collective::AllReduce, Algorithm::Tree) => "all_reduce_tree",
-        (Collective::AllReduce, Algorithm::OneShot) => "all_reduce_oneshot",
-        (Collective::AllReduce, Algorithm::Direct) => "all_reduce_direct",
-        (Collective::AllReduce, Algorithm::DirectOneShot) => "all_reduce_direct_oneshot",
-        (Collective::Broadcast, Algorithm::Direct) => "broadcast_direct",
-        (Collective::Reduce, Algorithm::Direct) => "reduce_direct",
-        (Collective::AllGather, Algorithm::Direct) => "all_gather_direct",
-        (Collective::ReduceScatter, Algorithm::Direct) => "reduce_scatter_direct",
-        (Collective::AllReduce, _) => "all_reduce_ring",
-        (Collective::Broadcast, _) => "broadcast_ring",
-        (Collective::Reduce, _) => "reduce_ring",
-        (Collective::AllGather, _) => "all_gather_ring",
-        (Collective::ReduceScatter, _) => "reduce_scatter_ring",
-        (Collective::SendRecv, Algorithm::Direct) => "sendrecv_direct",
-        (Collective::SendRecv, _) => "sendrecv",
-        // Only their direct algorithms have kernels (see KernelSpec::validate).
-        (Collective::AllToAll, _) => "all_to_all_direct",
-        (Collective::Gather, _) => "gather_direct",
-        (Collective::Scatter, _) => "scatter_direct",
-    }
+fn algo_file(spec: &KernelSpec) -> String {
+    format!("{}_{}", spec.coll, spec.algo)
 }
 
 /// What a collective's kernel mixes into the identity its FIFO steps carry (see
@@ -171,6 +159,10 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
     spec.validate_for(target)?;
     let abi = AbiSizes::of_this_build();
     let cuda = matches!(target, Target::Cuda { .. });
+    let algo_file = algo_file(spec);
+    if !ALGO_FILES.contains(&algo_file.as_str()) {
+        return Err(CompileError::Render(format!("{spec}: no template templates/algo/{algo_file}.h")));
+    }
     let src = KernelSource {
         spec: spec.to_string(),
         target: target.to_string(),
@@ -178,7 +170,7 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         cuda,
         proto: spec.proto.name(),
         ll128_flag: ll128_flag_word(cuda),
-        algo_file: algo_file(spec),
+        algo_file,
         call_kind: call_kind(spec),
         dtype: spec.dtype,
         d: dtype(spec.dtype),
@@ -192,4 +184,27 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         abi: &abi,
     };
     src.render().map_err(|e| CompileError::Render(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ALGO_FILES;
+    use crate::spec::Collective;
+
+    /// Every algorithm with a kernel has its file, and every file is some algorithm's: the
+    /// name is all that ties them.
+    #[test]
+    fn every_algorithm_with_a_kernel_has_its_file_and_no_file_is_left_over() {
+        let mut named: Vec<String> = Vec::new();
+        for &coll in Collective::ALL {
+            for &algo in coll.algorithms().iter().filter(|&&a| coll.has_kernel(a)) {
+                let file = format!("{coll}_{algo}");
+                assert!(ALGO_FILES.contains(&file.as_str()), "no templates/algo/{file}.h for {coll} {algo}");
+                named.push(file);
+            }
+        }
+        for file in ALGO_FILES {
+            assert!(named.iter().any(|n| n == file), "templates/algo/{file}.h is no algorithm's file");
+        }
+    }
 }
