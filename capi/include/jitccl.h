@@ -14,7 +14,7 @@
 
 #include "nccl.h"
 
-#define JITCCL_H_VERSION 1
+#define JITCCL_H_VERSION 2 /* 1: wire formats; 2: the settings (jitcclSettingsJson, jitcclCacheDir) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +59,18 @@ ncclResult_t jitcclWiredAllGather(const void* sendbuff, void* recvbuff, size_t s
 ncclResult_t jitcclWiredReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                       ncclDataType_t datatype, ncclRedOp_t op, jitcclWire_t wire, ncclComm_t comm,
                                       cudaStream_t stream);
+
+/* Settings as this library reads them (the table of docs/settings.md), for programs and
+ * bindings that would otherwise read the variables themselves. Each copies its text and a
+ * NUL into buf, which holds *len bytes, and sets *len to the bytes needed; with buf NULL or
+ * too small it returns ncclInvalidArgument (and *len says how much to give). */
+/* Every setting as JSON, as `jitccl env --all --json` prints it: an array of objects with
+ * "name", "nccl", "field", "kind", "default", "ranks", "scope", "about", "source" (the
+ * variable read, or "default"), "given", "value" and "problem" (why a value given is
+ * refused, else null). */
+ncclResult_t jitcclSettingsJson(char* buf, size_t* len);
+/* The kernel cache's folder (JITCCL_CACHE_DIR, else the user's cache folder), "" if none. */
+ncclResult_t jitcclCacheDir(char* buf, size_t* len);
 
 #ifdef __cplusplus
 }

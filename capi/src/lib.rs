@@ -42,6 +42,7 @@ mod init;
 mod lifecycle;
 mod memory;
 mod refused;
+mod settings;
 mod status;
 mod types;
 mod wire;

@@ -3,7 +3,8 @@
 //! - without a build step, as vLLM's pynccl loads NCCL: `tests/python/ctypes_ranks.py` loads
 //!   libnccl.so.2 with ctypes and runs collectives on numpy arrays at 2 and 4 ranks;
 //! - the `jitccl` package (`python/`), installed with pip (given the built library, so pip
-//!   builds nothing): `python/tests/ranks.py` at 1 to 3 ranks;
+//!   builds nothing): its settings read through the library, and `python/tests/ranks.py` at
+//!   1 to 3 ranks;
 //! - the wheel as users get it (`scripts/wheel.sh`): a manylinux tag by auditwheel, the
 //!   library inside, and a collective from a copy installed into a fresh venv.
 //!
@@ -63,6 +64,19 @@ fn the_package_installs_with_pip_and_runs_every_collective() {
         site.join("jitccl/torch/_native.cpp").exists(),
         "the package holds no source of the PyTorch backend's C++ part (compiled at first use)"
     );
+    let xdg = tmp.path().join("xdg");
+    let mut settings = Command::new("python3");
+    settings
+        .args(["-c", THE_LIBRARYS_SETTINGS])
+        .arg(&xdg)
+        .env("PYTHONPATH", &site)
+        .env_remove("JITCCL_CACHE_DIR")
+        .env_remove("JITCCL_TIMEOUT")
+        .env_remove("NCCL_TIMEOUT")
+        .env("XDG_CACHE_HOME", &xdg)
+        .envs([("JITCCL_NCHANNELS", "3"), ("NCCL_BUFFSIZE", "2M"), ("JITCCL_TORCH_NATIVE", "sometimes")]);
+    let out = run(settings, tmp.path(), "settings");
+    assert!(out.status.is_some_and(|s| s.success()), "the package's settings: {}", out.report());
     for n in [1, 2, 3] {
         let mut cmd = Command::new(&built.jitccl);
         rank_env(&mut cmd)
@@ -75,6 +89,27 @@ fn the_package_installs_with_pip_and_runs_every_collective() {
         run(cmd, tmp.path(), &format!("package-{n}")).assert_passed(n, 45);
     }
 }
+
+/// The package reads settings through the library (`jitcclSettingsJson`, `jitcclCacheDir`):
+/// values, their sources and the library's refusals, and the cache folder the library uses
+/// (the user's cache folder follows XDG_CACHE_HOME, given as argv[1]).
+const THE_LIBRARYS_SETTINGS: &str = r#"
+import os, sys, jitccl
+from jitccl import _settings
+s = jitccl.settings()
+assert (s["JITCCL_NCHANNELS"]["value"], s["JITCCL_NCHANNELS"]["given"]) == ("3", True), s["JITCCL_NCHANNELS"]
+assert s["JITCCL_BUFFSIZE"]["source"] == "NCCL_BUFFSIZE", s["JITCCL_BUFFSIZE"]
+assert _settings.given("JITCCL_TIMEOUT") is None
+try:
+    _settings.given("JITCCL_TORCH_NATIVE")
+    sys.exit("a value the library refuses was taken")
+except ValueError as e:
+    assert "JITCCL_TORCH_NATIVE='sometimes': expected one of auto, 0, 1" in str(e), e
+assert _settings.cache_dir() == os.path.join(sys.argv[1], "jitccl"), _settings.cache_dir()
+os.environ["JITCCL_CACHE_DIR"] = ""
+assert _settings.cache_dir() == "", "an empty JITCCL_CACHE_DIR keeps no cache"
+print("settings through the library")
+"#;
 
 /// A 1-rank PreMulSum out of place, run by the venv's Python outside the repository: the
 /// package and its library must be the installed ones.

@@ -15,8 +15,9 @@ from .errors import (
     Error, InternalError, InvalidArgument, InvalidUsage, RemoteError, SystemError_, Timeout, UnhandledCudaError,
 )
 from ._lib import PATH as library_path
+from ._settings import settings
 
 __all__ = [
-    "Comm", "Memory", "UniqueId", "get_unique_id", "group", "version", "wire", "library_path", "Error", "InternalError",
+    "Comm", "Memory", "UniqueId", "get_unique_id", "group", "version", "wire", "library_path", "settings", "Error", "InternalError",
     "InvalidArgument", "InvalidUsage", "RemoteError", "SystemError_", "Timeout", "UnhandledCudaError",
 ]

@@ -66,6 +66,8 @@ _PROTOTYPES = {
     "ncclGroupStart": [],
     "ncclGroupEnd": [],
     "jitcclWireFromName": [c_char_p, ctypes.POINTER(WireStruct)],
+    "jitcclSettingsJson": [c_char_p, ctypes.POINTER(c_size_t)],
+    "jitcclCacheDir": [c_char_p, ctypes.POINTER(c_size_t)],
     "jitcclWiredAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
     "jitcclWiredBroadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
     "jitcclWiredReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, WireStruct, c_void_p, c_void_p],

@@ -50,7 +50,7 @@ def main():
             if mode == "1":
                 check("/nonexistent/c++" in text, f"and why the C++ part is unavailable: {text}")
             else:
-                check("auto, 0 or 1" in text, f"and what it accepts: {text}")
+                check("expected one of auto, 0, 1" in text, f"and what it accepts, in the library's words: {text}")
         else:
             raise AssertionError(f"JITCCL_TORCH_NATIVE={mode}: the group was made")
     print(f"rank 0: {passed()} checks passed", flush=True)

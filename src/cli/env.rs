@@ -1,10 +1,11 @@
 //! `jitccl env`: every setting with its current value and where the value comes from (its
-//! default, its `JITCCL_` variable, or NCCL's name for it); `--markdown` prints the
-//! reference page instead (`docs/settings.md`).
+//! default, its `JITCCL_` variable, or NCCL's name for it); `--json` prints the same as JSON
+//! for programs (the Python package reads the library's copy, `jitcclSettingsJson`);
+//! `--markdown` prints the reference page instead (`docs/settings.md`).
 
 use std::process::ExitCode;
 
-use jitccl::settings::{current, markdown, Scope, Source, ALL};
+use jitccl::settings::{current, json, markdown, Scope, Source, ALL};
 
 #[derive(clap::Args)]
 pub(super) struct EnvArgs {
@@ -12,8 +13,12 @@ pub(super) struct EnvArgs {
     #[arg(long)]
     all: bool,
     /// Print the reference page of every setting (docs/settings.md) instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     markdown: bool,
+    /// Print the settings as a JSON array (name, NCCL's name, field, kind, default, source,
+    /// given, value, problem...), refused values included, and succeed.
+    #[arg(long)]
+    json: bool,
 }
 
 impl EnvArgs {
@@ -24,6 +29,10 @@ impl EnvArgs {
             return Ok(ExitCode::SUCCESS);
         }
         let rows = current(ALL.iter().filter(|s| self.all || s.scope == Scope::User));
+        if self.json {
+            print!("{}", json(&rows));
+            return Ok(ExitCode::SUCCESS);
+        }
         let width = rows.iter().map(|r| r.setting.name.len()).max().unwrap_or(0);
         let mut refused = Vec::new();
         for r in &rows {

@@ -417,4 +417,18 @@ fn env_prints_every_setting_with_its_value_and_source() {
     assert!(!bad.status.success(), "{err}");
     assert!(err.contains("JITCCL_TIMEOUT: expected seconds, more than 0 and at most 1e9"), "{err}");
     assert!(err.contains("JITCCL_NSOCKS_PERTHREAD: expected 1..=16"), "{err}");
+
+    // The same as JSON, for programs: refused values are rows with a problem, not a failure.
+    let json = jitccl_with(&["env", "--json"], cache.path(), &[("JITCCL_NCHANNELS", "3"), ("JITCCL_TIMEOUT", "soon")]);
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).expect("env --json prints JSON");
+    let row = |name: &str| rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name}")).clone();
+    let channels = row("JITCCL_NCHANNELS");
+    assert_eq!(
+        (&channels["value"], &channels["given"], &channels["source"]),
+        (&"3".into(), &true.into(), &"JITCCL_NCHANNELS".into())
+    );
+    assert_eq!(row("JITCCL_TIMEOUT")["problem"], "expected seconds, more than 0 and at most 1e9");
+    assert_eq!(row("JITCCL_BUFFSIZE")["nccl"], "NCCL_BUFFSIZE");
+    assert_eq!(rows.len(), text(&jitccl_with(&["env"], cache.path(), &[]).stdout).lines().count(), "one row a setting");
 }

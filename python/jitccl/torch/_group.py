@@ -2,7 +2,6 @@
 finishing), sends and receives."""
 
 import ctypes
-import os
 import weakref
 from datetime import timedelta
 from typing import Callable, Optional
@@ -10,7 +9,7 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
-from .. import errors
+from .. import _settings, errors
 from ..comm import Comm, Memory, UniqueId
 from ._agree import _Agreement, _Mismatch, _desc
 from ._checks import _Checks
@@ -38,7 +37,7 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
         timeout = timeout if timeout is not None else timedelta(minutes=30)
         seconds = min(max(timeout.total_seconds(), 0.001), 1e9)
         timeouts = dict(JITCCL_TIMEOUT=f"{seconds:.3f}",
-                        JITCCL_BOOTSTRAP_TIMEOUT=os.environ.get("JITCCL_BOOTSTRAP_TIMEOUT") or f"{seconds:.3f}")
+                        JITCCL_BOOTSTRAP_TIMEOUT=_settings.given("JITCCL_BOOTSTRAP_TIMEOUT") or f"{seconds:.3f}")
         # CPU tensors go through a host communicator even where there is a GPU.
         self._comm = self._make_comm(store, f"jitccl/unique_id/{name}", name, dict(timeouts, JITCCL_DEVICE="host"))
         comms = [self._comm]

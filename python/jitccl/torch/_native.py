@@ -1,6 +1,6 @@
 """The backend's C++ part (_native.cpp): compiled at first use against the PyTorch it runs in,
-with the system's C++ compiler, and kept in the kernel cache (JITCCL_CACHE_DIR, by default
-~/.cache/jitccl) under a key of the source, PyTorch, Python and the compiler. A group made
+with the system's C++ compiler, and kept in the library's kernel cache (JITCCL_CACHE_DIR, else the user's
+cache folder) under a key of the source, PyTorch, Python and the compiler. A group made
 through it runs all_reduce, broadcast and barrier of contiguous CPU tensors without Python
 (an 8-byte all_reduce costs what torch's dispatch costs, not a Python call); every other call
 goes to the Python group it wraps.
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .. import _settings
 from .._lib import lib
 from ..comm import OPS
 from ._agree import _DTYPE_ID, _OP_ID, _REDOPS
@@ -45,16 +46,11 @@ class Unavailable(Exception):
 
 
 def _mode() -> str:
-    mode = os.environ.get("JITCCL_TORCH_NATIVE", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "0", "1"):
-        raise ValueError(f"JITCCL_TORCH_NATIVE={mode!r}: expected auto, 0 or 1")
-    return mode
+    return (_settings.given("JITCCL_TORCH_NATIVE") or "auto").lower()
 
 
 def _cache_dir() -> Path:
-    given = os.environ.get("JITCCL_CACHE_DIR")
-    if given is None:
-        return Path.home() / ".cache" / "jitccl"
+    given = _settings.cache_dir()
     if given == "":  # no disk cache: a folder of this process's, gone at its exit
         folder = tempfile.mkdtemp(prefix="jitccl-torch-native-")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)

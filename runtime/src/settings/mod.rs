@@ -19,7 +19,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use reference::{current, markdown, Current, Source};
+pub use reference::{current, json, markdown, Current, Source};
 pub use table::*;
 
 /// One environment variable.

@@ -98,7 +98,8 @@ pub fn markdown() -> String {
          Every variable is read under its `JITCCL_` name, else under NCCL's name where it has one (the\n\
          `JITCCL_` name wins). A `Config` field, where there is one, takes precedence over both. A bad\n\
          value is an error naming the variable and what it accepts; an empty one counts as unset.\n\
-         `jitccl env` prints each setting's current value and where it came from.\n\n\
+         `jitccl env` prints each setting's current value and where it came from (`--json` for programs;\n\
+         the library gives the same through `jitcclSettingsJson` in `jitccl.h`, and Python as `jitccl.settings()`).\n\n\
          | variable | NCCL name | `Config` field | value | default | ranks | what |\n\
          |---|---|---|---|---|---|---|\n",
     );
@@ -125,5 +126,63 @@ pub fn markdown() -> String {
         let by = if s.scope == Scope::Test { "the library" } else { "the tests" };
         let _ = writeln!(out, "| `{}` | {by} | {} |", s.name, s.about);
     }
+    out
+}
+
+/// `rows` as a JSON array (`jitccl env --json`, `jitcclSettingsJson`): per setting its name,
+/// NCCL's name, `Config` field, kind, default, ranks and scope in words, what it does, where
+/// its value comes from (`"default"` or the variable read), whether it is `given`, the
+/// `value` (the one given, else the default in words) and why the value is refused, if it is.
+pub fn json(rows: &[Current]) -> String {
+    let text = |s: &str| {
+        let mut q = String::with_capacity(s.len() + 2);
+        q.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => q.push_str("\\\""),
+                '\\' => q.push_str("\\\\"),
+                '\n' => q.push_str("\\n"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(q, "\\u{:04x}", c as u32);
+                }
+                c => q.push(c),
+            }
+        }
+        q.push('"');
+        q
+    };
+    let or_null = |s: Option<&str>| s.map_or("null".to_string(), text);
+    let mut out = String::from("[");
+    for (i, r) in rows.iter().enumerate() {
+        let s = &r.setting;
+        let scope = match s.scope {
+            Scope::User => "user",
+            Scope::Test => "test",
+            Scope::Harness => "harness",
+        };
+        let source = match r.source {
+            Source::Default => "default",
+            Source::Var(v) | Source::Alias(v) => v,
+        };
+        let _ = write!(
+            out,
+            "{}\n{{\"name\":{},\"nccl\":{},\"field\":{},\"kind\":{},\"default\":{},\"ranks\":{},\"scope\":{},\
+             \"about\":{},\"source\":{},\"given\":{},\"value\":{},\"problem\":{}}}",
+            if i == 0 { "" } else { "," },
+            text(s.name),
+            or_null(s.nccl),
+            or_null(s.field),
+            text(&s.kind.describe()),
+            text(&s.default.describe()),
+            text(s.ranks.describe()),
+            text(scope),
+            text(s.about),
+            text(source),
+            r.source != Source::Default,
+            text(&r.value),
+            or_null(r.problem.as_deref()),
+        );
+    }
+    out.push_str("\n]\n");
     out
 }

@@ -42,6 +42,33 @@ fn the_jitccl_name_wins_over_the_nccl_alias() {
     set("NCCL_T_ALIAS_SOCKS", None);
 }
 
+/// The JSON form parses, and carries each row's value as given (quotes, backslashes and
+/// newlines included), whether it was given, and why it is refused.
+#[test]
+fn the_json_form_carries_values_sources_and_problems() {
+    const GIVEN: Setting = own(TRANSPORT, "JITCCL_T_JSON_GIVEN", "NCCL_T_JSON_GIVEN");
+    const UNSET: Setting = own(BUFFSIZE, "JITCCL_T_JSON_UNSET", "NCCL_T_JSON_UNSET");
+    const TEXT: Setting = Setting { kind: Kind::Text, ..own(TRANSPORT, "JITCCL_T_JSON_TEXT", "NCCL_T_JSON_TEXT") };
+    set(GIVEN.name, Some("ib"));
+    set(UNSET.name, None);
+    set("NCCL_T_JSON_TEXT", Some("a \"b\" \\ c\nd"));
+    let rows: serde_json::Value = serde_json::from_str(&json(&current([&GIVEN, &UNSET, &TEXT]))).unwrap();
+    let row = |i: usize, k: &str| rows[i][k].clone();
+    assert_eq!(row(0, "name"), "JITCCL_T_JSON_GIVEN");
+    assert_eq!(row(0, "given"), true);
+    assert_eq!(row(0, "value"), "ib");
+    assert_eq!(row(0, "problem"), "expected one of auto, shm, net");
+    assert_eq!(row(1, "given"), false);
+    assert_eq!(row(1, "source"), "default");
+    assert_eq!(row(1, "value"), row(1, "default"));
+    assert_eq!(row(1, "problem"), serde_json::Value::Null);
+    assert_eq!(row(2, "source"), "NCCL_T_JSON_TEXT");
+    assert_eq!(row(2, "value"), "a \"b\" \\ c\nd");
+    assert_eq!(row(2, "scope"), "user");
+    set(GIVEN.name, None);
+    set("NCCL_T_JSON_TEXT", None);
+}
+
 fn source(s: &Setting) -> Source {
     current([s])[0].source
 }
