@@ -252,3 +252,23 @@ fn rings_without_the_search_keep_each_host_together() {
         assert!((1.0..=1.05).contains(&ratio), "host {i} sent {sent} B, the optimum is {optimum} B");
     }
 }
+
+/// A small AllReduce across hosts leaves the ring where the cost model finds another
+/// algorithm cheaper, and its debug line says why: the estimates side by side and the
+/// network's hop and bandwidth.
+#[test]
+fn small_calls_across_hosts_take_the_cheaper_path() {
+    let hosts = hosts(2);
+    let args = ["all_reduce", "-N", "4", "-b", "8", "-e", "8", "-w", "1", "-n", "1"];
+    let ends = perf(&hosts, &[0, 1, 0, 1], &args, &[("JITCCL_DEBUG", "DEBUG")]);
+    let line = ends[0].stderr.lines().find(|l| l.contains("all_reduce 8 B x 4 ranks: "));
+    let line = line.unwrap_or_else(|| panic!("no choice logged for 8 B: {}", ends[0]));
+    let (algo, why) = line.split_once("x 4 ranks: ").unwrap().1.split_once('/').unwrap();
+    let us = |after: &str| -> f64 {
+        let at = why.find(after).unwrap_or_else(|| panic!("no '{after}' in: {line}")) + after.len();
+        why[at..].split(' ').next().unwrap().parse().unwrap_or_else(|_| panic!("no estimate after '{after}': {line}"))
+    };
+    let (chosen, ring) = (us("from the cost model ("), us("ring "));
+    assert!(algo != "ring" && chosen < ring, "the model's pick is not the cheapest: {line}");
+    assert!(why.contains("2 hosts: ") && why.contains(" us a network hop"), "{line}");
+}
