@@ -414,6 +414,22 @@ impl Tuner {
         let unrestricted = self.best(coll, &all_algos, Protocol::ALL, k.bytes).map(|e| (e.algo, e.proto));
         let source = if unrestricted == Some((algo, proto)) { Source::Model } else { Source::Override };
         let mut why = format!("{t:.2} us estimated");
+        // The runners-up, and across hosts what the network costs: why this one.
+        let others: Vec<String> = algos
+            .iter()
+            .filter(|&&a| a != algo)
+            .filter_map(|&a| self.best(coll, &[a], protos, k.bytes))
+            .map(|e| format!("{} {:.2} us", e.algo, e.us))
+            .collect();
+        if !others.is_empty() {
+            why += &format!(", beside {}", others.join(", "));
+        }
+        if self.topo.nnodes > 1 {
+            why += &format!(
+                "; {} hosts: {:.1} us a network hop, {:.2} GB/s a channel between them",
+                self.topo.nnodes, self.topo.lat_inter, self.topo.bw_inter
+            );
+        }
         if !k.commutative {
             why += "; the op is not commutative: ring only";
         }

@@ -240,6 +240,27 @@ fn sources_say_whether_an_override_changed_the_pick() {
     assert_eq!(tuner(4, 1, "allreduce:oneshot,ring", "", None).decide(key).unwrap().1, Source::Model);
 }
 
+/// Across hosts a small AllReduce leaves the ring for the tree, and the reason names the
+/// ring's higher estimate and what the network costs.
+#[test]
+fn across_hosts_the_reason_names_the_ring_and_the_network() {
+    let cfg = Config { nchannels: Some(2), ..Config::default() }.resolve(4).unwrap();
+    let graph = Graph { nhosts: 2, ..Graph::uniform(4, 2) };
+    let t = Tuner::new(Topology::from_graph(&graph, 2), Constants::HOST, None, &cfg);
+    let key = Key { coll: AllReduce, bytes: 8, elem_size: 4, commutative: true, direct: false };
+    let (choice, source, why) = t.decide(key).unwrap();
+    assert_eq!((choice.algo, source), (Tree, Source::Model), "{why}");
+    let us = |name: &str| -> f64 {
+        let at = why.find(&format!("{name} ")).unwrap_or_else(|| panic!("no {name} in '{why}'")) + name.len() + 1;
+        why[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(us("ring") > why.split(' ').next().unwrap().parse::<f64>().unwrap(), "{why}");
+    assert!(why.contains("2 hosts: 135.0 us a network hop"), "{why}");
+    // One host: no word of a network.
+    let (_, _, why) = tuner(4, 2, "", "", None).decide(key).unwrap();
+    assert!(why.contains(", beside ring ") && !why.contains("hosts"), "{why}");
+}
+
 #[test]
 fn legacy_single_values_force_where_available() {
     let cfg = Config { nchannels: Some(1), algo: Some(Tree), proto: Some(Protocol::LL), ..Config::default() }

@@ -243,7 +243,8 @@ fn between_hosts(graph: &mut Graph, network: &Network) {
 /// the same global system, so all find the same graph (`JITCCL_GRAPH_FILE` replaces the
 /// search, `JITCCL_GRAPH_DUMP_FILE` records it). Hosts are told apart as the transports
 /// tell them (machine and network namespace). A search that cannot give exactly the
-/// configured channels falls back to the uniform graph, with a warning.
+/// configured channels falls back to rank-order rings that keep each host's ranks
+/// together, with a warning. Rank 0 describes the graph across hosts (INFO).
 fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize) -> Result<Graph> {
     let nranks = endpoints.len();
     let sys = System::local()?;
@@ -262,49 +263,53 @@ fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: 
     let global = GlobalSystem::from_ranks(per_rank)?;
     let params = SearchParams { min_channels: nchannels, max_channels: nchannels, ..SearchParams::default() };
     let graph = graph::search_or_load(&global, &params, global.ranks[rank].host)?;
-    if graph.channels.len() != nchannels {
+    let hosts: Vec<usize> = global.ranks.iter().map(|p| p.host).collect();
+    let graph = if graph.channels.len() != nchannels {
         tracing::warn!(
-            "rank {rank}: the graph search gave {} channel(s), {nchannels} are configured: using rank-order rings",
+            "rank {rank}: the graph search gave {} channel(s), {nchannels} are configured: using rank-order rings, each host's ranks together",
             graph.channels.len()
         );
-        // The hosts still count for the cost model (inter-node hops and bandwidth).
-        return Ok(Graph { nhosts: count_hosts(endpoints), ..Graph::uniform(nranks, nchannels) });
-    }
-    if rank == 0 {
-        let host = &global.hosts[0];
-        tracing::info!(
-            "topology: {} host(s); rank 0's: {} NUMA domain(s), {} GPU(s), {} NIC(s) ({}); graph: {} channel(s), intra {:.1} GB/s ({}), inter {:.1} GB/s ({}), {} search steps{}",
-            global.hosts.len(),
-            host.cpus.len(),
-            host.gpus.len(),
-            host.nics.len(),
-            host.source,
-            graph.channels.len(),
-            graph.bw_intra,
-            graph.type_intra,
-            graph.bw_inter,
-            graph.type_inter,
-            graph.steps,
-            if graph.fallback { ", fallback rings" } else { "" }
-        );
-    }
+        Graph::by_host(&hosts, nchannels)
+    } else {
+        if rank == 0 {
+            log_search(&global, &graph);
+        }
+        graph
+    };
     for (c, ch) in graph.channels.iter().enumerate() {
         tracing::info!("rank {rank}: channel {c}: ring {:?}, tree parents {:?}", ch.ring, ch.tree.parent);
     }
+    if rank == 0 && global.hosts.len() > 1 {
+        for line in graph.across_hosts(&hosts) {
+            tracing::info!("across hosts: {line}");
+        }
+    }
     Ok(graph)
+}
+
+/// Rank 0's summary of the search: the hosts, its own machine, the graph's figures.
+fn log_search(global: &GlobalSystem, graph: &Graph) {
+    let host = &global.hosts[0];
+    tracing::info!(
+        "topology: {} host(s); rank 0's: {} NUMA domain(s), {} GPU(s), {} NIC(s) ({}); graph: {} channel(s), intra {:.1} GB/s ({}), inter {:.1} GB/s ({}), {} search steps{}",
+        global.hosts.len(),
+        host.cpus.len(),
+        host.gpus.len(),
+        host.nics.len(),
+        host.source,
+        graph.channels.len(),
+        graph.bw_intra,
+        graph.type_intra,
+        graph.bw_inter,
+        graph.type_inter,
+        graph.steps,
+        if graph.fallback { ", fallback rings" } else { "" }
+    );
 }
 
 /// A stable 64-bit digest of `s` (FNV-1a): the same in every process.
 fn fingerprint(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-}
-
-/// How many machines the ranks run on.
-fn count_hosts(endpoints: &[Endpoint]) -> usize {
-    let mut hosts: Vec<&str> = endpoints.iter().map(|e| e.host.as_str()).collect();
-    hosts.sort_unstable();
-    hosts.dedup();
-    hosts.len()
 }
 
 /// Every rank's receive segment as mapped here.

@@ -5,7 +5,10 @@
 //!   hops count the steps a call waits through in sequence (ring allreduce 2(n-1); tree
 //!   2 x depth; one-shot n-1, one wait per peer) and the hop latency comes from the
 //!   topology (inside a node or between nodes); hops inside a node between ranks that
-//!   have a core each take `proto_lat_spin` instead.
+//!   have a core each take `proto_lat_spin` instead. A hop between nodes costs the
+//!   network's latency x proto_lat[proto] (no algorithm factor); across nodes the ring
+//!   allreduce counts 2 x nodes of its hops there (NCCL's count), the tree 2 x the depth of
+//!   the nodes' tree (chains inside them), one-shot every message to another node's rank.
 //! - bandwidth = min(channels x per-channel bandwidth, the rank's cap) x proto_bw[proto]
 //!   x algo_bw[algo], turned into algorithm bandwidth by how many times each byte crosses
 //!   a link (ring allreduce 2(n-1)/n, tree 2, one-shot n-1 times the contention).
@@ -352,13 +355,23 @@ pub fn time(
         (Collective::AllReduce, Algorithm::DirectOneShot) => (2, 0, (n - 1) as f64 * t.contention.max(1.0)),
         (Collective::AllGather | Collective::ReduceScatter, Algorithm::Direct) => (2, 0, (n - 1) as f64 / n as f64),
         (Collective::Broadcast | Collective::Reduce, Algorithm::Direct) => (2, 0, 1.0),
+        // Between nodes NCCL's count: a small call's steps wait on each other around the
+        // ring, so its chain of steps crosses the network about twice per node.
         (Collective::AllReduce, Algorithm::Ring) => {
-            let inter = 2 * (nodes - 1);
+            let inter = if nodes > 1 { (2 * nodes).min(2 * (n - 1)) } else { 0 };
             (2 * (n - 1) - inter, inter, 2.0 * (n - 1) as f64 / n as f64)
         }
-        // Inside a node the tree is as deep as its binary layout; nodes add their own tree.
-        (Collective::AllReduce, Algorithm::Tree) => (2 * tree_depth(ppn), 2 * tree_depth(nodes), 2.0),
-        (Collective::AllReduce, Algorithm::OneShot) => (ppn - 1, n - ppn, (n - 1) as f64 * t.contention.max(1.0)),
+        // Inside a lone node the tree is as deep as its binary layout; across nodes it is a
+        // chain inside each node under a binary tree of the nodes' heads (graph::trees).
+        (Collective::AllReduce, Algorithm::Tree) => {
+            let intra = if nodes > 1 { 2 * (ppn - 1) } else { 2 * tree_depth(ppn) };
+            (intra, 2 * tree_depth(nodes), 2.0)
+        }
+        // Every rank's message to every rank of another node leaves through its node's
+        // network transport, one after another: ppn x (n - ppn) of them.
+        (Collective::AllReduce, Algorithm::OneShot) => {
+            (ppn - 1, ppn * (n - ppn), (n - 1) as f64 * t.contention.max(1.0))
+        }
         (Collective::AllGather | Collective::ReduceScatter, _) => (n - nodes, nodes - 1, (n - 1) as f64 / n as f64),
         (Collective::Broadcast | Collective::Reduce, _) => (n - nodes, nodes - 1, 1.0),
         (Collective::SendRecv, _) => (1, 0, 1.0),
@@ -384,9 +397,11 @@ pub fn time(
         (true, true) => HOST_BARRIER_SWITCH,
         (true, false) => HOST_BARRIER_SPIN,
     };
+    // A hop between nodes is the network's: the algorithm's own work per hop (its hop
+    // factor, fitted inside a node) is small beside it.
     let latency = launches as f64 * k.base[a]
         + intra as f64 * barrier * hop(t.lat_intra, intra_lat)
-        + inter as f64 * hop(t.lat_inter, k.proto_lat[p])
+        + inter as f64 * t.lat_inter * k.proto_lat[p]
         + nch.saturating_sub(1) as f64 * t.chan_lat;
     let per_channel = if nodes > 1 { t.bw_inter } else { t.bw_intra };
     let bus = (nch.max(1) as f64 * per_channel).min(t.bw_rank) * k.proto_bw[p] * k.algo_bw[a];

@@ -43,13 +43,32 @@ fn a_graph_over_two_hosts_costs_network_hops() {
     let ring = |t: &Topology, bytes| {
         time(t, &Constants::HOST, Collective::AllReduce, Algorithm::Ring, Protocol::Simple, 1, bytes).unwrap()
     };
-    // Two of the ring's six hops cross hosts; big messages run at the NIC's speed.
-    let hops = 2.0 * (HOST_NET_HOP - t1.lat_intra);
+    // Four of the ring's six hops count as crossing hosts (twice per host, as NCCL counts
+    // them); big messages run at the NIC's speed.
+    let hops = 4.0 * (HOST_NET_HOP - t1.lat_intra);
     assert!((ring(&t2, 8) - ring(&t1, 8) - hops).abs() < 0.01);
     assert!(ring(&t2, 1 << 26) > 5.0 * ring(&t1, 1 << 26));
     let fastest = |direct| t1.fastest(&Constants::HOST, Collective::AllReduce, 1 << 26, direct).map(|e| e.algo);
     assert_eq!(fastest(false), Some(Algorithm::Ring));
     assert_eq!(fastest(true), Some(Algorithm::Direct), "peers' buffers addressed directly");
+}
+
+/// Across hosts a small AllReduce takes the tree (two network hops up and down the hosts'
+/// tree) where ranks share hosts, one-shot (one message each way) with a rank per host,
+/// and the ring once the size is large (the tree moves twice the bytes at less bandwidth).
+#[test]
+fn small_calls_across_hosts_leave_the_ring() {
+    let fastest = |hosts: usize, per_host: usize, bytes: usize| {
+        let graph = Graph { nhosts: hosts, ..Graph::uniform(hosts * per_host, 2) };
+        Topology::from_graph(&graph, 2).fastest(&Constants::HOST, Collective::AllReduce, bytes, false).unwrap()
+    };
+    for (hosts, per_host) in [(2, 2), (3, 2), (2, 3), (4, 2)] {
+        for bytes in [8, 4096] {
+            assert_eq!(fastest(hosts, per_host, bytes).algo, Algorithm::Tree, "{hosts}x{per_host}, {bytes} B");
+        }
+        assert_eq!(fastest(hosts, per_host, 64 << 20).algo, Algorithm::Ring, "{hosts}x{per_host}, 64 MiB");
+    }
+    assert_eq!(fastest(2, 1, 8).algo, Algorithm::OneShot);
 }
 
 #[test]
