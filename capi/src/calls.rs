@@ -10,7 +10,7 @@ use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op, ScalarAt, S
 
 use crate::group;
 use crate::handle::{last_error, CommHandle, Live, PreMul, Scalar};
-use crate::status::{fail, guard, Failure};
+use crate::status::guard;
 use crate::types::*;
 
 /// Runs `$e` with `$T` the Rust type of `$dt`.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use jitccl::{Collective, CommState, DataType, Error, Stream};
 
 use crate::handle::{CommHandle, Live};
-use crate::status::{fail, guard, Failure, Outcome};
+use crate::status::{guard, Outcome};
 use crate::types::*;
 
 /// A call posted in the open group: its communicator and stream, and what the cost model

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use jitccl::{Comm, DataType, Device, Error, Registration, Stream};
 
-use crate::status::{fail, Failure, LastError};
+use crate::status::LastError;
 use crate::types::*;
 
 const LIVE: u64 = 0x6a69_7463_636c_4c56;

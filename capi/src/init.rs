@@ -11,7 +11,7 @@ use std::ffi::c_int;
 use jitccl::{Comm, CommState, Config, Device, UniqueId, UNIQUE_ID_BYTES};
 
 use crate::handle::{current_device, CommHandle};
-use crate::status::{fail, guard, Failure, Outcome};
+use crate::status::{guard, Outcome};
 use crate::types::*;
 
 /// `ncclUniqueId`: 128 opaque bytes.

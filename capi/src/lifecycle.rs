@@ -9,15 +9,15 @@ use jitccl::{CommState, Device, Split};
 use crate::group::{complete_idle, queued_on_gpu};
 use crate::handle::{last_error, CommHandle};
 use crate::init::hand_out;
-use crate::status::{code_of, error_string, fail, guard, Outcome, LAST};
+use crate::status::{code_of, error_string, guard, Outcome, LAST};
 use crate::types::*;
 
 /// The child's configuration: NULL inherits everything (jitccl's split does).
-unsafe fn child_config(config: *const NcclConfig) -> Result<jitccl::Config, crate::status::Failure> {
+unsafe fn child_config(config: *const NcclConfig) -> Result<jitccl::Config, Failure> {
     NcclConfig::read(config)?.config()
 }
 
-unsafe fn out_ptr(newcomm: *mut *mut CommHandle) -> Result<(), crate::status::Failure> {
+unsafe fn out_ptr(newcomm: *mut *mut CommHandle) -> Result<(), Failure> {
     if newcomm.is_null() {
         return Err(fail(INVALID_ARGUMENT, "the new communicator pointer is NULL"));
     }

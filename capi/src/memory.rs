@@ -11,7 +11,7 @@ use std::sync::{LazyLock, Mutex};
 use jitccl::{Device, DeviceBuffer};
 
 use crate::handle::{current_device, last_error, CommHandle, Live, Registered};
-use crate::status::{fail, guard, Outcome};
+use crate::status::{guard, Outcome};
 use crate::types::*;
 
 /// What ncclMemAlloc handed out, by address.

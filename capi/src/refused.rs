@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use crate::status::{fail, guard, LAST};
+use crate::status::{guard, LAST};
 use crate::types::*;
 
 /// Refuses `name`.

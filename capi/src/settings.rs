@@ -7,7 +7,7 @@ use std::ffi::c_char;
 use jitccl::settings::{current, json, ALL};
 use jitccl_codegen::cache::DiskCache;
 
-use crate::status::{fail, guard, Outcome};
+use crate::status::{guard, Outcome};
 use crate::types::*;
 
 /// Copies `text` and its NUL into `buf` of `*len` bytes; `*len` becomes the bytes it takes

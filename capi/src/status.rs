@@ -10,17 +10,6 @@ use jitccl::Error;
 
 use crate::types::*;
 
-/// A failed call: its code and the text `ncclGetLastError` gives.
-#[derive(Debug)]
-pub struct Failure {
-    pub code: NcclResult,
-    pub text: String,
-}
-
-pub fn fail(code: NcclResult, text: impl Into<String>) -> Failure {
-    Failure { code, text: text.into() }
-}
-
 /// NCCL's code for a jitccl error.
 pub fn code_of(e: &Error) -> NcclResult {
     match e {

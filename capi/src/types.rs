@@ -6,8 +6,6 @@ use std::ffi::{c_char, c_int, c_uint, CStr};
 
 use jitccl::{Config, DataType, Op};
 
-use crate::status::{fail, Failure};
-
 pub type NcclResult = c_int;
 pub const SUCCESS: NcclResult = 0;
 pub const UNHANDLED_CUDA_ERROR: NcclResult = 1;
@@ -18,6 +16,17 @@ pub const INVALID_USAGE: NcclResult = 5;
 pub const REMOTE_ERROR: NcclResult = 6;
 pub const IN_PROGRESS: NcclResult = 7;
 pub const TIMEOUT: NcclResult = 8;
+
+/// A failed call: its code and the text `ncclGetLastError` gives.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: NcclResult,
+    pub text: String,
+}
+
+pub fn fail(code: NcclResult, text: impl Into<String>) -> Failure {
+    Failure { code, text: text.into() }
+}
 
 /// NCCL_VERSION_CODE of the API served: programs gate features on it.
 pub const VERSION_CODE: c_int = 23007;

@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use jitccl::Wire;
 
 use crate::handle::{last_error, CommHandle};
-use crate::status::{fail, guard, Failure};
+use crate::status::guard;
 use crate::types::*;
 use crate::{calls, group};
 

@@ -8,7 +8,6 @@ pub mod compile;
 pub mod generator;
 mod render;
 pub mod spec;
-mod target;
 
 pub use compile::CompileError;
 pub use generator::{Artifact, CudaImage, Generator, Provenance};

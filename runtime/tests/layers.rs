@@ -1,7 +1,8 @@
 //! Imports only downward: every `crate::` path in the runtime's sources names a module of a
 //! lower layer than the file's own, per the numbered list of layers in `src/lib.rs` (its
 //! doc), which must place every top-level module exactly once. And one module layout style
-//! across the workspace.
+//! across the workspace; no circle among the modules of one folder (in the runtime, the C API,
+//! codegen and the command line).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -327,4 +328,201 @@ fn architecture_paths_are_read_as_written() {
     assert!(glob("*_direct*.h", "all_reduce_direct_two.h") && !glob("*_direct*.h", "all_reduce_ring.h"));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     assert!(matches(root, "src/lib.rs") && matches(root, "src/settings/") && !matches(root, "src/nothing.rs"));
+}
+
+/// Every module path `code` names through `crate::`, `super::` or `self::` (a group
+/// `crate::{a::X, b::{c, D}}` giving each of its paths), as segments relative to the crate
+/// root, with its line; `module` is the path of the file's own module.
+fn module_refs(code: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
+    let code: String =
+        code.lines().map(|l| if l.trim_start().starts_with("//") { "" } else { l }).collect::<Vec<_>>().join("\n");
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    // The paths of a `use`-like tail: `a::b::C`, `a::{b, c::D}`, ...
+    fn tails(rest: &str, out: &mut Vec<Vec<String>>, prefix: Vec<String>) {
+        let mut path = prefix;
+        let mut s = rest;
+        loop {
+            let name: String = s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if name.is_empty() {
+                if let Some(group) = s.strip_prefix('{') {
+                    let (mut depth, mut start) = (0, 0);
+                    for (i, c) in group.char_indices() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => {
+                                tails(group[start..i].trim_start(), out, path.clone());
+                                return;
+                            }
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => {
+                                tails(group[start..i].trim_start(), out, path.clone());
+                                start = i + 1;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                out.push(path);
+                return;
+            }
+            path.push(name.clone());
+            match s[name.len()..].strip_prefix("::") {
+                Some(next) => s = next,
+                None => {
+                    out.push(path);
+                    return;
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (root, base) in [
+        ("crate::", Vec::new()),
+        ("super::", module[..module.len().saturating_sub(1)].to_vec()),
+        ("self::", module.to_vec()),
+    ] {
+        for (at, _) in code.match_indices(root) {
+            if code[..at].ends_with(is_ident) || code[..at].ends_with("::") {
+                continue;
+            }
+            let line = code[..at].matches('\n').count() + 1;
+            let mut found = Vec::new();
+            tails(&code[at + root.len()..], &mut found, base.clone());
+            out.extend(found.into_iter().map(|p| (p, line)));
+        }
+    }
+    out
+}
+
+/// The module tree of the crate under `src`: each module's path, and each file's module.
+fn module_tree(src: &Path) -> (BTreeSet<Vec<String>>, Vec<(PathBuf, Vec<String>)>) {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut modules = BTreeSet::new();
+    let mut owned = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).unwrap();
+        let mut path: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let last = path.pop().unwrap();
+        if last != "mod.rs" && last != "lib.rs" && last != "main.rs" {
+            path.push(last.trim_end_matches(".rs").to_string());
+        }
+        modules.insert(path.clone());
+        owned.push((file, path));
+    }
+    (modules, owned)
+}
+
+/// The circles among the sibling modules of every folder of the crate under `src`: a file
+/// of module `a` naming module `b` (or something in it), where `a` and `b` are children of
+/// one module, is an edge `a -> b`; a child naming its ancestors, or a module its own
+/// descendants, is not. Each circle as its members, with an edge of each for the message.
+fn sibling_circles(src: &Path) -> Vec<String> {
+    let (modules, files) = module_tree(src);
+    // parent -> (child -> (child -> first place))
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeMap<String, String>>> = BTreeMap::new();
+    // Tests may reach anything beside what they test.
+    let tests = |m: &[String]| m.iter().any(|s| s == "tests" || s.ends_with("_tests"));
+    for (file, module) in files.iter().filter(|(_, m)| !tests(m)) {
+        let code = std::fs::read_to_string(file).unwrap();
+        for (path, line) in module_refs(&code, module) {
+            // The deepest module the path names.
+            let Some(target) = (0..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| modules.contains(p)) else {
+                continue;
+            };
+            let common = module.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == module.len() || common == target.len() {
+                continue; // an ancestor or a descendant
+            }
+            let place = format!("{}:{line}", file.strip_prefix(src).unwrap().display());
+            graphs
+                .entry(module[..common].to_vec())
+                .or_default()
+                .entry(module[common].clone())
+                .or_default()
+                .entry(target[common].clone())
+                .or_insert(place);
+        }
+    }
+    let mut circles = Vec::new();
+    for (parent, edges) in &graphs {
+        // The strongly connected components, by reachability (a folder has few modules).
+        let reaches = |from: &str| {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![from.to_string()];
+            while let Some(n) = stack.pop() {
+                for next in edges.get(&n).into_iter().flat_map(|e| e.keys()) {
+                    if seen.insert(next.clone()) {
+                        stack.push(next.clone());
+                    }
+                }
+            }
+            seen
+        };
+        let mut done = BTreeSet::new();
+        for node in edges.keys() {
+            if done.contains(node) {
+                continue;
+            }
+            let from = reaches(node);
+            let members: BTreeSet<String> =
+                from.iter().filter(|m| *m == node || reaches(m).contains(node)).cloned().collect();
+            if members.len() > 1 {
+                let links: Vec<String> = members
+                    .iter()
+                    .flat_map(|a| {
+                        edges[a]
+                            .iter()
+                            .filter(|(b, _)| members.contains(*b))
+                            .map(move |(b, at)| format!("{a} -> {b} ({at})"))
+                    })
+                    .collect();
+                circles.push(format!(
+                    "in {}: {}",
+                    if parent.is_empty() { "the crate root".into() } else { parent.join("::") },
+                    links.join(", ")
+                ));
+            }
+            done.extend(members);
+        }
+    }
+    circles
+}
+
+#[test]
+fn no_circle_among_the_modules_of_a_folder() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut circles = Vec::new();
+    for krate in ["runtime/src", "capi/src", "codegen/src", "src"] {
+        circles.extend(sibling_circles(&workspace.join(krate)).into_iter().map(|c| format!("{krate} {c}")));
+    }
+    assert!(circles.is_empty(), "modules that import each other, round a circle:\n{}", circles.join("\n"));
+}
+
+/// The circle finder on a crate of its own: siblings naming each other through `super::`
+/// and `crate::` (in a group) make a circle; a child naming its parent's items, a parent
+/// its child, and tests, do not.
+#[test]
+fn circles_are_found_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("lib.rs", "mod a;\nmod b;"),
+        ("a/mod.rs", "mod x;\nmod y;\nmod tests;\nuse x::X;\npub struct P;"),
+        ("a/x.rs", "use super::y::Y;\nuse super::P;\npub struct X;"),
+        ("a/y.rs", "use crate::{a::{x::X, P}, b};\npub struct Y;"),
+        ("a/tests.rs", "use super::x::X;"),
+        ("b.rs", "// crate::a::x::X in a comment\npub struct B;"),
+    ];
+    for (path, code) in files {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, code).unwrap();
+    }
+    let circles = sibling_circles(dir.path());
+    assert_eq!(circles, ["in a: x -> y (a/x.rs:1), y -> x (a/y.rs:1)"], "{circles:?}");
+    let refs: Vec<_> = module_refs("use super::{p::Q, r};\nlet v = self::s::f();", &["m".into(), "n".into()])
+        .into_iter()
+        .map(|(p, l)| (p.join("::"), l))
+        .collect();
+    assert_eq!(refs, [("m::p::Q".into(), 1), ("m::r".into(), 1), ("m::n::s::f".into(), 2)]);
 }

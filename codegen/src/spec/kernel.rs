@@ -4,8 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::CudaArch;
 use super::{invalid, Algorithm, BuiltinOp, Collective, DataType, InvalidSpec, Protocol, RedOp, Target, Wire};
-use crate::target::CudaArch;
 
 /// One generated kernel: `coll.algo.proto.dtype[.op][.wWIRE][@ranks]`, e.g.
 /// `all_reduce.ring.ll.f32.sum`, specialized for 2 ranks `all_reduce.direct.simple.f32.sum@2`,

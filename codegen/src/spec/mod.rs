@@ -5,11 +5,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-pub use crate::target::{CudaArch, CudaOutput, Target};
 pub use kernel::{KernelSpec, MAX_SPECIALIZED_RANKS};
+pub use target::{CudaArch, CudaOutput, Target};
 pub use wire::Wire;
 
 mod kernel;
+mod target;
 mod wire;
 
 /// Why a spec cannot be generated, or a name cannot be parsed.

@@ -7,11 +7,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::SystemTime;
 
 use super::error::{BootstrapError, Result};
-use super::root::Root;
 use super::wire::{decode_addr, encode_addr, u64_at, ADDR_BYTES, MAGIC};
-use super::BootstrapConfig;
 use crate::auth::{JobKey, KEY_BYTES};
-use crate::settings::COMM_ID;
 
 /// Size of a [`UniqueId`] in bytes (as NCCL_UNIQUE_ID_BYTES).
 pub const UNIQUE_ID_BYTES: usize = 128;
@@ -38,25 +35,6 @@ const FLAGS_AT: usize = 16 + ADDR_BYTES;
 const KEY_AT: usize = 40;
 
 impl UniqueId {
-    /// NCCL's `ncclGetUniqueId`: starts a root thread in this process, listening on the
-    /// chosen interface (`JITCCL_SOCKET_IFNAME`, as NCCL_SOCKET_IFNAME) at an ephemeral
-    /// port, and returns its id. The root serves one communicator, watching its ranks until
-    /// every one has finished init (it tells them all when one dies), then exits (also on
-    /// its timeout, `JITCCL_BOOTSTRAP_TIMEOUT`, if ranks are missing): this process must
-    /// live that long. Pass the id to every rank (e.g. with [`to_bytes`](Self::to_bytes)
-    /// through a store).
-    pub fn new() -> Result<Self> {
-        Self::with_config(&BootstrapConfig::from_env()?)
-    }
-
-    /// As [`new`](Self::new) for a job whose key is `key`, which the id then carries
-    /// instead of a fresh one. The ranks that know it get the id without it
-    /// ([`without_key`](Self::without_key)), so the key never travels with it; `None`: a
-    /// fresh key, which does.
-    pub(crate) fn for_job(key: Option<JobKey>) -> Result<Self> {
-        Ok(Root::start_keyed(&BootstrapConfig::from_env()?, key)?.detach())
-    }
-
     /// The bytes to give a rank that knows the job's key `job` (which it then puts back
     /// with [`with_job_key`](Self::with_job_key)): without the key when there is one, so
     /// that a channel read by others (a store, a bootstrap's messages) does not carry it.
@@ -73,12 +51,6 @@ impl UniqueId {
             Some(_) => self.with_key(job),
             None => self,
         }
-    }
-
-    /// As [`new`](Self::new) with an explicit configuration for the root (timeout, abort
-    /// flag, interface). Use [`Root::start`] to keep a handle on the root.
-    pub(crate) fn with_config(config: &BootstrapConfig) -> Result<Self> {
-        Ok(Root::start(config)?.detach())
     }
 
     /// The id of a root at `root`, without starting anything and without a key. Every
@@ -101,36 +73,6 @@ impl UniqueId {
         h.write_u32(std::process::id());
         h.write(root.to_string().as_bytes());
         Ok(Self { nonce: h.finish(), root, key: Some(JobKey::random()?) })
-    }
-
-    /// `JITCCL_COMM_ID` style start: `spec` is `host:port` (or `[v6]:port`); every rank
-    /// computes the same id from it ([`for_address`](Self::for_address)), with the key of
-    /// `JITCCL_AUTH_KEY` or `JITCCL_AUTH_KEY_FILE` if one is set. With
-    /// `is_root` (normally on rank 0) this process also starts the root thread listening on
-    /// exactly that address (an error if it cannot bind it, e.g. it is not local or in use).
-    pub(crate) fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
-        let addr = resolve(spec, COMM_ID.name)?;
-        let id = Self::for_address(addr).with_key(JobKey::from_env()?);
-        if is_root {
-            Root::start_for(&id, config)?.detach();
-        }
-        Ok(id)
-    }
-
-    /// The id of a root at `spec` (`host:port`, as `JITCCL_COMM_ID` / NCCL_COMM_ID give
-    /// it): every process computes the same id from the same address. With `start_root`
-    /// this process also starts the root there (on the rank that is rank 0 of the
-    /// communicator), configured from the environment.
-    pub fn at_address(spec: &str, start_root: bool) -> Result<Self> {
-        Self::from_comm_id(spec, start_root, &BootstrapConfig::from_env()?)
-    }
-
-    /// [`from_comm_id`](Self::from_comm_id) with `JITCCL_COMM_ID`; `None` when it is not set.
-    pub(crate) fn from_env(is_root: bool, config: &BootstrapConfig) -> Result<Option<Self>> {
-        match COMM_ID.text()? {
-            Some(v) => Self::from_comm_id(&v, is_root, config).map(Some),
-            None => Ok(None),
-        }
     }
 
     /// Whether the root was listening before this id existed: a running root made it (its

@@ -21,7 +21,8 @@ use socket2::Socket;
 
 use super::error::{BootstrapError, Result};
 use super::lock;
-use super::net::{self, Opening, Waiter};
+use super::net::{self, Opening};
+use super::wait::Waiter;
 use super::wire::{Header, Kind, HEADER_BYTES};
 use crate::auth::{Gate, JobKey, Refusal, Seen, Session, HELLO_LEN, SEAL_LEN};
 

@@ -20,8 +20,9 @@ use rustls::Connection;
 
 use super::error::{BootstrapError, Result};
 use super::id::UniqueId;
-use super::net::{self, Waiter};
+use super::net;
 use super::stream::Stream;
+use super::wait::Waiter;
 use super::wire::{self, Header, Hello, Kind, RootReply, HEADER_BYTES, MAX_CONTROL_PAYLOAD};
 use crate::auth::Tls;
 

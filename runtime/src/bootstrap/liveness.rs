@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::error::{BootstrapError, Result};
 use super::link::RootLink;
+use super::wait::Watch;
 
 /// How long a wait that lost a peer's connection waits for word of which rank died (the
 /// root hears of a death as soon as the peer does; a process exit is seen within ~0.1 s):
@@ -39,10 +40,12 @@ impl Liveness {
             tracing::warn!(rank = self.rank, "jitccl bootstrap: the peers are watched already");
         }
     }
+}
 
+impl Watch for Liveness {
     /// `Err` naming the rank, once a rank that `op` waits on (`peer`, or every rank) is
     /// known to be gone.
-    pub fn check(&self, op: &'static str, peer: Option<usize>) -> Result<()> {
+    fn check(&self, op: &'static str, peer: Option<usize>) -> Result<()> {
         self.link.check(op)?;
         let Some(gone) = self.gone.get() else { return Ok(()) };
         let dead = match peer {
@@ -62,7 +65,7 @@ impl Liveness {
 
     /// Why a peer was lost during `op` (waiting on `peer`, or every rank), if word of a
     /// rank that is gone comes within [`GONE_GRACE`].
-    pub fn why_lost(&self, op: &'static str, peer: Option<usize>) -> Option<BootstrapError> {
+    fn why_lost(&self, op: &'static str, peer: Option<usize>) -> Option<BootstrapError> {
         let end = Instant::now() + GONE_GRACE;
         loop {
             if let Err(why) = self.check(op, peer) {

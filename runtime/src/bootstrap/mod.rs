@@ -44,6 +44,7 @@ mod root;
 mod scalable;
 mod stream;
 pub(crate) mod test_hook;
+mod wait;
 mod wire;
 
 use std::net::SocketAddr;
@@ -56,14 +57,15 @@ pub(crate) use error::{Result, Secs};
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 pub use launcher::launcher_vars;
 pub(crate) use launcher::LaunchEnv;
-pub(crate) use net::{deadline_after, watch_link};
+pub(crate) use net::watch_link;
+pub(crate) use wait::deadline_after;
 
 use crate::auth::{self, JobKey, Session, Tls};
 use crate::settings::{BOOTSTRAP_TIMEOUT, SOCKET_IFNAME};
 use incoming::{Acceptor, Incoming, Mailbox, Message};
 use liveness::Liveness;
-use net::Waiter;
 use ring::Ring;
+use wait::{Waiter, Watch};
 use wire::{Header, Kind};
 
 /// Above this many ranks, connections to the root are staggered.

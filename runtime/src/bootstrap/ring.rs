@@ -5,8 +5,9 @@
 //! its server towards its predecessor.
 
 use super::error::{BootstrapError, Result};
-use super::net::{self, Waiter};
+use super::net;
 use super::stream::Stream;
+use super::wait::Waiter;
 use super::wire::{self, Header, Kind, HEADER_BYTES};
 use crate::auth::Tls;
 

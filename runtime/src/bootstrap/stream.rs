@@ -10,7 +10,8 @@ use rustls::Connection;
 use socket2::Socket;
 
 use super::error::Result;
-use super::net::{self, Waiter};
+use super::net;
+use super::wait::Waiter;
 
 pub(crate) struct Stream {
     s: Socket,

@@ -25,10 +25,8 @@ mod inner;
 mod peer_arenas;
 mod progress;
 mod registration;
-mod rendezvous;
 mod shrink;
 mod split;
-mod splits;
 mod submit;
 mod wired;
 

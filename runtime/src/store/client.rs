@@ -21,7 +21,7 @@ use tracing::debug;
 use super::protocol::{
     Command, Put, MAX_WAIT_KEY_BYTES, NOT_READY, READY, STOP_WAITING, VALIDATION_MAGIC, WAIT_CANCELED,
 };
-use super::request::{key_list, Frame, Wire, KEY_PREFIX};
+use super::request::{invalid, is_timeout, key_list, remaining, Frame, Wire, KEY_PREFIX};
 use super::{Result, Store, StoreError};
 use crate::auth::{Initiator, JobKey, Refusal, Service, REPLY_LEN};
 use crate::bootstrap::deadline_after;
@@ -353,18 +353,6 @@ impl Store for TcpStore {
         let keys: Vec<&str> = pairs.iter().map(|p| p.0).collect();
         self.request(&mut self.session(), "multi_set", &keys, |w| w.send(&frame))
     }
-}
-
-pub(super) fn remaining(deadline: Instant) -> Option<Duration> {
-    deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
-}
-
-pub(super) fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-}
-
-pub(super) fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
 /// The job's handshake as the initiator: a refusal is an `io::Error` holding the

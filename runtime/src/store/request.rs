@@ -5,7 +5,6 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use super::client::{invalid, remaining};
 use super::protocol::{Command, Put, MAX_FRAME_LEN, MAX_KEYS_PER_COMMAND, MAX_KEY_LEN, MAX_VALUE_LEN};
 use super::{Result, StoreError};
 
@@ -139,4 +138,19 @@ impl Wire<'_> {
         }
         Ok(value)
     }
+}
+
+/// What is left of the call's time until `deadline`, if anything.
+pub(super) fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+}
+
+/// Whether a bounded read or write ran out of its time.
+pub(super) fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// A reply the protocol does not allow.
+pub(super) fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
 }

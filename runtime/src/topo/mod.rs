@@ -7,6 +7,7 @@
 //! and the other way round.
 
 mod detect;
+mod nodes;
 mod paths;
 mod system;
 pub(crate) mod xml;
@@ -15,8 +16,9 @@ use std::path::Path as FsPath;
 
 use crate::settings;
 
+pub use nodes::{Link, LinkKind, Node, NodeKind};
 pub use paths::{Hop, Path, PathType, LOC_BW};
-pub use system::{Cpu, Gpu, Link, LinkKind, Nic, Node, NodeKind, System};
+pub use system::{Cpu, Gpu, Nic, System};
 
 /// A topology (or graph) file that cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use super::system::{Link, LinkKind, Node, NodeKind};
+use super::nodes::{Link, LinkKind, Node, NodeKind};
 
 /// How two devices reach each other, best first (NCCL's names and order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -5,49 +5,10 @@
 
 use std::collections::HashMap;
 
+use super::nodes::{Link, LinkKind, Node, NodeKind};
 use super::paths::{self, Path};
 use super::xml::{bad_attr, float_attr, int_attr, num_attr, Element};
 use super::TopoError;
-
-/// What a node of the system is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NodeKind {
-    /// A NUMA domain: its CPUs and memory, the root of a PCIe tree.
-    Cpu,
-    /// A PCIe switch or bridge (or a device jitccl does not model).
-    Pci,
-    Gpu,
-    /// A network card (its ports are the system's [`Nic`]s).
-    Nic,
-    /// The NVSwitch fabric the GPUs' NVLinks go to.
-    NvSwitch,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LinkKind {
-    NvLink,
-    Pci,
-    /// Between two NUMA domains.
-    Sys,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Node {
-    pub kind: NodeKind,
-    /// PCI bus id, `cpu<numaid>` or `nvswitch`.
-    pub name: String,
-    /// Index in [`System::cpus`] of the NUMA domain the node hangs under.
-    pub cpu: usize,
-}
-
-/// A full-duplex link: `bw` GB/s each way.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Link {
-    pub a: usize,
-    pub b: usize,
-    pub kind: LinkKind,
-    pub bw: f64,
-}
 
 /// A NUMA domain.
 #[derive(Debug, Clone, PartialEq)]

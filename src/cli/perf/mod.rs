@@ -21,7 +21,6 @@ mod flags;
 mod place;
 mod report;
 mod sweep;
-mod wire;
 
 use std::process::ExitCode;
 

@@ -27,19 +27,80 @@ use std::time::{Duration, Instant};
 use socket2::Socket;
 
 use super::error::{BootstrapError, Result};
-use super::id::UniqueId;
+use super::id::{resolve, UniqueId};
 use super::iface::choose_interface;
 use super::net::{self, Opening};
 use super::scalable::{neighbour_of, Block};
 use super::stream::Stream;
+use super::wait;
 use super::wire::{self, Header, Hello, Kind, HEADER_BYTES, HOSTS_ROOT, MAX_CONTROL_PAYLOAD};
 use super::BootstrapConfig;
 use crate::auth::{Gate, JobKey, Tls};
+use crate::settings::COMM_ID;
 use reply::clone_err;
 use watch::{Leave, Member};
 
 mod reply;
 mod watch;
+
+/// The ids whose making starts their root in this process (or, with `JITCCL_COMM_ID`,
+/// may): NCCL's `ncclGetUniqueId` and its relatives.
+impl UniqueId {
+    /// NCCL's `ncclGetUniqueId`: starts a root thread in this process, listening on the
+    /// chosen interface (`JITCCL_SOCKET_IFNAME`, as NCCL_SOCKET_IFNAME) at an ephemeral
+    /// port, and returns its id. The root serves one communicator, watching its ranks until
+    /// every one has finished init (it tells them all when one dies), then exits (also on
+    /// its timeout, `JITCCL_BOOTSTRAP_TIMEOUT`, if ranks are missing): this process must
+    /// live that long. Pass the id to every rank (e.g. with [`to_bytes`](Self::to_bytes)
+    /// through a store).
+    pub fn new() -> Result<Self> {
+        Self::with_config(&BootstrapConfig::from_env()?)
+    }
+
+    /// As [`new`](Self::new) for a job whose key is `key`, which the id then carries
+    /// instead of a fresh one. The ranks that know it get the id without it
+    /// ([`without_key`](Self::without_key)), so the key never travels with it; `None`: a
+    /// fresh key, which does.
+    pub(crate) fn for_job(key: Option<JobKey>) -> Result<Self> {
+        Ok(Root::start_keyed(&BootstrapConfig::from_env()?, key)?.detach())
+    }
+
+    /// As [`new`](Self::new) with an explicit configuration for the root (timeout, abort
+    /// flag, interface). Use [`Root::start`] to keep a handle on the root.
+    pub(crate) fn with_config(config: &BootstrapConfig) -> Result<Self> {
+        Ok(Root::start(config)?.detach())
+    }
+
+    /// `JITCCL_COMM_ID` style start: `spec` is `host:port` (or `[v6]:port`); every rank
+    /// computes the same id from it ([`for_address`](Self::for_address)), with the key of
+    /// `JITCCL_AUTH_KEY` or `JITCCL_AUTH_KEY_FILE` if one is set. With
+    /// `is_root` (normally on rank 0) this process also starts the root thread listening on
+    /// exactly that address (an error if it cannot bind it, e.g. it is not local or in use).
+    pub(crate) fn from_comm_id(spec: &str, is_root: bool, config: &BootstrapConfig) -> Result<Self> {
+        let addr = resolve(spec, COMM_ID.name)?;
+        let id = Self::for_address(addr).with_key(JobKey::from_env()?);
+        if is_root {
+            Root::start_for(&id, config)?.detach();
+        }
+        Ok(id)
+    }
+
+    /// The id of a root at `spec` (`host:port`, as `JITCCL_COMM_ID` / NCCL_COMM_ID give
+    /// it): every process computes the same id from the same address. With `start_root`
+    /// this process also starts the root there (on the rank that is rank 0 of the
+    /// communicator), configured from the environment.
+    pub fn at_address(spec: &str, start_root: bool) -> Result<Self> {
+        Self::from_comm_id(spec, start_root, &BootstrapConfig::from_env()?)
+    }
+
+    /// [`from_comm_id`](Self::from_comm_id) with `JITCCL_COMM_ID`; `None` when it is not set.
+    pub(crate) fn from_env(is_root: bool, config: &BootstrapConfig) -> Result<Option<Self>> {
+        match COMM_ID.text()? {
+            Some(v) => Self::from_comm_id(&v, is_root, config).map(Some),
+            None => Ok(None),
+        }
+    }
+}
 
 /// A connection that has not sent a whole `Hello` within this time is dropped.
 pub const STRAY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -207,7 +268,7 @@ impl RootState {
             timeout,
             abort,
             start,
-            deadline: net::deadline_after(start, timeout),
+            deadline: wait::deadline_after(start, timeout),
             first_hello: None,
             comm: None,
             block: Block { first: 0, len: 0 },
@@ -259,7 +320,7 @@ impl RootState {
             fds.push(net::pollfd(self.listener.as_ref().map_or(-1, |l| l.as_raw_fd()), libc::POLLIN));
             fds.extend(pending.iter().map(|p| net::pollfd(p.s.as_raw_fd(), libc::POLLIN)));
             fds.extend(self.members.iter().map(Member::pollfd));
-            let wait = self.deadline.saturating_duration_since(now).min(net::SLICE).max(Duration::from_millis(1));
+            let wait = self.deadline.saturating_duration_since(now).min(wait::SLICE).max(Duration::from_millis(1));
             net::poll(&mut fds, wait).map_err(|e| BootstrapError::io("bootstrap root: poll", e))?;
 
             // A rank that leaves before the communicator formed fails it (links first: the
@@ -410,7 +471,7 @@ impl RootState {
         if self.first_hello.is_none() {
             let now = Instant::now();
             self.first_hello = Some(now);
-            self.deadline = net::deadline_after(now, self.timeout.min(Duration::from_millis(hello.timeout_ms)));
+            self.deadline = wait::deadline_after(now, self.timeout.min(Duration::from_millis(hello.timeout_ms)));
             let (iroot, nroots) = (hello.iroot as usize, (hello.nroots as usize).max(1));
             self.block = Block::of_root(iroot.min(nroots - 1), got, nroots);
             self.neighbour = neighbour_of(iroot, got, nroots);

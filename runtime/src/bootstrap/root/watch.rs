@@ -15,8 +15,9 @@ use std::time::Duration;
 use super::{RootReport, RootState, TELL_TIMEOUT};
 use crate::auth::Tls;
 use crate::bootstrap::error::{BootstrapError, Result};
-use crate::bootstrap::net::{self, Waiter};
+use crate::bootstrap::net;
 use crate::bootstrap::stream::Stream;
+use crate::bootstrap::wait::{self, Waiter};
 use crate::bootstrap::wire::{self, decode_failure, Header, Kind, HEADER_BYTES, MAX_CONTROL_PAYLOAD, ROOT_RANK};
 
 /// A rank's link, from its hello on.
@@ -184,7 +185,7 @@ impl RootState {
                 return Ok(report);
             }
             let mut fds: Vec<_> = self.members.iter().map(Member::pollfd).collect();
-            net::poll(&mut fds, net::SLICE).map_err(|e| BootstrapError::io("bootstrap root: poll", e))?;
+            net::poll(&mut fds, wait::SLICE).map_err(|e| BootstrapError::io("bootstrap root: poll", e))?;
             for i in (0..self.members.len()).rev() {
                 if fds[i].revents == 0 {
                     continue;

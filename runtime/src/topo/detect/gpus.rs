@@ -10,7 +10,8 @@
 
 use std::fs;
 
-use super::{chain_of, find_pci, nvml, pci_chain, read, Roots};
+use super::nvml::{self, NvLink};
+use super::{chain_of, find_pci, pci_chain, read, Roots};
 use crate::topo::xml::Element;
 
 const NVIDIA: &str = "0x10de";
@@ -28,14 +29,6 @@ pub(super) struct Gpu {
     /// Compute capability as NCCL writes it (90 for 9.0); `None` without driver and NVML.
     pub sm: Option<u32>,
     pub nvlinks: Vec<NvLink>,
-}
-
-/// The links from a GPU to one peer (another GPU or an NVSwitch).
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct NvLink {
-    pub target: String,
-    pub count: u32,
-    pub to_switch: bool,
 }
 
 /// The host's NVIDIA GPUs in bus-id order, completed by NVML where it is present.

@@ -5,7 +5,13 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 
-use super::gpus::NvLink;
+/// The links from a GPU to one peer (another GPU or an NVSwitch).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct NvLink {
+    pub target: String,
+    pub count: u32,
+    pub to_switch: bool,
+}
 
 type Ret = c_uint;
 type Handle = *mut c_void;

@@ -7,9 +7,9 @@
 use jitccl::reference::{input, window_max, wire_bound, RefElement};
 use jitccl::{Comm, Op, Stream};
 
-use super::coll::PerfColl::*;
-use super::flags::{Layout, PerfArgs};
-use super::sweep::{alloc, op, sync_all, Views};
+use super::{alloc, op, sync_all, Views};
+use crate::cli::perf::coll::PerfColl::*;
+use crate::cli::perf::flags::{Layout, PerfArgs};
 
 /// Per rank of `comms`: its elements outside the bound, plus those whose bits are not
 /// what another rank holds.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use crate::comm::split::{groups, Entry};
+use super::{groups, Entry};
 use crate::comm::{Comm, CommInner};
 use crate::config::Config;
 use crate::device::Device;

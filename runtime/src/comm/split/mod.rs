@@ -5,13 +5,16 @@
 //! is a new communicator with the parent's resolved configuration and no state shared with
 //! it, so the parent's abort, failure or drop leaves the child alone.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
-use crate::comm::rendezvous::Rendezvous;
 use crate::comm::Comm;
 use crate::config::{Config, Resolved};
 use crate::error::{Error, Result};
+use rendezvous::Rendezvous;
+
+mod rendezvous;
 
 /// Which child a rank joins in [`Comm::split`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +28,33 @@ pub enum Split {
 impl From<u32> for Split {
     fn from(color: u32) -> Split {
         Split::Color(color)
+    }
+}
+
+/// The bookkeeping of a rank's splits and shrinks: their counters, and the rendezvous its
+/// thread ranks' splits meet in (finalize, which waits for the queued launches, is the
+/// executor's: `stream::Executor`).
+#[derive(Default)]
+pub(crate) struct Splits {
+    /// How many splits this rank has started: ranks split in the same order, so the n-th
+    /// split of every rank meets in round n.
+    splits: AtomicU64,
+    /// How many shrinks this rank has started: kept apart from splits, since only the
+    /// remaining ranks shrink (a shared count would pair the excluded ranks' next split
+    /// with another round than the others').
+    shrinks: AtomicU64,
+    /// Set for ranks made by `init_all` (they have no bootstrap to split over).
+    pub rendezvous: OnceLock<Arc<Rendezvous>>,
+}
+
+impl Splits {
+    /// The sequence number of this rank's next split.
+    pub(crate) fn next_split(&self) -> u64 {
+        self.splits.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_shrink(&self) -> u64 {
+        self.shrinks.fetch_add(1, Ordering::Relaxed)
     }
 }
 

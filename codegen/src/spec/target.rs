@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::spec::{invalid, InvalidSpec};
+use super::{invalid, InvalidSpec};
 
 /// A CUDA compute capability, e.g. `sm_90` is `CudaArch(90)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -14,6 +14,8 @@ use jitccl::{Comm, CudaGraph, DeviceBuffer, Op, Registration, Stream, Wire};
 use super::flags::{Average, Layout, PerfArgs, Register};
 use super::report::{Report, Timing};
 
+mod wire;
+
 /// The ranks one thread drives, with their streams and buffers (sized for the largest step).
 pub(super) struct Ranks<'a, T: jitccl::Element> {
     pub comms: &'a [Comm],
@@ -281,7 +283,7 @@ fn check<T: RefElement>(
         sync_all(streams)?;
     }
     if a.wire != Wire::Exact {
-        return super::wire::wrong(a, lay, comms, streams, v, count);
+        return wire::wrong(a, lay, comms, streams, v, count);
     }
     Ok(comms
         .iter()
