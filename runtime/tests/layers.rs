@@ -394,8 +394,11 @@ fn module_refs(code: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
     out
 }
 
+/// A module's path from the crate root.
+type ModulePath = Vec<String>;
+
 /// The module tree of the crate under `src`: each module's path, and each file's module.
-fn module_tree(src: &Path) -> (BTreeSet<Vec<String>>, Vec<(PathBuf, Vec<String>)>) {
+fn module_tree(src: &Path) -> (BTreeSet<ModulePath>, Vec<(PathBuf, ModulePath)>) {
     let mut files = Vec::new();
     sources(src, &mut files);
     let mut modules = BTreeSet::new();

@@ -349,7 +349,6 @@ fn retryable(e: &io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicBool;
-    use std::time::Instant;
 
     use super::*;
 
