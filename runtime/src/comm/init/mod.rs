@@ -119,7 +119,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     bs.barrier()?;
     own.unlink();
     let any_net = net.iter().any(|&n| n);
-    let mut graph = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
+    let (mut graph, global) = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
     let network = if any_net {
         network(bs, rank, &cfg)?
     } else {
@@ -169,7 +169,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
                     test_hook::at("transport");
                     Ok(published)
                 };
-                plugin::start(network, &layout, rank, &sends, &recvs, &bases, &cfg, &exchange, &lost)
+                plugin::start(network, &global, &layout, rank, &sends, &recvs, &bases, &cfg, &exchange, &lost)
             }
         };
         Some(proxy.map_err(|e| peers::explain(bs, OP, e))?)
@@ -243,8 +243,11 @@ fn between_hosts(graph: &mut Graph, network: &Network) {
 /// the same global system, so all find the same graph (`JITCCL_GRAPH_FILE` replaces the
 /// search, `JITCCL_GRAPH_DUMP_FILE` records it). Hosts are told apart as the transports
 /// tell them (machine and network namespace). A search that cannot give exactly the
-/// configured channels falls back to the uniform graph, with a warning.
-fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize) -> Result<Graph> {
+/// configured channels falls back to the uniform graph, with a warning. The global system
+/// comes back with it (where a network plugin's devices are placed).
+fn global_graph(
+    bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize,
+) -> Result<(Graph, GlobalSystem)> {
     let nranks = endpoints.len();
     let sys = System::local()?;
     let numa = sys.cpus.first().map_or(0, |c| c.numaid);
@@ -268,7 +271,7 @@ fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: 
             graph.channels.len()
         );
         // The hosts still count for the cost model (inter-node hops and bandwidth).
-        return Ok(Graph { nhosts: count_hosts(endpoints), ..Graph::uniform(nranks, nchannels) });
+        return Ok((Graph { nhosts: count_hosts(endpoints), ..Graph::uniform(nranks, nchannels) }, global));
     }
     if rank == 0 {
         let host = &global.hosts[0];
@@ -291,7 +294,7 @@ fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: 
     for (c, ch) in graph.channels.iter().enumerate() {
         tracing::info!("rank {rank}: channel {c}: ring {:?}, tree parents {:?}", ch.ring, ch.tree.parent);
     }
-    Ok(graph)
+    Ok((graph, global))
 }
 
 /// A stable 64-bit digest of `s` (FNV-1a): the same in every process.
