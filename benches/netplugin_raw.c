@@ -21,7 +21,7 @@
 #include "jitccl_net.h"
 
 #define WAIT_US 60e6
-#define WARMUP 3
+#define WARMUP 10
 
 /* Exits with what failed; the peer then fails its bounded waits. */
 #define FAIL(...)                              \
