@@ -1,6 +1,7 @@
 //! Compiles the C plugins into OUT_DIR with the system C compiler ($CC, else `cc`):
 //! net-fabric/ into libnccl-net-fabric.so, net-edges/edges.c once per edge variant, and
-//! tuner-csv/csv.c into the CSV tuner (every table version, and one exporting only v2).
+//! tuner-csv/csv.c into the CSV tuner (every table version, and one exporting only v2), and
+//! both plugins into one library.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,6 +14,7 @@ const EDGES: &[(&str, &str)] = &[
     ("libnccl-net-edge-initfail.so", "EDGE_INITFAIL"),
     ("libnccl-net-edge-nodev.so", "EDGE_NODEV"),
     ("libnccl-net-edge-failsend.so", "EDGE_FAILSEND"),
+    ("libnccl-net-edge-standin.so", "EDGE_STANDIN"),
 ];
 
 fn main() {
@@ -36,7 +38,13 @@ fn main() {
     let inner = format!("-DEDGE_INNER_DEFAULT=\"{}\"", fabric.display());
     for (name, switch) in EDGES {
         let define = format!("-D{switch}");
-        compile(&cc, &out.join(name), &[&include_flag, &prefix_map, &define, &inner], &edges_sources, &["-ldl"]);
+        compile(
+            &cc,
+            &out.join(name),
+            &[&include_flag, &prefix_map, &define, &inner],
+            &edges_sources,
+            &["-ldl", "-lpthread"],
+        );
     }
     let tuner_sources = watch(&root.join("tuner-csv"), "c");
     for (name, flags) in [("libnccl-tuner-csv.so", &[][..]), ("libnccl-tuner-csv-v2.so", &["-DJT_V2_ONLY"][..])] {
@@ -44,6 +52,9 @@ fn main() {
             [&include_flag, &prefix_map].into_iter().map(String::as_str).chain(flags.iter().copied()).collect();
         compile(&cc, &out.join(name), &flags, &tuner_sources, &[]);
     }
+    // A network plugin library that carries a tuner too, as vendors' plugins may.
+    let both: Vec<PathBuf> = fabric_sources.iter().chain(&tuner_sources).cloned().collect();
+    compile(&cc, &out.join("libnccl-net-fabric-csv.so"), &[&include_flag, &prefix_map], &both, &["-lfabric", "-ldl"]);
 }
 
 /// The files of `dir` ending in `.ext`, each (and the folder, for files added later)

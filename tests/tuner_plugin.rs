@@ -1,13 +1,14 @@
 //! NCCL tuner plugins, as a user loads them: the project's CSV tuner (plugins/tuner-csv)
 //! steers AllReduce as its file says, every result checked against the reference by
 //! `jitccl perf`; what jitccl cannot run is ignored with a log line; a plugin that does not
-//! load warns and the run goes on; `none` disables it; the v2-only build works too. A
+//! load warns and the run goes on; `none` disables it; the v2-only build works too; with no
+//! tuner library of its own, the network plugin's library's tuner is taken, as NCCL does. A
 //! process loads its plugin once, so each case is a `jitccl perf` process of its own.
 
 use std::path::Path;
 use std::process::Command;
 
-use jitccl_plugins::{TUNER_CSV, TUNER_CSV_V2};
+use jitccl_plugins::{FABRIC_CSV, TUNER_CSV, TUNER_CSV_V2};
 
 /// Sizes 1 KiB, 16 KiB and 256 KiB of AllReduce on f32 over two ranks with two channels.
 const SWEEP: &[&str] = &["-N", "2", "--channels", "2", "-b", "1K", "-e", "256K", "-f", "16", "-w", "1", "-n", "2"];
@@ -46,6 +47,8 @@ fn perf(how: &[&str], vars: &[(&str, &str)], cache: &Path) -> Run {
     for v in [
         "NCCL_TUNER_PLUGIN",
         "JITCCL_TUNER_PLUGIN",
+        "NCCL_NET_PLUGIN",
+        "JITCCL_NET_PLUGIN",
         "NCCL_TUNER_CONFIG_FILE",
         "JITCCL_TUNER_CONFIG_FILE",
         "NCCL_ALGO",
@@ -178,4 +181,26 @@ fn a_plugin_that_does_not_load_warns_and_none_disables() {
     let run = perf(&["--threads"], &[("NCCL_TUNER_PLUGIN", "none"), ("NCCL_TUNER_CONFIG_FILE", &steer)], &cache);
     assert!(run.has("tuner plugin: none (NCCL_TUNER_PLUGIN=none)"), "{}", run.log);
     assert!(!run.has("from the tuner plugin") && run.choice(1024).contains("from the tuning table"), "{}", run.log);
+}
+
+#[test]
+fn the_network_plugin_library_carries_the_tuner_when_none_is_named() {
+    let (cache, _own) = cache();
+    let dir = tempfile::tempdir().unwrap();
+    let steer = write(dir.path(), "steer.csv", STEER);
+    let vars = [("NCCL_NET_PLUGIN", FABRIC_CSV), ("NCCL_TUNER_CONFIG_FILE", &steer)];
+    let run = perf(&["--threads"], &vars, &cache);
+    let from = format!(
+        "tuner plugin 'csv' (v6) from {FABRIC_CSV}, the network plugin's library (JITCCL_TUNER_PLUGIN is unset)"
+    );
+    assert!(run.has(&from), "{}", run.log);
+    let line = run.choice(1024);
+    assert!(line.contains(": tree/ll, 1 channel(s),") && line.contains("from the tuner plugin"), "{line}");
+    assert!(run.has("kernel=all_reduce.tree.ll.f32.sum"), "{}", run.log);
+    // A tuner library of its own that loads comes first; one that does not leaves the
+    // network plugin's.
+    let run = perf(&["--threads"], &[vars[0], vars[1], ("NCCL_TUNER_PLUGIN", TUNER_CSV_V2)], &cache);
+    assert!(run.has("tuner plugin 'csv' (v2) from") && !run.has("the network plugin's library"), "{}", run.log);
+    let run = perf(&["--threads"], &[vars[0], vars[1], ("NCCL_TUNER_PLUGIN", "nosuch")], &cache);
+    assert!(run.has("the network plugin's library (no library of NCCL_TUNER_PLUGIN=nosuch loads)"), "{}", run.log);
 }

@@ -7,12 +7,20 @@
  *   EDGE_FAILSEND  "EdgeFailSend": v12, forwarding to the inner plugin's, except that the
  *                  Nth send of the process (N = JITCCL_EDGE_FAIL_SEND, from 1) fails with
  *                  ncclSystemError and its communicator fails every later test
+ *   EDGE_STANDIN   "EdgeStandIn": v12, forwarding to the inner plugin's, standing in for a
+ *                  hardware plugin: devices with the PCI paths JITCCL_EDGE_PCI_PATHS lists,
+ *                  and a process abort when a receive comm closes with a receive posted
  *
  * The inner plugin (the data path) is the library named by JITCCL_EDGE_INNER, else the
  * EDGE_INNER_DEFAULT path compiled in. The variants that need none never load it.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "jitccl_net.h"
 
@@ -25,7 +33,7 @@ static ncclDebugLogger_t edge_logger;
     if (edge_logger != NULL) edge_logger(level, NCCL_LOG_SUBSYS_NET, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
-#if defined(EDGE_V8ONLY) || defined(EDGE_FAILSEND)
+#if defined(EDGE_V8ONLY) || defined(EDGE_FAILSEND) || defined(EDGE_STANDIN)
 
 #ifndef EDGE_INNER_DEFAULT
 #error "EDGE_INNER_DEFAULT must name the inner plugin library"
@@ -230,14 +238,15 @@ EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
 };
 
 /* ================================================================================ */
-#elif defined(EDGE_FAILSEND)
+#elif defined(EDGE_FAILSEND) || defined(EDGE_STANDIN)
 
+/*
+ * Both variants forward to the inner plugin's v12 table through comms and requests of their
+ * own: test must know a request's communicator, and a receive comm what it still has posted.
+ * Requests live in their communicator, so closing it with requests in flight frees them too.
+ */
 static const ncclNet_v12_t* in;
-/* Sends the inner plugin took, process-wide; the one that would be number N fails instead. */
-static long sends_taken;
 
-/* Every comm and request is wrapped: test must know a request's communicator. Requests
- * live in their communicator, so closing it with requests in flight frees them too. */
 struct edge_comm;
 struct edge_req {
   void* inner;
@@ -251,11 +260,6 @@ struct edge_comm {
 
 /* NULL stays NULL, for the inner plugin to refuse. */
 static void* inner_of(void* comm) { return comm != NULL ? ((struct edge_comm*)comm)->inner : NULL; }
-
-static long fail_at(void) {
-  const char* env = getenv("JITCCL_EDGE_FAIL_SEND");
-  return env != NULL ? atol(env) : 0;
-}
 
 static ncclResult_t wrap_comm(void* inner, void** out) {
   *out = NULL;
@@ -278,26 +282,152 @@ static ncclResult_t wrap_req(struct edge_comm* c, void* inner, void** out) {
     *out = r;
     return ncclSuccess;
   }
-  EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeFailSend: the inner plugin took more than %d requests", NCCL_NET_MAX_REQUESTS);
+  EDGE_LOG(NCCL_LOG_WARN, "NET/Edge: the inner plugin took more than %d requests", NCCL_NET_MAX_REQUESTS);
   return ncclInternalError;
+}
+
+#if defined(EDGE_FAILSEND)
+
+#define EDGE_NAME "EdgeFailSend"
+/* Sends the inner plugin took, process-wide; the one that would be number N fails instead. */
+static long sends_taken;
+
+static long fail_at(void) {
+  const char* env = getenv("JITCCL_EDGE_FAIL_SEND");
+  return env != NULL ? atol(env) : 0;
+}
+
+/* Whether this send fails by design (and its comm with it). */
+static int send_fails(struct edge_comm* c) {
+  long n = __atomic_load_n(&sends_taken, __ATOMIC_RELAXED) + 1;
+  if (n != fail_at()) return 0;
+  __atomic_add_fetch(&sends_taken, 1, __ATOMIC_RELAXED);
+  c->failed = 1;
+  EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeFailSend: send %ld fails by design (JITCCL_EDGE_FAIL_SEND)", n);
+  return 1;
+}
+
+static void send_taken(void) { __atomic_add_fetch(&sends_taken, 1, __ATOMIC_RELAXED); }
+
+/* Every device is the inner plugin's own. */
+static int inner_dev(int d) { return d; }
+static void record(const char* call, int d) { (void)call; (void)d; }
+static ncclResult_t fs_devices(int* n) { return FWD(devices(n)); }
+static ncclResult_t fs_props(int d, ncclNetProperties_v12_t* p) { return FWD(getProperties(d, p)); }
+static void on_init(void) {}
+static void check_close_recv(struct edge_comm* c) { (void)c; }
+
+#else /* EDGE_STANDIN */
+
+/*
+ * "EdgeStandIn" stands in for a hardware plugin on a machine without the hardware:
+ *  - JITCCL_EDGE_PCI_PATHS (comma-separated sysfs paths) makes it report one device per
+ *    path, with that pciPath, each carried by the inner plugin's device 0;
+ *  - JITCCL_EDGE_TRACE names a file to which each listen and connect appends its device;
+ *  - closing a receive comm with a receive still posted aborts the process, as plugins do
+ *    that cannot take a posted receive back from their hardware.
+ */
+#define EDGE_NAME "EdgeStandIn"
+#define STANDIN_MAX_DEVICES 16
+
+static int standin_ndev;
+static char* standin_paths[STANDIN_MAX_DEVICES];
+static char standin_names[STANDIN_MAX_DEVICES][24];
+
+static int send_fails(struct edge_comm* c) { (void)c; return 0; }
+static void send_taken(void) {}
+
+static void parse_paths(void) {
+  const char* env = getenv("JITCCL_EDGE_PCI_PATHS");
+  if (env == NULL || env[0] == '\0') return;
+  char* list = strdup(env);
+  char* save = NULL;
+  for (char* p = strtok_r(list, ",", &save); p != NULL && standin_ndev < STANDIN_MAX_DEVICES;
+       p = strtok_r(NULL, ",", &save)) {
+    snprintf(standin_names[standin_ndev], sizeof standin_names[0], "standin%d", standin_ndev);
+    standin_paths[standin_ndev++] = p;
+  }
+}
+
+/* Reads JITCCL_EDGE_PCI_PATHS once: init may be called for every communicator. */
+static void on_init(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, parse_paths);
+}
+
+static int inner_dev(int d) { return standin_ndev > 0 ? 0 : d; }
+
+static void record(const char* call, int d) {
+  const char* path = getenv("JITCCL_EDGE_TRACE");
+  if (path == NULL || path[0] == '\0') return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+  if (fd < 0) return;
+  char line[64];
+  int n = snprintf(line, sizeof line, "%s %d\n", call, d);
+  /* One write per line: O_APPEND keeps the lines of concurrent callers whole. */
+  if (write(fd, line, (size_t)n) != n) EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeStandIn: writing %s failed", path);
+  close(fd);
+}
+
+static ncclResult_t fs_devices(int* n) {
+  if (standin_ndev == 0) return FWD(devices(n));
+  if (n == NULL) return ncclInvalidArgument;
+  *n = standin_ndev;
+  return ncclSuccess;
+}
+
+static ncclResult_t fs_props(int d, ncclNetProperties_v12_t* p) {
+  if (standin_ndev == 0) return FWD(getProperties(d, p));
+  if (d < 0 || d >= standin_ndev) return ncclInvalidArgument;
+  ncclResult_t rc = FWD(getProperties(0, p));
+  if (rc != ncclSuccess) return rc;
+  p->name = standin_names[d];
+  p->pciPath = standin_paths[d];
+  p->guid = (uint64_t)d + 1;
+  return ncclSuccess;
+}
+
+/* Requests of a comm that were posted and have not completed. */
+static int outstanding(const struct edge_comm* c) {
+  int n = 0;
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; i++) n += c->reqs[i].inner != NULL;
+  return n;
+}
+
+static void check_close_recv(struct edge_comm* c) {
+  int posted = c != NULL ? outstanding(c) : 0;
+  if (posted == 0) return;
+  EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeStandIn: closeRecv with %d receive(s) still posted: aborting", posted);
+  fprintf(stderr, "NET/EdgeStandIn: closeRecv with %d receive(s) still posted: aborting\n", posted);
+  abort();
+}
+
+#endif
+
+static int valid_dev(int d) {
+  int n = 0;
+  return fs_devices(&n) == ncclSuccess && d >= 0 && d < n;
 }
 
 static ncclResult_t fs_init(void** ctx, uint64_t id, ncclNetCommConfig_v12_t* cfg, ncclDebugLogger_t log,
                             ncclProfilerCallback_t prof) {
   edge_logger = log;
   if (in == NULL) in = inner_table("ncclNetPlugin_v12");
+  on_init();
   return in != NULL ? in->init(ctx, id, cfg, log, prof) : ncclSystemError;
 }
-static ncclResult_t fs_devices(int* n) { return FWD(devices(n)); }
-static ncclResult_t fs_props(int d, ncclNetProperties_v12_t* p) { return FWD(getProperties(d, p)); }
 static ncclResult_t fs_listen(void* x, int d, void* h, void** c) {
+  if (!valid_dev(d)) return ncclInvalidArgument;
+  record("listen", d);
   void* inner = NULL;
-  ncclResult_t rc = FWD(listen(x, d, h, &inner));
+  ncclResult_t rc = FWD(listen(x, inner_dev(d), h, &inner));
   return rc != ncclSuccess ? rc : wrap_comm(inner, c);
 }
 static ncclResult_t fs_connect(void* x, int d, void* h, void** c, ncclNetDeviceHandle_v12_t** dc) {
+  if (!valid_dev(d)) return ncclInvalidArgument;
   void* inner = NULL;
-  ncclResult_t rc = FWD(connect(x, d, h, &inner, dc));
+  ncclResult_t rc = FWD(connect(x, inner_dev(d), h, &inner, dc));
+  if (rc == ncclSuccess && inner != NULL) record("connect", d);
   return rc != ncclSuccess ? rc : wrap_comm(inner, c);
 }
 static ncclResult_t fs_accept(void* l, void** c, ncclNetDeviceHandle_v12_t** dc) {
@@ -317,18 +447,11 @@ static ncclResult_t fs_isend(void* comm, void* d, size_t s, int t, void* m, void
   struct edge_comm* c = comm;
   if (c == NULL || r == NULL) return ncclInvalidArgument;
   *r = NULL;
-  if (c->failed) return ncclSystemError;
-  long n = __atomic_load_n(&sends_taken, __ATOMIC_RELAXED) + 1;
-  if (n == fail_at()) {
-    __atomic_add_fetch(&sends_taken, 1, __ATOMIC_RELAXED);
-    c->failed = 1;
-    EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeFailSend: send %ld fails by design (JITCCL_EDGE_FAIL_SEND)", n);
-    return ncclSystemError;
-  }
+  if (c->failed || send_fails(c)) return ncclSystemError;
   void* inner = NULL;
   ncclResult_t rc = FWD(isend(c->inner, d, s, t, m, ph, &inner));
   if (rc != ncclSuccess) return rc;
-  if (inner != NULL) __atomic_add_fetch(&sends_taken, 1, __ATOMIC_RELAXED);
+  if (inner != NULL) send_taken();
   return wrap_req(c, inner, r);
 }
 static ncclResult_t fs_irecv(void* comm, int n, void** d, size_t* s, int* t, void** m, void** ph, void** r) {
@@ -360,12 +483,15 @@ static ncclResult_t fs_close(void* comm, ncclResult_t rc) {
   return rc;
 }
 static ncclResult_t fs_close_send(void* c) { return fs_close(c, FWD(closeSend(inner_of(c)))); }
-static ncclResult_t fs_close_recv(void* c) { return fs_close(c, FWD(closeRecv(inner_of(c)))); }
+static ncclResult_t fs_close_recv(void* c) {
+  check_close_recv(c);
+  return fs_close(c, FWD(closeRecv(inner_of(c))));
+}
 static ncclResult_t fs_close_listen(void* c) { return fs_close(c, FWD(closeListen(inner_of(c)))); }
 static ncclResult_t fs_finalize(void* ctx) { return FWD(finalize(ctx)); }
 
 EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
-    .name = "EdgeFailSend",
+    .name = EDGE_NAME,
     .init = fs_init,
     .devices = fs_devices,
     .getProperties = fs_props,
@@ -386,5 +512,5 @@ EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
 };
 
 #else
-#error "define one of EDGE_V8ONLY, EDGE_INITFAIL, EDGE_NODEV, EDGE_FAILSEND"
+#error "define one of EDGE_V8ONLY, EDGE_INITFAIL, EDGE_NODEV, EDGE_FAILSEND, EDGE_STANDIN"
 #endif

@@ -7,11 +7,15 @@
 //! - The edge plugins, for a loader's unusual cases: [`EDGE_V8ONLY`] (only
 //!   `ncclNetPlugin_v8`, forwarding to the fabric plugin), [`EDGE_INITFAIL`] (init fails),
 //!   [`EDGE_NODEV`] (no devices), [`EDGE_FAILSEND`] (the Nth send of the process fails,
-//!   N from `JITCCL_EDGE_FAIL_SEND`). The forwarding ones load the plugin named by
+//!   N from `JITCCL_EDGE_FAIL_SEND`), [`EDGE_STANDIN`] (a stand-in for a hardware plugin:
+//!   devices at the PCI paths `JITCCL_EDGE_PCI_PATHS` lists, each listen and connect's
+//!   device appended to the file `JITCCL_EDGE_TRACE` names, and a process abort when a
+//!   receive comm closes with a receive posted). The forwarding ones load the plugin named by
 //!   `JITCCL_EDGE_INNER`, else [`FABRIC`].
 //! - [`TUNER_CSV`]: a tuner plugin ("csv", `ncclTunerPlugin_v6` .. `_v2`) taking overrides
 //!   from the CSV file `NCCL_TUNER_CONFIG_FILE` names, in the format of NCCL's example
-//!   tuner; [`TUNER_CSV_V2`] the same exporting only `_v2`.
+//!   tuner; [`TUNER_CSV_V2`] the same exporting only `_v2`; [`FABRIC_CSV`] one library
+//!   exporting both the fabric plugin's tables and the CSV tuner's.
 //! - [`INCLUDE_DIR`]: `jitccl_net.h` and `jitccl_tuner.h`, the C declarations of the plugin
 //!   interfaces.
 
@@ -27,9 +31,18 @@ pub const EDGE_NODEV: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-nodev.s
 /// `JITCCL_EDGE_FAIL_SEND` of the process fails with `ncclSystemError`, as does every later
 /// test on its communicator ("EdgeFailSend").
 pub const EDGE_FAILSEND: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-failsend.so");
+/// `ncclNetPlugin_v12` forwarding to the fabric plugin, standing in for a hardware plugin
+/// ("EdgeStandIn"): with `JITCCL_EDGE_PCI_PATHS` (comma-separated sysfs paths) one device per
+/// path, each carried by the inner plugin's device 0; each listen and connect appends "listen
+/// D" or "connect D" to the file `JITCCL_EDGE_TRACE` names; a receive comm closed with a
+/// receive still posted aborts the process, as plugins do that cannot take one back.
+pub const EDGE_STANDIN: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-standin.so");
 /// The CSV tuner: `ncclTunerPlugin_v6` .. `_v2`.
 pub const TUNER_CSV: &str = concat!(env!("OUT_DIR"), "/libnccl-tuner-csv.so");
 /// The CSV tuner exporting only `ncclTunerPlugin_v2`.
 pub const TUNER_CSV_V2: &str = concat!(env!("OUT_DIR"), "/libnccl-tuner-csv-v2.so");
+/// The "Fabric" network plugin and the CSV tuner in one library (`ncclNetPlugin_v8` ..
+/// `_v12` and `ncclTunerPlugin_v2` .. `_v6`).
+pub const FABRIC_CSV: &str = concat!(env!("OUT_DIR"), "/libnccl-net-fabric-csv.so");
 /// The folder holding `jitccl_net.h` and `jitccl_tuner.h`.
 pub const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");

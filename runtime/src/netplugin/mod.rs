@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 pub(crate) use abi::{PTR_CUDA, PTR_DMABUF, PTR_HOST};
 pub(crate) use comm::{ListenComm, Mr, RecvComm, Request, SendComm};
-pub(crate) use select::{check, select};
+pub(crate) use select::{check, libraries, select};
 
 use select::Plugin;
 use table::{Context, Fail};

@@ -105,26 +105,35 @@ pub(super) fn plugin_of(lib: &'static Library, version: Option<u32>) -> Option<A
     Some(p)
 }
 
-/// The plugins `setting` (`JITCCL_NET_PLUGIN`) names, in order, each library once. One that does not
-/// load, or exports no table jitccl speaks, is left out with a log line (a DEBUG one for
-/// the default library, which most machines do not have).
-pub(super) fn candidates(setting: Option<&str>) -> Vec<Arc<Plugin>> {
+/// The libraries `setting` (`JITCCL_NET_PLUGIN`) names that load, in order, each once. One
+/// that does not load is left out with a log line (a DEBUG one for the default library,
+/// which most machines do not have).
+fn loaded_libraries(setting: Option<&str>) -> Vec<&'static Library> {
     let Request::Entries(entries) = plugin::request("net", setting) else { return Vec::new() };
-    let mut out: Vec<Arc<Plugin>> = Vec::new();
+    let mut out: Vec<&'static Library> = Vec::new();
     for (entry, files) in entries {
-        let lib = match plugin::open(&entry, &files) {
-            Ok(lib) => lib,
-            Err(why) if setting.is_none() => {
-                tracing::debug!("NET/Plugin: no {entry}: {why}");
-                continue;
-            }
-            Err(why) => {
-                tracing::info!("NET/Plugin: {entry} did not load: {why}");
-                continue;
-            }
-        };
+        match plugin::open(&entry, &files) {
+            Ok(lib) if out.iter().any(|o| std::ptr::eq(*o, lib)) => {}
+            Ok(lib) => out.push(lib),
+            Err(why) if setting.is_none() => tracing::debug!("NET/Plugin: no {entry}: {why}"),
+            Err(why) => tracing::info!("NET/Plugin: {entry} did not load: {why}"),
+        }
+    }
+    out
+}
+
+/// The network plugins' libraries, as `JITCCL_NET_PLUGIN` names them: where NCCL looks for
+/// the other plugin kinds (a tuner) when none of their own is found.
+pub(crate) fn libraries() -> Result<Vec<&'static Library>> {
+    Ok(loaded_libraries(settings::NET_PLUGIN.text()?.as_deref()))
+}
+
+/// The plugins `setting` (`JITCCL_NET_PLUGIN`) names, in order, each library once. A library
+/// that exports no table jitccl speaks is left out with a log line.
+pub(super) fn candidates(setting: Option<&str>) -> Vec<Arc<Plugin>> {
+    let mut out: Vec<Arc<Plugin>> = Vec::new();
+    for lib in loaded_libraries(setting) {
         match plugin_of(lib, None) {
-            Some(p) if out.iter().any(|o| Arc::ptr_eq(o, &p)) => {}
             Some(p) => out.push(p),
             None => tracing::info!(
                 "NET/Plugin: {} exports none of {}; skipped",

@@ -439,6 +439,18 @@ pub const EDGE_INNER: Setting = test(
     Kind::Path,
     "the network plugin the test plugins forward to (read by the plugins)",
 );
+pub const EDGE_PCI_PATHS: Setting = test(
+    "JITCCL_EDGE_PCI_PATHS",
+    Scope::Harness,
+    Kind::Text,
+    "the test network plugin `EdgeStandIn`'s devices: one per comma-separated sysfs PCI path (read by the plugin)",
+);
+pub const EDGE_TRACE: Setting = test(
+    "JITCCL_EDGE_TRACE",
+    Scope::Harness,
+    Kind::Path,
+    "a file to which the test network plugin `EdgeStandIn` appends each listen's and connect's device (read by the plugin)",
+);
 pub const NVRTC13_PATH: Setting =
     test("JITCCL_NVRTC13_PATH", Scope::Harness, Kind::Path, "a CUDA 13 libnvrtc for the NVRTC 13 tests");
 
@@ -501,4 +513,6 @@ pub const ALL: &[Setting] = &[
     NVRTC13_PATH,
     EDGE_FAIL_SEND,
     EDGE_INNER,
+    EDGE_PCI_PATHS,
+    EDGE_TRACE,
 ];

@@ -119,7 +119,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     bs.barrier()?;
     own.unlink();
     let any_net = net.iter().any(|&n| n);
-    let mut graph = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
+    let (mut graph, global) = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
     let network = if any_net {
         network(bs, rank, &cfg)?
     } else {
@@ -169,7 +169,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
                     test_hook::at("transport");
                     Ok(published)
                 };
-                plugin::start(network, &layout, rank, &sends, &recvs, &bases, &cfg, &exchange, &lost)
+                plugin::start(network, &global, &layout, rank, &sends, &recvs, &bases, &cfg, &exchange, &lost)
             }
         };
         Some(proxy.map_err(|e| peers::explain(bs, OP, e))?)
@@ -244,8 +244,11 @@ fn between_hosts(graph: &mut Graph, network: &Network) {
 /// search, `JITCCL_GRAPH_DUMP_FILE` records it). Hosts are told apart as the transports
 /// tell them (machine and network namespace). A search that cannot give exactly the
 /// configured channels falls back to rank-order rings that keep each host's ranks
-/// together, with a warning. Rank 0 describes the graph across hosts (INFO).
-fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize) -> Result<Graph> {
+/// together, with a warning. Rank 0 describes the graph across hosts (INFO). The global
+/// system comes back with it (where a network plugin's devices are placed).
+fn global_graph(
+    bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize,
+) -> Result<(Graph, GlobalSystem)> {
     let nranks = endpoints.len();
     let sys = System::local()?;
     let numa = sys.cpus.first().map_or(0, |c| c.numaid);
@@ -284,7 +287,7 @@ fn global_graph(bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: 
             tracing::info!("across hosts: {line}");
         }
     }
-    Ok(graph)
+    Ok((graph, global))
 }
 
 /// Rank 0's summary of the search: the hosts, its own machine, the graph's figures.

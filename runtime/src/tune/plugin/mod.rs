@@ -1,6 +1,7 @@
 //! NCCL's tuner plugins (`JITCCL_TUNER_PLUGIN` / `NCCL_TUNER_PLUGIN`), loaded as NCCL loads
 //! them: once per process, through the shared finder (`crate::plugin`), the newest of
-//! `ncclTunerPlugin_v6` .. `_v2` the library exports; one context per communicator
+//! `ncclTunerPlugin_v6` .. `_v2` the library exports (where no tuner library loads, the
+//! network plugins' libraries are looked in, as NCCL looks in its network plugin's); one context per communicator
 //! (`init` when the tuner is made, `finalize` when it goes). For each collective NCCL asks
 //! its tuner about, the plugin gets the cost model's table in NCCL's algorithm and protocol
 //! order and may lower, raise or remove entries and set the channel count (v6 also sizes
@@ -53,36 +54,70 @@ fn load() -> Option<Loaded> {
         }
         Request::Entries(e) => e,
     };
+    let mut opened = false;
     for (entry, files) in &entries {
         let lib = match plugin::open(entry, files) {
             Ok(lib) => lib,
             // Unset: the default name is only tried, as NCCL tries it.
             Err(why) if setting.is_none() => {
-                tracing::debug!("tuner plugin: none ({why})");
-                return None;
+                tracing::debug!("tuner plugin: no {entry} ({why})");
+                continue;
             }
             Err(why) => {
                 tracing::warn!("tuner plugin '{entry}' did not load: {why}");
                 continue;
             }
         };
+        opened = true;
         match Api::find(lib) {
-            Ok(Some(api)) => {
-                let label = format!("'{}' (v{})", api.name(), api.version());
-                tracing::info!("tuner plugin {label} from {} (asked as '{}')", lib.file, lib.entry);
-                return Some(Loaded { api, label });
-            }
+            Ok(Some(api)) => return Some(Loaded::new(api, format!("{} (asked as '{}')", lib.file, lib.entry))),
             Ok(None) => {
                 tracing::warn!("tuner plugin '{entry}' ({}) exports none of {}: skipped", lib.file, SYMBOLS.join(", "))
             }
             Err(why) => tracing::warn!("tuner plugin '{entry}' ({}): {why}: skipped", lib.file),
         }
     }
-    tracing::warn!(
-        "no tuner plugin of {} could be used: tuning without one",
-        setting.map_or(String::new(), |(v, var)| format!("{var}={v}"))
-    );
+    // As NCCL: where no tuner library of its own loads, the network plugin's library may
+    // carry the tuner.
+    if !opened {
+        if let Some(l) = from_network_library(&setting) {
+            return Some(l);
+        }
+    }
+    if let Some((v, var)) = setting {
+        tracing::warn!("no tuner plugin of {var}={v} could be used: tuning without one");
+    }
     None
+}
+
+/// The tuner exported by the first network plugin library (`JITCCL_NET_PLUGIN`) that has
+/// one; `setting` is the tuner setting, for the log.
+fn from_network_library(setting: &Option<(String, &str)>) -> Option<Loaded> {
+    let libs = crate::netplugin::libraries()
+        .inspect_err(|e| tracing::warn!("{e}: no tuner plugin from a network plugin's library"))
+        .ok()?;
+    let why = setting
+        .as_ref()
+        .map_or_else(|| format!("{} is unset", TUNER_PLUGIN.name), |(v, var)| format!("no library of {var}={v} loads"));
+    for lib in libs {
+        match Api::find(lib) {
+            Ok(Some(api)) => {
+                return Some(Loaded::new(api, format!("{}, the network plugin's library ({why})", lib.file)))
+            }
+            Ok(None) => tracing::debug!("tuner plugin: the network plugin library {} exports none", lib.file),
+            Err(why) => tracing::warn!("tuner plugin in the network plugin library {}: {why}: skipped", lib.file),
+        }
+    }
+    None
+}
+
+impl Loaded {
+    /// The plugin of `api`, with where it came from (`from`) logged.
+    fn new(api: Api, from: String) -> Loaded {
+        let label = format!("'{}' (v{})", api.name(), api.version());
+        tracing::info!("tuner plugin {label} from {from}");
+        Loaded { api, label }
+    }
 }
 
 /// A communicator's context in the process's plugin.

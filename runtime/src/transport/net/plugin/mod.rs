@@ -8,6 +8,7 @@
 //! the plugin's requests: a plugin offers nothing to wait on, so the thread tests them
 //! while a kernel of its rank runs and naps otherwise.
 
+mod nearest;
 mod recv;
 mod send;
 
@@ -23,6 +24,7 @@ use crate::config::Resolved;
 use crate::device::HostMemory;
 use crate::error::{sys, Error, Result};
 use crate::fault::{Board, Notice, Seen};
+use crate::graph::GlobalSystem;
 use crate::netplugin::{Handle, ListenComm, Mr, Network, HANDLE_BYTES};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
@@ -35,9 +37,11 @@ const WORD: usize = 8;
 const FAULT_WORD: u64 = u64::MAX;
 /// The size word of a close message: the connector's last.
 const CLOSE_WORD: u64 = u64::MAX - 1;
-/// How long a closing proxy then waits for its peers' close messages (a peer that closes
-/// later than that leaves a receive posted at close).
-const FAREWELL: Duration = Duration::from_secs(1);
+/// How long a closing proxy then waits for its peers' close messages: ranks destroy a
+/// communicator at moments of their own, and a peer that closes later than that leaves a
+/// receive posted at close (which some plugins take as fatal). A peer known to be gone is
+/// not waited for.
+const FAREWELL: Duration = Duration::from_secs(10);
 /// How often a rank awaiting its connections asks whether the job is lost.
 const LOST_POLL: Duration = Duration::from_millis(20);
 /// One published handle: sending rank, FIFO offset in the receiver's segment, handle.
@@ -79,24 +83,18 @@ fn fifo_region(fifo: &Conn) -> (*mut u8, usize) {
     (fifo.buf[0], end - fifo.buf[0] as usize)
 }
 
-/// The plugin device a rank uses for channel `chan`: channels spread over the devices,
-/// ranks of a host starting on different ones.
-fn device_for(net: &Network, rank: usize, chan: usize) -> usize {
-    (rank + chan) % net.devices().len().max(1)
-}
-
 /// A rank's receive connectors, listening; `handles` is what its peers must be sent.
 struct Listening {
     listens: Vec<(Link, ListenComm)>,
     handles: Vec<u8>,
 }
 
-/// Listens for every receive connector in `recvs`.
-fn listen(net: &Network, layout: &Layout, rank: usize, recvs: &[Link]) -> Result<Listening> {
+/// Listens for every receive connector in `recvs`, each on its channel's device (`devices`).
+fn listen(net: &Network, layout: &Layout, rank: usize, devices: &[usize], recvs: &[Link]) -> Result<Listening> {
     let mut listens = Vec::with_capacity(recvs.len());
     let mut handles = Vec::with_capacity(recvs.len() * ENTRY);
     for &link in recvs {
-        let dev = device_for(net, rank, link.chan);
+        let dev = devices[link.chan];
         let (handle, comm) = net.listen(dev).map_err(|e| {
             Error::Internal(format!(
                 "rank {rank}: listening for rank {} (channel {}) on {} device {dev}: {e}",
@@ -127,6 +125,8 @@ struct Setup {
     net: Network,
     layout: Layout,
     rank: usize,
+    /// The device of each channel.
+    devices: Vec<usize>,
     sends: Vec<Link>,
     recvs: Vec<Link>,
     /// The segment bases the links' FIFOs live in (shadows for the peers), as addresses.
@@ -141,6 +141,8 @@ struct Setup {
 pub(crate) type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
 
 /// Sets up the connectors over `net` and starts the proxy thread that moves their steps.
+/// Each channel uses the device of `net` nearest to this rank, as `global` places the
+/// ranks (`nearest`).
 ///
 /// The thread itself listens, connects, accepts and registers, so that every plugin comm of
 /// a communicator is opened and used by one thread of its own, as NCCL's proxy does (some
@@ -150,14 +152,30 @@ pub(crate) type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
 /// ends the setup. `bases` are the segment bases the links' FIFOs live in.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
-    net: &Network, layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link], bases: &[*mut u8], cfg: &Resolved,
-    exchange: Exchange, lost: &(dyn Fn() -> Result<()> + Sync),
+    net: &Network, global: &GlobalSystem, layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link],
+    bases: &[*mut u8], cfg: &Resolved, exchange: Exchange, lost: &(dyn Fn() -> Result<()> + Sync),
 ) -> Result<Proxy> {
     let abandoned = Arc::new(AtomicBool::new(false));
+    let choice = nearest::choose(global, rank, net.devices(), layout.nchannels);
+    for (c, &d) in choice.per_channel.iter().enumerate() {
+        let dev = &net.devices()[d];
+        let pci = dev.pci_path.as_deref().unwrap_or("no PCI path");
+        tracing::info!("rank {rank}: channel {c} over {} device {d} ({}, {pci})", net.name(), dev.name);
+    }
+    tracing::info!("rank {rank}: {} devices chosen: {}", net.name(), choice.why);
+    if let Some(most) = choice.per_channel.iter().map(|&d| net.devices()[d].max_recvs).max().filter(|&m| m > 1) {
+        tracing::info!(
+            "rank {rank}: {} offers up to {most} grouped receives; each receive connector has a comm of its own, \
+             on which a step's bytes are received once its size word says where they go and the next word only \
+             once the sender's kernel posts that step, so receives are posted one by one",
+            net.name()
+        );
+    }
     let setup = Setup {
         net: net.clone(),
         layout: layout.clone(),
         rank,
+        devices: choice.per_channel,
         sends: sends.to_vec(),
         recvs: recvs.to_vec(),
         bases: bases.iter().map(|&b| b as usize).collect(),
@@ -176,7 +194,7 @@ pub(crate) fn start(
             if let Wake::Park(t) = &act.wake {
                 let _ = t.set(std::thread::current());
             }
-            let listening = match listen(&setup.net, &setup.layout, rank, &setup.recvs) {
+            let listening = match listen(&setup.net, &setup.layout, rank, &setup.devices, &setup.recvs) {
                 Ok(l) => l,
                 Err(e) => return drop(handles_tx.send(Err(e))),
             };
@@ -242,7 +260,7 @@ impl Setup {
                 if send_comms[i].is_some() {
                     continue;
                 }
-                let dev = device_for(net, rank, l.chan);
+                let dev = self.devices[l.chan];
                 let what = format!("connecting to rank {} (channel {}) over {name}", l.peer, l.chan);
                 // The same handle each time: a plugin may keep its progress in it.
                 if let Some(c) = net.connect(dev, &mut handles[i]).map_err(failed(what))? {
@@ -323,7 +341,7 @@ impl Setup {
             net.version(),
             send_sides.len(),
             recv_sides.len(),
-            (0..layout.nchannels).map(|c| device_for(net, rank, c)).collect::<std::collections::BTreeSet<_>>(),
+            self.devices.iter().collect::<std::collections::BTreeSet<_>>(),
         );
         Ok((send_sides, recv_sides))
     }
@@ -347,20 +365,29 @@ fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Ac
                 tracing::warn!("rank {rank}: closing with posted steps its peers never took");
                 return;
             }
-            // Then each side says goodbye (a failed communicator owes its peers nothing).
-            if flushed && !failed {
+            // Then each side says goodbye, and waits (bounded) for its peers' last messages,
+            // so that no receive is still posted when its comm closes: a failed
+            // communicator's last message is its fault message, which its peers answer with
+            // theirs.
+            if flushed {
                 let farewell = *farewell_until.get_or_insert_with(|| Instant::now() + FAREWELL);
                 sends.iter_mut().for_each(SendSide::close);
-                let done = sends.iter().all(SendSide::closed) && recvs.iter().all(|r| r.dead || r.closed);
+                let gone = |q: usize| board.get(q).is_some_and(|n| n.is_gone());
+                let done = sends.iter().all(|s| s.closed() || gone(s.link.peer))
+                    && recvs.iter().all(|r| r.dead || r.closed || gone(r.link.peer));
                 if done || Instant::now() > farewell {
                     if !done {
-                        tracing::debug!("rank {rank}: closing before every peer said goodbye");
+                        let unsaid: Vec<usize> = sends.iter().filter(|s| !s.closed()).map(|s| s.link.peer).collect();
+                        let unheard: Vec<usize> =
+                            recvs.iter().filter(|r| !r.dead && !r.closed).map(|r| r.link.peer).collect();
+                        tracing::debug!(
+                            "rank {rank}: closing before every peer said goodbye (goodbye not sent to ranks \
+                             {unsaid:?}, not heard from ranks {unheard:?})"
+                        );
                     }
                     // Dropping the sides closes their comms.
                     return;
                 }
-            } else if flushed {
-                return;
             }
         }
         let mut progressed = false;
