@@ -1,7 +1,9 @@
 //! Faults of whole hosts (see `common/hosts.rs`): a host whose ranks are all killed in the
 //! middle of a collective fails every other rank within 2 s, naming them, and the
-//! survivors shrink to a communicator whose collectives are right. Needs root and
-//! iproute2.
+//! survivors shrink to a communicator whose collectives are right; a host whose ranks
+//! stall (SIGSTOP) for longer than the link timeout but less than the operation timeout
+//! costs only time: its link still answers, and the call completes with right results.
+//! Needs root and iproute2.
 //!
 //! The ranks are this test binary re-run as children (`rank_process`), one process each,
 //! with torchrun's variables; the harness places them on the hosts.
@@ -143,4 +145,35 @@ fn a_killed_host_fails_the_others_at_once_and_they_shrink_without_it() {
         assert!(after < FAST, "rank {} failed only {after:?} after the kill: {e}", e.rank);
         assert!(gone.iter().any(|g| line.contains(&format!("rank {g} "))), "rank {} does not name a dead rank: {e}", e.rank);
     }
+}
+
+/// Sends `sig` to every rank of host `host` (`l` ranks a host).
+fn signal_host(ranks: &Ranks, host: usize, l: usize, sig: i32) {
+    for r in host * l..(host + 1) * l {
+        // SAFETY: signalling a child we started (and have not yet waited for).
+        assert_eq!(unsafe { libc::kill(ranks.pid(r) as i32, sig) }, 0, "signal {sig} to rank {r}");
+    }
+}
+
+#[test]
+fn a_host_that_stalls_for_less_than_the_timeout_costs_only_time() {
+    let (l, stall) = (2, Duration::from_secs(4));
+    let hosts = hosts(2);
+    let args = ["perf", "all_reduce", "-N", "4", "-b", "64K", "-e", "256K", "-w", "1", "-n", "40"];
+    // A link timeout shorter than the stall: a stopped process's kernel still answers for
+    // its connections, so the link is not lost; the operation timeout is far longer.
+    let env = [("JITCCL_LINK_TIMEOUT", "2"), ("JITCCL_TIMEOUT", "60")];
+    let exe = Path::new(env!("CARGO_BIN_EXE_jitccl"));
+    let mut ranks = hosts.ranks(&Hosts::blocked(2, l), exe, &args, &env);
+    assert!(ranks.wait_for(0, " 65536 ", Duration::from_secs(90)), "the sweep did not get going");
+    signal_host(&ranks, 1, l, libc::SIGSTOP);
+    std::thread::sleep(stall);
+    let during = ranks.exited();
+    signal_host(&ranks, 1, l, libc::SIGCONT);
+    let ends = ranks.finish(Duration::from_secs(90));
+    for e in &ends {
+        assert!(e.success(), "a {stall:?} stall of host 1 failed the job: {e}");
+    }
+    assert!(during.is_empty(), "rank(s) {during:?} ended during the stall");
+    assert!(ends[0].stdout.contains("# Out of bounds values : 0 OK"), "{}", ends[0]);
 }
