@@ -249,7 +249,7 @@ fn after_an_abort_a_new_communicator_works_once_the_link_is_back() {
 fn a_host_that_stalls_for_less_than_the_timeout_costs_only_time() {
     let (l, stall) = (2, Duration::from_secs(4));
     let hosts = hosts(2);
-    let args = ["perf", "all_reduce", "-N", "4", "-b", "64K", "-e", "256K", "-w", "1", "-n", "40"];
+    let args = ["perf", "all_reduce", "-N", "4", "-b", "64K", "-e", "1M", "-w", "1", "-n", "40"];
     // A link timeout shorter than the stall: a stopped process's kernel still answers for
     // its connections, so the link is not lost; the operation timeout is far longer.
     let env = [("JITCCL_LINK_TIMEOUT", "2"), ("JITCCL_TIMEOUT", "60")];
