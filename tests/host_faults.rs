@@ -1,5 +1,5 @@
 //! Faults of whole hosts (see `common/hosts.rs`): a host whose ranks are all killed in the
-//! middle of a collective fails every other rank within 2 s, naming one of them; the
+//! middle of a collective fails every other rank within 2 s, naming them (at least one); the
 //! survivors shrink to a communicator whose collectives are right, and new ranks started
 //! on that host join it again (`grow`); after a link cut has failed and aborted a
 //! communicator, a new one between the same hosts works once the link is back; a host whose ranks
