@@ -27,7 +27,7 @@ fn comm_id_var() -> Option<String> {
     jitccl::settings::COMM_ID.text().ok().flatten()
 }
 
-fn parse_id(id: &NcclUniqueId) -> Result<UniqueId, Failure> {
+pub(crate) fn parse_id(id: &NcclUniqueId) -> Result<UniqueId, Failure> {
     UniqueId::from_bytes(&id.internal).map_err(|e| fail(INVALID_ARGUMENT, format!("the unique id: {e}")))
 }
 
@@ -52,7 +52,7 @@ pub unsafe fn hand_out(comm: Comm, out: *mut *mut CommHandle) -> Outcome {
     Ok(if pending { IN_PROGRESS } else { SUCCESS })
 }
 
-unsafe fn init_rank(
+pub(crate) unsafe fn init_rank(
     out: *mut *mut CommHandle, nranks: c_int, ids: &[NcclUniqueId], rank: c_int, config: *const NcclConfig,
 ) -> Outcome {
     if out.is_null() {

@@ -1,4 +1,4 @@
-//! A communicator's life after init: split and shrink, finalize, destroy, abort and
+//! A communicator's life after init: split, shrink and grow, finalize, destroy, abort and
 //! revoke, its state (ncclCommGetAsyncError), what it is (count, device, rank), and the
 //! error texts.
 
@@ -8,7 +8,7 @@ use jitccl::{CommState, Device, Split};
 
 use crate::group::{complete_idle, queued_on_gpu};
 use crate::handle::{last_error, CommHandle};
-use crate::init::hand_out;
+use crate::init::{hand_out, init_rank, parse_id, NcclUniqueId};
 use crate::status::{code_of, error_string, guard, Outcome, LAST};
 use crate::types::*;
 
@@ -68,6 +68,46 @@ export! {
             };
             let child = live.comm.shrink(&ranks, &child_config(config)?, abort)?;
             hand_out(child, newcomm)
+        })
+    }
+}
+
+export! {
+    ncclCommGetUniqueId / pncclCommGetUniqueId(comm: *mut CommHandle, out: *mut NcclUniqueId) -> NcclResult {
+        guard("ncclCommGetUniqueId", last_error(comm), || {
+            let live = CommHandle::live(comm)?;
+            if out.is_null() {
+                return Err(fail(INVALID_ARGUMENT, "the unique id pointer is NULL"));
+            }
+            (*out).internal = live.comm.grow_id()?.to_bytes();
+            Ok(SUCCESS)
+        })
+    }
+}
+
+export! {
+    /// A rank of `comm` passes rank -1 (it keeps its rank), the coordinator also the id of
+    /// its ncclCommGetUniqueId; a new rank passes a NULL comm, the id and its new rank.
+    ncclCommGrow / pncclCommGrow(
+        comm: *mut CommHandle, nranks: c_int, id: *const NcclUniqueId, rank: c_int, newcomm: *mut *mut CommHandle,
+        config: *const NcclConfig,
+    ) -> NcclResult {
+        guard("ncclCommGrow", last_error(comm), || {
+            out_ptr(newcomm)?;
+            if comm.is_null() {
+                if id.is_null() {
+                    return Err(fail(INVALID_ARGUMENT, "a new rank (NULL comm) needs the grow id"));
+                }
+                return init_rank(newcomm, nranks, &[*id], rank, config);
+            }
+            let live = CommHandle::live(comm)?;
+            if rank != -1 {
+                return Err(fail(INVALID_ARGUMENT, format!("rank {rank}: a rank of the communicator passes -1 (it keeps its rank)")));
+            }
+            let nranks = usize::try_from(nranks).map_err(|_| fail(INVALID_ARGUMENT, format!("{nranks} ranks")))?;
+            let id = if id.is_null() { None } else { Some(parse_id(&*id)?) };
+            let grown = live.comm.grow(nranks, id.as_ref(), &child_config(config)?)?;
+            hand_out(grown, newcomm)
         })
     }
 }

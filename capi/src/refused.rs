@@ -1,5 +1,5 @@
-//! What jitccl does not have: growing a communicator, suspend/resume and memory stats, the
-//! device API's host calls, the one-sided calls and the parameter API. Each returns `ncclInvalidUsage` with a last-error
+//! What jitccl does not have: suspend/resume and memory stats, the device API's host calls,
+//! the one-sided calls and the parameter API. Each returns `ncclInvalidUsage` with a last-error
 //! text naming the function; none claims success.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -25,8 +25,6 @@ macro_rules! refused {
 }
 
 refused! {
-    ncclCommGetUniqueId / pncclCommGetUniqueId(comm: *mut c_void, id: *mut c_void);
-    ncclCommGrow / pncclCommGrow(comm: *mut c_void, nranks: c_int, id: *const c_void, rank: c_int, newcomm: *mut c_void, config: *mut c_void);
     ncclCommSuspend / pncclCommSuspend(comm: *mut c_void, flags: c_int);
     ncclCommResume / pncclCommResume(comm: *mut c_void);
     ncclCommMemStats / pncclCommMemStats(comm: *mut c_void, stat: c_int, value: *mut u64);

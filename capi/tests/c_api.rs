@@ -13,7 +13,8 @@
 //!   refused functions (both on `world.h`);
 //! - `shrink.c`: 4 processes started here (`jitccl launch` would end them all when one
 //!   dies); rank 2 kills itself, the others shrink the communicator and go on. With
-//!   `--healthy` (3 ranks, none dies): a shrink that leaves the parent usable by all;
+//!   `--healthy` (3 ranks, none dies): a shrink that leaves the parent usable by all, and
+//!   a grow of the shrunk communicator back to 3 ranks, the excluded rank joining it anew;
 //! - `wire.c`: jitccl.h's wire formats (names, the five wired collectives within their
 //!   bounds and alike on every rank, groups, refusals) at 3 ranks, and what `JITCCL_WIRE`
 //!   does to NCCL's own calls (nothing unless set) at 2;
@@ -220,6 +221,7 @@ fn shrink_of_a_healthy_comm_leaves_the_parent_usable() {
         .args(["launch", "-n", "3", "--timeout", &(LIMIT.as_secs() - 10).to_string(), "--"])
         .arg(&exe)
         .arg("--healthy")
+        .arg(tmp.path().join("grow-id"))
         .env("NCCL_COMM_ID", format!("127.0.0.1:{}", free_port()));
     run(cmd, tmp.path(), "shrink-healthy").assert_passed(3, 3);
 }

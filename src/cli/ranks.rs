@@ -2,9 +2,9 @@
 //! program the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //! MASTER_ADDR, MASTER_PORT) and a fresh job secret (JITCCL_AUTH_KEY, unless the launcher's
 //! environment names one), each in its own process group, and fails fast: when one exits
-//! unsuccessfully (even while the others are still being started), when the time runs out,
-//! or when the launcher gets SIGINT, SIGTERM or SIGHUP, the ranks are terminated with their
-//! process groups. A rank also dies with the launcher (parent-death signal), so none is
+//! unsuccessfully (even while the others are still being started; unless the ranks are to
+//! live on, [`OnFailure::KeepGoing`]), when the time runs out, or when the launcher gets
+//! SIGINT, SIGTERM or SIGHUP, the ranks are terminated with their process groups. A rank also dies with the launcher (parent-death signal), so none is
 //! left behind when the launcher itself is killed.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -99,6 +99,19 @@ fn catch_signals() {
     }
 }
 
+/// What a rank that fails does to the others.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum OnFailure {
+    /// They are terminated: the job failed.
+    Terminate,
+    /// They run on (a job that shrinks past its dead ranks): the launcher waits for all.
+    KeepGoing,
+}
+
+/// The exit code of a job run with [`OnFailure::KeepGoing`] in which some ranks failed and
+/// every other one succeeded: the job lived on without them.
+pub(super) const SURVIVED: u8 = 3;
+
 /// Why the ranks stopped early.
 enum Stop {
     Failed(String),
@@ -106,14 +119,17 @@ enum Stop {
 }
 
 /// The started ranks and the threads copying their output.
-#[derive(Default)]
 struct Ranks {
+    on_failure: OnFailure,
     children: Vec<(usize, Child)>,
     pipes: Vec<JoinHandle<()>>,
+    /// The ranks that failed, as their ends were seen (with [`OnFailure::KeepGoing`]).
+    failed: Vec<(usize, String)>,
 }
 
 impl Ranks {
-    /// Whether a rank has failed or a signal came; `running` counts those still running.
+    /// Whether the ranks must stop: a rank has failed (unless they keep going) or a signal
+    /// came; `running` counts those still running.
     fn check(&mut self, running: &mut usize) -> Option<Stop> {
         let sig = RECEIVED.load(Ordering::SeqCst);
         if sig != 0 {
@@ -121,11 +137,21 @@ impl Ranks {
         }
         *running = 0;
         for (rank, c) in self.children.iter_mut() {
-            match c.try_wait() {
-                Ok(None) => *running += 1,
-                Ok(Some(st)) if !st.success() => return Some(Stop::Failed(format!("rank {rank} exited with {st}"))),
-                Ok(Some(_)) => {}
-                Err(e) => return Some(Stop::Failed(format!("waiting for rank {rank}: {e}"))),
+            let why = match c.try_wait() {
+                Ok(None) => {
+                    *running += 1;
+                    continue;
+                }
+                Ok(Some(st)) if !st.success() => format!("rank {rank} exited with {st}"),
+                Ok(Some(_)) => continue,
+                Err(e) => format!("waiting for rank {rank}: {e}"),
+            };
+            if self.on_failure == OnFailure::Terminate {
+                return Some(Stop::Failed(why));
+            }
+            if !self.failed.iter().any(|(r, _)| r == rank) {
+                eprintln!("jitccl launch: {why}; the other ranks run on (--keep-going)");
+                self.failed.push((*rank, why));
             }
         }
         None
@@ -209,6 +235,7 @@ fn spawn(
 /// programs where only rank 0 prints, such as `jitccl perf`).
 pub(super) fn run_ranks(
     nproc: usize, master_port: Option<u16>, command: &[String], timeout: Option<Duration>, prefix_stdout: bool,
+    on_failure: OnFailure,
 ) -> Result<ExitCode, String> {
     check_nranks(nproc).map_err(|e| format!("-n {nproc}: {e}"))?;
     let program = command.first().ok_or("no program to launch")?;
@@ -218,7 +245,7 @@ pub(super) fn run_ranks(
     };
     let secret = job_secret()?;
     catch_signals();
-    let mut ranks = Ranks::default();
+    let mut ranks = Ranks { on_failure, children: Vec::new(), pipes: Vec::new(), failed: Vec::new() };
     let mut running = 0;
     let mut stop = None;
     let mut checked = Instant::now();
@@ -266,7 +293,16 @@ pub(super) fn run_ranks(
         let _ = p.join();
     }
     match stop {
-        None => Ok(ExitCode::SUCCESS),
+        None if ranks.failed.is_empty() => Ok(ExitCode::SUCCESS),
+        None if ranks.failed.len() < nproc => {
+            let failed: Vec<String> = ranks.failed.iter().map(|(r, _)| r.to_string()).collect();
+            eprintln!("jitccl launch: rank(s) {} failed; every other rank succeeded", failed.join(", "));
+            Ok(ExitCode::from(SURVIVED))
+        }
+        None => {
+            eprintln!("jitccl launch: every rank failed");
+            Ok(ExitCode::FAILURE)
+        }
         Some(Stop::Failed(why)) => {
             eprintln!("jitccl launch: {why}; terminated the other ranks");
             Ok(ExitCode::FAILURE)

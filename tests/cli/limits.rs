@@ -175,3 +175,25 @@ fn environment_values_are_range_checked() {
         assert!(err.contains(var), "{var}={value}: the error should name the variable: {err}");
     }
 }
+
+#[test]
+fn launch_keep_going_lets_the_other_ranks_live_on_and_says_what_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"[ "$RANK" = 1 ] && exit 7; sleep 1; echo "done $RANK""#;
+    let out = run_within(
+        &["launch", "--keep-going", "-n", "3", "--", "sh", "-c", script],
+        dir.path(),
+        Duration::from_secs(30),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "some ranks failed, the others succeeded: {stderr}");
+    assert!(stdout.contains("[0] done 0") && stdout.contains("[2] done 2"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("rank 1 exited with exit status: 7") && stderr.contains("rank(s) 1 failed"), "{stderr}");
+    let out = run_within(
+        &["launch", "--keep-going", "-n", "2", "--", "sh", "-c", "exit 5"],
+        dir.path(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(1), "every rank failed: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("every rank failed"), "{}", text(&out.stderr));
+}

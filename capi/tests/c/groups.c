@@ -9,7 +9,7 @@
  *  - ncclGroupSimulateEnd: an estimate, and nothing run;
  *  - ncclMemAlloc / ncclMemFree, ncclCommRegister, windows on ncclMemAlloc'd
  *    buffers with an AllReduce on them (and refused on malloc'd memory);
- *  - the functions jitccl refuses: ncclInvalidUsage naming them.
+ *  - the functions jitccl refuses: ncclInvalidUsage naming them; ncclCommGrow's misuses.
  */
 #include "world.h"
 
@@ -234,7 +234,7 @@ static void memory_checks(ncclComm_t world) {
     EXPECT(e_ && strstr(e_, fn), "%s: expected a last error naming %s, got '%s'", #call, fn, e_); \
   } while (0)
 
-static void refused_checks(ncclComm_t world, ncclUniqueId id) {
+static void refused_checks(ncclComm_t world) {
   ncclComm_t grown = NULL;
   ncclUniqueId other;
   uint64_t u64 = 0;
@@ -252,8 +252,13 @@ static void refused_checks(ncclComm_t world, ncclUniqueId id) {
   const char** keys = NULL;
   int len = 0;
   char raw[16];
-  REFUSED_USE("ncclCommGrow", ncclCommGrow(world, nranks_ + 1, &id, rank_, &grown, NULL));
-  REFUSED_USE("ncclCommGetUniqueId", ncclCommGetUniqueId(world, &other));
+  /* Grow's misuses, refused before anything is exchanged: no more ranks than the
+   * communicator's, a kept rank other than -1, a second grow id before a grow used the
+   * first. */
+  EXPECT_RESULT(ncclInvalidArgument, ncclCommGrow(world, nranks_, NULL, -1, &grown, NULL));
+  EXPECT_RESULT(ncclInvalidArgument, ncclCommGrow(world, nranks_ + 1, NULL, rank_, &grown, NULL));
+  NCCLCHECK(ncclCommGetUniqueId(world, &other));
+  EXPECT_RESULT(ncclInvalidUsage, ncclCommGetUniqueId(world, &other));
   REFUSED_USE("ncclCommSuspend", ncclCommSuspend(world, NCCL_SUSPEND_MEM));
   REFUSED_USE("ncclCommResume", ncclCommResume(world));
   REFUSED_USE("ncclCommMemStats", ncclCommMemStats(world, ncclStatGpuMemTotal, &u64));
@@ -291,7 +296,7 @@ int main(void) {
   failed_group_checks(world);
   simulate_checks(world);
   memory_checks(world);
-  refused_checks(world, id);
+  refused_checks(world);
   NCCLCHECK(ncclCommDestroy(half));
   NCCLCHECK(ncclCommDestroy(world));
   report_passed();

@@ -2,7 +2,7 @@
 //! here is thin: `enqueue` checks it (an error changes nothing), then tunes, compiles
 //! (once) and queues it on the caller's stream. The rank's state lives in `inner` (what
 //! runs its launches, with its failure state, is the stream's: `stream::Executor`), its
-//! creation in `init`; new communicators from it come from `split` and `shrink`.
+//! creation in `init`; new communicators from it come from `split`, `shrink` and `grow`.
 //!
 //! Where each `Comm` method lives (a test keeps this index true):
 //! - `mod.rs`: rank, nranks, name, device, is_blocking, bind_current_thread, all_reduce,
@@ -14,11 +14,13 @@
 //! - `init/threads.rs`: init_all, init_all_on
 //! - `split.rs`: split, split_with, dup, share_rendezvous
 //! - `shrink.rs`: shrink, revoke
+//! - `grow.rs`: grow_id, grow
 //! - `registration.rs`: alloc_symmetric, register
 //! - `submit.rs`: submit, defer
 
 mod alltoall;
 mod group;
+mod grow;
 mod handle;
 mod init;
 mod inner;

@@ -109,11 +109,25 @@ impl Failure {
         }
     }
 
-    /// The error of a wait that ended because `peer` had failed.
+    /// The error of a wait that ended because `peer` had failed. When several ranks went at
+    /// once (a host's), it names the others this rank saw go too, so that the survivors can
+    /// tell whom to shrink without.
     fn peer_failed(&self, op: String, peer: usize) -> Error {
-        let (culprit, how) = self.culprit(peer);
+        let (culprit, mut how) = self.culprit(peer);
         self.announce(culprit);
+        let others: Vec<String> =
+            self.gone_ranks().into_iter().filter(|&q| q != culprit).map(|q| q.to_string()).collect();
+        if !others.is_empty() {
+            how += &format!("; rank(s) {} are gone too", others.join(", "));
+        }
         Error::PeerFailed { op, rank: self.rank, peer: peer as i32, culprit, how }
+    }
+
+    /// The ranks this rank saw go (a closed connection, an exited process, a dead link), in
+    /// order. Only what it saw itself: a rank another one blamed may have been merely the
+    /// one it waited on.
+    fn gone_ranks(&self) -> Vec<usize> {
+        (0..self.nranks).filter(|&q| q != self.rank && self.board.get(q).is_some_and(|n| n.is_gone())).collect()
     }
 
     /// The rank that failed first, as this rank's board tells it, from `peer` on: each
@@ -206,6 +220,23 @@ impl Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fault::Seen;
+
+    /// A host's two ranks gone at once: the error names the first and the other one this
+    /// rank saw go, not a rank that was only blamed.
+    #[test]
+    fn a_failed_peer_error_names_every_rank_seen_gone() {
+        let mut words = [0i32; 5];
+        let board = Board::new(words.as_mut_ptr(), 5);
+        board.note(3, Notice::gone(3, Seen::Closed));
+        board.note(2, Notice::gone(2, Seen::Closed));
+        board.note(4, Notice::reported(3));
+        board.note(1, Notice::reported(4));
+        let failure = Failure::new(0, Duration::from_secs(1), board, vec![None; 5], None);
+        let e = failure.peer_failed("all_reduce".into(), 4);
+        assert!(matches!(&e, Error::PeerFailed { culprit: 3, .. }), "{e}");
+        assert!(e.to_string().contains("; rank(s) 2 are gone too)"), "{e}");
+    }
 
     /// A kernel that refused a call of another rank count than it was specialized for is
     /// named as such (a bug of the runtime's, never a peer's), beside an aborted one.

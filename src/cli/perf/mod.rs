@@ -40,7 +40,14 @@ impl PerfArgs {
                 let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
                 let mut command = vec![exe.to_string_lossy().into_owned()];
                 command.extend(std::env::args().skip(1));
-                return super::ranks::run_ranks(lay.procs, None, &command, None, false);
+                return super::ranks::run_ranks(
+                    lay.procs,
+                    None,
+                    &command,
+                    None,
+                    false,
+                    super::ranks::OnFailure::Terminate,
+                );
             }
             Role::Ranks { first } => first,
         };

@@ -5,7 +5,7 @@
 //! is a new communicator with the parent's resolved configuration and no state shared with
 //! it, so the parent's abort, failure or drop leaves the child alone.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
@@ -31,8 +31,8 @@ impl From<u32> for Split {
     }
 }
 
-/// The bookkeeping of a rank's splits and shrinks: their counters, and the rendezvous its
-/// thread ranks' splits meet in (finalize, which waits for the queued launches, is the
+/// The bookkeeping of a rank's splits, shrinks and grows: their counters, whether a grow id
+/// is out, and the rendezvous its thread ranks' splits meet in (finalize, which waits for the queued launches, is the
 /// executor's: `stream::Executor`).
 #[derive(Default)]
 pub(crate) struct Splits {
@@ -43,6 +43,9 @@ pub(crate) struct Splits {
     /// remaining ranks shrink (a shared count would pair the excluded ranks' next split
     /// with another round than the others').
     shrinks: AtomicU64,
+    /// Whether this rank made a grow id that no grow has used yet (NCCL allows one at a
+    /// time).
+    grow_id_out: AtomicBool,
     /// Set for ranks made by `init_all` (they have no bootstrap to split over).
     pub rendezvous: OnceLock<Arc<Rendezvous>>,
 }
@@ -55,6 +58,16 @@ impl Splits {
 
     pub(crate) fn next_shrink(&self) -> u64 {
         self.shrinks.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Notes that a grow id is out; false if one already was.
+    pub(crate) fn hand_out_grow_id(&self) -> bool {
+        !self.grow_id_out.swap(true, Ordering::AcqRel)
+    }
+
+    /// Notes that the grow id that was out has been used (or could not be made).
+    pub(crate) fn grow_id_used(&self) {
+        self.grow_id_out.store(false, Ordering::Release);
     }
 }
 
