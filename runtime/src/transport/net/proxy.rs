@@ -108,10 +108,12 @@ impl Activity {
     /// drops; the progress hook and its context for its launch arguments (none where no
     /// engine can be driven: the kernel then waits for the proxy thread as a GPU's does).
     pub(crate) fn kernel_driving(&self) -> (Running<'_>, Option<Hook>) {
+        // Counted driving before running: a proxy woken by the start naps at once.
         let hook = self.engine.as_ref().map(|_| {
             self.driving.fetch_add(1, Ordering::SeqCst);
             Hook { progress, ctx: self as *const Activity as *mut c_void }
         });
+        self.kernel_queued();
         (Running { act: self, driving: hook.is_some() }, hook)
     }
 
@@ -183,8 +185,17 @@ impl Drop for Running<'_> {
         self.act.kernel_ended();
         if self.driving {
             self.act.driving.fetch_sub(1, Ordering::SeqCst);
-            // What the kernel posted last may still wait for the proxy thread, napping.
-            self.act.wake();
+            // What the kernel posted and consumed last goes out now, on its thread; only
+            // what the sockets do not take at once is left to the proxy thread, woken for it.
+            let quiet = self
+                .act
+                .engine
+                .as_ref()
+                .and_then(|e| e.try_lock().ok())
+                .is_some_and(|mut e| e.pass(Duration::ZERO, self.act).is_ok_and(|_| e.quiet()));
+            if !quiet {
+                self.act.wake();
+            }
         }
     }
 }
@@ -350,6 +361,12 @@ impl Engine {
     /// `SendSide::settled`).
     fn settled(&self) -> bool {
         self.sends.iter().all(SendSide::settled)
+    }
+
+    /// Nothing left for the proxy thread to do now: every posted step went out and every
+    /// consumed one was credited.
+    fn quiet(&self) -> bool {
+        self.settled() && self.recvs.iter().all(|r| r.dead || r.credited())
     }
 
     /// Closes every socket, lingering until `until` for the peers to take what was sent

@@ -85,6 +85,11 @@ impl RecvSide {
         }
     }
 
+    /// The kernel's progress has all been sent back.
+    pub fn credited(&self) -> bool {
+        self.credit_done == CREDIT && atomic(self.fifo.head).load(Ordering::Acquire) == self.reported_head
+    }
+
     /// A frame arrived in part only.
     pub fn mid_frame(&self) -> bool {
         self.incoming.iter().any(|c| c.frame.is_some() || c.at < c.end)
