@@ -13,6 +13,10 @@
 #   ROUNDS    rounds per figure (default 5)
 #   BASELINE  another jitccl binary (an older build) to run as a third side, "before"
 #   LIMIT     seconds any one run may take (default 120)
+#   RATE      also run jitccl between two network namespaces (one rank each, a veth pair in
+#             198.18.0.0/15, made and removed here; mpirun cannot reach ranks there), both
+#             ends rate-limited to RATE (tc tbf, e.g. 1gbit; "none": unlimited), and report
+#             busbw against the rate
 # Logs and every sample: $CARGO_TARGET_DIR/socket-bench/ (default target/socket-bench/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,5 +97,54 @@ for n in $nranks_list; do
         }
         print ""
       }' "$logs/samples.tsv"
+  done
+done
+
+# --- between two namespaces, the link rate-limited ---------------------------------------
+[ -n "${RATE:-}" ] || exit 0
+[ "$(id -u)" = 0 ] || die "RATE needs root (network namespaces)"
+tag="jcsock$$"
+# shellcheck source=benches/two_hosts.sh
+. "$root/benches/two_hosts.sh"
+trap 'two_hosts_down "$tag"' EXIT INT TERM
+two_hosts_up "$tag"
+bits=0
+if [ "$RATE" != none ]; then
+  bits=$(numfmt --from=si "$(tr a-z A-Z <<<"${RATE%bit}")")
+  for h in a b; do
+    # A burst of one timer tick's worth of bytes (at 100 Hz), as benches/wire.sh sets it.
+    tc -n "${tag}$h" qdisc replace dev veth0 root tbf rate "$RATE" burst $((bits / 800)) latency 100ms
+  done
+fi
+# busbw (GB/s) of one run of `bin` between the namespaces at `bytes`.
+hosts_run() { # bin bytes iters log
+  for r in 0 1; do
+    h=$([ $r = 0 ] && echo a || echo b)
+    timeout "$limit" ip netns exec "${tag}$h" env MASTER_ADDR=198.18.0.1 MASTER_PORT=29531 RANK=$r WORLD_SIZE=2 \
+      LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 JITCCL_SOCKET_IFNAME==veth0 \
+      "$1" perf all_reduce -b "$2" -e "$2" -d float -o sum -w $(($3 / 5 + 1)) -n "$3" -z 1 >"$4.$r" 2>&1 &
+  done
+  wait
+  awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $9 == 0 { print $8; f = 1; exit } END { exit !f }' "$4.0" ||
+    die "jitccl between namespaces at $2 B gave no checked result (log: $4.0)"
+}
+echo "# between two namespaces, 1 rank each, link $RATE: busbw GB/s, median of $rounds interleaved rounds (% of the rate)"
+: >"$logs/hosts.tsv"
+for s in "$@"; do
+  b=$(to_bytes "$s") i=$(iters_for "$(to_bytes "$s")")
+  for r in $(seq 1 "$rounds"); do
+    for side in $sides; do
+      [ "$side" != mpi ] || continue
+      bin=$jitccl
+      [ "$side" = jitccl ] || bin=$BASELINE
+      printf '%s\t%s\t%s\n' "$side" "$b" "$(hosts_run "$bin" "$b" "$i" "$logs/hosts-$side-$b.$r.log")" >>"$logs/hosts.tsv"
+    done
+  done
+  for side in $sides; do
+    [ "$side" != mpi ] || continue
+    awk -F'\t' -v b="$b" -v side="$side" '$1 == side && $2 == b { print $3 }' "$logs/hosts.tsv" | sort -g |
+      awk -v b="$b" -v side="$side" -v bits="$bits" '{ v[NR] = $1 } END {
+        m = v[int((NR + 1) / 2)]
+        printf "  %9s %-7s %8.3f  %s\n", b, side, m, (bits > 0) ? sprintf("%.0f%%", 100 * m * 8e9 / bits) : "" }'
   done
 done

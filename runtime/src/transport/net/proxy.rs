@@ -1,6 +1,5 @@
 //! The proxy of one rank (NCCL's proxy progress): moves posted steps out of the local
-//! shadows of its peers' FIFOs, stores arriving steps into the rank's own FIFOs, and returns
-//! the kernels' progress as credits.
+//! shadows of its peers' FIFOs and stores arriving steps into the rank's own FIFOs.
 //!
 //! What it moves is an [`Engine`] behind a lock, driven from two places. A host kernel of
 //! the rank drives it from its own waits ([`progress`], which the kernel's back-off calls
@@ -185,14 +184,14 @@ impl Drop for Running<'_> {
         self.act.kernel_ended();
         if self.driving {
             self.act.driving.fetch_sub(1, Ordering::SeqCst);
-            // What the kernel posted and consumed last goes out now, on its thread; only
-            // what the sockets do not take at once is left to the proxy thread, woken for it.
+            // What the kernel posted last goes out now, on its thread; only what the
+            // sockets do not take at once is left to the proxy thread, woken for it.
             let quiet = self
                 .act
                 .engine
                 .as_ref()
                 .and_then(|e| e.try_lock().ok())
-                .is_some_and(|mut e| e.pass(Duration::ZERO, self.act).is_ok_and(|_| e.quiet()));
+                .is_some_and(|mut e| e.pass(Duration::ZERO, self.act).is_ok_and(|_| e.settled()));
             if !quiet {
                 self.act.wake();
             }
@@ -290,8 +289,8 @@ pub(super) struct Engine {
 unsafe impl Send for Engine {}
 
 impl Engine {
-    /// Waits up to `wait` for the sockets to stir, then moves what can move: credits in,
-    /// posted steps out, arrived steps into the FIFOs. True if anything moved; an error only
+    /// Waits up to `wait` for the sockets to stir, then moves what can move: posted steps
+    /// out, arrived steps into the FIFOs. True if anything moved; an error only
     /// if the poller itself failed.
     fn pass(&mut self, wait: Duration, act: &Activity) -> std::io::Result<bool> {
         let rank = self.rank;
@@ -357,16 +356,10 @@ impl Engine {
         Ok(progressed)
     }
 
-    /// Whether a stopping proxy may close: every posted step went out (see
-    /// `SendSide::settled`).
+    /// Every posted step went out (see `SendSide::settled`): a stopping proxy may close,
+    /// and an ending kernel leaves nothing to the proxy thread.
     fn settled(&self) -> bool {
         self.sends.iter().all(SendSide::settled)
-    }
-
-    /// Nothing left for the proxy thread to do now: every posted step went out and every
-    /// consumed one was credited.
-    fn quiet(&self) -> bool {
-        self.settled() && self.recvs.iter().all(|r| r.dead || r.credited())
     }
 
     /// Closes every socket, lingering until `until` for the peers to take what was sent
@@ -553,9 +546,9 @@ mod tests {
 
     /// Two proxies over two sockets, in the clear and through TLS: steps of all three
     /// protocols, each larger than what a socket reads ahead, arrive whole and in order
-    /// while several are in flight, and the receiver's credits free the sender's slots.
+    /// while several are in flight, and the sender's slots are freed as they go out.
     #[test]
-    fn steps_cross_whole_in_order_and_credits_free_slots() {
+    fn steps_cross_whole_in_order_and_slots_free_as_they_go() {
         steps_cross(None);
         steps_cross(Some(Tls::new(&JobKey::from_secret("the proxy test's job key").unwrap()).unwrap()));
     }
