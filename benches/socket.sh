@@ -16,7 +16,7 @@
 #   RATE      also run jitccl between two network namespaces (one rank each, a veth pair in
 #             198.18.0.0/15, made and removed here; mpirun cannot reach ranks there), both
 #             ends rate-limited to RATE (tc tbf, e.g. 1gbit; "none": unlimited), and report
-#             busbw against the rate
+#             busbw against the rate, at the sizes of 1 MiB and more
 # Logs and every sample: $CARGO_TARGET_DIR/socket-bench/ (default target/socket-bench/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -132,6 +132,8 @@ echo "# between two namespaces, 1 rank each, link $RATE: busbw GB/s, median of $
 : >"$logs/hosts.tsv"
 for s in "$@"; do
   b=$(to_bytes "$s") i=$(iters_for "$(to_bytes "$s")")
+  # The link's rate bounds the large sizes only.
+  [ "$b" -ge $((1 << 20)) ] || continue
   for r in $(seq 1 "$rounds"); do
     for side in $sides; do
       [ "$side" != mpi ] || continue
