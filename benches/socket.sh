@@ -9,7 +9,7 @@
 #
 # Usage: benches/socket.sh [SIZE...]        (default sizes: 8 64K 1M 16M)
 # Environment:
-#   NRANKS    rank counts (default "2 4")
+#   NRANKS    rank counts (default "2 4"; 0: no loopback rows)
 #   ROUNDS    rounds per figure (default 5)
 #   BASELINE  another jitccl binary (an older build) to run as a third side, "before"
 #   LIMIT     seconds any one run may take (default 120)
@@ -71,6 +71,7 @@ printf '# %2s %9s | %10s %11s |' n bytes mpi_us spread
 for s in $sides; do [ "$s" = mpi ] || printf ' %10s %11s %6s |' "${s}_us" spread ratio; done
 echo
 for n in $nranks_list; do
+  [ "$n" -gt 0 ] || continue
   for s in "$@"; do
     b=$(to_bytes "$s") i=$(iters_for "$(to_bytes "$s")")
     for r in $(seq 1 "$rounds"); do
@@ -125,7 +126,8 @@ hosts_run() { # bin bytes iters log
       "$1" perf all_reduce -b "$2" -e "$2" -d float -o sum -w $(($3 / 5 + 1)) -n "$3" -z 1 >"$4.$r" 2>&1 &
   done
   wait
-  awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $9 == 0 { print $8; f = 1; exit } END { exit !f }' "$4.0" ||
+  # busbw from the time (perf prints two decimals): at 2 ranks, bytes per time.
+  awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $9 == 0 { printf "%.4f\n", $1 / $6 / 1000; f = 1; exit } END { exit !f }' "$4.0" ||
     die "jitccl between namespaces at $2 B gave no checked result (log: $4.0)"
 }
 echo "# between two namespaces, 1 rank each, link $RATE: busbw GB/s, median of $rounds interleaved rounds (% of the rate)"
