@@ -107,6 +107,7 @@ JC_STATIC_ASSERT(JC_SYM_FLAGS_WORDS == {{ abi.sym_flags_words }}, "flags area di
 }{% else %}/* One CTA: channel `chan`. Returns JC_OK or the JC_ERR_* it recorded in args->status. */
 __attribute__((visibility("default"))) int {{ symbol }}(const struct jc_args* args, int chan) {
   struct jc_ctx x;
+  jc_progress_enter(args->progress, args->progress_ctx);
   jc_ctx_init(&x, args, chan);
   if (!jc_specialized_for(&x)) return JC_ERR_SPECIALIZED;
   return jc_run(&x);

@@ -193,6 +193,12 @@ pub struct Args {
     /// kernel's barrier fences at GPU scope rather than system scope.
     pub same_gpu: i32,
     pub pad: i32,
+    /// Host: called by a waiting kernel before each back-off round with `progress_ctx`,
+    /// to move its rank's network traffic on the caller's thread (MPI's way: no hand-off
+    /// to a proxy thread on a step's path); nonzero if it moved anything. Null where
+    /// nothing needs it.
+    pub progress: Option<unsafe extern "C" fn(*mut std::ffi::c_void) -> i32>,
+    pub progress_ctx: *mut std::ffi::c_void,
 }
 
 /// The sizes the templates assert.

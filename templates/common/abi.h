@@ -124,4 +124,6 @@ struct jc_args {
   jc_i32 same_gpu;                /* CUDA: 1 when every rank's kernels run on this GPU in this
                                      process: direct barriers need only GPU scope */
   jc_i32 pad;
+  int (*progress)(void*);         /* host: moves the rank's network traffic; nonzero if it did */
+  void* progress_ctx;
 };

@@ -51,7 +51,19 @@ static JC_INLINE jc_u64 jc_now_ns(void) {
 #define JC_BUSY_SPELL_NS 20000000ull
 static jc_u64 jc_slow_yield_at; /* when a yield last lost the core for long */
 static jc_u64 jc_busy_until;    /* until when waits skip yielding */
+/* The launch's network progress (jc_args' progress and progress_ctx), per CTA thread: a
+   rank with peers over the network moves its sockets from its waits, on its own thread,
+   rather than waiting for a proxy thread to be scheduled (which, with more threads than
+   cores, costs a scheduling round per hop). Each round tries it first; one that moved
+   anything looks again at once. */
+static __thread int (*jc_progress_fn)(void*);
+static __thread void* jc_progress_ctx;
+static inline void jc_progress_enter(int (*fn)(void*), void* ctx) {
+  jc_progress_fn = fn;
+  jc_progress_ctx = ctx;
+}
 static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
+  if (jc_progress_fn && jc_progress_fn(jc_progress_ctx)) return;
   if (spins < spin) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

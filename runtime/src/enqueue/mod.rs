@@ -374,6 +374,9 @@ impl Rank {
             spin: 0,
             same_gpu: b.same_gpu,
             pad: 0,
+            // Set when the launch runs (`Executor::run`), for a rank with a net proxy.
+            progress: None,
+            progress_ctx: std::ptr::null_mut(),
             nranks: nranks as i32,
             rank: rank as i32,
             root: call.root as i32,

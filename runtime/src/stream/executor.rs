@@ -14,7 +14,7 @@ use super::failure::Failure;
 use super::launch::{KernelCall, OnCaller, Owner, Started};
 use super::tables::Tables;
 use crate::affinity::{self, CpuSet, Running};
-use crate::device::{self, CtaPool, LaunchOrder};
+use crate::device::{self, CtaPool, KernelRef, LaunchOrder};
 use crate::error::{Error, Result};
 use crate::transport::net::Activity;
 use crate::wait;
@@ -136,7 +136,16 @@ impl Owner for Executor {
         }
         // SAFETY: statuses are only written by this rank's kernels, not running now.
         unsafe { self.tables.reset_statuses(l.nchannels)? };
-        let _net = self.net.as_ref().map(|a| a.kernel_running());
+        // A host kernel drives its rank's net traffic from its own waits; a GPU's cannot.
+        let _net = self.net.as_ref().map(|a| match l.kernel {
+            KernelRef::Host(_) => {
+                let (running, hook) = a.kernel_driving();
+                l.args.progress = hook.map(|h| h.progress);
+                l.args.progress_ctx = hook.map_or(std::ptr::null_mut(), |h| h.ctx);
+                running
+            }
+            KernelRef::Cuda(_) => a.kernel_running(),
+        });
         // The wait policy's spin budget, from what competes for the CPUs now.
         let _running = Running::new();
         let cpus = self.cpus.as_deref();

@@ -137,8 +137,9 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let conns = connect(&layout, rank, &bases, &recv, &graph, &[])?;
     // Every rank tunes as rank 0 does (its machine's topology, its table): so they
     // cannot disagree.
-    let plan = if rank == 0 { tune::plan(&graph, &cfg, &device)? } else { Vec::new() };
-    let tuner = tune::from_plan(&bs.all_gather(&plan)?[0], &graph, &cfg)?;
+    let priced = priced(&graph, &endpoints);
+    let plan = if rank == 0 { tune::plan(&priced, &cfg, &device)? } else { Vec::new() };
+    let tuner = tune::from_plan(&bs.all_gather(&plan)?[0], &priced, &cfg)?;
     let tuner = Arc::new(tuner.agreed(|started| Ok(bs.all_gather(started)?))?);
     let proxy = if any_net {
         let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
@@ -236,6 +237,14 @@ fn between_hosts(graph: &mut Graph, network: &Network) {
         graph.bw_inter = if graph.bw_inter > 0.0 { graph.bw_inter.min(gbs) } else { gbs };
     }
     graph.lat_inter = devs.iter().map(|d| f64::from(d.latency_us)).filter(|l| l.is_finite()).fold(0.0, f64::max);
+}
+
+/// `graph` as the cost model prices it: where every rank asks for the network
+/// (`JITCCL_TRANSPORT=net`), each pair's hops and bandwidth are the network's, as between
+/// ranks on separate hosts, so that small calls take the paths of fewest hops over it.
+fn priced(graph: &Graph, endpoints: &[Endpoint]) -> Graph {
+    let nhosts = if endpoints.iter().all(|e| e.net_only) { endpoints.len() } else { graph.nhosts };
+    Graph { nhosts, ..graph.clone() }
 }
 
 /// The rings and trees of a communicator of processes: every rank shares its machine's
@@ -385,4 +394,30 @@ fn rank_state(
     let enq =
         enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, Arc::new(exec), w.board, cpus, tuner, w.in_memory);
     Ok(CommInner::new(enq, segments))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranks(net_only: &[bool]) -> Vec<Endpoint> {
+        let ep = |q: usize, net_only: bool| Endpoint {
+            host: "one machine".into(),
+            group: None,
+            segment: format!("jitccl-{q}"),
+            net_only,
+            pid: q as u32,
+            cuda: None,
+        };
+        net_only.iter().enumerate().map(|(q, &n)| ep(q, n)).collect()
+    }
+
+    #[test]
+    fn ranks_that_all_ask_for_the_network_are_priced_as_hosts_of_their_own() {
+        let graph = Graph::uniform(4, 2);
+        assert_eq!(priced(&graph, &ranks(&[true; 4])).nhosts, 4);
+        assert_eq!(priced(&graph, &ranks(&[true, true, false, true])).nhosts, 1);
+        let two = Graph { nhosts: 2, ..Graph::uniform(4, 2) };
+        assert_eq!(priced(&two, &ranks(&[false; 4])), two);
+    }
 }

@@ -39,8 +39,7 @@ pub(super) fn slot_ptr(fifo: &Conn, k: u64, proto: usize) -> *mut u8 {
 /// ahead of it are complete.
 ///
 /// # Safety
-/// The slot must be free (the sender only sends step k once the kernel has consumed step
-/// k - STEPS), `word` must fit `fifo` and `ll128_flag` must be below 16.
+/// The slot must be free (the kernel has consumed step k - STEPS), `word` must fit `fifo` and `ll128_flag` must be below 16.
 pub(super) unsafe fn store_flagged(fifo: &Conn, ll128_flag: usize, k: u64, word: u64, data: &[u8]) {
     let (proto, _) = split_size_word(word);
     let dst = slot_ptr(fifo, k, proto);

@@ -3,10 +3,11 @@
 //!
 //! A sender's kernel writes into a local shadow of the receiver's FIFO (same layout). The
 //! proxy forwards each posted step (the protocol slot and byte count its size word names)
-//! once the receiver's FIFO has room, and counts the slot free locally as soon as it is
-//! copied out. The receiving proxy writes arriving steps into its rank's own FIFO — LL lines
-//! as atomic 8-byte words, LL128 flags after their data — posts the tail, and reports the
-//! kernel's head back as credits. Kernels see ordinary connectors and need no change.
+//! and counts the slot free locally as soon as it is copied out. The receiving proxy takes
+//! a step off its socket once its slot in the rank's own FIFO is free (TCP's flow control
+//! holds the sender back meanwhile), writes it there — LL lines as atomic 8-byte words,
+//! LL128 flags after their data — and posts the tail. Kernels see ordinary connectors and
+//! need no change; a host kernel drives the proxy's work itself while it waits (`proxy`).
 //!
 //! Each connector has `nsocks` TCP sockets (JITCCL_NSOCKS_PERTHREAD) that its steps are
 //! striped over. With the communicator's key, each socket first proves that it knows it

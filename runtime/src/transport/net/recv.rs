@@ -1,19 +1,19 @@
 //! The side of a connector this rank receives on: stores arriving steps into the rank's own
-//! FIFO and returns its kernel's progress as credits.
+//! FIFO.
 //!
-//! Each socket stays in step order (socket i carries steps i, i + n, ...); a step is stored
-//! as soon as its frame is complete, and the tail is posted only up to the first step still
-//! missing. Simple steps are read straight into their slot (the tail tells the kernel when
+//! Each socket stays in step order (socket i carries steps i, i + n, ...); a step is taken
+//! off its socket once its slot is free (the kernel has consumed the step STEPS before it:
+//! until then it waits in the socket, and TCP holds the sender back), stored as soon as its
+//! frame is complete, and the tail is posted only up to the first step still missing. Simple steps are read straight into their slot (the tail tells the kernel when
 //! they are whole); LL and LL128 steps gather first, as their readers poll flags inside
 //! the data.
 
-use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 
-use jitccl_codegen::abi::Conn;
+use jitccl_codegen::abi::{Conn, STEPS};
 
 use super::fifo::{atomic, fits, set_size, slot_ptr, store_flagged, SIMPLE};
-use super::wire::{parse_frame_header, split_size_word, Broken, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
+use super::wire::{parse_frame_header, split_size_word, Broken, Wire, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
 /// Bytes read ahead per call: several small frames at once, without staging large steps
@@ -49,10 +49,6 @@ pub(super) struct RecvSide {
     incoming: Vec<Incoming>,
     /// Steps posted to the kernel (the tail).
     posted: u64,
-    /// The last credit queued, and how much of it is written.
-    credit: [u8; CREDIT],
-    credit_done: usize,
-    reported_head: u64,
     /// The sender's fault frame: the rank that failed first, as the sender knew it.
     pub fault: Option<usize>,
     pub dead: bool,
@@ -70,19 +66,7 @@ impl RecvSide {
                 next,
             })
             .collect();
-        RecvSide {
-            link,
-            fifo,
-            ll128_flag,
-            socks,
-            incoming,
-            posted: 0,
-            credit: [0; CREDIT],
-            credit_done: CREDIT,
-            reported_head: 0,
-            fault: None,
-            dead: false,
-        }
+        RecvSide { link, fifo, ll128_flag, socks, incoming, posted: 0, fault: None, dead: false }
     }
 
     /// A frame arrived in part only.
@@ -90,13 +74,14 @@ impl RecvSide {
         self.incoming.iter().any(|c| c.frame.is_some() || c.at < c.end)
     }
 
-    /// Moves arriving steps into the FIFO and the kernel's progress back; true if anything
-    /// happened.
+    /// Moves arriving steps into the FIFO; true if anything happened.
     pub fn pump(&mut self) -> Result<bool, Broken> {
         let mut progressed = false;
+        // Steps below this have a free slot.
+        let free = atomic(self.fifo.head).load(Ordering::Acquire) + STEPS as u64;
         for i in 0..self.socks.len() {
             // The peer's last steps may have come with its close: they are stored first.
-            progressed |= self.receive(i)?;
+            progressed |= self.receive(i, free)?;
             // What reading made a TLS session answer (nothing in the clear).
             self.socks[i].flush()?;
         }
@@ -114,26 +99,12 @@ impl RecvSide {
         if self.socks.iter().all(|w| w.eof) {
             return Err("closed the connection".to_string().into());
         }
-        let head = atomic(self.fifo.head).load(Ordering::Acquire);
-        // Credits are progress marks: one not yet started can be replaced by a later one.
-        if head > self.reported_head && (self.credit_done == 0 || self.credit_done == CREDIT) {
-            self.reported_head = head;
-            self.credit = head.to_le_bytes();
-            self.credit_done = 0;
-            progressed = true;
-        }
-        while self.credit_done < CREDIT {
-            let n = self.socks[0].write(&[IoSlice::new(&self.credit[self.credit_done..])])?;
-            if n == 0 {
-                break;
-            }
-            self.credit_done += n;
-        }
         Ok(progressed)
     }
 
-    /// Stores the frames socket `i` has brought; true if it brought anything.
-    fn receive(&mut self, i: usize) -> Result<bool, Broken> {
+    /// Stores the frames socket `i` has brought, up to the step `free` (whose slot the
+    /// kernel has not freed yet); true if it brought anything.
+    fn receive(&mut self, i: usize, free: u64) -> Result<bool, Broken> {
         let nsocks = self.socks.len() as u64;
         let (w, c, fifo, flag) = (&mut self.socks[i], &mut self.incoming[i], &self.fifo, self.ll128_flag);
         let mut progressed = false;
@@ -162,14 +133,18 @@ impl RecvSide {
                     )
                     .into());
                 }
+                if step >= free {
+                    // Its slot still holds a step the kernel has not consumed.
+                    return Ok(progressed);
+                }
                 c.at += FRAME_HEADER;
                 c.frame = Some(Partial { step, word, got: 0 });
                 continue;
             };
             let (proto, bytes) = split_size_word(f.word);
             let dst: &mut [u8] = if proto == SIMPLE {
-                // SAFETY: the slot is free (the sender only sends step k once the kernel has
-                // consumed step k - STEPS) and the kernel reads it only after the tail.
+                // SAFETY: the slot is free (a frame is started only below `free`) and the
+                // kernel reads it only after the tail.
                 unsafe { std::slice::from_raw_parts_mut(slot_ptr(fifo, f.step, proto), bytes) }
             } else {
                 c.staging.resize(bytes, 0);

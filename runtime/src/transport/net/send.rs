@@ -1,10 +1,14 @@
 //! The side of a connector this rank sends on: forwards the steps its kernel posts to the
-//! local shadow of the receiver's FIFO, and takes the receiver's credits.
+//! local shadow of the receiver's FIFO.
 //!
 //! Steps are dealt round-robin over the connector's sockets (step k on socket k % n) and
 //! written straight from their FIFO slots, all ready frames of a socket in one call. A
 //! slot is counted free (the FIFO head) once its step is wholly written, in step order.
-//! Credits (the receiving kernel's head) come on socket 0.
+//! Nothing bounds what is written beyond TCP's own flow control: the receiver takes a
+//! step off its socket only once the step's slot is free, so the window in flight is the
+//! FIFO plus both sockets' buffers, which TCP sizes to the link (a window of the FIFO
+//! alone, returned as credits that queue behind the peer's own data on a busy link, left
+//! a rate-limited link half idle). Nothing comes back but the peer's close.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -13,7 +17,7 @@ use std::sync::atomic::Ordering;
 use jitccl_codegen::abi::{Conn, STEPS};
 
 use super::fifo::{atomic, fits, slot};
-use super::wire::{frame_header, split_size_word, Broken, Wire, CREDIT, FAULT_STEP, FRAME_HEADER};
+use super::wire::{frame_header, split_size_word, Broken, Wire, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
 /// A step on its way out: header, then its bytes in the FIFO slot.
@@ -36,11 +40,6 @@ pub(super) struct SendSide {
     taken: u64,
     /// Steps wholly written: the FIFO head.
     freed: u64,
-    /// Steps the receiver's kernel has consumed.
-    remote_head: u64,
-    /// A credit read in part.
-    credit: [u8; CREDIT],
-    credit_len: usize,
     /// A fault frame is queued: no step is taken out any more.
     faulted: bool,
     /// The connection failed; the connector is no longer served.
@@ -50,19 +49,7 @@ pub(super) struct SendSide {
 impl SendSide {
     pub fn new(link: Link, fifo: Conn, socks: Vec<Wire>) -> SendSide {
         let out = socks.iter().map(|_| (VecDeque::with_capacity(STEPS), 0)).collect();
-        SendSide {
-            link,
-            fifo,
-            socks,
-            out,
-            taken: 0,
-            freed: 0,
-            remote_head: 0,
-            credit: [0; CREDIT],
-            credit_len: 0,
-            faulted: false,
-            dead: false,
-        }
+        SendSide { link, fifo, socks, out, taken: 0, freed: 0, faulted: false, dead: false }
     }
 
     /// Every step the kernel posted has been handed to the OS.
@@ -81,12 +68,13 @@ impl SendSide {
         self.dead || (self.faulted && self.sent()) || self.flushed()
     }
 
-    /// Takes in credits and moves posted steps out; true if anything happened.
+    /// Moves posted steps out; true if anything happened.
     pub fn pump(&mut self) -> Result<bool, Broken> {
-        let mut progressed = self.take_credits()?;
+        self.watch_close()?;
+        let mut progressed = false;
         let tail = atomic(self.fifo.tail).load(Ordering::Acquire);
         let n = self.socks.len() as u64;
-        while !self.faulted && self.taken < tail && self.taken < self.remote_head + STEPS as u64 {
+        while !self.faulted && self.taken < tail {
             let k = self.taken;
             let s = slot(k);
             // SAFETY: sizes has STEPS entries; written before the tail we acquired.
@@ -128,30 +116,17 @@ impl SendSide {
         }
     }
 
-    /// Reads the credits that arrived; true if any did.
-    fn take_credits(&mut self) -> Result<bool, Broken> {
-        let mut any = false;
-        let mut buf = [0u8; 64 * CREDIT];
-        loop {
-            let have = self.credit_len;
-            buf[..have].copy_from_slice(&self.credit[..have]);
-            let n = self.socks[0].read(&mut buf[have..])?;
-            if n == 0 {
-                break;
-            }
-            let whole = (have + n) / CREDIT * CREDIT;
-            for c in buf[..whole].chunks_exact(CREDIT) {
-                self.remote_head = self.remote_head.max(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-            }
-            self.credit_len = have + n - whole;
-            self.credit[..self.credit_len].copy_from_slice(&buf[whole..have + n]);
-            any = true;
+    /// Fails once the peer has closed the connection (it sends nothing on it).
+    fn watch_close(&mut self) -> Result<(), Broken> {
+        let mut buf = [0u8; 64];
+        if self.socks[0].read(&mut buf)? > 0 {
+            return Err("sent bytes on a connection it only receives on".to_string().into());
         }
         // A peer closes all its sockets together: socket 0 notices for the connector.
         if self.socks[0].eof {
             return Err("closed the connection".to_string().into());
         }
-        Ok(any)
+        Ok(())
     }
 
     /// Writes socket `i`'s frames until it takes no more.
@@ -160,14 +135,16 @@ impl SendSide {
         let (queue, done) = &mut self.out[i];
         while !queue.is_empty() {
             let mut bufs = [IoSlice::new(&[]); 2 * STEPS];
-            for (j, f) in queue.iter().enumerate() {
+            // At most a FIFO's steps are queued, and a fault frame: the rest goes next call.
+            let frames = queue.len().min(STEPS);
+            for (j, f) in queue.iter().take(frames).enumerate() {
                 let skip = if j == 0 { *done } else { 0 };
                 // SAFETY: see `pump`: the slot stays put until the frame is written.
                 let data = unsafe { std::slice::from_raw_parts(f.data, f.len) };
                 bufs[2 * j] = IoSlice::new(&f.header[skip.min(FRAME_HEADER)..]);
                 bufs[2 * j + 1] = IoSlice::new(&data[skip.saturating_sub(FRAME_HEADER)..]);
             }
-            let mut n = self.socks[i].write(&bufs[..2 * queue.len()])?;
+            let mut n = self.socks[i].write(&bufs[..2 * frames])?;
             if n == 0 {
                 break;
             }

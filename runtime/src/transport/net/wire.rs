@@ -2,9 +2,8 @@
 //!
 //! Each socket opens with a hello from the sender naming the connector (sender rank, FIFO
 //! offset in the receiver's segment) and the socket's index among the connector's sockets.
-//! Then the sender sends frames (step, size word, the step's bytes) and the receiver sends
-//! credits (its kernel's head, 8 bytes); a failed sender's last frame is a fault frame. All
-//! integers are little-endian u64. With TLS, all of it travels as TLS records: the socket
+//! Then the sender sends frames (step, size word, the step's bytes), and nothing comes
+//! back; a failed sender's last frame is a fault frame. All integers are little-endian u64. With TLS, all of it travels as TLS records: the socket
 //! is read and written through its session, which the proxy drives like the socket itself.
 
 use std::io::{ErrorKind, IoSlice, Read, Write};
@@ -17,14 +16,12 @@ use socket2::SockRef;
 
 use crate::bootstrap::watch_link;
 
-const MAGIC: u64 = 0x3254_454e_4c43_434a; // "JCCLNET2"
+const MAGIC: u64 = 0x3354_454e_4c43_434a; // "JCCLNET3"
 /// Frame header: step, size word.
 pub(super) const FRAME_HEADER: usize = 16;
 /// The step number of a fault frame: its size word is the rank that failed first, as the
 /// sender knows it, and nothing follows it (the sender's communicator has failed).
 pub(super) const FAULT_STEP: u64 = u64::MAX;
-/// Credit: the receiving kernel's head.
-pub(super) const CREDIT: usize = 8;
 /// What a TLS socket's read takes from the socket at most.
 const TLS_INBOX: usize = 256 << 10;
 
@@ -317,7 +314,7 @@ impl Wire {
 }
 
 /// Closes the sockets so that what was sent arrives: a socket closed with unread incoming
-/// bytes (late credits) resets the connection, and a reset makes the peer drop data it has
+/// bytes (steps a failed receiver never took) resets the connection, and a reset makes the peer drop data it has
 /// not read yet. So: end our side, then read until each peer has closed its side too (or
 /// the deadline passes).
 pub(super) fn linger<'a>(streams: impl Iterator<Item = &'a mut TcpStream>, until: Instant) {

@@ -168,13 +168,13 @@ const HOST_CHAN_LAT_SWITCH: f64 = 200.0;
 /// every rank has a core (a flag line handed over, as an LL hop is).
 const HOST_BARRIER_SWITCH: f64 = 1.5;
 const HOST_BARRIER_SPIN: f64 = 0.5;
-/// Hop latency through the network transport (TCP and a proxy thread each side), us:
-/// half of an 8-byte ring AllReduce at 2 rank processes with `JITCCL_TRANSPORT=net` over
-/// loopback on a 2-core machine, where the proxy threads share the cores with the kernels
-/// (docs/performance.md, "Network transport").
-const HOST_NET_HOP: f64 = 135.0;
+/// Hop latency through the network transport (TCP, moved by the waiting kernels at both
+/// ends), us: half of an 8-byte ring AllReduce at 2 rank processes with
+/// `JITCCL_TRANSPORT=net` over loopback on a 2-core machine (docs/performance.md, "Network
+/// transport").
+const HOST_NET_HOP: f64 = 40.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 8;
+const HOST_MODEL_VERSION: u64 = 9;
 /// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over
 /// all channels (GB/s), and each channel past the first (us): see [`Topology::cuda`].
 const CUDA_HOP: f64 = 4.54;
