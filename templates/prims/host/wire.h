@@ -6,6 +6,9 @@
 #define JC_PROTO 0
 #define JC_WIRE_TILE (JC_WIRE_BLOCK ? JC_WIRE_BLOCK : 256)
 #define JC_SLOT_READ const
+/* The host has no instructions for the narrow float formats: common/wire.h's branch-free
+   conversions, which vectorize with the loops over a block that make them. */
+#define JC_WIRE_SOFT_CVT
 {% include "common/wire.h" %}
 static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
@@ -22,7 +25,10 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
     jc_copy(out, in, bytes);
     out = 0;
   }
-  for (jc_u64 b = 0; b < n; b += JC_WIRE_TILE) jc_wire_tile(x, in, out, src, dst, n, b, jc_min(JC_WIRE_TILE, n - b), pre, post);
+  /* Whole tiles with their length a constant: loops of known trip count, no remainder. */
+  jc_u64 b = 0;
+  for (; b + JC_WIRE_TILE <= n; b += JC_WIRE_TILE) jc_wire_tile(x, in, out, src, dst, n, b, JC_WIRE_TILE, pre, post);
+  if (b < n) jc_wire_tile(x, in, out, src, dst, n, b, n - b, pre, post);
   if (r) jc_store_release(r->head, ++r->step);
   if (s) jc_post_step(x, s, JC_PROTO, bytes);
   return JC_OK;
