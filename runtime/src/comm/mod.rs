@@ -12,7 +12,7 @@
 //!   finalize, is_finalized
 //! - `init/entry.rs`: init_rank, init_rank_scalable, init_from_store, init_from_env
 //! - `init/threads.rs`: init_all, init_all_on
-//! - `split.rs`: split, split_with, dup, share_rendezvous
+//! - `split/mod.rs`: split, split_with, dup, share_rendezvous
 //! - `shrink.rs`: shrink, revoke
 //! - `grow.rs`: grow_id, grow
 //! - `registration.rs`: alloc_symmetric, register

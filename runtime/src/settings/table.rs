@@ -409,6 +409,26 @@ pub const INIT_DEATHS_RANK: Setting =
     test("JITCCL_INIT_DEATHS_RANK", Scope::Harness, Kind::Text, "the rank of an init-deaths test's child");
 pub const INIT_DEATHS_AFTER: Setting =
     test("JITCCL_INIT_DEATHS_AFTER", Scope::Harness, Kind::Text, "what an init-deaths test's child does after init");
+pub const HOST_FAULTS_ROLE: Setting = test(
+    "JITCCL_HOST_FAULTS_ROLE",
+    Scope::Harness,
+    Kind::Text,
+    "the part of a host-faults test's child (`member` or `joiner`)",
+);
+pub const HOST_FAULTS_EXCLUDE: Setting = test(
+    "JITCCL_HOST_FAULTS_EXCLUDE",
+    Scope::Harness,
+    Kind::Text,
+    "the ranks a host-faults test's survivors shrink without",
+);
+pub const HOST_FAULTS_GROW_TO: Setting = test(
+    "JITCCL_HOST_FAULTS_GROW_TO",
+    Scope::Harness,
+    Kind::Text,
+    "the size a host-faults test's shrunk communicator grows to",
+);
+pub const HOST_FAULTS_STORE: Setting =
+    test("JITCCL_HOST_FAULTS_STORE", Scope::Harness, Kind::Text, "`host:port` of a host-faults test's own store");
 pub const TORCH_BIND: Setting =
     test("JITCCL_TORCH_BIND", Scope::Harness, Kind::Text, "the folders the PyTorch tests bind into their sandbox");
 pub const TORCH_TESTS: Setting =
@@ -505,6 +525,10 @@ pub const ALL: &[Setting] = &[
     REQUIRE_GPU,
     INIT_DEATHS_RANK,
     INIT_DEATHS_AFTER,
+    HOST_FAULTS_ROLE,
+    HOST_FAULTS_EXCLUDE,
+    HOST_FAULTS_GROW_TO,
+    HOST_FAULTS_STORE,
     TORCH_BIND,
     TORCH_TESTS,
     TORCH_VICTIM,

@@ -255,7 +255,7 @@ fn across_hosts_the_reason_names_the_ring_and_the_network() {
         why[at..].split(' ').next().unwrap().parse().unwrap()
     };
     assert!(us("ring") > why.split(' ').next().unwrap().parse::<f64>().unwrap(), "{why}");
-    assert!(why.contains("2 hosts: 135.0 us a network hop"), "{why}");
+    assert!(why.contains("2 hosts: ") && why.contains(" us a network hop"), "{why}");
     // One host: no word of a network.
     let (_, _, why) = tuner(4, 2, "", "", None).decide(key).unwrap();
     assert!(why.contains(", beside ring ") && !why.contains("hosts"), "{why}");
