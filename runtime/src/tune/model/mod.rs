@@ -169,8 +169,8 @@ const HOST_CHAN_LAT_SWITCH: f64 = 200.0;
 const HOST_BARRIER_SWITCH: f64 = 1.5;
 const HOST_BARRIER_SPIN: f64 = 0.5;
 /// Hop latency through the network transport (TCP, moved by the waiting kernels at both
-/// ends), us: half of an 8-byte ring AllReduce at 2 rank processes with
-/// `JITCCL_TRANSPORT=net` over loopback on a 2-core machine (docs/performance.md, "Network
+/// ends), us: fitted as half of an 8-byte ring AllReduce at 2 rank processes with
+/// `JITCCL_TRANSPORT=net` over loopback (the measurement: docs/performance.md, "Network
 /// transport").
 const HOST_NET_HOP: f64 = 40.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
