@@ -16,7 +16,7 @@
 # faster one. So up to 1 MiB each side runs 9 times and a row compares each side's
 # lower-quartile run (the 3rd fastest of 9), which lies in the usual phase unless 7 of its 9
 # runs drew a slow one or 3 a rare faster one; the verdict also gives the medians' ratio. The
-# measured phases and every result are in docs/performance.md.
+# latest results: docs/performance.md, "Host AllReduce beside OpenMPI and oneCCL".
 # A missed target is a finding, not an error: the script exits non-zero only when it cannot
 # set up or run a side (missing packages, failed build, a run with no result).
 #
@@ -34,8 +34,9 @@
 #   LOAD=1      run one busy-looping process per core beside every run (the "loaded" case)
 #   PEERS       which peers run (default "mpi oneccl")
 #   MPIRUN_ARGS extra arguments for mpirun; ONECCL_MODE etc. see benches/oneccl/oneccl_bench.sh
-# Logs of every run go to $CARGO_TARGET_DIR/compare-mpi/ (default target/compare-mpi/), and
-# every sample to samples.tsv there.
+# Logs of every run go to $CARGO_TARGET_DIR/compare-mpi/ (default target/compare-mpi/),
+# every sample to samples.tsv there, and each side's median busbw per size and rank count to
+# busbw-Nr.csv, which benches/busbw_svg.py draws beside it as busbw-Nr.svg.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -244,6 +245,15 @@ printf '# %2s %5s %2s %2s | %9s | %9s %8s %9s | %9s %8s %9s | %9s %8s %9s | %9s 
   n size R z rtt_ns mpi_us mpi_bus spread occl_us occl_bus spread jit_us jit_bus spread metric ratio target verdict
 
 printf 'n\tbytes\tside\trun\ttime_us\tbusbw\twrong\trtt_ns\n' >"$logs/samples.tsv"
+for n in $nranks_list; do echo "series,size_bytes,busbw_GBps" >"$logs/busbw-${n}r.csv"; done
+# A side's name in the plots' legends.
+legend() {
+  case $1 in
+    mpi) echo "OpenMPI ${ompi_version:-}" ;;
+    oneccl) echo "oneCCL" ;;
+    *) echo "jitccl -R $(mode_of "$1") -z ${1##*-z}" ;;
+  esac
+}
 pass=0 fail=0 failures=()
 for n in $nranks_list; do
   for b in "${sizes[@]}"; do
@@ -269,6 +279,9 @@ for n in $nranks_list; do
     for side in "${!samples[@]}"; do
       read -r us[$side] bus[$side] wrong[$side] lo hi q1[$side] < <(printf '%s' "${samples[$side]}" | median)
       spread[$side]="$lo..+$hi"
+    done
+    for side in $peers $jitccl_sides; do
+      printf '%s,%s,%s\n' "$(legend "$side")" "$b" "${bus[$side]}" >>"$logs/busbw-${n}r.csv"
     done
     cell() { # side: "us busbw spread" or dashes when the side did not run
       if [ -n "${us[$1]:-}" ]; then printf '%9.2f %8.2f %9s' "${us[$1]}" "${bus[$1]}" "${spread[$1]}"
@@ -321,6 +334,12 @@ for n in $nranks_list; do
 done
 
 echo "# load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+for n in $nranks_list; do
+  python3 benches/busbw_svg.py "$logs/busbw-${n}r.csv" "$logs/busbw-${n}r.svg" \
+    --title "AllReduce f32, $n ranks on $(nproc) cores: busbw against size (median)" ||
+    die "benches/busbw_svg.py could not draw $logs/busbw-${n}r.csv"
+done
+echo "# busbw against size: $logs/busbw-Nr.csv and .svg"
 if [ "$fail" -eq 0 ]; then
   echo "# compare-mpi: all $pass targets met"
 else

@@ -7,7 +7,7 @@
 # into target/gpu-extras (NCCL 2.30.7), where it was run.
 build_nccl_side() {
   mkdir -p "$out/gpu"
-  cp benches/gpu/nccl_side.py benches/gpu/busbw_svg.py benches/gpu/torch_side.py benches/gpu/threads_side.cu "$out/gpu/"
+  cp benches/gpu/nccl_side.py benches/busbw_svg.py benches/gpu/torch_side.py benches/gpu/threads_side.cu "$out/gpu/"
   cp tools/gpu-check-nccl.sh "$out/"
   if [ -d target/gpu-extras ]; then
     cp -r target/gpu-extras "$out/extras"

@@ -39,7 +39,9 @@ import sys
 import tempfile
 import time
 
-import busbw_svg
+# busbw_svg.py lies in benches/ in the tree and beside this script where gpu-check.sh carries it.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import busbw_svg  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLS = ("all_reduce", "all_gather", "reduce_scatter")

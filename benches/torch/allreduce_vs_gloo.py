@@ -19,7 +19,8 @@ the C++ backend where it is on: the header says which).
 
 Environment: BENCH_REPS (default 7), BENCH_SIZES (bytes, default 8 B to 256 MiB by 8x,
 and 256 MiB), BENCH_BATCH_S (seconds per batch, default 0.05), JITCCL_BIN (the jitccl
-binary, for perf; without it perf is left out).
+binary, for perf; without it perf is left out), BENCH_CSV (a file to which rank 0 appends
+each side's median busbw per size, as benches/busbw_svg.py reads it: run.sh draws the plot).
 """
 
 import os
@@ -91,6 +92,19 @@ def size_name(b: int) -> str:
     return f"{b} B"
 
 
+def write_csv(path: str, world: int, samples):
+    """Appends `series,size_bytes,busbw_GBps` rows (the header once): each side's median, as
+    nccl-tests counts AllReduce's bus bandwidth (algbw x 2(n-1)/n)."""
+    fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a") as f:
+        if fresh:
+            f.write("series,size_bytes,busbw_GBps\n")
+        for side, label in (("jitccl", "jitccl"), ("gloo", "Gloo")):
+            for s in SIZES:
+                busbw = s / quartiles(samples[(s, side)])[1] / 1e3 * 2 * (world - 1) / world
+                f.write(f"{label} ({world} ranks),{s},{busbw:.4f}\n")
+
+
 def main():
     global GLOO
     dist.init_process_group("jitccl")
@@ -138,6 +152,8 @@ def main():
         j, g = quartiles(samples[(s, "jitccl")]), quartiles(samples[(s, "gloo")])
         print(f"{size_name(s):>9} | {j[1]:9.1f} [{j[0]:.1f} - {j[2]:.1f}] | {g[1]:9.1f} [{g[0]:.1f} - {g[2]:.1f}] "
               f"| {g[1] / j[1]:10.2f}x | {s / j[1] / 1e3:10.3f}")
+    if os.environ.get("BENCH_CSV"):
+        write_csv(os.environ["BENCH_CSV"], world, samples)
     print(f"\n8 B, where jitccl's time goes ({world} ranks), microseconds per call: median [quartiles]")
     for key, what in (("perf", "jitccl perf (Rust ranks, in place)"), ("capi", "C API call through ctypes"),
                       ("agree", "the agreement step alone"), ("python", "the Python group's allreduce"),

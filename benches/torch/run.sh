@@ -9,6 +9,8 @@
 #
 # Usage: benches/torch/run.sh [SCRIPT]        (NRANKS="2 4"; the script's own variables, as
 #                                              it says)
+# allreduce_vs_gloo.py's medians go to $CARGO_TARGET_DIR/torch-bench/allreduce.csv (default
+# target/), and benches/busbw_svg.py draws them beside it as allreduce.svg.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -16,10 +18,18 @@ script=benches/torch/${1:-allreduce_vs_gloo.py}
 cargo build --release -q -p jitccl-capi -p jitccl
 bash scripts/setup-torch.sh >/dev/null
 rel=${CARGO_TARGET_DIR:-$root/target}/release
+out=${CARGO_TARGET_DIR:-$root/target}/torch-bench
+mkdir -p "$out"
+rm -f "$out/allreduce.csv"
 for n in ${NRANKS:-2 4}; do
   env -u NCCL_COMM_ID -u JITCCL_COMM_ID -u JITCCL_WIRE JITCCL_DEVICE=host PYTHONPATH="$root/python" \
-    PYTHONDONTWRITEBYTECODE=1 JITCCL_NCCL_SO="$rel/libnccl.so.2" JITCCL_BIN="$rel/jitccl" JITCCL_TORCH_BIND="$rel" \
-    USE_LIBUV=0 GLOO_SOCKET_IFNAME=lo \
+    PYTHONDONTWRITEBYTECODE=1 JITCCL_NCCL_SO="$rel/libnccl.so.2" JITCCL_BIN="$rel/jitccl" JITCCL_TORCH_BIND="$rel:$out" \
+    BENCH_CSV="$out/allreduce.csv" USE_LIBUV=0 GLOO_SOCKET_IFNAME=lo \
     "$rel/jitccl" launch -n "$n" -- bash scripts/setup-torch.sh run python3 "$script" 2>&1 |
     grep -v ' WARN \| INFO ' | sed 's/^\[0\] //'
 done
+if [ -s "$out/allreduce.csv" ]; then
+  python3 benches/busbw_svg.py "$out/allreduce.csv" "$out/allreduce.svg" \
+    --title "torch.distributed.all_reduce, jitccl beside Gloo: busbw against size"
+  echo "busbw against size: $out/allreduce.csv, $out/allreduce.svg"
+fi

@@ -1,6 +1,6 @@
 """Bus bandwidth against size, one curve per side, as a standalone SVG (no plotting library):
-the plot of nccl_side.py's runs (it writes nccl-side-COLL-N.svg beside its table) and of
-figures recorded by hand.
+the plots of the benchmarks beside other libraries (tools/compare-mpi.sh, benches/torch/run.sh,
+benches/gpu/nccl_side.py) and of figures recorded by hand (docs/img/).
 
     python3 busbw_svg.py FIGURES.csv OUT.svg [--title TEXT] [--line LABEL=GBPS ...]
 
