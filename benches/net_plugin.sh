@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# What the network plugin layer costs (docs/performance.md, "Network transport", "Over
-# network plugins"): 2 ranks, one in each of two network namespaces joined by a veth pair in
-# 198.18.0.0/15, run SendRecv and AllReduce (`jitccl perf`, sizes 8 B to 64 MiB) over the
-# built-in Socket and over the project's Fabric plugin (libfabric's tcp provider), and, in
-# the same run, the plugin's own isend/irecv exchanging the same bytes
+# What the network plugin layer costs (docs/performance.md, "Network plugins"): 2 ranks, one
+# in each of two network namespaces joined by a veth pair in 198.18.0.0/15, run SendRecv and
+# AllReduce (`jitccl perf`, sizes 8 B to 64 MiB) over the built-in Socket and over the
+# project's Fabric plugin (libfabric's tcp provider), and, in the same run, the plugin's own
+# isend/irecv exchanging the same bytes
 # (benches/netplugin_raw.c: each side sends SIZE and receives SIZE per iteration, as a
 # 2-rank SendRecv does). Prints per size the median time (µs) of each and the ratios to the
 # raw plugin. Needs root, iproute2, cc and libfabric.

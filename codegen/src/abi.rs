@@ -50,8 +50,8 @@ pub const SYM_P2P_WORDS: usize = 8;
 pub const SYM_EAGER_BYTES: usize = 8192;
 /// The fewest ranks at which the eager paths run: at 2 ranks (a core each on the 2-core VM)
 /// the synchronization an AlltoAll, Gather or Scatter saves and the wait an AlltoAllv saves
-/// cost less than moving the blocks through the flags area (docs/performance.md, "Host
-/// AlltoAll, Gather and Scatter beside OpenMPI").
+/// cost less than moving the blocks through the flags area (docs/performance.md, "Other
+/// collectives beside OpenMPI").
 pub const SYM_EAGER_MIN_RANKS: usize = 3;
 pub const SYM_EAGER_HEADER: usize = 8;
 /// Direct point-to-point's eager slots, after the AlltoAll's eager area: two per peer (by

@@ -14,7 +14,8 @@ from ._tensors import Finish, _Staged, _buf
 
 # The largest all-reduce run through the group's scratch in the host arena rather than on
 # the tensor's own memory (which runs the FIFO algorithms): up to 64 KiB the copies cost less
-# than they save (docs/performance.md, PyTorch's all_reduce).
+# than they save (measured beside Gloo: docs/performance.md, "PyTorch beside Gloo", and its
+# history).
 SMALL = 64 << 10
 
 

@@ -170,7 +170,7 @@ const HOST_BARRIER_SWITCH: f64 = 1.5;
 const HOST_BARRIER_SPIN: f64 = 0.5;
 /// Hop latency through the network transport (TCP, moved by the waiting kernels at both
 /// ends), us: fitted as half of an 8-byte ring AllReduce at 2 rank processes with
-/// `JITCCL_TRANSPORT=net` over loopback (the measurement: docs/performance.md, "Network
+/// `JITCCL_TRANSPORT=net` over loopback (the measurement: docs/performance.md, "The socket
 /// transport").
 const HOST_NET_HOP: f64 = 40.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
