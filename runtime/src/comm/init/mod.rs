@@ -179,7 +179,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     bs.barrier()?;
     own.unlink();
     let any_net = net.iter().any(|&n| n);
-    let (mut graph, global) = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
+    let (mut graph, global) = global_graph(bs, rank, &device, &endpoints, cfg.nchannels)?;
     let network = if any_net {
         network(bs, rank, &cfg)?
     } else {
@@ -314,18 +314,23 @@ fn priced(graph: &Graph, endpoints: &[Endpoint]) -> Graph {
 /// tell them (machine and network namespace). A search that cannot give exactly the
 /// configured channels falls back to rank-order rings that keep each host's ranks
 /// together, with a warning. Rank 0 describes the graph across hosts (INFO). The global
-/// system comes back with it (where a network plugin's devices are placed).
+/// system comes back with it, each GPU rank placed at its GPU (by its PCI address): where
+/// the network devices nearest to a rank are chosen from.
 fn global_graph(
-    bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize,
+    bs: &Bootstrap, rank: usize, device: &Device, endpoints: &[Endpoint], nchannels: usize,
 ) -> Result<(Graph, GlobalSystem)> {
     let nranks = endpoints.len();
     let sys = System::local()?;
     let numa = sys.cpus.first().map_or(0, |c| c.numaid);
-    let shared = bs.all_gather(format!("{numa}\n{}", sys.to_xml()).as_bytes())?;
+    let gpu = device.gpu()?.map_or_else(|| "-".to_string(), |g| g.busid.clone());
+    let shared = bs.all_gather(format!("{numa} {gpu}\n{}", sys.to_xml()).as_bytes())?;
     let mut per_rank = Vec::with_capacity(nranks);
+    let mut gpus = Vec::with_capacity(nranks);
     for (q, bytes) in shared.iter().enumerate() {
         let text = String::from_utf8_lossy(bytes);
-        let (numa, xml) = text.split_once('\n').unwrap_or(("", ""));
+        let (place, xml) = text.split_once('\n').unwrap_or(("", ""));
+        let (numa, gpu) = place.split_once(' ').unwrap_or((place, "-"));
+        gpus.push((gpu != "-").then(|| gpu.to_string()));
         let mut sys = System::from_xml_str(&format!("rank {q}'s topology"), xml)?;
         sys.host_hash = Some(fingerprint(&endpoints[q].host));
         let numa =
@@ -355,6 +360,14 @@ fn global_graph(
         for line in graph.across_hosts(&hosts) {
             tracing::info!("across hosts: {line}");
         }
+    }
+    // Only the choice of network devices starts from the GPU: the search above, and with
+    // it the rings and the tuning of GPU ranks, keeps every rank at its NUMA domain.
+    let (global, unplaced) = global.at_gpus(&gpus);
+    if let (true, Some(gpu)) = (unplaced.contains(&rank), &gpus[rank]) {
+        tracing::info!(
+            "rank {rank}: GPU {gpu} is not in its host's topology: network devices are chosen nearest to its NUMA domain {numa}"
+        );
     }
     Ok((graph, global))
 }
