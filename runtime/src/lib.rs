@@ -7,12 +7,13 @@
 //!
 //! 1. `process_group`: an asynchronous process group (c10d style) over a communicator:
 //!    `Work` handles, a worker thread per group, a watchdog;
-//! 2. `comm`: the communicator (`Comm`): thin public calls, its state (`inner`) and its
-//!    creation (`init`: all ranks in one process, or one rank of a group of processes
-//!    through `bootstrap` and `store`); a handle (`handle`: identity, abort, `async_error`)
-//!    that exists before init ends in nonblocking mode, whose work then runs on a progress
-//!    thread (`progress`); how calls leave it (`submit`) and groups (`group`); `split` and
-//!    `shrink` make communicators from it;
+//! 2. `comm`: the communicator (`Comm`): the calls that move data (`collectives`), its
+//!    state (`inner`) and its creation (`init`: all ranks in one process, or one rank of a
+//!    group of processes through `bootstrap` and `store`); its life after that
+//!    (`lifecycle`: a handle that exists before init ends in nonblocking mode, abort,
+//!    `async_error`, finalize, and `split`, `shrink` and `grow`, which make communicators
+//!    from it), whose work in nonblocking mode runs on a progress thread (`progress`); how
+//!    calls leave it (`submit`) and groups (`group`);
 //! 3. `enqueue`: the one path from a call to a queued launch: table-driven argument checks,
 //!    the tuning choice, the kernel lookup (`jitccl-codegen`), launch arguments;
 //! 4. `tune`: the algorithm, protocol and channels of each call (tuning tables, the cost

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::bootstrap::Bootstrap;
-use crate::comm::split::Splits;
+use crate::comm::lifecycle::Splits;
 use crate::enqueue;
 use crate::error::{Error, Result};
 use crate::store::Server;

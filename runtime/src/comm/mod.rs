@@ -1,53 +1,40 @@
-//! Communicators: a rank's view of a group, and the collectives it runs. Each public call
-//! here is thin: `enqueue` checks it (an error changes nothing), then tunes, compiles
-//! (once) and queues it on the caller's stream. The rank's state lives in `inner` (what
-//! runs its launches, with its failure state, is the stream's: `stream::Executor`), its
-//! creation in `init`; new communicators from it come from `split`, `shrink` and `grow`.
-//!
-//! Where each `Comm` method lives (a test keeps this index true):
-//! - `mod.rs`: rank, nranks, name, device, is_blocking, bind_current_thread, all_reduce,
-//!   broadcast, reduce, all_gather, reduce_scatter, send, recv, sendrecv, estimate, wired
-//! - `alltoall.rs`: all_to_all, all_to_allv, gather, scatter
-//! - `handle.rs`: from_inner, start_init, async_error, wait_ready, abort, is_aborted, inner,
-//!   finalize, is_finalized
-//! - `init/entry.rs`: init_rank, init_rank_scalable, init_from_store, init_from_env
-//! - `init/threads.rs`: init_all, init_all_on
-//! - `split/mod.rs`: split, split_with, dup, share_rendezvous
-//! - `shrink.rs`: shrink, revoke
-//! - `grow.rs`: grow_id, grow
-//! - `registration.rs`: alloc_symmetric, register
-//! - `submit.rs`: submit, defer
+//! Communicators: a rank's view of a group, and the calls it makes. What a `Comm` is (its
+//! identity) is here; the rest by concept:
+//! - `collectives`: the calls that move data, each thin (`enqueue` checks it, an error
+//!   changing nothing, then tunes, compiles once and queues it on the caller's stream), and
+//!   the cost model's estimate of one; `wired`: the same calls in a wire format;
+//! - `init`: the constructors (one rank of a group of processes, from unique ids, a store
+//!   or the launcher's environment; every rank in this process) and nonblocking init;
+//! - `lifecycle`: the handle and its state (`async_error`), abort, finalize and revoke, and
+//!   the communicators made from this one (`split`, `dup`, `shrink`, `grow`);
+//! - `registration`: symmetric and registered memory (`peer_arenas`: the host arenas of a
+//!   host's ranks, registered as one region at init);
+//! - how calls leave (`submit`), groups (`group`), nonblocking mode's thread (`progress`)
+//!   and the rank's state (`inner`; what runs its launches, with its failure state, is the
+//!   stream's: `stream::Executor`).
 
-mod alltoall;
+mod collectives;
 mod group;
-mod grow;
-mod handle;
 mod init;
 mod inner;
+mod lifecycle;
 mod peer_arenas;
 mod progress;
 mod registration;
-mod shrink;
-mod split;
 mod submit;
 mod wired;
 
 use std::sync::Arc;
 
-use jitccl_codegen::{Collective, DataType, Wire};
-
-use crate::device::{Device, DeviceBuffer};
-use crate::element::Element;
-use crate::enqueue::{Call, Group};
+use crate::device::Device;
+use crate::enqueue::Group;
 use crate::error::{Error, Result};
-use crate::op::Op;
-use crate::stream::Stream;
 pub use group::{group, group_discard, group_end, group_start};
-use handle::Handle;
 pub(crate) use inner::CommInner;
+use lifecycle::Handle;
+pub use lifecycle::Split;
 pub use progress::CommState;
 pub use registration::Registration;
-pub use split::Split;
 pub use wired::Wired;
 
 /// One rank of a communicator: a handle (clones share the rank). In nonblocking mode
@@ -102,116 +89,6 @@ impl Comm {
             source,
         })?;
         Ok(Some(set.cpus().to_vec()))
-    }
-
-    /// `recv[i] = op over ranks of send[i]` for `i < count`. In place when `send` and
-    /// `recv` are the same buffer.
-    pub fn all_reduce<T: Element>(
-        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
-    ) -> Result<()> {
-        self.collective(Collective::AllReduce, Some(op), send, recv, count, 0, None, stream)
-    }
-
-    /// Copies `count` elements of `send` on `root` into `recv` on every rank (`send` is
-    /// not read elsewhere).
-    pub fn broadcast<T: Element>(
-        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
-    ) -> Result<()> {
-        self.collective(Collective::Broadcast, None, send, recv, count, root, None, stream)
-    }
-
-    /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
-    /// not touched elsewhere).
-    pub fn reduce<T: Element>(
-        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, root: usize, stream: &Stream,
-    ) -> Result<()> {
-        self.collective(Collective::Reduce, Some(op), send, recv, count, root, None, stream)
-    }
-
-    /// Gathers every rank's `count` elements of `send` into `recv` (rank r's at
-    /// `r * count`). In place when `send` is `recv`'s slice at `rank * count`.
-    pub fn all_gather<T: Element>(
-        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
-    ) -> Result<()> {
-        self.collective(Collective::AllGather, None, send, recv, count, 0, None, stream)
-    }
-
-    /// Reduces every rank's `send` (nranks blocks of `count`) and leaves block `rank` of the
-    /// result in `recv`. In place when `recv` is `send`'s slice at `rank * count`.
-    pub fn reduce_scatter<T: Element>(
-        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
-    ) -> Result<()> {
-        self.collective(Collective::ReduceScatter, Some(op), send, recv, count, 0, None, stream)
-    }
-
-    /// Sends `count` elements of `buf` to `peer` (which must post a matching receive).
-    pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.submit(Call::checked_p2p(&self.group(), Some((buf, count, peer)), None), stream)
-    }
-
-    /// Receives `count` elements from `peer` into `buf`.
-    pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.submit(Call::checked_p2p(&self.group(), None, Some((buf, count, peer))), stream)
-    }
-
-    /// Sends `send_count` elements of `send` to `to` while receiving `recv_count` from
-    /// `from` into `recv`, in one launch (so that exchanges in a cycle cannot deadlock).
-    #[allow(clippy::too_many_arguments)]
-    pub fn sendrecv<T: Element>(
-        &self, send: &DeviceBuffer<T>, send_count: usize, to: usize, recv: &DeviceBuffer<T>, recv_count: usize,
-        from: usize, stream: &Stream,
-    ) -> Result<()> {
-        self.submit(
-            Call::checked_p2p(&self.group(), Some((send, send_count, to)), Some((recv, recv_count, from))),
-            stream,
-        )
-    }
-
-    /// The cost model's estimate, in microseconds, of `coll` over `count` elements of
-    /// `dtype` on this communicator (NCCL's ncclGroupSimulateEnd sums these): the time of
-    /// the algorithm, protocol and channels it would choose. 0 for point to point.
-    pub fn estimate(&self, coll: Collective, dtype: DataType, count: usize) -> Result<f64> {
-        let inner = self.inner("estimate")?;
-        // NCCL's nBytes: a rank's buffer, the whole one for AllGather / ReduceScatter.
-        let per_rank = match coll {
-            Collective::AllGather
-            | Collective::ReduceScatter
-            | Collective::AllToAll
-            | Collective::Gather
-            | Collective::Scatter => count.saturating_mul(self.nranks()),
-            _ => count,
-        };
-        let bytes = per_rank.saturating_mul(dtype.size());
-        if coll == Collective::SendRecv {
-            return Ok(0.0);
-        }
-        inner.enq.tuner.estimate_us(coll, bytes, dtype.size())
-    }
-
-    /// This communicator's collectives with their elements carried in `wire` (see
-    /// [`Wire`] for the formats and their error bounds): `comm.wired(Wire::Bf16).all_reduce(..)`.
-    /// `Wire::Exact` sends them exactly whatever the communicator's default
-    /// (`Config::wire`). A call the wire cannot carry (not a float type wider than its codes,
-    /// an op other than sum or avg) fails with `InvalidArgument`, queuing nothing.
-    pub fn wired(&self, wire: Wire) -> Wired<'_> {
-        Wired { comm: self, wire }
-    }
-
-    /// A collective of `count` elements (a block per rank where it moves blocks), in `wire`
-    /// if given, else the communicator's default where it fits.
-    #[allow(clippy::too_many_arguments)]
-    fn collective<T: Element>(
-        &self, coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize,
-        root: usize, wire: Option<Wire>, stream: &Stream,
-    ) -> Result<()> {
-        let call = Call::checked(&self.group(), coll, op, send, recv, count, root);
-        self.submit(
-            call.and_then(|c| match wire {
-                Some(w) => c.wired(w),
-                None => Ok(c),
-            }),
-            stream,
-        )
     }
 
     fn group(&self) -> Group {

@@ -20,6 +20,17 @@ pub struct Wired<'a> {
     pub(super) wire: Wire,
 }
 
+impl Comm {
+    /// This communicator's collectives with their elements carried in `wire` (see
+    /// [`Wire`] for the formats and their error bounds): `comm.wired(Wire::Bf16).all_reduce(..)`.
+    /// `Wire::Exact` sends them exactly whatever the communicator's default
+    /// (`Config::wire`). A call the wire cannot carry (not a float type wider than its codes,
+    /// an op other than sum or avg) fails with `InvalidArgument`, queuing nothing.
+    pub fn wired(&self, wire: Wire) -> Wired<'_> {
+        Wired { comm: self, wire }
+    }
+}
+
 impl Wired<'_> {
     /// The wire the calls carry their elements in.
     pub fn wire(&self) -> Wire {

@@ -61,7 +61,7 @@ fn need(coll: Collective) -> Option<Need> {
             Need { send: (PerRank, Everywhere), recv: (Count, Everywhere), in_place: RecvIsSendBlock }
         }
         // Their sides have counts of their own, or are checked block by block where the
-        // call is cut into them (comm::alltoall).
+        // call is cut into them (comm::collectives).
         Collective::SendRecv | Collective::AllToAll | Collective::Gather | Collective::Scatter => return None,
     })
 }

@@ -3,7 +3,6 @@
 //! (identically on every rank), look the kernel up (compiling it once), build the launch
 //! arguments and queue the launch on the caller's stream.
 
-mod base;
 mod checks;
 mod p2p;
 mod plan;
@@ -16,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
-use jitccl_codegen::abi::Args;
+use jitccl_codegen::abi::{Args, Channel, Conn, Status};
 use jitccl_codegen::{Collective, DataType, KernelSpec, Wire};
 
 use crate::affinity::{self, CpuSet};
@@ -27,9 +26,8 @@ use crate::error::{invalid, Error, Result};
 use crate::fault::Board;
 use crate::op::Op;
 use crate::registry::{Direct, Registry};
-use crate::stream::{Executor, KernelCall, Launch, Stream};
+use crate::stream::{Executor, KernelCall, Launch, Stream, Tables};
 use crate::tune::{Choice, Tuner};
-use base::Base;
 use checks::Buf;
 pub(crate) use checks::Group;
 use plan::Shape;
@@ -62,6 +60,41 @@ pub(crate) struct Rank {
     /// This rank's identity for the plans threads remember (see `plan`).
     uid: u64,
     _live: affinity::Live,
+}
+
+/// The launch arguments every launch of a rank passes alike: its tables, failure board
+/// (kernels poll the word of the peer they wait for), abort flag and timeout, found once
+/// instead of per launch (each table's address is a match on where its memory lives).
+struct Base {
+    timeout_ns: u64,
+    channels: *mut Channel,
+    peer_send: *const *mut Conn,
+    peer_recv: *const *mut Conn,
+    status: *mut Status,
+    abort_flag: *const i32,
+    peer_failed: *const i32,
+    same_gpu: i32,
+}
+
+// SAFETY: the pointers lead into the rank's tables (owned by the `Rank` holding this) and
+// its failure board (in a segment its communicator keeps alive longer); only kernels
+// dereference them.
+unsafe impl Send for Base {}
+unsafe impl Sync for Base {}
+
+impl Base {
+    fn new(cfg: &Resolved, t: &Tables, board: &Board) -> Base {
+        Base {
+            timeout_ns: cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            channels: t.channels.ptr(),
+            peer_send: t.peer_send.ptr(),
+            peer_recv: t.peer_recv.ptr(),
+            status: t.status.ptr(),
+            abort_flag: t.abort_ptr(),
+            peer_failed: board.as_ptr(),
+            same_gpu: t.same_gpu as i32,
+        }
+    }
 }
 
 /// The send and recv bytes of a call.

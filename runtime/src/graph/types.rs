@@ -82,6 +82,23 @@ impl GlobalSystem {
         GlobalSystem { hosts: vec![sys], ranks }
     }
 
+    /// This system with each GPU rank at its GPU, found in its host's topology by its PCI
+    /// address (`gpus[q]`: rank q's; `None` for a host rank), for choosing the network
+    /// devices nearest to it, as NCCL places a rank at its GPU. A rank whose GPU its host's
+    /// topology does not show (a topology file of another machine) stays where it was; the
+    /// second value lists those ranks.
+    pub(crate) fn at_gpus(mut self, gpus: &[Option<String>]) -> (GlobalSystem, Vec<usize>) {
+        let mut unplaced = Vec::new();
+        for (q, p) in self.ranks.iter_mut().enumerate() {
+            let Some(busid) = gpus.get(q).and_then(Option::as_deref) else { continue };
+            match self.hosts[p.host].gpus.iter().find(|g| g.busid.eq_ignore_ascii_case(busid)) {
+                Some(g) => p.device = Device::Gpu(g.dev),
+                None => unplaced.push(q),
+            }
+        }
+        (self, unplaced)
+    }
+
     /// The system node of `rank`'s device (`None` for a CPU rank whose host shows no such
     /// NUMA domain: it is then treated as sharing memory with its host's other such ranks).
     pub fn node_of(&self, rank: usize) -> Option<usize> {

@@ -1,9 +1,10 @@
 //! Creating communicators: all ranks in this process (`init_all`, in `threads`), or one
 //! rank of a group of processes (bootstrap from a unique id, a store, JITCCL_COMM_ID or the
-//! launcher's environment, in `entry`; then agreement on the configuration). Either way:
+//! launcher's environment, in `entry`; then agreement on the configuration), in blocking
+//! mode on the caller's thread, else on the new handle's progress thread. Either way:
 //! every rank's receive segment, the graph, each peer's transport from the transport
 //! table, the connectors. A process rank that dies or fails before every rank has finished
-//! fails the others at once, naming it (the bootstrap's roots watch; `peers` extends that
+//! fails the others at once, naming it (the bootstrap's roots watch; `explain` extends that
 //! to the waits outside the bootstrap).
 
 use std::sync::atomic::AtomicBool;
@@ -11,7 +12,9 @@ use std::sync::Arc;
 
 use crate::affinity::{self, CpuSet};
 use crate::bootstrap::{test_hook, Bootstrap, BootstrapConfig, UniqueId};
+use crate::comm::lifecycle::{Cell, Handle};
 use crate::comm::peer_arenas;
+use crate::comm::progress::Progress;
 use crate::comm::{Comm, CommInner};
 use crate::config::{Config, Resolved};
 use crate::device::Device;
@@ -32,7 +35,6 @@ use crate::transport::{self, AttachCtx, Endpoint};
 use crate::tune::{self, Tuner};
 
 mod entry;
-mod peers;
 mod threads;
 
 /// What the connectors point into: the proxy (if any peer is over the network; declared
@@ -48,6 +50,54 @@ struct Segments {
 }
 
 impl Comm {
+    /// A handle on a finished rank state; nonblocking per its configuration.
+    pub(crate) fn from_inner(inner: CommInner) -> Comm {
+        let (rank, nranks) = (inner.enq.group.rank, inner.enq.group.nranks);
+        let cfg = &inner.enq.cfg;
+        let (device, name, timeout) = (inner.enq.device.clone(), cfg.comm_name.clone(), cfg.timeout);
+        let progress = (!inner.enq.cfg.blocking).then(Progress::default);
+        let cell = Cell::default();
+        let _ = cell.inner.set(Arc::new(inner));
+        Comm { h: Arc::new(Handle { rank, nranks, device, name, timeout, cell: Arc::new(cell), progress }) }
+    }
+
+    /// Creates rank `rank` of `nranks` with `init` (given its abort flag): on this thread in
+    /// blocking mode; else on the new handle's progress thread, returning the handle at once.
+    pub(crate) fn start_init(
+        config: &Config, rank: usize, nranks: usize,
+        init: impl FnOnce(Arc<AtomicBool>) -> Result<Comm> + Send + 'static,
+    ) -> Result<Comm> {
+        if config.is_blocking()? {
+            return init(Arc::new(AtomicBool::new(false)));
+        }
+        if rank >= nranks {
+            return Err(Error::InvalidArgument(format!("rank {rank} is not below nranks {nranks}")));
+        }
+        // Checked now: a bad configuration is the caller's error, not an async one.
+        let cfg = config.resolve(nranks)?;
+        // The device init will give the rank.
+        let h = Handle {
+            rank,
+            nranks,
+            device: config.device.clone().unwrap_or(Device::host(rank)),
+            name: cfg.comm_name,
+            timeout: cfg.timeout,
+            cell: Arc::new(Cell::default()),
+            progress: Some(Progress::default()),
+        };
+        let cell = h.cell.clone();
+        let job = move || match init(cell.init_abort.clone()) {
+            // The temporary handle `init` made goes; its state moves here.
+            Ok(made) => match made.h.cell.inner.get() {
+                Some(inner) => cell.set(inner.clone()),
+                None => cell.init_failed(rank, Error::Internal("init returned no rank state".into())),
+            },
+            Err(e) => cell.init_failed(rank, e),
+        };
+        h.progress.as_ref().map_or(Ok(()), |p| p.push(Box::new(job)))?;
+        Ok(Comm { h: Arc::new(h) })
+    }
+
     /// `abort`: the flag that ends the bootstrap's waits (set by an abort of a nonblocking
     /// communicator still initializing); `root_rank`: the rank that runs the root, if known.
     /// Until every rank has finished, a rank's death or failure fails the others at once,
@@ -70,7 +120,7 @@ impl Comm {
         }) {
             Ok(inner) => inner,
             Err(e) => {
-                let e = peers::explain(&bs, "init", e);
+                let e = explain(&bs, "init", e);
                 bs.fail_init(&e);
                 // A rank killed after creating its segment left the name behind.
                 crate::transport::shm::sweep();
@@ -78,6 +128,16 @@ impl Comm {
             }
         };
         Ok(Comm::from_inner(inner.with_bootstrap(bs, abort, store_server)))
+    }
+}
+
+/// The error `e` of this rank's `op`, or, when `e` is about a peer's connection (an OS
+/// error, a timeout), the roots' word on which rank died or failed first if it comes
+/// within a second. The bootstrap's own errors have heard the roots already.
+fn explain(bs: &Bootstrap, op: &'static str, e: Error) -> Error {
+    match e {
+        Error::System { .. } | Error::Timeout { .. } => bs.why_lost(op).map_or(e, Error::Bootstrap),
+        e => e,
     }
 }
 
@@ -119,7 +179,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     bs.barrier()?;
     own.unlink();
     let any_net = net.iter().any(|&n| n);
-    let (mut graph, global) = global_graph(bs, rank, &endpoints, cfg.nchannels)?;
+    let (mut graph, global) = global_graph(bs, rank, &device, &endpoints, cfg.nchannels)?;
     let network = if any_net {
         network(bs, rank, &cfg)?
     } else {
@@ -173,7 +233,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
                 plugin::start(network, &global, &layout, rank, &sends, &recvs, &bases, &cfg, &exchange, &lost)
             }
         };
-        Some(proxy.map_err(|e| peers::explain(bs, OP, e))?)
+        Some(proxy.map_err(|e| explain(bs, OP, e))?)
     } else {
         None
     };
@@ -254,18 +314,23 @@ fn priced(graph: &Graph, endpoints: &[Endpoint]) -> Graph {
 /// tell them (machine and network namespace). A search that cannot give exactly the
 /// configured channels falls back to rank-order rings that keep each host's ranks
 /// together, with a warning. Rank 0 describes the graph across hosts (INFO). The global
-/// system comes back with it (where a network plugin's devices are placed).
+/// system comes back with it, each GPU rank placed at its GPU (by its PCI address): where
+/// the network devices nearest to a rank are chosen from.
 fn global_graph(
-    bs: &Bootstrap, rank: usize, endpoints: &[Endpoint], nchannels: usize,
+    bs: &Bootstrap, rank: usize, device: &Device, endpoints: &[Endpoint], nchannels: usize,
 ) -> Result<(Graph, GlobalSystem)> {
     let nranks = endpoints.len();
     let sys = System::local()?;
     let numa = sys.cpus.first().map_or(0, |c| c.numaid);
-    let shared = bs.all_gather(format!("{numa}\n{}", sys.to_xml()).as_bytes())?;
+    let gpu = device.gpu()?.map_or_else(|| "-".to_string(), |g| g.busid.clone());
+    let shared = bs.all_gather(format!("{numa} {gpu}\n{}", sys.to_xml()).as_bytes())?;
     let mut per_rank = Vec::with_capacity(nranks);
+    let mut gpus = Vec::with_capacity(nranks);
     for (q, bytes) in shared.iter().enumerate() {
         let text = String::from_utf8_lossy(bytes);
-        let (numa, xml) = text.split_once('\n').unwrap_or(("", ""));
+        let (place, xml) = text.split_once('\n').unwrap_or(("", ""));
+        let (numa, gpu) = place.split_once(' ').unwrap_or((place, "-"));
+        gpus.push((gpu != "-").then(|| gpu.to_string()));
         let mut sys = System::from_xml_str(&format!("rank {q}'s topology"), xml)?;
         sys.host_hash = Some(fingerprint(&endpoints[q].host));
         let numa =
@@ -295,6 +360,14 @@ fn global_graph(
         for line in graph.across_hosts(&hosts) {
             tracing::info!("across hosts: {line}");
         }
+    }
+    // Only the choice of network devices starts from the GPU: the search above, and with
+    // it the rings and the tuning of GPU ranks, keeps every rank at its NUMA domain.
+    let (global, unplaced) = global.at_gpus(&gpus);
+    if let (true, Some(gpu)) = (unplaced.contains(&rank), &gpus[rank]) {
+        tracing::info!(
+            "rank {rank}: GPU {gpu} is not in its host's topology: network devices are chosen nearest to its NUMA domain {numa}"
+        );
     }
     Ok((graph, global))
 }

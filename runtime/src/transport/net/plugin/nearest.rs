@@ -1,7 +1,9 @@
 //! Which of a network's devices each channel of a rank uses, as NCCL chooses: the devices
-//! nearest to the rank (its PCI path to each device in its host's topology: the best path
-//! type, then the widest), spread over the ranks of the host that share them, each rank
-//! taking its share of them in turn across channels.
+//! nearest to the rank (from its GPU, or a host rank's NUMA domain: its PCI path to each
+//! device in its host's topology, the best path type, then the widest), spread over the
+//! ranks of the host that share them, each rank taking its share of them in turn across
+//! channels. Init places each GPU rank at its GPU by its PCI address
+//! (`GlobalSystem::at_gpus`).
 //!
 //! A device is placed in the topology by its `pciPath`: the deepest component of the path
 //! that the topology knows (the device's own bus id, else the switch or bridge above it).
@@ -105,7 +107,7 @@ pub(crate) fn choose(global: &GlobalSystem, rank: usize, devices: &[DeviceProps]
     let start = if n.is_power_of_two() { mirror(index % n, n) } else { index % n };
     let per_channel = (0..nchannels).map(|c| near[(start + c % per_rank) % n]).collect();
     let from = match place.device {
-        Device::Gpu(g) => format!("GPU {g}"),
+        Device::Gpu(g) => format!("GPU {g}{}", sys.gpu(g).map_or(String::new(), |x| format!(" ({})", x.busid))),
         Device::Numa(id) => format!("NUMA domain {id}"),
     };
     let far: Vec<String> =
@@ -169,6 +171,47 @@ mod tests {
             let c = choose(&g, rank, &nics, 2);
             assert_eq!(c.per_channel, [want, want], "{}", c.why);
             assert!(c.why.contains("1 of 8 device(s) nearest to GPU") && c.why.contains("PIX"), "{}", c.why);
+        }
+    }
+
+    /// As init places them: every rank at its NUMA domain (for the search), then each GPU
+    /// rank at its GPU by PCI address. GPUs given in an order of their own each take the NIC
+    /// behind their own PCIe switch; a rank whose GPU the topology does not show stays at its
+    /// NUMA domain, with that domain's NICs.
+    #[test]
+    fn gpu_ranks_placed_by_pci_address_take_the_nic_behind_their_switch() {
+        // Per rank: its GPU's bus, NUMA domain and device index, and the `h100_nics` index of
+        // the NIC beside it.
+        let gpus = [
+            ("e0", 1, 6, 6),
+            ("a4", 0, 0, 1),
+            ("cc", 1, 4, 2),
+            ("b8", 0, 2, 5),
+            ("ea", 1, 7, 0),
+            ("ae", 0, 1, 3),
+            ("d6", 1, 5, 4),
+            ("c2", 0, 3, 7),
+        ];
+        let mut ranks: Vec<Device> = gpus.iter().map(|&(_, numa, _, _)| Device::Numa(numa)).collect();
+        let mut busids: Vec<Option<String>> = gpus.iter().map(|(b, ..)| Some(format!("0000:{b}:00.0"))).collect();
+        ranks.extend([Device::Numa(0), Device::Numa(1)]);
+        busids.extend([Some("0000:3b:00.0".to_string()), None]);
+        let (g, unplaced) = h100(&ranks).at_gpus(&busids);
+        assert_eq!(unplaced, [8], "{:?}", g.ranks);
+        let nics = h100_nics();
+        for (rank, &(bus, _, dev, want)) in gpus.iter().enumerate() {
+            assert_eq!(g.ranks[rank].device, Device::Gpu(dev));
+            let c = choose(&g, rank, &nics, 2);
+            assert_eq!(c.per_channel, [want, want], "GPU {bus}: {}", c.why);
+            let at = format!("1 of 8 device(s) nearest to GPU {dev} (0000:{bus}:00.0)");
+            assert!(c.why.contains(&at) && c.why.contains("PIX"), "{at}: {}", c.why);
+        }
+        for (rank, want) in [(8, [1, 3, 5, 7]), (9, [0, 2, 4, 6])] {
+            let c = choose(&g, rank, &nics, 4);
+            let mut got = c.per_channel.clone();
+            got.sort_unstable();
+            assert_eq!(got, want, "{}", c.why);
+            assert!(c.why.contains("nearest to NUMA domain"), "{}", c.why);
         }
     }
 

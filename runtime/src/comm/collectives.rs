@@ -1,3 +1,9 @@
+//! The calls a user makes to move data: AllReduce, Broadcast, Reduce, AllGather,
+//! ReduceScatter, point to point, AlltoAll(v), Gather and Scatter, and the cost model's
+//! estimate of a collective. Each is thin: `enqueue` checks it (an error changes nothing),
+//! then it leaves through `submit`, to be tuned, compiled (once) and queued on the caller's
+//! stream.
+//!
 //! AlltoAll(v), Gather and Scatter. Where every rank's buffers are registered (plain host
 //! buffers are, through the host arenas) the tuner may pick a direct kernel: one launch
 //! that copies every block straight from or into the peers' buffers (AlltoAllv: the direct
@@ -13,15 +19,119 @@
 
 use std::ops::Range;
 
+use jitccl_codegen::{Collective, DataType, Wire};
+
 use super::group::note;
 use super::Comm;
 use crate::device::DeviceBuffer;
 use crate::element::Element;
-use jitccl_codegen::{Collective, Wire};
-
 use crate::enqueue::Call;
 use crate::error::{invalid, Result};
+use crate::op::Op;
 use crate::stream::Stream;
+
+impl Comm {
+    /// `recv[i] = op over ranks of send[i]` for `i < count`. In place when `send` and
+    /// `recv` are the same buffer.
+    pub fn all_reduce<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
+    ) -> Result<()> {
+        self.collective(Collective::AllReduce, Some(op), send, recv, count, 0, None, stream)
+    }
+
+    /// Copies `count` elements of `send` on `root` into `recv` on every rank (`send` is
+    /// not read elsewhere).
+    pub fn broadcast<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.collective(Collective::Broadcast, None, send, recv, count, root, None, stream)
+    }
+
+    /// Reduces `count` elements of every rank's `send` into `recv` on `root` (`recv` is
+    /// not touched elsewhere).
+    pub fn reduce<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, root: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.collective(Collective::Reduce, Some(op), send, recv, count, root, None, stream)
+    }
+
+    /// Gathers every rank's `count` elements of `send` into `recv` (rank r's at
+    /// `r * count`). In place when `send` is `recv`'s slice at `rank * count`.
+    pub fn all_gather<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.collective(Collective::AllGather, None, send, recv, count, 0, None, stream)
+    }
+
+    /// Reduces every rank's `send` (nranks blocks of `count`) and leaves block `rank` of the
+    /// result in `recv`. In place when `recv` is `send`'s slice at `rank * count`.
+    pub fn reduce_scatter<T: Element>(
+        &self, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, op: Op, stream: &Stream,
+    ) -> Result<()> {
+        self.collective(Collective::ReduceScatter, Some(op), send, recv, count, 0, None, stream)
+    }
+
+    /// Sends `count` elements of `buf` to `peer` (which must post a matching receive).
+    pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.submit(Call::checked_p2p(&self.group(), Some((buf, count, peer)), None), stream)
+    }
+
+    /// Receives `count` elements from `peer` into `buf`.
+    pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
+        self.submit(Call::checked_p2p(&self.group(), None, Some((buf, count, peer))), stream)
+    }
+
+    /// Sends `send_count` elements of `send` to `to` while receiving `recv_count` from
+    /// `from` into `recv`, in one launch (so that exchanges in a cycle cannot deadlock).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Element>(
+        &self, send: &DeviceBuffer<T>, send_count: usize, to: usize, recv: &DeviceBuffer<T>, recv_count: usize,
+        from: usize, stream: &Stream,
+    ) -> Result<()> {
+        self.submit(
+            Call::checked_p2p(&self.group(), Some((send, send_count, to)), Some((recv, recv_count, from))),
+            stream,
+        )
+    }
+
+    /// The cost model's estimate, in microseconds, of `coll` over `count` elements of
+    /// `dtype` on this communicator (NCCL's ncclGroupSimulateEnd sums these): the time of
+    /// the algorithm, protocol and channels it would choose. 0 for point to point.
+    pub fn estimate(&self, coll: Collective, dtype: DataType, count: usize) -> Result<f64> {
+        let inner = self.inner("estimate")?;
+        // NCCL's nBytes: a rank's buffer, the whole one for AllGather / ReduceScatter.
+        let per_rank = match coll {
+            Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::AllToAll
+            | Collective::Gather
+            | Collective::Scatter => count.saturating_mul(self.nranks()),
+            _ => count,
+        };
+        let bytes = per_rank.saturating_mul(dtype.size());
+        if coll == Collective::SendRecv {
+            return Ok(0.0);
+        }
+        inner.enq.tuner.estimate_us(coll, bytes, dtype.size())
+    }
+
+    /// A collective of `count` elements (a block per rank where it moves blocks), in `wire`
+    /// if given, else the communicator's default where it fits.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn collective<T: Element>(
+        &self, coll: Collective, op: Option<Op>, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize,
+        root: usize, wire: Option<Wire>, stream: &Stream,
+    ) -> Result<()> {
+        let call = Call::checked(&self.group(), coll, op, send, recv, count, root);
+        self.submit(
+            call.and_then(|c| match wire {
+                Some(w) => c.wired(w),
+                None => Ok(c),
+            }),
+            stream,
+        )
+    }
+}
 
 /// Per peer, the block sent to it or received from it (`None`: nothing moves).
 type Blocks<T> = Vec<Option<DeviceBuffer<T>>>;

@@ -1,12 +1,12 @@
-//! Shrinking a communicator (NCCL's ncclCommShrink) and revoking one (ncclCommRevoke):
-//! the ranks that remain make a child without the excluded ones, which need not answer
-//! (they may be dead). Only the survivors take part, so the exchange is point to point over
-//! the parent's bootstrap, as a split's (`split::child_id`): nothing waits on an excluded
-//! rank.
+//! Shrinking a communicator (NCCL's ncclCommShrink): the ranks that remain make a child
+//! without the excluded ones, which need not answer (they may be dead). Only the survivors
+//! take part, so the exchange is point to point over the parent's bootstrap, as a split's
+//! (`split::child_id`): nothing waits on an excluded rank. (`Comm::revoke`, which ends the
+//! operations a shrink follows, is the communicator's own: `lifecycle`.)
 
 use std::sync::atomic::Ordering;
 
-use crate::comm::split::{child_config, child_id};
+use super::split::{child_config, child_id};
 use crate::comm::Comm;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -64,16 +64,6 @@ impl Comm {
         let (id, new_rank) = child_id(bs, &members, id_tag(seq))?;
         tracing::info!("{self:?}: shrink {seq} without ranks {exclude:?} -> rank {new_rank} of {}", members.len());
         Comm::init_rank(&id, members.len(), new_rank, &cfg)
-    }
-
-    /// Ends this communicator's running and queued operations (they fail with `Aborted`)
-    /// and refuses new ones, as NCCL's ncclCommRevoke; unlike [`abort`](Self::abort) it
-    /// keeps what a later [`shrink`](Self::shrink) needs. Local: it tells no peer.
-    pub fn revoke(&self) -> Result<()> {
-        let inner = self.inner("revoke")?;
-        inner.enq.abort().store(1, Ordering::Release);
-        tracing::warn!("{self:?}: communicator revoked");
-        Ok(())
     }
 }
 

@@ -1,8 +1,13 @@
-//! What a `Comm` handle holds: the rank's identity (known before init ends), the rank state
-//! once init has made it, and, in nonblocking mode, the progress thread its work runs on.
-//! Its state as `async_error` reports it (NCCL's ncclCommGetAsyncError), abort from any
-//! thread, whatever the rank is doing (initializing, running, or nothing), and finalize
-//! (NCCL's ncclCommFinalize).
+//! A communicator's life after init: what its handle holds (the rank's identity, known
+//! before init ends, the rank state once init has made it and, in nonblocking mode, the
+//! progress thread its work runs on), its state as `async_error` reports it (NCCL's
+//! ncclCommGetAsyncError), abort from any thread, whatever the rank is doing
+//! (initializing, running, or nothing), finalize (NCCL's ncclCommFinalize) and revoke; and
+//! the communicators made from it: `split` (and `dup`), `shrink`, `grow`.
+
+mod grow;
+mod shrink;
+mod split;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -10,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use crate::comm::progress::{CommState, Progress};
 use crate::comm::{Comm, CommInner};
-use crate::config::Config;
 use crate::device::Device;
 use crate::error::{Error, Result};
+pub use split::Split;
+pub(crate) use split::Splits;
 
 /// The part of a handle that init and the queued jobs share.
 #[derive(Default)]
 pub(crate) struct Cell {
     /// The rank state, once init has made it.
-    inner: OnceLock<Arc<CommInner>>,
+    pub(super) inner: OnceLock<Arc<CommInner>>,
     /// Why init failed, if it did.
     init_error: OnceLock<Error>,
     /// `abort` was called.
@@ -37,7 +43,7 @@ impl Cell {
         }
     }
 
-    fn init_failed(&self, rank: usize, e: Error) {
+    pub(super) fn init_failed(&self, rank: usize, e: Error) {
         let e = if self.is_aborted() { Error::Aborted { op: "init".into(), rank } } else { e };
         let _ = self.init_error.set(e);
     }
@@ -90,54 +96,6 @@ impl Drop for Handle {
 }
 
 impl Comm {
-    /// A handle on a finished rank state; nonblocking per its configuration.
-    pub(crate) fn from_inner(inner: CommInner) -> Comm {
-        let (rank, nranks) = (inner.enq.group.rank, inner.enq.group.nranks);
-        let cfg = &inner.enq.cfg;
-        let (device, name, timeout) = (inner.enq.device.clone(), cfg.comm_name.clone(), cfg.timeout);
-        let progress = (!inner.enq.cfg.blocking).then(Progress::default);
-        let cell = Cell::default();
-        let _ = cell.inner.set(Arc::new(inner));
-        Comm { h: Arc::new(Handle { rank, nranks, device, name, timeout, cell: Arc::new(cell), progress }) }
-    }
-
-    /// Creates rank `rank` of `nranks` with `init` (given its abort flag): on this thread in
-    /// blocking mode; else on the new handle's progress thread, returning the handle at once.
-    pub(crate) fn start_init(
-        config: &Config, rank: usize, nranks: usize,
-        init: impl FnOnce(Arc<AtomicBool>) -> Result<Comm> + Send + 'static,
-    ) -> Result<Comm> {
-        if config.is_blocking()? {
-            return init(Arc::new(AtomicBool::new(false)));
-        }
-        if rank >= nranks {
-            return Err(Error::InvalidArgument(format!("rank {rank} is not below nranks {nranks}")));
-        }
-        // Checked now: a bad configuration is the caller's error, not an async one.
-        let cfg = config.resolve(nranks)?;
-        // The device init will give the rank.
-        let h = Handle {
-            rank,
-            nranks,
-            device: config.device.clone().unwrap_or(Device::host(rank)),
-            name: cfg.comm_name,
-            timeout: cfg.timeout,
-            cell: Arc::new(Cell::default()),
-            progress: Some(Progress::default()),
-        };
-        let cell = h.cell.clone();
-        let job = move || match init(cell.init_abort.clone()) {
-            // The temporary handle `init` made goes; its state moves here.
-            Ok(made) => match made.h.cell.inner.get() {
-                Some(inner) => cell.set(inner.clone()),
-                None => cell.init_failed(rank, Error::Internal("init returned no rank state".into())),
-            },
-            Err(e) => cell.init_failed(rank, e),
-        };
-        h.progress.as_ref().map_or(Ok(()), |p| p.push(Box::new(job)))?;
-        Ok(Comm { h: Arc::new(h) })
-    }
-
     /// The communicator's state, as NCCL's ncclCommGetAsyncError: `Ready`, `InProgress`
     /// (nonblocking init or queued operations not done yet), or the error that failed it
     /// (init's, an operation's, a peer's, or `Aborted` after [`abort`](Self::abort)).
@@ -229,5 +187,15 @@ impl Comm {
     /// Whether [`finalize`](Self::finalize) was called.
     pub fn is_finalized(&self) -> bool {
         self.h.cell.get().is_some_and(|i| i.exec().is_finalized())
+    }
+
+    /// Ends this communicator's running and queued operations (they fail with `Aborted`)
+    /// and refuses new ones, as NCCL's ncclCommRevoke; unlike [`abort`](Self::abort) it
+    /// keeps what a later [`shrink`](Self::shrink) needs. Local: it tells no peer.
+    pub fn revoke(&self) -> Result<()> {
+        let inner = self.inner("revoke")?;
+        inner.enq.abort().store(1, Ordering::Release);
+        tracing::warn!("{self:?}: communicator revoked");
+        Ok(())
     }
 }
