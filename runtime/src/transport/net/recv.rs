@@ -74,8 +74,18 @@ impl RecvSide {
         self.incoming.iter().any(|c| c.frame.is_some() || c.at < c.end)
     }
 
+    /// Whether a pump would find nothing to do: no socket has brought anything since it ran
+    /// dry, and no bytes read ahead wait (a frame whose slot the kernel may have freed
+    /// since). Waiting kernels pump many times per step: this spares them the walk.
+    fn idle(&self) -> bool {
+        self.socks.iter().zip(&self.incoming).all(|(w, c)| w.quiet() && c.at == c.end)
+    }
+
     /// Moves arriving steps into the FIFO; true if anything happened.
     pub fn pump(&mut self) -> Result<bool, Broken> {
+        if self.idle() {
+            return Ok(false);
+        }
         let mut progressed = false;
         // Steps below this have a free slot.
         let free = atomic(self.fifo.head).load(Ordering::Acquire) + STEPS as u64;

@@ -68,8 +68,20 @@ impl SendSide {
         self.dead || (self.faulted && self.sent()) || self.flushed()
     }
 
+    /// Whether a pump would find nothing to do: the kernel posted nothing new, every
+    /// socket with frames queued takes no more for now, and the peer sent nothing (its
+    /// close). Waiting kernels pump many times per step: this spares them the walk.
+    fn idle(&self) -> bool {
+        self.socks[0].quiet()
+            && self.out.iter().zip(&self.socks).all(|((q, _), w)| q.is_empty() || w.blocked())
+            && self.taken >= atomic(self.fifo.tail).load(Ordering::Acquire)
+    }
+
     /// Moves posted steps out; true if anything happened.
     pub fn pump(&mut self) -> Result<bool, Broken> {
+        if self.idle() {
+            return Ok(false);
+        }
         self.watch_close()?;
         let mut progressed = false;
         let tail = atomic(self.fifo.tail).load(Ordering::Acquire);

@@ -229,6 +229,19 @@ impl Wire {
         Ok(0)
     }
 
+    /// Whether a read would find nothing: the poller reported nothing since the socket last
+    /// ran dry. A TLS session may hold plaintext read earlier, so it is never counted quiet.
+    pub fn quiet(&self) -> bool {
+        !self.readable && self.tls.is_none()
+    }
+
+    /// Whether a write would go nowhere now: the socket took no more last time and the
+    /// poller has not said it drained since. Never with TLS, whose session may hold records
+    /// to hand on.
+    pub fn blocked(&self) -> bool {
+        !self.writable && self.tls.is_none()
+    }
+
     /// Whether the socket's TLS session holds records the socket has not taken yet.
     pub fn pending(&self) -> bool {
         self.tls.as_ref().is_some_and(|c| c.wants_write())
