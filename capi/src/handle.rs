@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use jitccl::{Comm, DataType, Device, Error, Registration, Stream};
 
+use crate::agree::Agreements;
 use crate::status::LastError;
 use crate::types::*;
 
@@ -49,6 +50,8 @@ pub struct Live {
     pub ops: Mutex<Vec<Option<PreMul>>>,
     /// Windows and registrations, by the handle given out.
     pub registrations: Mutex<HashMap<usize, Registered>>,
+    /// What `jitcclAgree` all-gathers in, made at its first call.
+    pub agreement: Agreements,
 }
 
 impl Live {
@@ -146,6 +149,7 @@ impl CommHandle {
             caller_streams: Mutex::default(),
             ops: Mutex::default(),
             registrations: Mutex::default(),
+            agreement: Mutex::default(),
         };
         let h = Box::new(CommHandle {
             magic: AtomicU64::new(LIVE),

@@ -6,7 +6,8 @@
 //! `tests/layers.rs` reads this list and checks every `crate::` path of every source file.
 //!
 //! 1. `process_group`: an asynchronous process group (c10d style) over a communicator:
-//!    `Work` handles, a worker thread per group, a watchdog;
+//!    `Work` handles, a worker thread per group, a watchdog; `agreement`: the ranks' check
+//!    that they make the same call (a descriptor all-gathered, a refusal naming each call);
 //! 2. `comm`: the communicator (`Comm`): thin public calls, its state (`inner`) and its
 //!    creation (`init`: all ranks in one process, or one rank of a group of processes
 //!    through `bootstrap` and `store`); a handle (`handle`: identity, abort, `async_error`)
@@ -44,6 +45,7 @@
 //! 15. `settings`: every `JITCCL_*` variable, its parser, default and bounds.
 
 mod affinity;
+pub mod agreement;
 pub mod auth;
 mod bootstrap;
 mod comm;
