@@ -71,7 +71,10 @@ pub mod tune;
 mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split, Wired};
+pub use comm::{
+    group, group_depth, group_discard, group_end, group_end_launched, group_simulate_end, group_start, Comm, CommState,
+    Registration, Split, Wired,
+};
 pub use config::overrides::{AlgoOverrides, OverrideError, ProtoOverrides};
 pub use config::{Config, WireLocal};
 pub use device::{

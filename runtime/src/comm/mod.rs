@@ -42,7 +42,7 @@ use crate::enqueue::{Call, Group};
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::stream::Stream;
-pub use group::{group, group_discard, group_end, group_start};
+pub use group::{group, group_depth, group_discard, group_end, group_end_launched, group_simulate_end, group_start};
 use handle::Handle;
 pub(crate) use inner::CommInner;
 pub use progress::CommState;
