@@ -3,7 +3,6 @@
 //! PyTorch backend's C++ and Python parts call it before each collective).
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::Mutex;
 
 use jitccl::agreement::{Agreement, Descriptor, Verdict};
 
@@ -24,9 +23,6 @@ pub struct CCall {
     pub reduction: *const c_char,
     pub wire: *const CWire,
 }
-
-/// The agreement memory of each communicator, made at its first `jitcclAgree`.
-pub type Agreements = Mutex<Option<Agreement>>;
 
 unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, Failure> {
     if p.is_null() {

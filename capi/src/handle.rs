@@ -15,9 +15,9 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use jitccl::agreement::Agreement;
 use jitccl::{Comm, DataType, Device, Error, Registration, Stream};
 
-use crate::agree::Agreements;
 use crate::status::LastError;
 use crate::types::*;
 
@@ -51,7 +51,7 @@ pub struct Live {
     /// Windows and registrations, by the handle given out.
     pub registrations: Mutex<HashMap<usize, Registered>>,
     /// What `jitcclAgree` all-gathers in, made at its first call.
-    pub agreement: Agreements,
+    pub agreement: Mutex<Option<Agreement>>,
 }
 
 impl Live {
