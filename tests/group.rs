@@ -168,3 +168,41 @@ fn group_end_without_start_and_two_streams_are_refused() {
     streams.iter().for_each(|s| s.synchronize().unwrap());
     assert!(bufs.iter().all(|b| b.to_vec() == vec![3u8; 300]));
 }
+
+#[test]
+fn depth_launched_streams_and_the_simulated_end_are_told_to_bindings() {
+    use jitccl::{group_depth, group_discard, group_end_launched, group_simulate_end};
+    let comms = Comm::init_all(1, &cfg()).unwrap();
+    let c = &comms[0];
+    let s = c.device().stream().unwrap();
+    let b = c.device().alloc_from(&[1i32; 1 << 18]).unwrap();
+    assert_eq!(group_depth(), 0);
+    // Simulated: the model's time of the collective, transfers count nothing, nothing runs.
+    group_start();
+    group_start();
+    assert_eq!(group_depth(), 2);
+    c.all_reduce(&b, &b, 1 << 18, Op::Sum, &s).unwrap();
+    assert_eq!(group_simulate_end().unwrap(), None, "an inner group has no estimate");
+    let with_reduce = group_simulate_end().unwrap().expect("the outermost's estimate");
+    assert!(with_reduce > 0.0 && with_reduce.is_finite(), "{with_reduce}");
+    assert_eq!(group_depth(), 0);
+    group_start();
+    c.send(&b, 4, 0, &s).unwrap();
+    c.recv(&b, 4, 0, &s).unwrap();
+    assert_eq!(group_simulate_end().unwrap(), Some(0.0), "point to point counts nothing");
+    s.synchronize().unwrap();
+    assert_eq!(b.to_vec(), vec![1i32; 1 << 18], "a simulated group runs nothing");
+    assert!(matches!(group_simulate_end(), Err(Error::InvalidUsage(_))));
+    // Ended: each communicator once, with the stream its calls went to.
+    group_start();
+    c.all_reduce(&b, &b, 4, Op::Sum, &s).unwrap();
+    c.all_reduce(&b, &b, 4, Op::Sum, &s).unwrap();
+    let launched = group_end_launched().unwrap();
+    assert_eq!(launched.len(), 1);
+    assert!(launched[0].1.same(&s));
+    s.synchronize().unwrap();
+    assert_eq!(b.to_vec()[..4], [1i32; 4], "one rank's sums");
+    group_start();
+    assert!(group_discard().is_ok());
+    assert_eq!(group_depth(), 0);
+}

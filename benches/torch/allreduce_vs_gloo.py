@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import jitccl.torch  # noqa: E402 - registers "jitccl"
+from jitccl.torch._agree import _desc  # noqa: E402
 from jitccl.torch._tensors import _buf  # noqa: E402
 
 REPS = int(os.environ.get("BENCH_REPS", "7"))
@@ -117,7 +118,7 @@ def main():
     tensors = {s: torch.ones(s // 4) for s in SIZES}
     eight = tensors[8] if 8 in tensors else torch.ones(2)
     eight_buf = _buf(eight)
-    desc = (0, 12, 1, 2, 2, -1, 0, 0)
+    desc = _desc("allreduce", eight.dtype, [eight.numel()], redop=dist.ReduceOp.RedOpType.SUM)
     batch = {}
     for s in SIZES:  # the batch sizes, and a warm-up (kernels compiled, buffers touched)
         t = tensors[s]

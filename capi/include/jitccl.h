@@ -14,7 +14,7 @@
 
 #include "nccl.h"
 
-#define JITCCL_H_VERSION 2 /* 1: wire formats; 2: the settings (jitcclSettingsJson, jitcclCacheDir) */
+#define JITCCL_H_VERSION 3 /* 1: wire formats; 2: the settings (jitcclSettingsJson, jitcclCacheDir); 3: jitcclAgree */
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +71,30 @@ ncclResult_t jitcclWiredReduceScatter(const void* sendbuff, void* recvbuff, size
 ncclResult_t jitcclSettingsJson(char* buf, size_t* len);
 /* The kernel cache's folder (JITCCL_CACHE_DIR, else the user's cache folder), "" if none. */
 ncclResult_t jitcclCacheDir(char* buf, size_t* len);
+
+/* The ranks' agreement on a call, for bindings whose users pass their own tensors: a
+ * kernel fails a call whose ranks pass other counts, types or ops, but the rank that notices
+ * names only its peer. Every rank describes its call; jitcclAgree all-gathers the
+ * descriptions over comm (a blocking communicator, outside a group) and compares them.
+ * Names are the caller's own vocabulary (PyTorch's: "allreduce", "float32",
+ * "ReduceOp.SUM"), NUL-terminated, at most 31, 15 and 23 bytes. */
+typedef struct {
+  const char* operation;     /* the operation's name */
+  const char* type;          /* the element type's name; NULL: none */
+  const size_t* counts;      /* the element count of each tensor (ncounts of them) */
+  size_t ncounts;            /* 0: no counts (a barrier, or counts checked otherwise) */
+  int root;                  /* -1: none */
+  const char* reduction;     /* the reduction's name; NULL: none */
+  const jitcclWire_t* wire;  /* the wire format asked for; NULL: none */
+} jitcclCall_t;
+
+/* Every rank of comm calls it with its call. ncclSuccess with refusal "" when every rank
+ * described the same call; ncclSuccess with refusal set, on every rank alike, to a text
+ * naming each rank's call when they differ ("the ranks called it differently: rank 0:
+ * allreduce of 100 float32 elements, ReduceOp.SUM; rank 1: ..."), cut to fit len bytes
+ * with its NUL; an error code where the all-gather fails (a peer gone, the timeout) or an
+ * argument is bad. */
+ncclResult_t jitcclAgree(const jitcclCall_t* call, char* refusal, size_t len, ncclComm_t comm);
 
 #ifdef __cplusplus
 }

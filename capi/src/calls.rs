@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use jitccl::{Collective, DataType, DeviceBuffer, Element, Error, Op, ScalarAt, Stream, Wire};
+use jitccl::{DataType, DeviceBuffer, Element, Error, Op, ScalarAt, Stream, Wire};
 
 use crate::group;
 use crate::handle::{last_error, CommHandle, Live, PreMul, Scalar};
@@ -146,7 +146,7 @@ unsafe fn user_op(live: &Live, op: c_int, dt: DataType) -> Result<Op, Failure> {
 /// caller's, see `Live::stream_for`), runs `f` on it, then posts it to the open group or
 /// completes it.
 unsafe fn call(
-    name: &str, comm: *mut CommHandle, stream: *mut c_void, coll: Collective, dt: c_int, count: usize,
+    name: &str, comm: *mut CommHandle, stream: *mut c_void, dt: c_int,
     f: impl FnOnce(&Live, &Stream, DataType) -> Result<(), Failure>,
 ) -> NcclResult {
     guard(name, last_error(comm), || {
@@ -156,10 +156,10 @@ unsafe fn call(
             let stream = live.stream_for(stream)?;
             f(&live, &stream, dt)?;
             if group::is_open() {
-                group::post(comm, &stream, coll, dt, count);
+                group::posted(comm);
                 return Ok(SUCCESS);
             }
-            group::complete(&live, &stream)
+            group::complete(&live.comm, &stream)
         })();
         if let Err(f) = &out {
             group::note(f);
@@ -192,7 +192,7 @@ pub(crate) unsafe fn all_reduce(
     name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, wire: Option<Wire>,
     comm: *mut CommHandle, stream: *mut c_void,
 ) -> NcclResult {
-    call(name, comm, stream, Collective::AllReduce, dt, count, |l, s, dt| {
+    call(name, comm, stream, dt, |l, s, dt| {
         let op = op_for(l, op, dt)?;
         typed!(dt, T => via!(l, wire, all_reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, s)))?;
         Ok(())
@@ -214,7 +214,7 @@ pub(crate) unsafe fn broadcast(
     name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, wire: Option<Wire>,
     comm: *mut CommHandle, stream: *mut c_void,
 ) -> NcclResult {
-    call(name, comm, stream, Collective::Broadcast, dt, count, |l, s, dt| {
+    call(name, comm, stream, dt, |l, s, dt| {
         let rt = root(rt)?;
         typed!(dt, T => via!(l, wire, broadcast(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, rt, s)))?;
         Ok(())
@@ -245,7 +245,7 @@ pub(crate) unsafe fn reduce(
     name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, rt: c_int,
     wire: Option<Wire>, comm: *mut CommHandle, stream: *mut c_void,
 ) -> NcclResult {
-    call(name, comm, stream, Collective::Reduce, dt, count, |l, s, dt| {
+    call(name, comm, stream, dt, |l, s, dt| {
         let (op, rt) = (op_for(l, op, dt)?, root(rt)?);
         typed!(dt, T => via!(l, wire, reduce(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, count)?, count, op, rt, s)))?;
         Ok(())
@@ -267,7 +267,7 @@ pub(crate) unsafe fn all_gather(
     name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, wire: Option<Wire>,
     comm: *mut CommHandle, stream: *mut c_void,
 ) -> NcclResult {
-    call(name, comm, stream, Collective::AllGather, dt, count, |l, s, dt| {
+    call(name, comm, stream, dt, |l, s, dt| {
         let total = all(l, count)?;
         typed!(dt, T => via!(l, wire, all_gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, s)))?;
         Ok(())
@@ -288,7 +288,7 @@ pub(crate) unsafe fn reduce_scatter(
     name: &str, send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, op: c_int, wire: Option<Wire>,
     comm: *mut CommHandle, stream: *mut c_void,
 ) -> NcclResult {
-    call(name, comm, stream, Collective::ReduceScatter, dt, count, |l, s, dt| {
+    call(name, comm, stream, dt, |l, s, dt| {
         let (op, total) = (op_for(l, op, dt)?, all(l, count)?);
         typed!(dt, T => via!(l, wire, reduce_scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, op, s)))?;
         Ok(())
@@ -308,7 +308,7 @@ export! {
     ncclAlltoAll / pncclAlltoAll(
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclAlltoAll", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
+        call("ncclAlltoAll", comm, stream, dt, |l, s, dt| {
             let total = all(l, count)?;
             typed!(dt, T => l.comm.all_to_all(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, total)?, count, s))?;
             Ok(())
@@ -321,7 +321,7 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclGather", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
+        call("ncclGather", comm, stream, dt, |l, s, dt| {
             let (rt, total) = (root(rt)?, all(l, count)?);
             typed!(dt, T => l.comm.gather(&buf::<T>(l, send, count)?, &buf::<T>(l, recv, total)?, count, rt, s))?;
             Ok(())
@@ -334,7 +334,7 @@ export! {
         send: *const c_void, recv: *mut c_void, count: usize, dt: c_int, rt: c_int, comm: *mut CommHandle,
         stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclScatter", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
+        call("ncclScatter", comm, stream, dt, |l, s, dt| {
             let (rt, total) = (root(rt)?, all(l, count)?);
             typed!(dt, T => l.comm.scatter(&buf::<T>(l, send, total)?, &buf::<T>(l, recv, count)?, count, rt, s))?;
             Ok(())
@@ -346,7 +346,7 @@ export! {
     ncclSend / pncclSend(
         send: *const c_void, count: usize, dt: c_int, to: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclSend", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
+        call("ncclSend", comm, stream, dt, |l, s, dt| {
             let to = peer(to)?;
             typed!(dt, T => l.comm.send(&buf::<T>(l, send, count)?, count, to, s))?;
             Ok(())
@@ -358,7 +358,7 @@ export! {
     ncclRecv / pncclRecv(
         recv: *mut c_void, count: usize, dt: c_int, from: c_int, comm: *mut CommHandle, stream: *mut c_void,
     ) -> NcclResult {
-        call("ncclRecv", comm, stream, Collective::SendRecv, dt, count, |l, s, dt| {
+        call("ncclRecv", comm, stream, dt, |l, s, dt| {
             let from = peer(from)?;
             typed!(dt, T => l.comm.recv(&buf::<T>(l, recv, count)?, count, from, s))?;
             Ok(())

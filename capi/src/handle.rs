@@ -15,6 +15,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use jitccl::agreement::Agreement;
 use jitccl::{Comm, DataType, Device, Error, Registration, Stream};
 
 use crate::status::LastError;
@@ -49,6 +50,8 @@ pub struct Live {
     pub ops: Mutex<Vec<Option<PreMul>>>,
     /// Windows and registrations, by the handle given out.
     pub registrations: Mutex<HashMap<usize, Registered>>,
+    /// What `jitcclAgree` all-gathers in, made at its first call.
+    pub agreement: Mutex<Option<Agreement>>,
 }
 
 impl Live {
@@ -146,6 +149,7 @@ impl CommHandle {
             caller_streams: Mutex::default(),
             ops: Mutex::default(),
             registrations: Mutex::default(),
+            agreement: Mutex::default(),
         };
         let h = Box::new(CommHandle {
             magic: AtomicU64::new(LIVE),

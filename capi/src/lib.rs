@@ -11,7 +11,8 @@
 //! - `group`: ncclGroupStart / End / SimulateEnd, and completing calls in host mode;
 //! - `memory`: ncclMemAlloc, buffer and window registration;
 //! - `refused`: what jitccl does not have: each says so, none claims success;
-//! - `wire`: jitccl's extension header `include/jitccl.h`, wire formats in C.
+//! - `wire`: jitccl's extension header `include/jitccl.h`, wire formats in C;
+//! - `agree`: `jitcclAgree`, the ranks' check that they make the same call.
 //!
 //! The safety contract of every export is NCCL's documented one: pointers name memory of
 //! the sizes the call implies, handles come from this library and are not used after
@@ -35,6 +36,7 @@ macro_rules! export {
     };
 }
 
+mod agree;
 mod calls;
 mod group;
 mod handle;

@@ -170,7 +170,7 @@ export! {
             }
             // On a GPU, calls queued on the caller's streams that have finished are looked
             // at first: a failure among them fails the communicator, and is the answer.
-            let on_gpu = queued_on_gpu(&live);
+            let on_gpu = queued_on_gpu(&live.comm);
             if on_gpu {
                 live.streams().iter().for_each(|s| {
                     let _ = s.is_idle();

@@ -23,7 +23,7 @@ pub struct CWire {
 
 impl CWire {
     /// The wire it names, or why it names none.
-    fn wire(self) -> Result<Wire, Failure> {
+    pub(crate) fn wire(self) -> Result<Wire, Failure> {
         let bad = |why: String| {
             fail(INVALID_ARGUMENT, format!("wire {{format {}, block {}}}: {why}", self.format, self.block))
         };

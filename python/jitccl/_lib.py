@@ -1,6 +1,6 @@
 """The C library, loaded with ctypes: jitccl's libnccl.so.2 shipped in the package (or the
 one JITCCL_NCCL_SO names), with the prototypes of the functions this package calls (NCCL's,
-and jitccl.h's wire formats)."""
+and jitccl.h's wire formats and agreement)."""
 
 import ctypes
 import os
@@ -19,6 +19,14 @@ class WireStruct(ctypes.Structure):
     """jitcclWire_t (jitccl.h): a wire format's number and its block."""
 
     _fields_ = [("format", c_int), ("block", c_int)]
+
+
+class CallStruct(ctypes.Structure):
+    """jitcclCall_t (jitccl.h): a call as the ranks compare it in jitcclAgree."""
+
+    _fields_ = [("operation", c_char_p), ("type", c_char_p), ("counts", ctypes.POINTER(c_size_t)),
+                ("ncounts", c_size_t), ("root", c_int), ("reduction", c_char_p),
+                ("wire", ctypes.POINTER(WireStruct))]
 
 
 def _path() -> str:
@@ -68,6 +76,7 @@ _PROTOTYPES = {
     "jitcclWireFromName": [c_char_p, ctypes.POINTER(WireStruct)],
     "jitcclSettingsJson": [c_char_p, ctypes.POINTER(c_size_t)],
     "jitcclCacheDir": [c_char_p, ctypes.POINTER(c_size_t)],
+    "jitcclAgree": [ctypes.POINTER(CallStruct), c_char_p, c_size_t, c_void_p],
     "jitcclWiredAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
     "jitcclWiredBroadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
     "jitcclWiredReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, WireStruct, c_void_p, c_void_p],

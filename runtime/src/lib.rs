@@ -6,7 +6,8 @@
 //! `tests/layers.rs` reads this list and checks every `crate::` path of every source file.
 //!
 //! 1. `process_group`: an asynchronous process group (c10d style) over a communicator:
-//!    `Work` handles, a worker thread per group, a watchdog;
+//!    `Work` handles, a worker thread per group, a watchdog; `agreement`: the ranks' check
+//!    that they make the same call (a descriptor all-gathered, a refusal naming each call);
 //! 2. `comm`: the communicator (`Comm`): the calls that move data (`collectives`), its
 //!    state (`inner`) and its creation (`init`: all ranks in one process, or one rank of a
 //!    group of processes through `bootstrap` and `store`); its life after that
@@ -45,6 +46,7 @@
 //! 15. `settings`: every `JITCCL_*` variable, its parser, default and bounds.
 
 mod affinity;
+pub mod agreement;
 pub mod auth;
 mod bootstrap;
 mod comm;
@@ -70,7 +72,10 @@ pub mod tune;
 mod wait;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
-pub use comm::{group, group_discard, group_end, group_start, Comm, CommState, Registration, Split, Wired};
+pub use comm::{
+    group, group_depth, group_discard, group_end, group_end_launched, group_simulate_end, group_start, Comm, CommState,
+    Registration, Split, Wired,
+};
 pub use config::overrides::{AlgoOverrides, OverrideError, ProtoOverrides};
 pub use config::{Config, WireLocal};
 pub use device::{

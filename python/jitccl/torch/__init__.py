@@ -28,8 +28,8 @@ rank may post its sends before its receives, as with Gloo.
 
 The ranks check that they agree on each call before any data moves (jitccl, as NCCL, does
 not: ranks passing different sizes would get wrong results without an error): they
-all-gather a descriptor of the collective (operation, type, counts, root, op), and a send
-first tells its receiver its count and type. Calls that differ raise DistBackendError on
+all-gather a descriptor of the collective (operation, type, counts, root, op), through the
+library's jitcclAgree, and a send first tells its receiver its count and type. Calls that differ raise DistBackendError on
 every rank and write nothing; the group stays usable. The price is one small all-gather
 per collective on the host communicator, in host-arena memory made once (and a header per
 send). Up to 64 KiB an all_reduce of a CPU tensor runs through a scratch buffer in the host

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from ..comm import group as nccl_group, wire as parse_wire
-from ._agree import _Mismatch, _desc, _redop, _wire_id
+from ._agree import _Mismatch, _desc
 from ._steps import _all, _offsets, _scatter_into, _then
 from ._tensors import Finish, _Staged, _buf
 
@@ -69,7 +69,7 @@ class _Collectives:
                 return self._post_reduce(t, red)
             s = _Staged(t)
             return _then(self._post_reduce(s.c, red), s.back)
-        return self._run("allreduce", [t], _desc("allreduce", t.dtype, (t.numel(),), redop=_redop(red[2])), post)
+        return self._run("allreduce", [t], _desc("allreduce", t.dtype, (t.numel(),), redop=red[2]), post)
 
     def _wired_allreduce(self, t: torch.Tensor, wire: str, op=dist.ReduceOp.AVG):
         """all_reduce of `t` by `op` (sum or avg) with its elements carried in the wire
@@ -79,13 +79,13 @@ class _Collectives:
         opts = dist.AllreduceOptions()
         opts.reduceOp = op
         red = self._reduction("allreduce", opts, t.dtype)
-        wid = _wire_id(parse_wire(wire))
+        w = parse_wire(wire)
 
         def post():
             s = _Staged(t)
             self._comm_for(s.c).all_reduce(_buf(s.c), op=red[0], wire=wire)
             return s.back
-        return self._run("allreduce", [t], _desc("allreduce", t.dtype, (t.numel(),), redop=_redop(red[2]), wire=wid),
+        return self._run("allreduce", [t], _desc("allreduce", t.dtype, (t.numel(),), redop=red[2], wire=w),
                          post)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -101,7 +101,7 @@ class _Collectives:
                     s = _Staged(t)
                     finishes.append(_then(self._post_reduce(s.c, red), s.back))
             return _all(finishes)
-        return self._run(op, list(tensors), _desc(op, dtype, [t.numel() for t in tensors], redop=_redop(red[2])), post)
+        return self._run(op, list(tensors), _desc(op, dtype, [t.numel() for t in tensors], redop=red[2]), post)
 
     def reduce(self, tensors, opts=None):
         t = self._one(tensors, "reduce")
@@ -113,7 +113,7 @@ class _Collectives:
         def post():
             s = _Staged(t)
             return _then(self._post_reduce(s.c, red, root=root), s.back if self.rank() == root else None)
-        return self._run("reduce", [t], _desc("reduce", t.dtype, [t.numel()], root, _redop(red[2])), post)
+        return self._run("reduce", [t], _desc("reduce", t.dtype, [t.numel()], root, red[2]), post)
 
     def _post_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, red) -> Finish:
         """Posts a reduce-scatter of contiguous `inp` (size blocks) into contiguous `out`."""
@@ -144,7 +144,7 @@ class _Collectives:
             whole = torch.cat([x.reshape(-1) for x in inputs])
             s = _Staged(out, copy_in=False)
             return _then(self._post_reduce_scatter(s.c, whole, red), s.back)
-        return self._run(op, [out], _desc(op, out.dtype, [out.numel()], redop=_redop(red[2])), post)
+        return self._run(op, [out], _desc(op, out.dtype, [out.numel()], redop=red[2]), post)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         return self._reduce_scatter_tensors("reduce_scatter_tensor", [output], [input], opts)
@@ -168,7 +168,7 @@ class _Collectives:
                     so, si = _Staged(o, copy_in=False), _Staged(i)
                     finishes.append(_then(self._post_reduce_scatter(so.c, si.c, red), so.back))
             return _all(finishes)
-        return self._run(op, list(outputs), _desc(op, dtype, [o.numel() for o in outputs], redop=_redop(red[2])), post)
+        return self._run(op, list(outputs), _desc(op, dtype, [o.numel() for o in outputs], redop=red[2]), post)
 
     # ---- Data movement ---------------------------------------------------------------------
 

@@ -51,9 +51,9 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             comms.append(comm)
         self._cuda_device = device
         with _env(JITCCL_DEVICE="host"):
-            self._agreement = _Agreement(size, Memory(64 * (size + 1)))
             self._scratch = Memory(SMALL)
         self._scratch_bytes = SMALL
+        self._agreement = _Agreement()
         # 1 once the communicators are ended: the C++ backend then hands its calls here.
         self._closed = ctypes.c_int(0)
         self._used_cuda = False
@@ -162,10 +162,10 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             raise self._error(op, e) from e
         return _done_work(result, self._cuda_device if self._used_cuda else None)
 
-    def _native_refusal(self, op: str, _code: int) -> str:
-        """The C++ backend's error text for a call the ranks made differently (its
-        descriptors are in the agreement's memory)."""
-        return str(self._error(op, self._agreement.refusal()))
+    def _native_refusal(self, op: str, refusal: str) -> str:
+        """The C++ backend's error text for a call the ranks made differently (`refusal`:
+        jitcclAgree's)."""
+        return str(self._error(op, _Mismatch(refusal)))
 
     def _native_failure(self, op: str, code: int) -> str:
         """The C++ backend's error text for a call whose C API call returned `code`."""

@@ -7,10 +7,16 @@ import torch
 
 from .. import errors
 from ..comm import group as nccl_group
-from ._agree import _DTYPE_ID, _DTYPE_NAMES, _Mismatch
+from ._agree import _Mismatch
 from ._tensors import _DTYPES, _buf, _flat
 
 # ---- Held operations: sends and receives ------------------------------------------------------
+
+# A send tells its receiver what it sends (count, type), by these numbers of the types.
+_DTYPE_NAMES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
+                "bfloat16", "float32", "float64", "complex32", "complex64", "complex128", "float8_e4m3fn",
+                "float8_e5m2"]
+_DTYPE_ID = {getattr(torch, n): i + 1 for i, n in enumerate(_DTYPE_NAMES) if getattr(torch, n, None) is not None}
 
 
 class _Held:

@@ -2,9 +2,10 @@
 // PyTorch it runs in). The hot calls on CPU tensors run here, through the C API's function
 // pointers, without Python: all_reduce and broadcast of one contiguous tensor of a type
 // jitccl has, and barrier. Every other call, and these in any other form, is handed to the
-// Python group (ProcessGroupJitccl), which keeps every rule: the ranks' agreement on the call,
-// held sends and receives, staging, CUDA, errors. The calls here keep the same rules with the
-// same descriptors, so a rank on this path and a rank on the Python one agree or refuse alike.
+// Python group (ProcessGroupJitccl), which keeps every other rule: held sends and receives,
+// staging, CUDA, errors. The ranks' agreement on a call is the library's (jitcclAgree), which
+// both call with the same names, so a rank on this path and a rank on the Python one agree or
+// refuse alike.
 #include <Python.h>
 
 #include <ATen/core/ivalue.h>
@@ -29,30 +30,37 @@ using c10d::Work;
 // The C API's calls, as the Python package's ctypes loaded them (one library in the process).
 // ncclAllReduce and ncclBroadcast: (send, recv, count, type, op or root, comm, stream).
 using RootedFn = int(const void*, void*, size_t, int, int, void*, void*);
-using AllGatherFn = int(const void*, void*, size_t, int, void*, void*);
+// jitcclCall_t and jitcclAgree (jitccl.h).
+struct Call {
+  const char* operation;
+  const char* type;
+  const size_t* counts;
+  size_t ncounts;
+  int root;
+  const char* reduction;
+  const void* wire;
+};
+using AgreeFn = int(const Call*, char*, size_t, void*);
 struct Api {
   RootedFn* all_reduce;
   RootedFn* broadcast;
-  AllGatherFn* all_gather;
+  AgreeFn* agree;
 };
 
 constexpr int kInProgress = 7;  // ncclInProgress: a success on a blocking communicator
-constexpr int kInt64 = 4;       // ncclInt64
-constexpr int64_t kDescWords = 8;
+constexpr size_t kRefusalBytes = 4096;
 
 // What the Python group shares with this one, all set up by _native.py.
 struct Shared {
   void* comm;               // the group's host communicator
-  int64_t* agree;           // its agreement memory: this rank's descriptor, then every rank's
   char* scratch;            // its scratch in the host arena (small all_reduces)
   int64_t scratch_bytes;
   const int* held;          // nonzero while sends or receives are held (every group's)
   const int* closed;        // nonzero once the Python group is shut down or aborted
   std::array<int, 64> nccl_type{};  // by at::ScalarType: ncclDataType_t, -1 when not direct
-  std::array<int, 64> desc_type{};  // by at::ScalarType: the descriptor's type number
-  std::array<int, 16> nccl_op{};    // by RedOpType: ncclRedOp_t, -1 when not direct
-  std::array<int, 16> desc_op{};    // by RedOpType: the descriptor's op number
-  int64_t op_allreduce, op_broadcast, op_barrier;  // the descriptor's operation numbers
+  std::array<std::string, 64> type_name{};  // by at::ScalarType: the name the ranks compare
+  std::array<int, 16> nccl_op{};             // by RedOpType: ncclRedOp_t, -1 when not direct
+  std::array<std::string, 16> op_name{};     // by RedOpType: the name the ranks compare
 };
 
 // Whether Python objects may be let go of here (not once the interpreter is ending).
@@ -133,7 +141,7 @@ class Native : public c10d::Backend {
     if (op < 0 || type < 0) return forward("allreduce", tensors, opts);
     at::Tensor& t = tensors[0];
     const int64_t n = t.numel();
-    agree("allreduce", {s_.op_allreduce, s_.desc_type[idx(t)], 1, n, n, -1, s_.desc_op[opts.reduceOp.op_], 0});
+    agree("allreduce", &t, -1, s_.op_name[opts.reduceOp.op_].c_str());
     const size_t bytes = static_cast<size_t>(n) * t.element_size();
     if (static_cast<int64_t>(bytes) <= s_.scratch_bytes) {
       // Through the scratch in the host arena, which the peers read in place.
@@ -151,7 +159,7 @@ class Native : public c10d::Backend {
     if (type < 0 || opts.rootRank < 0 || opts.rootRank >= size_) return forward("broadcast", tensors, opts);
     at::Tensor& t = tensors[0];
     const int64_t n = t.numel();
-    agree("broadcast", {s_.op_broadcast, s_.desc_type[idx(t)], 1, n, n, opts.rootRank, -1, 0});
+    agree("broadcast", &t, static_cast<int>(opts.rootRank), nullptr);
     check("broadcast", api_.broadcast(t.data_ptr(), t.data_ptr(), n, type, static_cast<int>(opts.rootRank),
                                       s_.comm, nullptr));
     return done(tensors);
@@ -159,7 +167,7 @@ class Native : public c10d::Backend {
 
   intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
     if (python_path()) return forward("barrier", opts);
-    agree("barrier", {s_.op_barrier, 0, 0, 0, 0, -1, -1, 0});
+    agree("barrier", nullptr, -1, nullptr);
     return done(Tensors{});
   }
 
@@ -245,16 +253,21 @@ class Native : public c10d::Backend {
     return s_.nccl_type[idx(t)];
   }
 
-  // The ranks' agreement, as the Python group's: every rank's descriptor, all-gathered.
-  void agree(const char* op, std::array<int64_t, kDescWords> desc) {
-    std::memcpy(s_.agree, desc.data(), sizeof(desc));
-    int64_t* every = s_.agree + kDescWords;
-    const int code = api_.all_gather(s_.agree, every, kDescWords, kInt64, s_.comm, nullptr);
-    if (code != 0 && code != kInProgress) {
-      fail("_native_failure", std::string(op) + " (checking that the ranks agree on it)", code);
-    }
-    for (int q = 0; q < size_; ++q) {
-      if (std::memcmp(every + q * kDescWords, desc.data(), sizeof(desc)) != 0) fail("_native_refusal", op, 0);
+  // The ranks' agreement on a call of one tensor `t` (none: a barrier), named as the Python
+  // group names it.
+  void agree(const char* op, const at::Tensor* t, int root, const char* reduction) {
+    const size_t count = t != nullptr ? static_cast<size_t>(t->numel()) : 0;
+    const Call call{op, t != nullptr ? s_.type_name[idx(*t)].c_str() : nullptr, &count, t != nullptr ? 1u : 0u,
+                    root, reduction, nullptr};
+    const int code = api_.agree(&call, refusal_.data(), refusal_.size(), s_.comm);
+    if (code != 0) fail("_native_failure", std::string(op) + " (checking that the ranks agree on it)", code);
+    if (refusal_[0] != '\0') {
+      std::string text;
+      {
+        py::gil_scoped_acquire gil;
+        text = group_.attr("_native_refusal")(op, std::string(refusal_.data())).cast<std::string>();
+      }
+      C10_THROW_ERROR(DistBackendError, text);
     }
   }
 
@@ -293,6 +306,7 @@ class Native : public c10d::Backend {
   py::object group_;
   Shared s_;
   Api api_;
+  std::array<char, kRefusalBytes> refusal_{};
 };
 
 template <typename T>
@@ -308,32 +322,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init([](int rank, int size, py::object group, py::dict shared) {
              Shared s{};
              s.comm = address<void>(shared["comm"].cast<int64_t>());
-             s.agree = address<int64_t>(shared["agree"].cast<int64_t>());
              s.scratch = address<char>(shared["scratch"].cast<int64_t>());
              s.scratch_bytes = shared["scratch_bytes"].cast<int64_t>();
              s.held = address<const int>(shared["held"].cast<int64_t>());
              s.closed = address<const int>(shared["closed"].cast<int64_t>());
              s.nccl_type.fill(-1);
-             s.desc_type.fill(0);
-             // (a tensor of the type, ncclDataType_t, descriptor number) for each direct type
+             // (a tensor of the type, ncclDataType_t, the name the ranks compare) for each direct type
              for (auto row : shared["types"].cast<py::list>()) {
-               auto [t, nccl, desc] = row.cast<std::tuple<at::Tensor, int, int>>();
+               auto [t, nccl, name] = row.cast<std::tuple<at::Tensor, int, std::string>>();
                s.nccl_type.at(static_cast<size_t>(t.scalar_type())) = nccl;
-               s.desc_type.at(static_cast<size_t>(t.scalar_type())) = desc;
+               s.type_name.at(static_cast<size_t>(t.scalar_type())) = name;
              }
              s.nccl_op.fill(-1);
-             s.desc_op.fill(-2);
              for (auto row : shared["ops"].cast<py::list>()) {
-               auto [kind, nccl, desc] = row.cast<std::tuple<int, int, int>>();
+               auto [kind, nccl, name] = row.cast<std::tuple<int, int, std::string>>();
                s.nccl_op.at(static_cast<size_t>(kind)) = nccl;
-               s.desc_op.at(static_cast<size_t>(kind)) = desc;
+               s.op_name.at(static_cast<size_t>(kind)) = name;
              }
-             s.op_allreduce = shared["op_allreduce"].cast<int64_t>();
-             s.op_broadcast = shared["op_broadcast"].cast<int64_t>();
-             s.op_barrier = shared["op_barrier"].cast<int64_t>();
              Api api{address<RootedFn>(shared["ncclAllReduce"].cast<int64_t>()),
                      address<RootedFn>(shared["ncclBroadcast"].cast<int64_t>()),
-                     address<AllGatherFn>(shared["ncclAllGather"].cast<int64_t>())};
+                     address<AgreeFn>(shared["jitcclAgree"].cast<int64_t>())};
              return c10::make_intrusive<Native>(rank, size, std::move(group), s, api);
            }),
            py::arg("rank"), py::arg("size"), py::arg("group"), py::arg("shared"))

@@ -31,7 +31,7 @@ import torch
 from .. import _settings
 from .._lib import lib
 from ..comm import OPS
-from ._agree import _DTYPE_ID, _OP_ID, _REDOPS
+from ._agree import _reduction_name, _type_name
 from ._held import _HELD_FLAG
 from ._tensors import _DTYPES, _SIMPLE_OPS
 
@@ -170,12 +170,11 @@ def wrap(group):
     module = _module()
     if module is None:
         return None
-    direct = [(torch.empty(0, dtype=dt), code, _DTYPE_ID[dt]) for dt, code in _DTYPES.items()]
-    ops = [(int(kind), OPS[name], _REDOPS[kind]) for kind, name in _SIMPLE_OPS.items()]
+    direct = [(torch.empty(0, dtype=dt), code, _type_name(dt).decode()) for dt, code in _DTYPES.items()]
+    ops = [(int(kind), OPS[name], _reduction_name(kind).decode()) for kind, name in _SIMPLE_OPS.items()]
     shared = dict(
-        comm=group._comm._h.value, agree=group._agreement.memory.address, scratch=group._scratch.address,
-        scratch_bytes=group._scratch_bytes, held=ctypes.addressof(_HELD_FLAG), closed=ctypes.addressof(group._closed),
-        types=direct, ops=ops, op_allreduce=_OP_ID["allreduce"], op_broadcast=_OP_ID["broadcast"],
-        op_barrier=_OP_ID["barrier"], ncclAllReduce=_address(lib.ncclAllReduce),
-        ncclBroadcast=_address(lib.ncclBroadcast), ncclAllGather=_address(lib.ncclAllGather))
+        comm=group._comm._h.value, scratch=group._scratch.address, scratch_bytes=group._scratch_bytes,
+        held=ctypes.addressof(_HELD_FLAG), closed=ctypes.addressof(group._closed), types=direct, ops=ops,
+        ncclAllReduce=_address(lib.ncclAllReduce), ncclBroadcast=_address(lib.ncclBroadcast),
+        jitcclAgree=_address(lib.jitcclAgree))
     return module.NativeBackend(group.rank(), group.size(), group, shared)

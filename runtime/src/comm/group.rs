@@ -62,10 +62,27 @@ pub fn group_start() {
 /// nothing was: every communicator must be usable and every launch compiles first).
 /// `InvalidUsage` without an open group.
 pub fn group_end() -> Result<()> {
+    group_end_launched().map(drop)
+}
+
+/// [`group_end`], telling what the outermost end launched: each communicator of the group
+/// with the stream its calls went to (none for an inner end), for a binding that completes
+/// them as its callers expect (the C API).
+pub fn group_end_launched() -> Result<Vec<(Comm, Stream)>> {
     let (posted, error) = close("group_end")?;
     match error {
         Some(e) => Err(e),
         None => launch(posted),
+    }
+}
+
+/// How many groups are open on this thread (0: none; 1: the next end is the outermost).
+#[inline]
+pub fn group_depth() -> usize {
+    // This thread's own count is seen in program order: zero means not this thread either.
+    match OPEN_ANYWHERE.load(Ordering::Relaxed) {
+        0 => 0,
+        _ => GROUP.with_borrow(|g| g.depth),
     }
 }
 
@@ -97,6 +114,36 @@ pub fn group_discard() -> Result<()> {
     error.map_or(Ok(()), Err)
 }
 
+/// Closes the innermost group like [`group_discard`]; the outermost also returns the cost
+/// model's time of what was posted (NCCL's ncclGroupSimulateEnd), in microseconds: summed
+/// per communicator, as its calls run one after another, and the longest of the
+/// communicators. `None` for an inner group.
+pub fn group_simulate_end() -> Result<Option<f64>> {
+    let outermost = group_depth() == 1;
+    let (posted, error) = close("group_simulate_end")?;
+    if let Some(e) = error {
+        return Err(e);
+    }
+    if !outermost {
+        return Ok(None);
+    }
+    let mut per_comm: Vec<(&Comm, f64)> = Vec::new();
+    for Posted { comm, call, .. } in &posted {
+        // As NCCL's, transfers count nothing: point to point, and the collectives carried
+        // as rounds of it (AlltoAll, Gather, Scatter, AlltoAllv).
+        let t = if call.coll == Collective::SendRecv || call.batch || !call.rounds.is_empty() {
+            0.0
+        } else {
+            comm.estimate(call.coll, call.dtype, call.count)?
+        };
+        match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(&c.h, &comm.h)) {
+            Some((_, sum)) => *sum += t,
+            None => per_comm.push((comm, t)),
+        }
+    }
+    Ok(Some(per_comm.iter().map(|(_, t)| *t).fold(0.0, f64::max)))
+}
+
 /// Runs `f` inside a group: its calls launch together when it returns. An error of `f`
 /// (or of a call in it) comes back and nothing is launched.
 pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
@@ -110,8 +157,7 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
 /// Whether a group is open on this thread.
 #[inline]
 pub(crate) fn is_open() -> bool {
-    // This thread's own count is seen in program order: zero means not this thread either.
-    OPEN_ANYWHERE.load(Ordering::Relaxed) > 0 && GROUP.with_borrow(|g| g.depth > 0)
+    group_depth() > 0
 }
 
 /// Passes `r` through; an error also fails the open group, if any.
@@ -139,8 +185,9 @@ struct Batch {
 }
 
 /// Launches what a group posted: batches per communicator, checked and (blocking mode)
-/// compiled for every communicator before any is queued.
-fn launch(posted: Vec<Posted>) -> Result<()> {
+/// compiled for every communicator before any is queued. Returns each communicator with
+/// its stream.
+fn launch(posted: Vec<Posted>) -> Result<Vec<(Comm, Stream)>> {
     let mut batches: Vec<Batch> = Vec::new();
     for Posted { comm, call, stream } in posted {
         let i = match batches.iter().position(|b| Arc::ptr_eq(&b.comm.h, &comm.h)) {
@@ -183,10 +230,16 @@ fn launch(posted: Vec<Posted>) -> Result<()> {
             }
         }
     }
+    let mut launched = Vec::with_capacity(ready.len() + deferred.len());
     for (b, launches) in ready {
         b.comm.inner("group")?.enq.enqueue_all(launches, &b.stream)?;
+        launched.push((b.comm, b.stream));
     }
-    deferred.into_iter().try_for_each(|(b, calls)| b.comm.defer(calls, &b.stream))
+    for (b, calls) in deferred {
+        b.comm.defer(calls, &b.stream)?;
+        launched.push((b.comm, b.stream));
+    }
+    Ok(launched)
 }
 
 /// One side of a transfer, in bytes: (buffer, bytes, peer, what keeps the buffer alive).

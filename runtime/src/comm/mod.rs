@@ -29,7 +29,7 @@ use std::sync::Arc;
 use crate::device::Device;
 use crate::enqueue::Group;
 use crate::error::{Error, Result};
-pub use group::{group, group_discard, group_end, group_start};
+pub use group::{group, group_depth, group_discard, group_end, group_end_launched, group_simulate_end, group_start};
 pub(crate) use inner::CommInner;
 use lifecycle::Handle;
 pub use lifecycle::Split;
