@@ -9,9 +9,18 @@
 //! it, and these codecs decode an encoding to a value that encodes to itself; the scaled
 //! codec's inputs keep every block's scale 1 (magnitudes in [1, 2)). On the ring, with every
 //! rank's input non-zero, the result is the codec's sum in some rotation of the ring.
-//! FIFO slots are tiny (64 f32 a step), so that the counts take many steps.
+//! FIFO slots are tiny (64 f32 a step), so that the counts take many steps. The example's
+//! codec (examples/log8_wire.rs) and these compile with NVRTC for the CUDA target.
 
-use jitccl::{Algorithm, Comm, Config, Device, DeviceBuffer, Op, Stream, Wire, WireLocal};
+use jitccl::codegen::compile::nvrtc::nvrtc;
+use jitccl::codegen::{BuiltinOp, CudaArch, Generator, KernelSpec, RedOp, Target};
+use jitccl::{
+    Algorithm, Collective, Comm, Config, DataType, Device, DeviceBuffer, Op, Protocol, Stream, Wire, WireLocal,
+};
+
+#[allow(dead_code, reason = "only its codec is used here; tests/examples.rs runs it")]
+#[path = "../examples/log8_wire.rs"]
+mod log8_wire;
 
 /// Sixteenths in [-126/16, 126/16], saturating (±Inf too); NaN is 0x80.
 #[jitccl::wire_codec]
@@ -361,4 +370,52 @@ fn codecs_of_one_name_but_other_code_do_not_share_a_kernel() {
         let want: Vec<f32> = (0..count).map(|j| round_trip(wire, sum(&xs, j))).collect();
         assert_eq!(differs(&recv[0].to_vec(), &want), None, "{wire:?}");
     }
+}
+
+/// Every kernel the codecs run in (each collective's wired algorithms; AllReduce over bf16
+/// too) assembles to CUBIN for sm_90 and, the codecs' code being plain C, sm_80. Needs
+/// NVRTC (scripts/setup-nvrtc.sh), not a GPU; skipped without it unless
+/// JITCCL_REQUIRE_NVRTC=1.
+#[test]
+fn codec_kernels_compile_with_nvrtc() {
+    if let Err(e) = nvrtc() {
+        assert!(std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() != Ok("1"), "JITCCL_REQUIRE_NVRTC=1 but {e}");
+        eprintln!("skipping the NVRTC check: {e}");
+        return;
+    }
+    let mut specs = Vec::new();
+    for &coll in Collective::ALL {
+        for &algo in Wire::algorithms(coll) {
+            let op = coll.reduces().then_some(RedOp::Builtin(BuiltinOp::Sum));
+            let wire = Wire::Custom(&log8_wire::LOG8);
+            let spec = KernelSpec { coll, algo, proto: Protocol::Simple, dtype: DataType::F32, op, ranks: None, wire };
+            // Collectives that run as rounds of point to point have no kernel of their own.
+            if spec.validate().is_ok() {
+                specs.push(spec);
+            }
+        }
+    }
+    let bf16 = KernelSpec::new(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        Protocol::Simple,
+        DataType::BF16,
+        Some(RedOp::Builtin(BuiltinOp::Sum)),
+    )
+    .unwrap();
+    for wire in [Wire::Custom(&log8_wire::LOG8), Wire::Custom(&SIXTEENTHS), Wire::Custom(&POW2)] {
+        specs.push(bf16.with_wire(wire).unwrap());
+    }
+    let names: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+    assert!(names.len() >= 10, "{names:?}");
+    let mut failed = Vec::new();
+    for spec in &specs {
+        for arch in [CudaArch(90), CudaArch(80)] {
+            if let Err(e) = Generator::global().check(spec, Target::cubin(arch)) {
+                failed.push(format!("{spec} for {arch}: {e}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} failed:\n{}", failed.len(), failed.join("\n"));
+    eprintln!("{} codec kernels compiled with NVRTC for sm_90 and sm_80", specs.len());
 }

@@ -470,4 +470,17 @@ mod tests {
         assert!(c.contains("#define jcu_fma(x, y, z) fma(x, y, z)") && c.contains("unsigned __int128"), "{c}");
         assert!(c.contains("sqrtsd") && c.contains("#undef jcu_sqrt"), "{c}");
     }
+
+    #[test]
+    fn shifts_and_bit_casts_keep_rust_semantics() {
+        // The amount modulo the width; a left shift through the unsigned type; an amount of
+        // another integer type than the value.
+        let c = c_of("fn f(a: i32, b: i32) -> i32 { (a << b) + (a >> 3u8) }", None);
+        assert!(c.contains("((jc_i32)((jc_u32)a << ((jc_u32)(b) & 31u)))"), "{c}");
+        assert!(c.contains("((jc_i32)(a >> ((jc_u32)(((jc_u8)3)) & 31u)))"), "{c}");
+        let c = c_of("fn f(a: u8, b: u8) -> u8 { a << b }", None);
+        assert!(c.contains("((jc_u8)((jc_u32)a << ((jc_u32)(b) & 7u)))"), "{c}");
+        let c = c_of("fn f(a: f32, b: f32) -> f32 { f32::from_bits(a.to_bits() & b.to_bits()) }", None);
+        assert!(c.contains("jc_bits_f32(((jc_u32)(jc_f32_bits(a) & jc_f32_bits(b))))"), "{c}");
+    }
 }
