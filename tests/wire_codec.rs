@@ -26,7 +26,7 @@ mod log8_wire;
 #[jitccl::wire_codec]
 mod sixteenths {
     pub fn encode(value: f32) -> u8 {
-        if value != value {
+        if value.to_bits() & 0x7fff_ffff > 0x7f80_0000 {
             0x80
         } else {
             let half = if value < 0.0 { -0.5 } else { 0.5 };
@@ -184,7 +184,7 @@ fn sparse(r: usize, n: usize, count: usize) -> Vec<f32> {
             (true, 7) => f32::INFINITY,
             (true, 8) => f32::NEG_INFINITY,
             (true, 9) => f32::NAN,
-            (true, _) => (1.0 + (j * 7919 % 1000) as f32 / 1000.0) * if j % 3 == 0 { -1.0 } else { 1.0 },
+            (true, _) => (1.0 + (j * 7919 % 1000) as f32 / 1000.0) * if j.is_multiple_of(3) { -1.0 } else { 1.0 },
         })
         .collect()
 }
@@ -196,7 +196,10 @@ fn dense(r: usize, count: usize) -> Vec<f32> {
             7 => f32::INFINITY,
             8 => f32::NEG_INFINITY,
             9 => f32::NAN,
-            _ => (1.0 + ((j + 31 * r) * 7919 % 1000) as f32 / 1000.0) * if (j + r) % 3 == 0 { -1.0 } else { 1.0 },
+            _ => {
+                (1.0 + ((j + 31 * r) * 7919 % 1000) as f32 / 1000.0)
+                    * if (j + r).is_multiple_of(3) { -1.0 } else { 1.0 }
+            }
         })
         .collect()
 }

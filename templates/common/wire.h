@@ -1,5 +1,5 @@
 /* Wire format {{ wire }}: how this kernel's FIFO steps carry its elements (see the Wire type
-   in codegen/src/spec/wire.rs for each format's error bound). A step of n elements is its
+   in codegen/src/spec/wire.rs for each format's error bound; 6: a user's codec). A step of n elements is its
    n codes, then, for the scaled formats, one f32 scale per JC_WIRE_BLOCK elements (blocks
    counted from the step's start) at the next 4-byte boundary. Round to nearest even
    everywhere; NaN and +-Inf pass as themselves. Target-independent: the primitives define
