@@ -29,15 +29,7 @@ fn parse_args(attr: TokenStream) -> syn::Result<Args> {
             })?;
             args.block = Some((b, lit.span()));
         } else if meta.path.is_ident("name") {
-            let s: syn::LitStr = meta.value()?.parse()?;
-            let v = s.value();
-            if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(syn::Error::new(
-                    s.span(),
-                    "the name must be identifier-safe (ASCII letters, digits and `_`): it becomes part of kernel symbols",
-                ));
-            }
-            args.name = Some(v);
+            args.name = Some(crate::attr::name(&meta)?.0);
         } else {
             return Err(meta.error(format!("unknown argument; {USAGE}")));
         }
