@@ -306,6 +306,17 @@ mod tests {
         assert_eq!(g.host_kernel(&with(&HALF)).unwrap().1, Provenance::Memory);
         let g2 = Generator::new(Some(DiskCache::new(dir.path())));
         assert_eq!(g2.host_kernel(&with(&THIRD)).unwrap().1, Provenance::Disk);
+        // A block the kernels do not take (the macro refuses it; a hand-made codec is
+        // refused here).
+        static ODD: WireCodec = WireCodec {
+            name: "odd",
+            block: Some(100),
+            scale: "return a;",
+            encode: "return 0;",
+            decode: "return 0.0f;",
+        };
+        let e = with(&HALF).with_wire(Wire::Custom(&ODD)).unwrap_err();
+        assert!(e.0.contains("the wire codec 'odd' has a block of 100 elements"), "{e}");
     }
 
     #[test]
