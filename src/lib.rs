@@ -15,7 +15,7 @@
 //! ```
 
 pub use jitccl_codegen as codegen;
-pub use jitccl_macros::reduction;
+pub use jitccl_macros::{reduction, wire_codec};
 pub use jitccl_runtime::*;
 #[doc(hidden)]
 pub use {float8, half};

@@ -162,6 +162,7 @@ pub fn count_wrong<T: RefElement>(got: &[T], want: &[T], op: Option<Op>, nranks:
 
 /// One encoding's error terms in `wire` (as `Wire` documents them): relative `u`,
 /// block-relative `c` (of the largest finite magnitude of the value's block) and absolute `t`.
+/// A codec of the user's documents none: its terms are infinite.
 pub fn wire_terms(wire: Wire) -> (f64, f64, f64) {
     let p = |e: i32| 2f64.powi(e);
     match wire {
@@ -171,14 +172,18 @@ pub fn wire_terms(wire: Wire) -> (f64, f64, f64) {
         Wire::Fp8E4M3 { .. } => (p(-4), p(-17), p(-136)),
         Wire::Fp8E5M2 { .. } => (p(-3), p(-31), p(-143)),
         Wire::Int8 { .. } => (0.0, 1.0 / 250.0, p(-140)),
+        Wire::Custom(_) => (f64::INFINITY, f64::INFINITY, f64::INFINITY),
     }
 }
 
 /// The most an f32 result that went through `encodings` encodings in `wire` may differ
 /// from the exact one (`Wire`'s bound of a sum): `m` is the sum of the magnitudes of the
 /// element's inputs, `a` the largest such sum within a block of it, and `2^-24` the fp32
-/// additions' own rounding.
+/// additions' own rounding. Infinite for a codec of the user's, which documents no bound.
 pub fn wire_bound(wire: Wire, encodings: usize, m: f64, a: f64) -> f64 {
+    if let Wire::Custom(_) = wire {
+        return f64::INFINITY;
+    }
     let (u, c, t) = wire_terms(wire);
     let k = encodings as f64;
     k * ((u + 2f64.powi(-24)) * m + c * a + t) * (1.0 + u).powi(encodings as i32)

@@ -15,6 +15,9 @@ mod group;
 #[path = "../examples/abort.rs"]
 mod abort;
 
+#[path = "../examples/log8_wire.rs"]
+mod log8_wire;
+
 #[test]
 fn split_example_sums_each_half() {
     let out = split::run().unwrap();
@@ -44,4 +47,12 @@ fn abort_example_ends_the_wait_within_1s() {
     let (e, after) = abort::run().unwrap();
     assert!(matches!(e, jitccl::Error::Aborted { rank: 0, .. }), "{e}");
     assert!(after < Duration::from_secs(1), "{after:?}");
+}
+
+#[test]
+fn log8_wire_example_is_within_its_bound_and_alike_on_every_rank() {
+    for n in [2, 4] {
+        let outs = log8_wire::run(n, 1031).unwrap();
+        assert_eq!(log8_wire::check(n, &outs), None, "{n} ranks");
+    }
 }

@@ -245,7 +245,7 @@ fn cached(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Algorithm, Collective, CustomOp, DataType, Protocol, RedOp};
+    use crate::spec::{Algorithm, BuiltinOp, Collective, CustomOp, DataType, Protocol, RedOp, Wire, WireCodec};
 
     #[test]
     fn memory_then_disk_then_recompile_on_change() {
@@ -270,6 +270,53 @@ mod tests {
         assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Compiled);
         assert_eq!(g2.host_kernel(&with(&B)).unwrap().1, Provenance::Compiled);
         assert_eq!(g2.host_kernel(&with(&A)).unwrap().1, Provenance::Memory);
+    }
+
+    /// Two wire codecs of one name but other code: one spec name, two kernels, in memory and
+    /// on disk.
+    #[test]
+    fn wire_codecs_are_kernels_by_their_code() {
+        static HALF: WireCodec = WireCodec {
+            name: "twin",
+            block: None,
+            scale: "",
+            encode: "return (jc_u8)(a * 0.5f);",
+            decode: "return a * 2.0f;",
+        };
+        static THIRD: WireCodec = WireCodec {
+            name: "twin",
+            block: None,
+            scale: "",
+            encode: "return (jc_u8)(a / 3.0f);",
+            decode: "return a * 3.0f;",
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let g = Generator::new(Some(DiskCache::new(dir.path())));
+        let sum = Some(RedOp::Builtin(BuiltinOp::Sum));
+        let with = |c: &'static WireCodec| {
+            KernelSpec::new(Collective::AllReduce, Algorithm::Ring, Protocol::Simple, DataType::F32, sum)
+                .and_then(|s| s.with_wire(Wire::Custom(c)))
+                .unwrap()
+        };
+        assert_eq!(with(&HALF).to_string(), "all_reduce.ring.simple.f32.sum.wcustom:twin");
+        assert_eq!(with(&HALF).to_string(), with(&THIRD).to_string());
+        assert_ne!(with(&HALF), with(&THIRD));
+        assert_eq!(g.host_kernel(&with(&HALF)).unwrap().1, Provenance::Compiled);
+        assert_eq!(g.host_kernel(&with(&THIRD)).unwrap().1, Provenance::Compiled);
+        assert_eq!(g.host_kernel(&with(&HALF)).unwrap().1, Provenance::Memory);
+        let g2 = Generator::new(Some(DiskCache::new(dir.path())));
+        assert_eq!(g2.host_kernel(&with(&THIRD)).unwrap().1, Provenance::Disk);
+        // A block the kernels do not take (the macro refuses it; a hand-made codec is
+        // refused here).
+        static ODD: WireCodec = WireCodec {
+            name: "odd",
+            block: Some(100),
+            scale: "return a;",
+            encode: "return 0;",
+            decode: "return 0.0f;",
+        };
+        let e = with(&HALF).with_wire(Wire::Custom(&ODD)).unwrap_err();
+        assert!(e.0.contains("the wire codec 'odd' has a block of 100 elements"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use askama::Template;
 
 use crate::abi::{ll128_flag_word, AbiSizes};
 use crate::compile::CompileError;
-use crate::spec::{BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target, Wire};
+use crate::spec::{BuiltinOp, Collective, DataType, KernelSpec, RedOp, Target, Wire, WireCodec};
 
 /// How a datatype is stored (`T`) and combined (`C`) in C.
 struct Dtype {
@@ -53,6 +53,8 @@ macro_rules! kernel_source {
             wire_code: u8,
             /// Elements per scale of a scaled wire, else 0.
             wire_block: u16,
+            /// The user's codec of a `Wire::Custom`, else `None`.
+            codec: Option<&'static WireCodec>,
             abi: &'a AbiSizes,
         }
     };
@@ -150,6 +152,10 @@ fn call_kind(spec: &KernelSpec) -> u64 {
     if spec.wire != Wire::Exact {
         what += &format!(".{}", spec.wire);
     }
+    // A codec of the user's by its code too: two of one name must not pair their steps.
+    if let Wire::Custom(c) = spec.wire {
+        what += &format!(".{:?}.{}.{}.{}", c.block, c.scale, c.encode, c.decode);
+    }
     // FNV-1a: stable across builds and processes, unlike std's hasher.
     what.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
@@ -181,6 +187,10 @@ pub fn render(spec: &KernelSpec, target: Target) -> Result<String, CompileError>
         wire: spec.wire.to_string(),
         wire_code: spec.wire.code(),
         wire_block: spec.wire.block().unwrap_or(0),
+        codec: match spec.wire {
+            Wire::Custom(c) => Some(c),
+            _ => None,
+        },
         abi: &abi,
     };
     src.render().map_err(|e| CompileError::Render(e.to_string()))

@@ -34,15 +34,7 @@ pub fn parse(attr: TokenStream) -> syn::Result<Args> {
             let b: syn::LitBool = meta.value()?.parse()?;
             args.commutative = b.value;
         } else if meta.path.is_ident("name") {
-            let s: syn::LitStr = meta.value()?.parse()?;
-            let v = s.value();
-            if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(syn::Error::new(
-                    s.span(),
-                    "the name must be identifier-safe (ASCII letters, digits and `_`): it becomes part of kernel symbols",
-                ));
-            }
-            args.name = Some((v, s.span()));
+            args.name = Some(name(&meta)?);
         } else if meta.path.is_ident("types") {
             let mut list: Vec<(Elem, Span)> = Vec::new();
             let span = meta.path.span();
@@ -68,6 +60,20 @@ pub fn parse(attr: TokenStream) -> syn::Result<Args> {
     });
     syn::parse::Parser::parse2(parser, attr)?;
     Ok(args)
+}
+
+/// A `name = "..."` argument's value and span: identifier-safe, as it becomes part of kernel
+/// symbols.
+pub fn name(meta: &syn::meta::ParseNestedMeta) -> syn::Result<(String, Span)> {
+    let s: syn::LitStr = meta.value()?.parse()?;
+    let v = s.value();
+    if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(syn::Error::new(
+            s.span(),
+            "the name must be identifier-safe (ASCII letters, digits and `_`): it becomes part of kernel symbols",
+        ));
+    }
+    Ok((v, s.span()))
 }
 
 fn identity(e: &syn::Expr) -> syn::Result<Identity> {

@@ -62,9 +62,9 @@ struct Inf {
     context: String,
 }
 
-/// Infers the types of `body` with its type parameter (and the argument and result type)
-/// equal to `t`; `context` starts every error message.
-pub fn infer(body: &Body, t: Prim, context: String) -> syn::Result<Typed> {
+/// Infers the types of `body` with its type parameter equal to `t`, its parameters of types
+/// `params` and its result of type `result`; `context` starts every error message.
+pub fn infer(body: &Body, params: &[Prim], result: Prim, t: Prim, context: String) -> syn::Result<Typed> {
     let mut inf = Inf {
         t,
         vars: Vec::new(),
@@ -73,10 +73,11 @@ pub fn infer(body: &Body, t: Prim, context: String) -> syn::Result<Typed> {
         checks: Vec::new(),
         context,
     };
-    inf.bindings[0] = Some(Ty::P(t));
-    inf.bindings[1] = Some(Ty::P(t));
+    for (b, p) in params.iter().enumerate() {
+        inf.bindings[b] = Some(Ty::P(*p));
+    }
     let r = inf.block(&body.block)?;
-    inf.unify(r, Ty::P(t), body.block.tail.span, "the result")?;
+    inf.unify(r, Ty::P(result), body.block.tail.span, "the result")?;
     let checks = std::mem::take(&mut inf.checks);
     for c in checks {
         inf.check(c)?;
@@ -246,6 +247,13 @@ impl Inf {
                         self.unify(tr, Ty::Bool, r.span, "a logical operator's operand")?;
                         Ty::Bool
                     }
+                    // As in Rust, the amount may be of another integer type than the value.
+                    Bin::Shl | Bin::Shr => {
+                        let int = |t: FTy| matches!(t, FTy::P(p) if p.is_int());
+                        self.operand(l.span, tl, "a shift", int, "an integer to shift");
+                        self.operand(r.span, tr, "a shift", int, "an integer amount");
+                        tl
+                    }
                     _ => {
                         self.unify(tl, tr, e.span, &format!("the operands of `{}`", op.c()))?;
                         if op.is_comparison() {
@@ -316,6 +324,7 @@ impl Inf {
                     }
                 };
                 let bad = match m {
+                    Method::ToBits if p != Prim::F32 => Some("f32"),
                     Method::Abs if !p.is_signed() => Some("signed integers and floats"),
                     Method::Sqrt | Method::MulAdd if !p.is_float() => Some("floats"),
                     _ => None,
@@ -329,7 +338,15 @@ impl Inf {
                     let ta = self.expr(a)?;
                     self.unify(ta, Ty::P(p), a.span, &format!("the argument of `{}`", m.name()))?;
                 }
-                Ty::P(p)
+                match m {
+                    Method::ToBits => Ty::P(Prim::U32),
+                    _ => Ty::P(p),
+                }
+            }
+            Kind::FromBits(x) => {
+                let tx = self.expr(x)?;
+                self.unify(tx, Ty::P(Prim::U32), x.span, "the argument of `f32::from_bits`")?;
+                Ty::P(Prim::F32)
             }
         };
         Ok(self.set(e, t))

@@ -1,8 +1,11 @@
 //! Procedural macros for jitccl: `#[reduction]` turns a Rust function into a custom
-//! reduction op that every reducing collective kernel can be specialized for, on the host
-//! and CUDA targets alike. Use it through the facade, as `#[jitccl::reduction]`.
+//! reduction op that every reducing collective kernel can be specialized for, and
+//! `#[wire_codec]` a pair of Rust functions into a wire format the kernels carry their
+//! elements in, on the host and CUDA targets alike. Use them through the facade, as
+//! `#[jitccl::reduction]` and `#[jitccl::wire_codec]`.
 
 mod attr;
+mod codec;
 mod emit_c;
 mod infer;
 mod ir;
@@ -65,6 +68,48 @@ use crate::types::{Elem, Prim, ELEM_NAMES};
 #[proc_macro_attribute]
 pub fn reduction(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
     match expand(attr.into(), item.into()) {
+        Ok(ts) => ts.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+/// Turns a module of plain functions into a wire format of the user's: the constant `NAME`
+/// (the module's name in SCREAMING_CASE), a `static jitccl::WireCodec` to pass as
+/// `Wire::Custom(&NAME)` to `Comm::wired` or `Config::wire`, next to the module itself,
+/// whose functions stay callable as the codec's Rust reference.
+///
+/// ```ignore
+/// #[jitccl::wire_codec(block = 64)]
+/// mod log8 {
+///     pub fn scale(amax: f32) -> f32 { amax }
+///     pub fn encode(value: f32, scale: f32) -> u8 { /* ... */ 0 }
+///     pub fn decode(code: u8, scale: f32) -> f32 { /* ... */ 0.0 }
+/// }
+/// // comm.wired(jitccl::Wire::Custom(&LOG8)).all_reduce(&send, &recv, count, Op::Sum, &stream)?;
+/// ```
+///
+/// A module, not an attribute on one function: the codec is its functions together, and an
+/// attribute sees only the item it is on.
+///
+/// # The functions
+/// - `fn encode(value: f32) -> u8` and `fn decode(code: u8) -> f32`: a code per element;
+/// - with `block = N` (32, 64, 128 or 256): `fn scale(amax: f32) -> f32`, a block's scale
+///   from its largest finite magnitude (0 for a block of zeros, ±Inf and NaN), which
+///   travels with the block as an f32, and `fn encode(value: f32, scale: f32) -> u8`,
+///   `fn decode(code: u8, scale: f32) -> f32`;
+/// - `name = "..."`: the codec's name in kernel names and symbols (default: the module's).
+///
+/// The bodies take what a `#[reduction]` body takes, and the codec's Rust reference and
+/// kernels compute the same bits (see its "Semantics"). `encode` sees every value as it is,
+/// ±Inf and NaN included: what they become is the codec's choice. Codes are single bytes.
+///
+/// # In the kernels
+/// A sender encodes each step (the scales of its blocks, counted from the step's start,
+/// first), a receiver decodes it and adds in fp32; an AllReduce encodes its final sums once,
+/// so that every rank ends with the same bits, as with the built-in wires.
+#[proc_macro_attribute]
+pub fn wire_codec(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    match codec::expand(attr.into(), item.into()) {
         Ok(ts) => ts.into(),
         Err(e) => e.to_compile_error().into(),
     }
@@ -229,7 +274,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
         _ => None,
     };
     let names = ir::TypeNames { param: generic_name.as_deref(), narrow_elem: narrow_name.as_deref() };
-    let body = ir::convert(sig.params, &f.block, &names)?;
+    let body = ir::convert(&sig.params, &f.block, &names)?;
 
     // One typing (and one C translation) per compute type.
     let mut groups: Vec<(Prim, infer::Typed)> = Vec::new();
@@ -245,7 +290,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
             Some(g) => format!("with {g} = {}: ", e.name()),
             None => String::new(),
         };
-        let typed = infer::infer(&body, p, context)?;
+        let typed = infer::infer(&body, &[p, p], p, p, context)?;
         groups.push((p, typed));
     }
     let c_body = emit_c::c_body(&body, &groups);
@@ -424,5 +469,18 @@ mod tests {
         let c = c_of("fn f(a: f64, b: f64) -> f64 { a.mul_add(b, 1.0).sqrt() }", None);
         assert!(c.contains("#define jcu_fma(x, y, z) fma(x, y, z)") && c.contains("unsigned __int128"), "{c}");
         assert!(c.contains("sqrtsd") && c.contains("#undef jcu_sqrt"), "{c}");
+    }
+
+    #[test]
+    fn shifts_and_bit_casts_keep_rust_semantics() {
+        // The amount modulo the width; a left shift through the unsigned type; an amount of
+        // another integer type than the value.
+        let c = c_of("fn f(a: i32, b: i32) -> i32 { (a << b) + (a >> 3u8) }", None);
+        assert!(c.contains("((jc_i32)((jc_u32)a << ((jc_u32)(b) & 31u)))"), "{c}");
+        assert!(c.contains("((jc_i32)(a >> ((jc_u32)(((jc_u8)3)) & 31u)))"), "{c}");
+        let c = c_of("fn f(a: u8, b: u8) -> u8 { a << b }", None);
+        assert!(c.contains("((jc_u8)((jc_u32)a << ((jc_u32)(b) & 7u)))"), "{c}");
+        let c = c_of("fn f(a: f32, b: f32) -> f32 { f32::from_bits(a.to_bits() & b.to_bits()) }", None);
+        assert!(c.contains("jc_bits_f32(((jc_u32)(jc_f32_bits(a) & jc_f32_bits(b))))"), "{c}");
     }
 }

@@ -1,5 +1,6 @@
-//! Compile-fail tests of `#[reduction]` (used as `#[jitccl::reduction]`; here straight from
-//! this crate, so that the harness checks nothing but the macro): every unsupported form is
+//! Compile-fail tests of `#[reduction]` and `#[wire_codec]` (`codec_*.rs`; used as
+//! `#[jitccl::reduction]` and `#[jitccl::wire_codec]`; here straight from this crate, so
+//! that the harness checks nothing but the macros): every unsupported form is
 //! an error at its span that says what is supported (the expected messages are in
 //! tests/ui/*.stderr; regenerate them with
 //! `TRYBUILD=overwrite cargo test -p jitccl-macros --test reduction_ui`).

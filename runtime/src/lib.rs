@@ -84,7 +84,7 @@ pub use device::{
 };
 pub use element::Element;
 pub use error::{Error, Result};
-pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol, Wire};
+pub use jitccl_codegen::{Algorithm, Collective, CustomOp, DataType, Protocol, Wire, WireCodec};
 pub use logging::init as init_logging;
 pub use op::{Op, ScalarAt};
 pub use process_group::{ProcessGroup, Work};

@@ -1,5 +1,5 @@
 /* Wire format {{ wire }}: how this kernel's FIFO steps carry its elements (see the Wire type
-   in codegen/src/spec/wire.rs for each format's error bound). A step of n elements is its
+   in codegen/src/spec/wire.rs for each format's error bound; 6: a user's codec). A step of n elements is its
    n codes, then, for the scaled formats, one f32 scale per JC_WIRE_BLOCK elements (blocks
    counted from the step's start) at the next 4-byte boundary. Round to nearest even
    everywhere; NaN and +-Inf pass as themselves. Target-independent: the primitives define
@@ -150,7 +150,29 @@ static JC_DEVICE JC_INLINE float jc_wire_dec(jc_code c, float scale) {
   const jc_u32 special = jc_wire_pick(jc_wire_mask(q == -128), 0x7fc00000u, jc_wire_pick(jc_wire_mask(q < 0), 0xff800000u, 0x7f800000u));
   return jc_bits_f32(jc_wire_pick(jc_wire_mask(q > 126) | jc_wire_mask(q < -126), special, jc_f32_bits((float)q * scale)));
 }
-#elif JC_WIRE == 1
+{% if let Some(c) = codec %}#elif JC_WIRE == 6
+/* The user's codec {{ c.name }}, its functions translated from Rust by #[wire_codec]: the
+   scale is the codec's of the block's largest finite magnitude, and what the encoder gets. */
+static JC_DEVICE JC_INLINE jc_u8 jc_codec_encode(float a, float b) {
+  (void)b;
+  {{ c.encode }}
+}
+static JC_DEVICE JC_INLINE float jc_codec_decode(jc_u8 a, float b) {
+  (void)b;
+  {{ c.decode }}
+}
+#if JC_WIRE_BLOCK
+static JC_DEVICE JC_INLINE float jc_codec_scale(float a) {
+  {{ c.scale }}
+}
+static JC_DEVICE JC_INLINE float jc_wire_scale(float amax, float* k) {
+  *k = jc_codec_scale(amax);
+  return *k;
+}
+#endif
+static JC_DEVICE JC_INLINE jc_code jc_wire_enc(float v, float k) { return jc_codec_encode(v, k); }
+static JC_DEVICE JC_INLINE float jc_wire_dec(jc_code c, float scale) { return jc_codec_decode(c, scale); }
+{% endif %}#elif JC_WIRE == 1
 static JC_DEVICE JC_INLINE jc_code jc_wire_enc(float v, float k) { (void)k; return (jc_code)JC_WIRE_CVT(jc_wire_bf16(v), jc_f32_to_bf16(v)); }
 static JC_DEVICE JC_INLINE float jc_wire_dec(jc_code c, float scale) { (void)scale; return jc_bf16_to_f32(c); }
 #else

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 pub use kernel::{KernelSpec, MAX_SPECIALIZED_RANKS};
 pub use target::{CudaArch, CudaOutput, Target};
-pub use wire::Wire;
+pub use wire::{Wire, WireCodec};
 
 mod kernel;
 mod target;

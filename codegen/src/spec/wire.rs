@@ -8,6 +8,29 @@ use std::str::FromStr;
 
 use super::{invalid, Algorithm, Collective, DataType, InvalidSpec};
 
+/// A wire format of the user's: the extension point `#[wire_codec]` fills, as `CustomOp` is
+/// `#[reduction]`'s. Its functions are C statements (the same text serves the host and CUDA)
+/// over parameters `a` and `b`; each `return`s its result.
+///
+/// Equal and hashed by content, so that two codecs of one name but other code are other
+/// kernels (the disk cache keys every kernel by its source besides).
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WireCodec {
+    /// Identifier-safe name; part of spec names and kernel symbols.
+    pub name: &'static str,
+    /// Elements per scale (one of [`Wire::BLOCKS`]), or `None`: no scale, every scale 1.
+    pub block: Option<u16>,
+    /// Body of `float scale(float a)`: a block's scale from its largest finite magnitude
+    /// `a` (0 for a block of zeros and non-finite values); empty without a block.
+    pub scale: &'static str,
+    /// Body of `jc_u8 encode(float a, float b)`: the code of value `a` in a block of
+    /// scale `b`.
+    pub encode: &'static str,
+    /// Body of `float decode(jc_u8 a, float b)`: the value of code `a` in a block of
+    /// scale `b`.
+    pub decode: &'static str,
+}
+
 /// The format a kernel's FIFO steps carry its elements in. A kernel with another wire than
 /// `Exact` decodes every received step to fp32, combines in fp32, and encodes what it
 /// sends; a rank's final values that other ranks also receive are the decoded encoding, so
@@ -53,6 +76,9 @@ pub enum Wire {
     Fp8E5M2 { block: u16 },
     /// 8-bit integers with an fp32 scale per `block` elements.
     Int8 { block: u16 },
+    /// A codec of the user's (`#[jitccl::wire_codec]`): 8-bit codes, with an fp32 scale per
+    /// block where the codec has one. Its error is what its functions make it.
+    Custom(&'static WireCodec),
 }
 
 impl Wire {
@@ -70,6 +96,7 @@ impl Wire {
             Wire::Fp8E4M3 { .. } => 3,
             Wire::Fp8E5M2 { .. } => 4,
             Wire::Int8 { .. } => 5,
+            Wire::Custom(_) => 6,
         }
     }
 
@@ -87,6 +114,7 @@ impl Wire {
     pub fn block(self) -> Option<u16> {
         match self {
             Wire::Fp8E4M3 { block } | Wire::Fp8E5M2 { block } | Wire::Int8 { block } => Some(block),
+            Wire::Custom(c) => c.block,
             _ => None,
         }
     }
@@ -106,8 +134,16 @@ impl Wire {
     }
 
     /// Checks that elements of `dtype` may travel in this wire: a float type wider than
-    /// its codes.
+    /// its codes (and, for a codec of the user's, a block the kernels take).
     pub fn check_dtype(self, dtype: DataType) -> Result<(), InvalidSpec> {
+        if let Wire::Custom(WireCodec { name, block: Some(b), .. }) = self {
+            if !Wire::BLOCKS.contains(b) {
+                return Err(invalid(format!(
+                    "the wire codec '{name}' has a block of {b} elements: the blocks are {}",
+                    blocks()
+                )));
+            }
+        }
         let Some(size) = self.code_size() else { return Ok(()) };
         if !matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16) {
             return Err(invalid(format!("the {self} wire carries f32, f16 or bf16 elements, not {dtype}")));
@@ -127,10 +163,7 @@ impl Wire {
             let b = block.unwrap_or(Wire::DEFAULT_BLOCK);
             match Wire::BLOCKS.contains(&b) {
                 true => Ok(make(b)),
-                false => Err(invalid(format!(
-                    "a wire block of {b} elements: the blocks are {}",
-                    Wire::BLOCKS.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
-                ))),
+                false => Err(invalid(format!("a wire block of {b} elements: the blocks are {}", blocks()))),
             }
         };
         let unscaled = |w: Wire| match block {
@@ -149,8 +182,13 @@ impl Wire {
     }
 }
 
+fn blocks() -> String {
+    Wire::BLOCKS.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+}
+
 impl fmt::Display for Wire {
-    /// `exact`, `bf16`, `fp16`, `fp8e4m3b64`, `fp8e5m2b64`, `int8b64` (the number: the block).
+    /// `exact`, `bf16`, `fp16`, `fp8e4m3b64`, `fp8e5m2b64`, `int8b64` (the number: the block),
+    /// `custom:NAME` for a codec of the user's.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Wire::Exact => f.write_str("exact"),
@@ -159,6 +197,7 @@ impl fmt::Display for Wire {
             Wire::Fp8E4M3 { block } => write!(f, "fp8e4m3b{block}"),
             Wire::Fp8E5M2 { block } => write!(f, "fp8e5m2b{block}"),
             Wire::Int8 { block } => write!(f, "int8b{block}"),
+            Wire::Custom(c) => write!(f, "custom:{}", c.name),
         }
     }
 }
@@ -166,7 +205,8 @@ impl fmt::Display for Wire {
 impl FromStr for Wire {
     type Err = InvalidSpec;
     /// A name as `Display` writes it; the scaled formats' block may be left out (then
-    /// [`Wire::DEFAULT_BLOCK`]).
+    /// [`Wire::DEFAULT_BLOCK`]). A codec of the user's has no name to parse: it is a Rust
+    /// value.
     fn from_str(s: &str) -> Result<Self, InvalidSpec> {
         let lower = s.to_ascii_lowercase();
         let (name, block) = match lower.rsplit_once('b') {

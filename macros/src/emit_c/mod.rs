@@ -18,16 +18,20 @@ use crate::types::Prim;
 mod helper;
 use helper::Helper;
 
-/// The C body for a reduction whose element types compute in `groups` (one typing of
-/// the body per distinct compute type, in order).
+/// The C names of a body's parameters, in order.
+const PARAMS: [&str; 2] = ["a", "b"];
+
+/// The C body for a function whose element types compute in `groups` (one typing of the
+/// body per distinct compute type, in order): a reduction's, or with one group a codec's.
 pub fn c_body(body: &Body, groups: &[(Prim, Typed)]) -> String {
     let mut helpers = BTreeSet::new();
     let mut counter = 0;
     let mut out = Vec::new();
     if let [(p, typed)] = groups {
         let mut em = Em::new(body, typed, &mut helpers, &mut counter, 1);
-        em.names[0] = Some("a".into());
-        em.names[1] = Some("b".into());
+        for (k, arg) in PARAMS.iter().take(body.params).enumerate() {
+            em.names[k] = Some((*arg).into());
+        }
         let r = em.block(&body.block);
         let _ = p;
         out.extend(em.lines);
@@ -41,7 +45,7 @@ pub fn c_body(body: &Body, groups: &[(Prim, Typed)]) -> String {
                 format!("  if ({}) {{ /* {} */", p.c_is_compute_type(), p.name())
             });
             let mut em = Em::new(body, typed, &mut helpers, &mut counter, 2);
-            for (k, arg) in ["a", "b"].into_iter().enumerate() {
+            for (k, arg) in PARAMS.into_iter().enumerate() {
                 let name = em.fresh(&body.bindings[k].name);
                 em.push(format!("{} {name} = ({}){arg};", p.c(), p.c()));
                 em.names[k] = Some(name);
@@ -248,6 +252,7 @@ impl<'a> Em<'a> {
                 name
             }
             Kind::Block(b) => self.block(b),
+            Kind::FromBits(x) => format!("jc_bits_f32({})", self.expr(x)),
             Kind::Cast(x, _) => {
                 let from = self.ty(x);
                 let v = self.expr(x);
@@ -269,6 +274,7 @@ impl<'a> Em<'a> {
                     h.name()
                 };
                 match (m, p.is_float()) {
+                    (Method::ToBits, _) => format!("jc_f32_bits({x})"),
                     (Method::Abs, true) => format!("{}({x})", h(self, Helper::Fabs(p))),
                     (Method::Abs, false) => {
                         format!("({x} < 0 ? (({c})(({u})0 - ({u}){x})) : {x})", c = p.c(), u = p.c_unsigned())
@@ -322,6 +328,16 @@ impl<'a> Em<'a> {
         let (x, u) = (p.c(), p.c_unsigned());
         if p.is_float() {
             return format!("({lv} {} {rv})", op.c());
+        }
+        if op.is_shift() {
+            // Rust without overflow checks: the amount modulo the width. A left shift goes
+            // through the unsigned type (C's signed overflow is undefined); a right shift of
+            // a signed value is arithmetic, as every compiler the kernels meet makes it.
+            let amount = format!("((jc_u32)({rv}) & {}u)", p.bits() - 1);
+            return match op {
+                Bin::Shl => format!("(({x})(({u}){lv} << {amount}))"),
+                _ => format!("(({x})({lv} >> {amount}))"),
+            };
         }
         match op {
             Bin::Add | Bin::Sub | Bin::Mul => format!("(({x})(({u}){lv} {} ({u}){rv}))", op.c()),

@@ -16,8 +16,8 @@ struct Conv<'a> {
     poisoned: bool,
 }
 
-/// Checks and resolves `block`, the body of `fn f(p0, p1)`.
-pub fn convert(params: [&syn::Ident; 2], block: &syn::Block, names: &TypeNames) -> syn::Result<Body> {
+/// Checks and resolves `block`, the body of `fn f(params...)`.
+pub fn convert(params: &[&syn::Ident], block: &syn::Block, names: &TypeNames) -> syn::Result<Body> {
     let mut c =
         Conv { names, bindings: Vec::new(), scopes: vec![Vec::new()], nodes: 0, errors: Vec::new(), poisoned: false };
     for p in params {
@@ -31,7 +31,7 @@ pub fn convert(params: [&syn::Ident; 2], block: &syn::Block, names: &TypeNames) 
             a
         }),
     ) {
-        (Some(block), None) => Ok(Body { bindings: c.bindings, block, nodes: c.nodes }),
+        (Some(block), None) => Ok(Body { bindings: c.bindings, params: params.len(), block, nodes: c.nodes }),
         (_, Some(e)) => Err(e),
         (None, None) => unreachable!("a failed conversion records an error"),
     }
@@ -270,9 +270,8 @@ impl Conv<'_> {
                     syn::BinOp::Le(_) => Bin::Le,
                     syn::BinOp::Gt(_) => Bin::Gt,
                     syn::BinOp::Ge(_) => Bin::Ge,
-                    syn::BinOp::Shl(_) | syn::BinOp::Shr(_) => {
-                        return self.fail(&b.op, format!("shift operators are not supported; {SUPPORTED}"))
-                    }
+                    syn::BinOp::Shl(_) => Bin::Shl,
+                    syn::BinOp::Shr(_) => Bin::Shr,
                     ref op if is_compound_assign(op) => {
                         return self.fail(e, "compound assignment is not supported: bind a new name with `let` instead")
                     }
@@ -310,7 +309,7 @@ impl Conv<'_> {
                 let name = m.method.to_string();
                 let Some(method) = Method::from_name(&name) else {
                     return self.fail(&m.method,
-                        format!("method `{name}` is not supported; the supported methods are abs, min, max, sqrt, mul_add and clamp"),
+                        format!("method `{name}` is not supported; the supported methods are abs, min, max, sqrt, mul_add, clamp and to_bits"),
                     );
                 };
                 if let Some(t) = &m.turbofish {
@@ -335,9 +334,15 @@ impl Conv<'_> {
                 }
                 Kind::Method(method, Box::new(recv?), args?)
             }
+            E::Call(c) if is_from_bits(&c.func) => {
+                if c.args.len() != 1 {
+                    return self.fail(e, format!("`f32::from_bits` takes 1 argument, found {}", c.args.len()));
+                }
+                Kind::FromBits(Box::new(self.expr(&c.args[0])?))
+            }
             E::Call(_) => {
                 return self.fail(e,
-                    format!("function calls are not supported (use method syntax for abs, min, max, sqrt, mul_add, clamp: `x.abs()`); {SUPPORTED}"),
+                    format!("function calls other than `f32::from_bits` are not supported (use method syntax for abs, min, max, sqrt, mul_add, clamp, to_bits: `x.abs()`); {SUPPORTED}"),
                 )
             }
             E::Macro(m) => {
@@ -404,6 +409,13 @@ impl Conv<'_> {
             }
         }
     }
+}
+
+/// Whether `f` names `f32::from_bits`.
+fn is_from_bits(f: &syn::Expr) -> bool {
+    let syn::Expr::Path(p) = strip(f) else { return false };
+    let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    p.qself.is_none() && p.path.segments.iter().all(|s| s.arguments.is_none()) && names == ["f32", "from_bits"]
 }
 
 fn strip(e: &syn::Expr) -> &syn::Expr {

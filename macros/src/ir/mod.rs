@@ -7,10 +7,11 @@ use quote::ToTokens;
 
 use crate::types::{Prim, PRIM_NAMES};
 
-pub const SUPPORTED: &str = "a #[jitccl::reduction] body may contain `let` bindings, literals, \
-     arithmetic (+ - * / %), comparison (== != < <= > >=), logical (&& || !) and bitwise (& | ^) \
-     operators, `if`/`else` expressions, `as` casts between numeric types, and the methods \
-     abs, min, max, sqrt, mul_add and clamp";
+pub const SUPPORTED: &str = "a #[jitccl::reduction] or #[jitccl::wire_codec] body may contain `let` \
+     bindings, literals, arithmetic (+ - * / %), comparison (== != < <= > >=), logical (&& || !), \
+     bitwise (& | ^) and shift (<< >>) operators, `if`/`else` expressions, `as` casts between \
+     numeric types, the methods abs, min, max, sqrt, mul_add, clamp and to_bits, and \
+     `f32::from_bits`";
 
 /// Where a piece of source is: its first and last tokens, so that an error underlines all
 /// of it (a single `Span` cannot be joined on stable Rust).
@@ -54,6 +55,8 @@ pub enum Bin {
     BitAnd,
     BitOr,
     BitXor,
+    Shl,
+    Shr,
     And,
     Or,
     Eq,
@@ -74,6 +77,9 @@ impl Bin {
     pub fn is_bitwise(self) -> bool {
         matches!(self, Bin::BitAnd | Bin::BitOr | Bin::BitXor)
     }
+    pub fn is_shift(self) -> bool {
+        matches!(self, Bin::Shl | Bin::Shr)
+    }
     pub fn c(self) -> &'static str {
         match self {
             Bin::Add => "+",
@@ -84,6 +90,8 @@ impl Bin {
             Bin::BitAnd => "&",
             Bin::BitOr => "|",
             Bin::BitXor => "^",
+            Bin::Shl => "<<",
+            Bin::Shr => ">>",
             Bin::And => "&&",
             Bin::Or => "||",
             Bin::Eq => "==",
@@ -104,6 +112,8 @@ pub enum Method {
     Sqrt,
     MulAdd,
     Clamp,
+    /// An f32's bits as a u32.
+    ToBits,
 }
 
 impl Method {
@@ -115,6 +125,7 @@ impl Method {
             "sqrt" => Method::Sqrt,
             "mul_add" => Method::MulAdd,
             "clamp" => Method::Clamp,
+            "to_bits" => Method::ToBits,
             _ => return None,
         })
     }
@@ -126,11 +137,12 @@ impl Method {
             Method::Sqrt => "sqrt",
             Method::MulAdd => "mul_add",
             Method::Clamp => "clamp",
+            Method::ToBits => "to_bits",
         }
     }
     pub fn nargs(self) -> usize {
         match self {
-            Method::Abs | Method::Sqrt => 0,
+            Method::Abs | Method::Sqrt | Method::ToBits => 0,
             Method::Min | Method::Max => 1,
             Method::MulAdd | Method::Clamp => 2,
         }
@@ -174,6 +186,8 @@ pub enum Kind {
     Block(Block),
     Cast(Box<Expr>, TyRef),
     Method(Method, Box<Expr>, Vec<Expr>),
+    /// `f32::from_bits(x)`: the f32 of a u32's bits.
+    FromBits(Box<Expr>),
 }
 
 #[derive(Debug)]
@@ -194,10 +208,11 @@ pub struct Binding {
     pub name: String,
 }
 
-/// A checked body: bindings 0 and 1 are the parameters.
+/// A checked body: the first `params` bindings are the parameters.
 #[derive(Debug)]
 pub struct Body {
     pub bindings: Vec<Binding>,
+    pub params: usize,
     pub block: Block,
     pub nodes: usize,
 }

@@ -34,11 +34,6 @@ fn references(a: f32, b: f32) -> f32 {
 }
 
 #[jitccl_macros::reduction(identity = 0)]
-fn shifts(a: u32, b: u32) -> u32 {
-    a << b
-}
-
-#[jitccl_macros::reduction(identity = 0)]
 fn strings(a: u8, b: u8) -> u8 {
     let s = "x";
     a
