@@ -158,6 +158,9 @@ impl Table {
     /// Parses the CSV text; `origin` (a file name) prefixes errors, with the line.
     pub fn parse(text: &str, origin: &str) -> Result<Table, TableError> {
         let mut table = Table::default();
+        // Rows with their lines: the `# wire` rows come from the comments' pass, the plain
+        // ones from the CSV reader's, and the table keeps the file's order.
+        let mut rows: Vec<(u64, Row)> = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let Some((key, value)) = line.strip_prefix('#').and_then(|l| l.split_once(':')) else { continue };
             let bad = |what: &str| TableError::Row {
@@ -180,7 +183,7 @@ impl Table {
                         return Err(row_error("an exact row is a plain row, not a '# wire' line".into()));
                     }
                     let fields: Vec<&str> = value.split(',').map(str::trim).collect();
-                    table.rows.push(Row { wire, ..parse_row(&fields).map_err(row_error)? });
+                    rows.push((i as u64 + 1, Row { wire, ..parse_row(&fields).map_err(row_error)? }));
                 }
             }
         }
@@ -203,8 +206,10 @@ impl Table {
             }
             let row =
                 parse_row(&fields).map_err(|reason| TableError::Row { origin: origin.to_string(), line, reason })?;
-            table.rows.push(row);
+            rows.push((line, row));
         }
+        rows.sort_by_key(|(line, _)| *line);
+        table.rows = rows.into_iter().map(|(_, row)| row).collect();
         Ok(table)
     }
 
