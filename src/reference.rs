@@ -176,17 +176,19 @@ pub fn wire_terms(wire: Wire) -> (f64, f64, f64) {
     }
 }
 
-/// The most an f32 result that went through `encodings` encodings in `wire` may differ
-/// from the exact one (`Wire`'s bound of a sum): `m` is the sum of the magnitudes of the
-/// element's inputs, `a` the largest such sum within a block of it, and `2^-24` the fp32
-/// additions' own rounding. Infinite for a codec of the user's, which documents no bound.
-pub fn wire_bound(wire: Wire, encodings: usize, m: f64, a: f64) -> f64 {
+/// The most an f32 result that went through `encodings` encodings in `wire` and
+/// `additions` fp32 additions may differ from the exact one (`Wire`'s bound of a sum): `m`
+/// is the sum of the magnitudes of the element's inputs, `a` the largest such sum within a
+/// block of it, and `2^-24` each addition's own rounding. Where every hop encodes (as
+/// many additions as encodings) this is `Wire`'s `k ((u + 2^-24) m + c a + t) (1 + u)^k`.
+/// Infinite for a codec of the user's, which documents no bound.
+pub fn wire_bound(wire: Wire, encodings: usize, additions: usize, m: f64, a: f64) -> f64 {
     if let Wire::Custom(_) = wire {
         return f64::INFINITY;
     }
     let (u, c, t) = wire_terms(wire);
-    let k = encodings as f64;
-    k * ((u + 2f64.powi(-24)) * m + c * a + t) * (1.0 + u).powi(encodings as i32)
+    let (k, s) = (encodings as f64, additions as f64);
+    (k * (u * m + c * a + t) + s * 2f64.powi(-24) * m) * (1.0 + u).powi(encodings as i32)
 }
 
 /// `out[j]`: the largest of `m[j - reach ..= j + reach]` (clipped to `m`), in linear time

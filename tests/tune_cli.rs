@@ -197,3 +197,34 @@ fn tune_skips_what_the_model_puts_far_behind_at_large_sizes_unless_told_all() {
     let (out, _) = ok(&jitccl(&all, &[]));
     assert!(!out.contains("# skipped") && out.contains("(1 to do)"), "{out}");
 }
+
+/// `tune --wire`: the wire is one more dimension. Its candidates (the algorithms whose
+/// kernels carry the wire, with Simple) run the wire's kernels, checked within its error
+/// bound; the rows are written as that wire's, which a wired call then picks from while an
+/// exact call, finding no plain row, keeps the model.
+#[test]
+fn a_wired_tune_writes_rows_that_wired_calls_pick() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.csv");
+    let (out, _) = ok(&quick(&path, &["--wire", "int8"]));
+    assert!(out.contains("# the int8b64 wire: busbw counts the uncompressed bytes"), "{out}");
+    let table = Table::read(&path).unwrap();
+    assert!(!table.rows.is_empty(), "{}", table.to_csv());
+    for r in &table.rows {
+        let carried = jitccl::Wire::algorithms(r.coll).contains(&r.algo);
+        assert!(r.wire == "int8".parse().unwrap() && carried && r.proto == jitccl::Protocol::Simple, "{r:?}");
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.lines().filter(|l| !l.starts_with('#')).all(|l| l.trim().is_empty()), "a plain row:\n{text}");
+
+    let perf = ["perf", "all_reduce", "-N", "2", "-b", "128", "-e", "128", "-w", "1", "-n", "2"];
+    let vars = [("JITCCL_TUNER_CONFIG_FILE", path.to_str().unwrap()), ("JITCCL_DEBUG", "DEBUG")];
+    let wired = [&perf[..], &["--wire", "int8"]].concat();
+    let (out, err) = ok(&jitccl(&wired, &[&vars[..], &[("JITCCL_WIRE_LOCAL", "encode")]].concat()));
+    assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+    let line = err.lines().find(|l| l.contains("all_reduce 128 B x 2 ranks in the int8b64 wire: "));
+    assert!(line.is_some_and(|l| l.contains("from the tuning table")), "{err}");
+    let (_, err) = ok(&jitccl(&perf, &vars));
+    let line = err.lines().find(|l| l.contains("all_reduce 128 B x 2 ranks: "));
+    assert!(line.is_some_and(|l| !l.contains("from the tuning table")), "an exact call took a wired row: {err}");
+}

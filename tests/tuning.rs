@@ -3,7 +3,7 @@
 //! process-wide, and each scenario must see only its own.
 
 use jitccl::tune::{Row, Table};
-use jitccl::{Algorithm, Collective, Comm, Config, Error, Op, Protocol};
+use jitccl::{Algorithm, Collective, Comm, Config, Error, Op, Protocol, Wire};
 
 fn world(n: usize, cfg: &Config) -> jitccl::Result<Vec<(Comm, jitccl::Stream)>> {
     Comm::init_all(n, cfg)?
@@ -97,6 +97,7 @@ fn overrides_and_tables_steer_the_choice() {
             pipe_ops: None,
             reg_buff: None,
             chunk_bytes: Some(64),
+            wire: Wire::Exact,
         }],
         ..Table::default()
     };

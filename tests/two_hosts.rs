@@ -274,3 +274,111 @@ fn small_calls_across_hosts_take_the_cheaper_path() {
     assert!(algo == "tree" && chosen < ring, "not the tree, or the ring estimated cheaper: {line}");
     assert!(why.contains("2 hosts: ") && why.contains(" us a network hop"), "{line}");
 }
+
+/// Set in a child of [`a_wired_ring_rounds_partial_sums_only_between_hosts`]: it runs
+/// [`wired_rank`].
+const WIRED: &str = "JITCCL_TWO_HOSTS_WIRED";
+/// Elements per rank of the wired check's AllReduce and of each rank's ReduceScatter block.
+const WIRED_COUNT: usize = 4096;
+
+/// Rank r's every input of the wired check, 2 hosts x 2 ranks (host 0: ranks 0 and 1):
+/// `1, -1` on host 0 and `e, -e` on host 1, `e = 2^-10`. Over any ring that keeps each
+/// host's ranks together, in either direction and from any starting rank, every partial
+/// sum that crosses between hosts (`±1`, `±e`, 0) is a bf16 value and the total is 0, so
+/// a ring that rounds only there gives exactly 0; a partial sum that crosses inside a host
+/// may be `±1 ± e`, which bf16 rounds to `±1`, so rounding it there too leaves `±e`
+/// behind.
+fn wired_input(rank: usize) -> f32 {
+    [1.0, -1.0, 1.0 / 1024.0, -1.0 / 1024.0][rank]
+}
+
+/// One rank of the wired check, in a child process; does nothing in a normal run. Prints
+/// how many of its results a bf16 ring AllReduce and ReduceScatter left off the exact sum
+/// (0) and how many encodings the communicator counts for each.
+#[test]
+fn wired_rank() {
+    if std::env::var(WIRED).is_err() {
+        return;
+    }
+    use jitccl::{Collective, Comm, Config, Op, Wire};
+    let comm = Comm::init_from_env(&Config::default()).expect("init");
+    let (n, me) = (comm.nranks(), comm.rank());
+    assert_eq!(n, 4, "the check's inputs are made for 2 hosts x 2 ranks");
+    let stream = comm.device().stream().expect("a stream");
+    let wired = comm.wired(Wire::Bf16);
+    let send = comm.device().alloc_from(&vec![wired_input(me); n * WIRED_COUNT]).expect("the input");
+    let recv = comm.device().alloc::<f32>(n * WIRED_COUNT).expect("the output");
+    for coll in [Collective::AllReduce, Collective::ReduceScatter] {
+        let len = match coll {
+            Collective::AllReduce => {
+                wired.all_reduce(&send, &recv, n * WIRED_COUNT, Op::Sum, &stream).expect("the AllReduce");
+                n * WIRED_COUNT
+            }
+            _ => {
+                wired.reduce_scatter(&send, &recv, WIRED_COUNT, Op::Sum, &stream).expect("the ReduceScatter");
+                WIRED_COUNT
+            }
+        };
+        stream.synchronize().expect("the call");
+        let off = recv.to_vec()[..len].iter().filter(|v| **v != 0.0).count();
+        let encodings = wired.ring_encodings(coll).expect("the encodings");
+        println!("{coll}: {off} of {len} off the exact sum, at most {encodings} encoding(s)");
+    }
+}
+
+/// A wired ring between 2 hosts of 2 ranks rounds partial sums only on the hops between
+/// hosts, and carries them as fp32 inside a host: with inputs that only a rounding inside a
+/// host moves off the exact sum ([`wired_input`]) every result is exact, while with
+/// `JITCCL_WIRE_LOCAL=encode` (every hop rounds) some are not. The communicator counts 3
+/// encodings of 4 for the AllReduce (the 2 hops between hosts that a chunk's reduction may
+/// cross, then its final sums) and 2 for the ReduceScatter, and rank 0 says that each
+/// channel's ring has 2 hops of 4 through the network. `jitccl perf` then checks realistic
+/// inputs against that tighter bound, every rank holding the same bits.
+#[test]
+fn a_wired_ring_rounds_partial_sums_only_between_hosts() {
+    let hosts = hosts(2);
+    let exe = std::env::current_exe().expect("the test binary");
+    let args = ["--exact", "wired_rank", "--nocapture", "--test-threads=1"];
+    let common = [(WIRED, "1"), ("JITCCL_ALGO", "ring"), ("JITCCL_DEBUG", "INFO"), ("JITCCL_TIMEOUT", "60")];
+    let (all, blocks) = (4 * WIRED_COUNT, WIRED_COUNT);
+    for (local, (ar_off, ar_enc), (rs_off, rs_enc)) in [("exact", (0, 3), (0, 2)), ("encode", (1, 4), (1, 3))] {
+        let env = [&common[..], &[("JITCCL_WIRE_LOCAL", local)]].concat();
+        let ranks = hosts.ranks(&Hosts::blocked(2, 2), std::path::Path::new(&exe), &args, &env);
+        let ends = ranks.finish(Duration::from_secs(120));
+        let count = |e: &RankEnd, coll: &str| -> (usize, usize) {
+            // The test harness's "test wired_rank ... " may come first on the line.
+            let line = e.stdout.lines().find_map(|l| l.find(&format!("{coll}: ")).map(|at| &l[at..]));
+            let line = line.unwrap_or_else(|| panic!("rank {} gave no {coll} line: {e}", e.rank));
+            let words: Vec<&str> = line.split(' ').collect();
+            (words[1].parse().unwrap(), words[words.len() - 2].parse().unwrap())
+        };
+        let mut off = [0, 0];
+        for e in &ends {
+            assert!(e.success(), "wire_local={local}: {e}");
+            let ((a, ae), (r, re)) = (count(e, "all_reduce"), count(e, "reduce_scatter"));
+            assert_eq!((ae, re), (ar_enc, rs_enc), "wire_local={local}: the encodings rank {} counts", e.rank);
+            off[0] += a;
+            off[1] += r;
+        }
+        eprintln!("wire_local={local}: off the exact sum: {} of 4 x {all} AllReduce results, {} of 4 x {blocks} ReduceScatter results", off[0], off[1]);
+        match local {
+            "exact" => {
+                assert_eq!(off, [ar_off, rs_off], "a partial sum was rounded inside a host");
+                let hops = ends[0].stderr.lines().find(|l| l.contains("wired ring calls encode partial sums only"));
+                let hops = hops.unwrap_or_else(|| panic!("rank 0 does not say which hops encode: {}", ends[0]));
+                let per = hops.split_once("of 4 per ring: ").and_then(|(_, t)| t.split_once(';')).map(|(p, _)| p);
+                let per = per.unwrap_or_else(|| panic!("no hops per channel: {hops}"));
+                assert!(per.split(", ").all(|c| c.starts_with("channel ") && c.ends_with(" 2")), "{hops}");
+            }
+            _ => assert!(off[0] >= ar_off && off[1] >= rs_off, "every hop rounds, yet every result is exact"),
+        }
+    }
+    let runs: [&[&str]; 2] =
+        [&["all_reduce", "-d", "float", "--wire", "int8"], &["reduce_scatter", "-d", "bfloat16", "--wire", "fp8e4m3"]];
+    for (run, encodings) in runs.into_iter().zip([3, 2]) {
+        let tail = ["-N", "4", "--algo", "ring", "-b", "4", "-e", "1M", "-f", "32", "-w", "1", "-n", "2"];
+        let ends = perf(&hosts, &Hosts::blocked(2, 2), &[run, &tail[..]].concat(), &[]);
+        let header = format!("wire encodes what the ranks send, a result at most {encodings} time(s)");
+        assert!(ends[0].stdout.contains(&header), "{run:?}: {}", ends[0].stdout);
+    }
+}

@@ -134,7 +134,7 @@ fn outside_bound(wire: Wire, encodings: usize, xs: &[Vec<f32>], got: &[f32], wan
             }
             continue;
         }
-        let bound = wire_bound(wire, encodings, m[j], largest[j]);
+        let bound = wire_bound(wire, encodings, encodings, m[j], largest[j]);
         // NaN, where a finite value was due, fails too.
         if (g - w).abs().partial_cmp(&bound).is_none_or(|o| o == std::cmp::Ordering::Greater) {
             return Some(format!("element {j}: {g}, exact {w}: error {:e} over the bound {bound:e}", (g - w).abs()));

@@ -80,6 +80,11 @@ pub struct Conn {
     /// CUDA: 1 when the peer's kernels run on the same GPU in this process, so that
     /// GPU-scope fences order the FIFO for it (a system-scope one costs microseconds).
     pub same_gpu: i32,
+    /// Ring: 1 when the peer shares this rank's memory (no network between them), so that
+    /// a wired kernel's partial sums cross to it as fp32 and only hops through the network
+    /// encode them (`templates/prims/host/wire.h`).
+    pub wire_plain: i32,
+    pub pad: i32,
 }
 
 impl Default for Conn {
@@ -94,6 +99,8 @@ impl Default for Conn {
             credit: 0,
             peer: -1,
             same_gpu: 0,
+            wire_plain: 0,
+            pad: 0,
         }
     }
 }

@@ -65,6 +65,9 @@ struct jc_conn {
   jc_i32 peer;                    /* the rank at the other end, for error reports */
   jc_i32 same_gpu;                /* CUDA: 1 when the peer's kernels run on this GPU (in this
                                      process), so GPU-scope ordering reaches it */
+  jc_i32 wire_plain;              /* ring: 1 when the peer shares this rank's memory, so that a
+                                     wired kernel's partial sums cross as fp32 (prims' wire.h) */
+  jc_i32 pad;
 };
 
 struct jc_channel {

@@ -186,6 +186,12 @@ static JC_DEVICE JC_INLINE float jc_wire_dec(jc_code c, float scale) {
 }
 #endif
 
+/* The bytes of a step of n elements on a connector: its codes, or with `plain` the fp32
+   values themselves (a partial sum between ranks that share memory). */
+static JC_DEVICE JC_INLINE jc_u64 jc_wire_step_bytes(jc_u64 n, int plain) {
+  return plain ? n * sizeof(float) : jc_wire_bytes(n);
+}
+
 /* The scale of a block of values (1 for the unscaled formats), from its largest finite
    magnitude `amax`; `*k`: the encoder's factor. */
 static JC_DEVICE JC_INLINE float jc_wire_block_scale(float amax, float* k) {
@@ -229,33 +235,46 @@ static JC_DEVICE JC_INLINE const char* jc_wire_posted(const struct jc_conn* c) {
   return c->buf[JC_PROTO] + ((c->step - 1) % JC_STEPS) * c->slot_bytes[JC_PROTO];
 }
 
-/* v[0..m) = the fold of the decoded received codes ic[0..m) (with has_recv) and the source
-   elements src[0..m) (with has_src); jc_wire_tile calls it with both constant, so that each
-   case is a loop of its own without tests. */
-static JC_DEVICE JC_INLINE void jc_wire_fold(const struct jc_ctx* x, JC_SLOT_READ jc_code* ic, float rscale, const T* src,
-                                             float* v, jc_u64 m, int has_recv, int has_src, int pre, int post) {
-  for (jc_u64 i = 0; i < m; i++)
-    v[i] = jc_fold_c(x, has_recv ? jc_wire_dec(ic[i], rscale) : (C)0, has_recv, has_src, has_src ? src[i] : (T)0, pre, post);
+/* v[0..m) = the fold of the received values (with has_recv: the fp32 values iv[0..m) with
+   plain, else the decoded codes ic[0..m)) and the source elements src[0..m) (with has_src);
+   jc_wire_tile calls it with the flags constant, so that each case is a loop of its own
+   without tests. */
+static JC_DEVICE JC_INLINE void jc_wire_fold(const struct jc_ctx* x, JC_SLOT_READ jc_code* ic, float rscale,
+                                             JC_SLOT_READ float* iv, const T* src, float* v, jc_u64 m, int has_recv,
+                                             int plain, int has_src, int pre, int post) {
+  for (jc_u64 i = 0; i < m; i++) {
+    const C rv = !has_recv ? (C)0 : plain ? (C)iv[i] : jc_wire_dec(ic[i], rscale);
+    v[i] = jc_fold_c(x, rv, has_recv, has_src, has_src ? src[i] : (T)0, pre, post);
+  }
 }
 
 /* Elements [b, b + m) of a step of n (m <= JC_WIRE_TILE; one whole block for the scaled
-   formats): v = the fold of the decoded received element and the source element, encoded
-   into `out`. `dst` gets v itself when nothing is sent, else the decoding of what was
-   sent: every rank that receives it decodes the same bits. */
-static JC_DEVICE JC_INLINE void jc_wire_tile(const struct jc_ctx* x, JC_SLOT_READ char* in, char* out, const T* src,
-                                             T* dst, jc_u64 n, jc_u64 b, jc_u64 m, int pre, int post) {
+   formats): v = the fold of the received element (decoded, or as it is with `rplain`) and
+   the source element, encoded into `out` (written as it is with `splain`). `dst` gets v
+   itself when nothing is sent or it is sent as it is, else the decoding of what was sent:
+   every rank that receives it decodes the same bits. */
+static JC_DEVICE JC_INLINE void jc_wire_tile(const struct jc_ctx* x, JC_SLOT_READ char* in, int rplain, char* out,
+                                             int splain, const T* src, T* dst, jc_u64 n, jc_u64 b, jc_u64 m, int pre,
+                                             int post) {
   JC_SLOT_READ jc_code* ic = in ? (JC_SLOT_READ jc_code*)in + b : 0;
+  JC_SLOT_READ float* iv = in ? (JC_SLOT_READ float*)in + b : 0;
   const T* s = src ? src + b : 0;
   float rscale = 1.0f;
 #if JC_WIRE_BLOCK
-  if (in) rscale = ((JC_SLOT_READ float*)(in + jc_wire_scales_at(n)))[b / JC_WIRE_BLOCK];
+  if (in && !rplain) rscale = ((JC_SLOT_READ float*)(in + jc_wire_scales_at(n)))[b / JC_WIRE_BLOCK];
 #endif
   float v[JC_WIRE_TILE];
-  if (in && src) jc_wire_fold(x, ic, rscale, s, v, m, 1, 1, pre, post);
-  else if (in) jc_wire_fold(x, ic, rscale, s, v, m, 1, 0, pre, post);
-  else if (src) jc_wire_fold(x, ic, rscale, s, v, m, 0, 1, pre, post);
-  else jc_wire_fold(x, ic, rscale, s, v, m, 0, 0, pre, post);
-  if (!out) {
+  if (in && rplain && src) jc_wire_fold(x, ic, rscale, iv, s, v, m, 1, 1, 1, pre, post);
+  else if (in && rplain) jc_wire_fold(x, ic, rscale, iv, s, v, m, 1, 1, 0, pre, post);
+  else if (in && src) jc_wire_fold(x, ic, rscale, iv, s, v, m, 1, 0, 1, pre, post);
+  else if (in) jc_wire_fold(x, ic, rscale, iv, s, v, m, 1, 0, 0, pre, post);
+  else if (src) jc_wire_fold(x, ic, rscale, iv, s, v, m, 0, 0, 1, pre, post);
+  else jc_wire_fold(x, ic, rscale, iv, s, v, m, 0, 0, 0, pre, post);
+  if (out && splain) {
+    float* ov = (float*)out + b;
+    for (jc_u64 i = 0; i < m; i++) ov[i] = v[i];
+  }
+  if (!out || splain) {
     if (dst) for (jc_u64 i = 0; i < m; i++) dst[b + i] = jc_from_c(v[i]);
     return;
   }

@@ -5,7 +5,7 @@
 //! `--wire`.
 
 use jitccl::tune::{Row, Table};
-use jitccl::{Algorithm, Collective, Protocol};
+use jitccl::{Algorithm, Collective, Protocol, Wire};
 
 use crate::{jitccl, jitccl_with, text, RunCache};
 
@@ -160,10 +160,6 @@ fn perf_refuses_wrong_flag_combinations() {
         (&["perf", "all_reduce", "--wire", "fp16", "-d", "half"], &["--wire fp16", "no narrower than f16"]),
         (&["perf", "all_reduce", "--wire", "int8", "-o", "max"], &["sum or avg only", "-o max"]),
         (&["perf", "all_reduce", "--wire", "int8b48"], &["--wire", "block of 48"]),
-        (
-            &["perf", "all_reduce", "--wire", "bf16", "--compare", "a=t.csv", "--compare", "b=u.csv"],
-            &["--wire bf16", "--compare"],
-        ),
     ];
     for (args, why) in cases {
         let out = jitccl(args, cache.path());
@@ -210,19 +206,7 @@ fn wires_run_and_check_within_their_bound() {
 
 /// A one-row table forcing `algo`/`proto` on every all_reduce size.
 fn forcing(path: &std::path::Path, algo: Algorithm, proto: Protocol) {
-    let row = Row {
-        coll: Collective::AllReduce,
-        min_bytes: 0,
-        max_bytes: u64::MAX,
-        algo,
-        proto,
-        channels: Some(1),
-        nnodes: None,
-        nranks: None,
-        pipe_ops: None,
-        reg_buff: None,
-        chunk_bytes: None,
-    };
+    let row = Row { channels: Some(1), ..Row::every_size(Collective::AllReduce, algo, proto, Wire::Exact) };
     Table { rows: vec![row], ..Table::default() }.write(path).unwrap();
 }
 

@@ -61,6 +61,12 @@ pub struct WireCodec {
 /// sum once: at most `n` encodings of a partial sum on any element's path, so the same
 /// bound holds. NaN and ±Inf pass through as with `Exact`. A single rank sends nothing:
 /// its result is exact.
+///
+/// A ring hop between ranks that share memory may carry partial sums as fp32 (the runtime
+/// says so per connector, `Conn::wire_plain`): then only the hops through the network round
+/// them, and with `e` encodings on an element's path (over h hosts whose ranks are together
+/// on the ring, `min(h, n - 1) + 1` for AllReduce) the bound is
+/// `(e (u M + c A + t) + n 2^-24 M) (1 + u)^e`. Final values travel as codes on every hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Wire {
     /// The elements as they are (the default).

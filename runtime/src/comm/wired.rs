@@ -45,6 +45,19 @@ impl Wired<'_> {
         Ok(self.wire != Wire::Exact && !self.comm.inner("encodes")?.enq.wires_run_exactly())
     }
 
+    /// The most times a call of `coll` over the ring encodes a value on its way into a
+    /// rank's result, which its error bound counts ([`Wire`]; 0 where the calls run
+    /// exactly). Partial sums cross hops between ranks that share memory as fp32, so over
+    /// h hosts whose ranks are together on the ring: AllReduce `min(h, n - 1) + 1` of n
+    /// ranks, ReduceScatter and Reduce `min(h, n - 1)`, what is only moved 1. Where
+    /// [`Config::wire_local`](crate::Config::wire_local) says encode, every hop encodes.
+    pub fn ring_encodings(&self, coll: Collective) -> Result<usize> {
+        match self.wire {
+            Wire::Exact => Ok(0),
+            _ => Ok(self.comm.inner("ring_encodings")?.enq.ring_encodings(coll)),
+        }
+    }
+
     /// [`Comm::all_reduce`]: each hop decodes, adds in fp32 and encodes; the final sums are
     /// encoded once and every rank keeps their decoding.
     pub fn all_reduce<T: Element>(

@@ -31,6 +31,7 @@ use crate::tune::{Choice, Tuner};
 use checks::Buf;
 pub(crate) use checks::Group;
 use plan::Shape;
+pub(crate) use wire::Reach;
 
 /// One rank's side of the launch path: what every launch of its communicator reads.
 pub(crate) struct Rank {
@@ -43,9 +44,9 @@ pub(crate) struct Rank {
     pub cpus: Option<Arc<CpuSet>>,
     /// The same choices on every rank (built from rank 0's plan).
     pub tuner: Arc<Tuner>,
-    /// Whether every rank of the communicator reaches every other through memory, where
-    /// its wired calls run exactly unless `Config::wire_local` says encode (`wire`).
-    pub in_memory: bool,
+    /// How the communicator's ranks reach each other, which decides what its wired calls
+    /// encode (`wire`).
+    pub reach: Reach,
     /// Whether this rank has said that a wired call ran exactly.
     told_exact: AtomicBool,
     /// Registered memory: calls on it may run the direct algorithms.
@@ -243,7 +244,7 @@ impl Rank {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         group: Group, device: Device, cfg: Resolved, exec: Arc<Executor>, board: Board, cpus: Option<Arc<CpuSet>>,
-        tuner: Arc<Tuner>, in_memory: bool,
+        tuner: Arc<Tuner>, reach: Reach,
     ) -> Rank {
         let uid = plan::next_uid();
         let specialized = plan::specialized(&group, &cfg);
@@ -255,7 +256,7 @@ impl Rank {
             exec,
             cpus,
             tuner,
-            in_memory,
+            reach,
             told_exact: AtomicBool::new(false),
             sym: Arc::new(Registry::new(uid)),
             kernels: Mutex::default(),

@@ -95,7 +95,7 @@ impl Rank {
                 let commutative = !matches!(shape.op, Some(RedOp::Custom(c)) if !c.commutative);
                 self.tuner.choose_for(shape.coll, shape.bytes, shape.dtype.size(), commutative, shape.direct)?
             }
-            (false, _) => self.tuner.for_wire(shape.coll, shape.bytes, shape.dtype.size(), shape.direct)?,
+            (false, wire) => self.tuner.for_wire(shape.coll, shape.bytes, shape.dtype.size(), shape.direct, wire)?,
         };
         let kernel = self.kernel(shape.coll, choice, shape.dtype, shape.op, shape.wire)?;
         LAST.with(|l| l[slot].set(Some(Remembered { rank: self.uid, shape, choice, kernel })));

@@ -71,11 +71,43 @@ impl Call {
     }
 }
 
+/// How a communicator's ranks reach each other, as its wired calls see it: the same on
+/// every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reach {
+    /// Every rank reaches every other through memory.
+    pub in_memory: bool,
+    /// The most hops of one channel's ring that go through the network.
+    pub ring_net_hops: usize,
+}
+
 impl Rank {
     /// Whether wired calls run exactly here: every rank reaches every other through memory
     /// and `Config::wire_local` leaves it so.
     pub(crate) fn wires_run_exactly(&self) -> bool {
-        self.in_memory && self.cfg.wire_local == WireLocal::Exact
+        self.reach.in_memory && self.cfg.wire_local == WireLocal::Exact
+    }
+
+    /// The most times a wired ring call of `coll` encodes a value on its way into a rank's
+    /// result (0 where wired calls run exactly): a partial sum on each hop through the
+    /// network (on every hop where `Config::wire_local` says encode), at most n - 1 of them,
+    /// and an AllReduce's final sums once more; a value only moved, once. Hops in memory
+    /// carry partial sums as fp32 (`Conn::wire_plain`).
+    pub(crate) fn ring_encodings(&self, coll: Collective) -> usize {
+        let n = self.group.nranks;
+        if n < 2 || self.wires_run_exactly() {
+            return 0;
+        }
+        let hops = match self.cfg.wire_local {
+            WireLocal::Encode => n,
+            WireLocal::Exact => self.reach.ring_net_hops,
+        };
+        let partial = hops.min(n - 1);
+        match coll {
+            Collective::AllReduce => partial + 1,
+            Collective::ReduceScatter | Collective::Reduce => partial,
+            _ => 1,
+        }
     }
 
     /// The wire `call`'s kernel runs with (`Call::wire_with`), or exact where every rank

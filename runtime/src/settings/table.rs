@@ -429,6 +429,12 @@ pub const HOST_FAULTS_GROW_TO: Setting = test(
 );
 pub const HOST_FAULTS_STORE: Setting =
     test("JITCCL_HOST_FAULTS_STORE", Scope::Harness, Kind::Text, "`host:port` of a host-faults test's own store");
+pub const TWO_HOSTS_WIRED: Setting = test(
+    "JITCCL_TWO_HOSTS_WIRED",
+    Scope::Harness,
+    Kind::Flag,
+    "1: the two-hosts test's child runs the wired ring's check (`wired_rank`)",
+);
 pub const TORCH_BIND: Setting =
     test("JITCCL_TORCH_BIND", Scope::Harness, Kind::Text, "the folders the PyTorch tests bind into their sandbox");
 pub const TORCH_TESTS: Setting =
@@ -529,6 +535,7 @@ pub const ALL: &[Setting] = &[
     HOST_FAULTS_EXCLUDE,
     HOST_FAULTS_GROW_TO,
     HOST_FAULTS_STORE,
+    TWO_HOSTS_WIRED,
     TORCH_BIND,
     TORCH_TESTS,
     TORCH_VICTIM,

@@ -35,9 +35,11 @@ pub(crate) struct RankConns {
 /// (where this rank sends), per peer the segment of this rank's that the peer's FIFOs are
 /// in (`recv`: its own segment, or on a GPU its device FIFOs for CUDA IPC peers), and the
 /// rings and trees of `graph` (one channel per layout channel); `same_gpu[q]`: rank q's
-/// kernels run on this rank's GPU in this process (see `Conn::same_gpu`).
+/// kernels run on this rank's GPU in this process (see `Conn::same_gpu`); `plain[q]`: a
+/// wired ring's partial sums cross to and from rank q as fp32 (see `Conn::wire_plain`).
 pub(crate) fn connect(
     layout: &Layout, rank: usize, segments: &[*mut u8], recv: &[*mut u8], graph: &Graph, same_gpu: &[bool],
+    plain: &[bool],
 ) -> Result<RankConns> {
     if graph.channels.len() != layout.nchannels {
         return Err(Error::Internal(format!(
@@ -66,8 +68,9 @@ pub(crate) fn connect(
         ring_ranks.push(ranks);
         if n > 1 {
             let (prev, next) = (order[(pos + n - 1) % n], order[(pos + 1) % n]);
-            ch.ring_send = end(segments[next], c, Edge::Ring, next);
-            ch.ring_recv = end(recv[prev], c, Edge::Ring, prev);
+            let plain = |q: usize| plain.get(q).copied().unwrap_or(false) as i32;
+            ch.ring_send = Conn { wire_plain: plain(next), ..end(segments[next], c, Edge::Ring, next) };
+            ch.ring_recv = Conn { wire_plain: plain(prev), ..end(recv[prev], c, Edge::Ring, prev) };
             sends.push(Link { peer: next, chan: c, edge: Edge::Ring });
             recvs.push(Link { peer: prev, chan: c, edge: Edge::Ring });
         }
@@ -123,7 +126,7 @@ mod tests {
         let layout = Layout::new(n, &cfg, &Device::host(0));
         let mut segs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; layout.segment_bytes()]).collect();
         let bases: Vec<*mut u8> = segs.iter_mut().map(|s| s.as_mut_ptr()).collect();
-        let c = connect(&layout, 0, &bases, &bases, &Graph::uniform(n, 2), flags).unwrap();
+        let c = connect(&layout, 0, &bases, &bases, &Graph::uniform(n, 2), flags, &[]).unwrap();
         (c.same_gpu, c.p2p_send.iter().map(|t| t[0].same_gpu).collect())
     }
 

@@ -165,6 +165,16 @@ pub(crate) fn all_in_memory(endpoints: &[Endpoint]) -> bool {
     endpoints.iter().enumerate().all(|(p, a)| endpoints[p + 1..].iter().all(|b| !select(a, b).0.is_net()))
 }
 
+/// How many hops of `ring` (ranks in ring order, the last sending to the first) go through
+/// the network: the same answer on every rank.
+pub(crate) fn net_hops(endpoints: &[Endpoint], ring: &[usize]) -> usize {
+    let n = ring.len();
+    if n < 2 {
+        return 0;
+    }
+    (0..n).filter(|&i| select(&endpoints[ring[i]], &endpoints[ring[(i + 1) % n]]).0.is_net()).count()
+}
+
 /// The transport both ends pick for a pair, checking that they agree.
 #[cfg(test)]
 pub(crate) fn pick_agreed(a: &Endpoint, b: &Endpoint) -> &'static str {
@@ -202,5 +212,15 @@ mod tests {
         assert!(all_in_memory(std::slice::from_ref(&forced)), "one rank has no hops");
         assert!(!all_in_memory(&[h.clone(), h.clone(), other]), "another host");
         assert!(!all_in_memory(&[h.clone(), forced]), "JITCCL_TRANSPORT=net");
+    }
+
+    #[test]
+    fn a_ring_crosses_the_network_once_per_hop_between_hosts() {
+        let (a, b) = (ep("a", None, false), ep("b", None, false));
+        let eps = [a.clone(), a, b.clone(), b];
+        assert_eq!(net_hops(&eps, &[0, 1, 2, 3]), 2, "each host's ranks together");
+        assert_eq!(net_hops(&eps, &[0, 2, 1, 3]), 4, "interleaved");
+        assert_eq!(net_hops(&eps, &[0, 1]), 0, "one host");
+        assert_eq!(net_hops(&eps, &[2]), 0, "one rank");
     }
 }

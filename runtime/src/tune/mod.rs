@@ -91,6 +91,8 @@ struct Key {
     commutative: bool,
     /// Every buffer of the call is registered: the direct algorithms are candidates.
     direct: bool,
+    /// The call's wire format (a wired call's choice is cached apart).
+    wire: Wire,
 }
 
 impl Key {
@@ -174,7 +176,7 @@ impl Tuner {
     pub fn choose_for(
         &self, coll: Collective, bytes: usize, elem_size: usize, commutative: bool, direct: bool,
     ) -> Result<Choice> {
-        let key = Key { coll, bytes, elem_size: elem_size.max(1), commutative, direct };
+        let key = Key { coll, bytes, elem_size: elem_size.max(1), commutative, direct, wire: Wire::Exact };
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = cache.get(&key) {
             return Ok(*c);
@@ -216,40 +218,78 @@ impl Tuner {
         }
     }
 
-    /// The choice for a call whose elements travel in a wire format other than exact: an
-    /// algorithm whose kernel carries the wire ([`Wire::algorithms`]: the direct one only
-    /// where the call's buffers are registered, `direct`) with the Simple protocol, the
-    /// usual choice's where it is one, else the model's best of those the overrides allow
-    /// (all of them, where the overrides allow none). Where the tuner would choose
-    /// otherwise, a debug line says so.
-    pub(crate) fn for_wire(&self, coll: Collective, bytes: usize, elem_size: usize, direct: bool) -> Result<Choice> {
+    /// The choice for a call whose elements travel in `wire` (other than exact): the
+    /// table's row for that wire where one matches (`# wire` rows, which `jitccl tune
+    /// --wire` writes) and names an algorithm whose kernel carries the wire
+    /// ([`Wire::algorithms`]: the direct one only where the call's buffers are registered,
+    /// `direct`) with the Simple protocol; else the usual choice's algorithm where it is one
+    /// of those, else the model's best of those the overrides allow (all of them, where the
+    /// overrides allow none). Logged at debug as the other choices are, with the wire.
+    pub(crate) fn for_wire(
+        &self, coll: Collective, bytes: usize, elem_size: usize, direct: bool, wire: Wire,
+    ) -> Result<Choice> {
+        let key = Key { coll, bytes, elem_size: elem_size.max(1), commutative: true, direct, wire };
+        if let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(*c);
+        }
         let proto = Protocol::Simple;
         let usual = self.choose_for(coll, bytes, elem_size, true, direct)?;
         let carried: Vec<Algorithm> =
             Wire::algorithms(coll).iter().copied().filter(|a| direct || !a.is_direct()).collect();
-        let allowed: Vec<Algorithm> =
-            carried.iter().copied().filter(|&a| self.algos.allowed(coll).contains(a)).collect();
-        let candidates = match (carried.contains(&usual.algo), allowed.is_empty()) {
-            (true, _) => vec![usual.algo],
-            (false, false) => allowed,
-            (false, true) => carried,
+        // Steps sized for fp32: partial sums cross hops in memory as fp32, whatever the
+        // elements' own type.
+        let steps = self.internal(elem_size.max(size_of::<f32>()));
+        let row = self.table.as_ref().and_then(|t| t.lookup(coll, bytes, &self.topo, direct, wire));
+        let (choice, source, why) = match row.filter(|r| carried.contains(&r.algo) && r.proto == proto) {
+            Some(r) => {
+                let nchannels = match r.channels {
+                    Some(n) => n.min(self.topo.nchannels),
+                    None => self.best(coll, &[r.algo], &[proto], bytes).map_or(1, |e| e.nchannels),
+                };
+                let chunk_elems = match r.chunk_bytes {
+                    Some(b) => (b.min(steps.chunk_elems as usize * elem_size.max(4)) / elem_size.max(4)).max(1) as u64,
+                    None => steps.chunk_elems,
+                };
+                let why = format!("row {}..={} B", r.min_bytes, r.max_bytes);
+                (Choice { algo: r.algo, proto, nchannels, chunk_elems }, Source::Table, why)
+            }
+            None => {
+                let allowed: Vec<Algorithm> =
+                    carried.iter().copied().filter(|&a| self.algos.allowed(coll).contains(a)).collect();
+                let candidates = match (carried.contains(&usual.algo), allowed.is_empty()) {
+                    (true, _) => vec![usual.algo],
+                    (false, false) => allowed,
+                    (false, true) => carried,
+                };
+                let best = self.best(coll, &candidates, &[proto], bytes);
+                let algo = best.as_ref().map_or(candidates[0], |e| e.algo);
+                // Point to point keeps its every channel: its two sides may move different sizes.
+                let nchannels = match (coll, best) {
+                    (Collective::SendRecv, _) | (_, None) => usual.nchannels,
+                    (_, Some(e)) => e.nchannels,
+                };
+                let why = match (usual.algo, usual.proto) == (algo, proto) {
+                    true => "the usual choice".to_string(),
+                    false => format!("instead of {}/{}, which carry elements exactly", usual.algo, usual.proto),
+                };
+                (Choice { algo, proto, nchannels, ..steps }, Source::Model, why)
+            }
         };
-        let best = self.best(coll, &candidates, &[proto], bytes);
-        let algo = best.as_ref().map_or(candidates[0], |e| e.algo);
-        if (usual.algo, usual.proto) != (algo, proto) {
-            tracing::debug!(
-                "{}{coll} {bytes} B with a wire format: {algo}/{proto} instead of {}/{}, which carry elements exactly",
-                self.log_prefix,
-                usual.algo,
-                usual.proto
-            );
+        tracing::debug!(
+            "{}{coll} {bytes} B x {} ranks in the {wire} wire: {}/{proto}, {} channel(s), {} elements/step, from the \
+             {source} ({why})",
+            self.log_prefix,
+            self.topo.nranks,
+            choice.algo,
+            choice.nchannels,
+            choice.chunk_elems
+        );
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= CACHE_CAP {
+            cache.clear();
         }
-        // Point to point keeps its every channel: its two sides may move different sizes.
-        let nchannels = match (coll, best) {
-            (Collective::SendRecv, _) | (_, None) => usual.nchannels,
-            (_, Some(e)) => e.nchannels,
-        };
-        Ok(Choice { algo, proto, nchannels, ..self.internal(elem_size) })
+        cache.insert(key, choice);
+        Ok(choice)
     }
 
     /// Whether the overrides let `coll` run direct (whatever the size): the choice of calls
@@ -395,7 +435,7 @@ impl Tuner {
     ) -> Result<(Algorithm, Protocol, usize, Option<usize>, Source, String)> {
         let coll = k.coll;
         let mut overridden = None;
-        if let Some(row) = self.table.as_ref().and_then(|t| t.lookup(coll, k.bytes, &self.topo, k.direct)) {
+        if let Some(row) = self.table.as_ref().and_then(|t| t.lookup(coll, k.bytes, &self.topo, k.direct, k.wire)) {
             if algos.contains(&row.algo) && protos.contains(&row.proto) {
                 let nch = match row.channels {
                     Some(n) => n.min(self.topo.nchannels),

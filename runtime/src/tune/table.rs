@@ -11,11 +11,16 @@
 //! jitccl's other fields are `# key: value` lines, comments to NCCL: `fingerprint` (the
 //! topology the table was tuned on), `nranks`, `nnodes`. Names are NCCL's (allreduce,
 //! ll128, ...) plus jitccl's `oneshot`, which NCCL reads as ring.
+//!
+//! Rows for calls in a wire format (`Comm::wired`) are jitccl's too, so they are comments
+//! to NCCL, whose exact calls they must not steer: `# wire <name>: <row>` (`# wire
+//! int8b64: allreduce,0,65536,ring,simple,2,1,4,-1,-1`). A wired call looks up the rows of
+//! its wire only, an exact call the plain rows only.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use jitccl_codegen::{Algorithm, Collective, Protocol};
+use jitccl_codegen::{Algorithm, Collective, Protocol, Wire};
 
 use super::model::Topology;
 use crate::settings::{MAX_CHANNELS, TUNER_CONFIG_FILE};
@@ -42,6 +47,29 @@ pub struct Row {
     pub pipe_ops: Option<usize>,
     pub reg_buff: Option<bool>,
     pub chunk_bytes: Option<usize>,
+    /// The wire format of the calls the row is for (`Exact`: plain calls).
+    pub wire: Wire,
+}
+
+impl Row {
+    /// A row for `coll` in `wire` at every size on any topology, naming `algo` and `proto`,
+    /// with the model's channels and chunk size.
+    pub fn every_size(coll: Collective, algo: Algorithm, proto: Protocol, wire: Wire) -> Row {
+        Row {
+            coll,
+            min_bytes: 0,
+            max_bytes: u64::MAX,
+            algo,
+            proto,
+            channels: None,
+            nnodes: None,
+            nranks: None,
+            pipe_ops: None,
+            reg_buff: None,
+            chunk_bytes: None,
+            wire,
+        }
+    }
 }
 
 /// A whole table and the topology it was tuned on.
@@ -90,6 +118,9 @@ impl Table {
         }
         let _ = writeln!(s, "# {HEADER}");
         for r in &self.rows {
+            if r.wire != Wire::Exact {
+                let _ = write!(s, "# wire {}: ", r.wire);
+            }
             let _ = write!(
                 s,
                 "{},{},{},{},{},{},{},{},{},{}",
@@ -127,6 +158,9 @@ impl Table {
     /// Parses the CSV text; `origin` (a file name) prefixes errors, with the line.
     pub fn parse(text: &str, origin: &str) -> Result<Table, TableError> {
         let mut table = Table::default();
+        // Rows with their lines: the `# wire` rows come from the comments' pass, the plain
+        // ones from the CSV reader's, and the table keeps the file's order.
+        let mut rows: Vec<(u64, Row)> = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let Some((key, value)) = line.strip_prefix('#').and_then(|l| l.split_once(':')) else { continue };
             let bad = |what: &str| TableError::Row {
@@ -140,7 +174,17 @@ impl Table {
                 }
                 "nranks" => table.nranks = Some(value.trim().parse().map_err(|_| bad("nranks"))?),
                 "nnodes" => table.nnodes = Some(value.trim().parse().map_err(|_| bad("nnodes"))?),
-                _ => {}
+                key => {
+                    let Some(wire) = key.strip_prefix("wire ") else { continue };
+                    let row_error =
+                        |reason: String| TableError::Row { origin: origin.to_string(), line: i as u64 + 1, reason };
+                    let wire: Wire = wire.trim().parse().map_err(|e| row_error(format!("{e}")))?;
+                    if wire == Wire::Exact {
+                        return Err(row_error("an exact row is a plain row, not a '# wire' line".into()));
+                    }
+                    let fields: Vec<&str> = value.split(',').map(str::trim).collect();
+                    rows.push((i as u64 + 1, Row { wire, ..parse_row(&fields).map_err(row_error)? }));
+                }
             }
         }
         let mut reader = csv::ReaderBuilder::new()
@@ -162,8 +206,10 @@ impl Table {
             }
             let row =
                 parse_row(&fields).map_err(|reason| TableError::Row { origin: origin.to_string(), line, reason })?;
-            table.rows.push(row);
+            rows.push((line, row));
         }
+        rows.sort_by_key(|(line, _)| *line);
+        table.rows = rows.into_iter().map(|(_, row)| row).collect();
         Ok(table)
     }
 
@@ -181,13 +227,16 @@ impl Table {
         None
     }
 
-    /// The first row for `coll` moving `bytes` on `topo` (one op) whose regBuff matches
-    /// `registered`: whether the call's buffers are registered (the direct algorithms are
+    /// The first row for `coll` in `wire` moving `bytes` on `topo` (one op) whose regBuff
+    /// matches `registered`: whether the call's buffers are registered (the direct algorithms are
     /// candidates; plain buffers too where every rank maps every rank's host arena).
-    pub fn lookup(&self, coll: Collective, bytes: usize, topo: &Topology, registered: bool) -> Option<&Row> {
+    pub fn lookup(
+        &self, coll: Collective, bytes: usize, topo: &Topology, registered: bool, wire: Wire,
+    ) -> Option<&Row> {
         let bytes = bytes as u64;
         self.rows.iter().find(|r| {
             r.coll == coll
+                && r.wire == wire
                 && (r.min_bytes..=r.max_bytes).contains(&bytes)
                 && r.nnodes.is_none_or(|n| n == topo.nnodes)
                 && r.nranks.is_none_or(|n| n == topo.nranks)
@@ -329,6 +378,7 @@ fn parse_row(f: &[&str]) -> Result<Row, String> {
         pipe_ops: field(f, 8, "numPipeOps", 1..=usize::MAX)?,
         reg_buff,
         chunk_bytes: field(f, 10, "chunkBytes", 1..=usize::MAX)?,
+        wire: Wire::Exact,
     })
 }
 
@@ -353,6 +403,7 @@ mod tests {
             pipe_ops: None,
             reg_buff: None,
             chunk_bytes: None,
+            wire: Wire::Exact,
         };
         Table {
             fingerprint: Some(topo(4).fingerprint),
@@ -371,6 +422,11 @@ mod tests {
                     pipe_ops: Some(1),
                     ..row(Collective::AllGather, 0, 1 << 20, Algorithm::Ring, Protocol::LL128)
                 },
+                Row {
+                    wire: Wire::Int8 { block: 128 },
+                    channels: Some(1),
+                    ..row(Collective::AllReduce, 0, 1 << 20, Algorithm::Tree, Protocol::Simple)
+                },
             ],
         }
     }
@@ -383,6 +439,8 @@ mod tests {
         assert_eq!(Table::from_bytes(&t.to_bytes(), "x").unwrap(), t);
         // A plain NCCL row: no chunk column, ten fields.
         assert!(text.contains("\nallreduce,0,4095,oneshot,ll,-1,1,4,-1,-1\n"), "{text}");
+        // A wired row: a comment to NCCL.
+        assert!(text.contains("\n# wire int8b128: allreduce,0,1048576,tree,simple,1,1,4,-1,-1\n"), "{text}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.csv");
         t.write(&path).unwrap();
@@ -406,12 +464,18 @@ mod tests {
     fn lookup_takes_the_first_matching_row() {
         let t = sample();
         let top = topo(4);
-        assert_eq!(t.lookup(Collective::AllReduce, 100, &top, false).unwrap().algo, Algorithm::OneShot);
-        assert_eq!(t.lookup(Collective::AllReduce, 4096, &top, true).unwrap().algo, Algorithm::Ring);
-        assert!(t.lookup(Collective::AllReduce, 100, &topo(3), false).is_none(), "rows for 4 ranks matched 3");
-        assert!(t.lookup(Collective::AllGather, 100, &topo(3), false).is_some());
-        assert!(t.lookup(Collective::AllGather, 100, &topo(3), true).is_none(), "a regBuff 0 row");
-        assert!(t.lookup(Collective::Broadcast, 100, &top, false).is_none());
+        let look = |coll, bytes, topo: &Topology, reg| t.lookup(coll, bytes, topo, reg, Wire::Exact);
+        assert_eq!(look(Collective::AllReduce, 100, &top, false).unwrap().algo, Algorithm::OneShot);
+        assert_eq!(look(Collective::AllReduce, 4096, &top, true).unwrap().algo, Algorithm::Ring);
+        assert!(look(Collective::AllReduce, 100, &topo(3), false).is_none(), "rows for 4 ranks matched 3");
+        assert!(look(Collective::AllGather, 100, &topo(3), false).is_some());
+        assert!(look(Collective::AllGather, 100, &topo(3), true).is_none(), "a regBuff 0 row");
+        assert!(look(Collective::Broadcast, 100, &top, false).is_none());
+        // A wired call takes its wire's rows only.
+        let int8 = |block| Wire::Int8 { block };
+        assert_eq!(t.lookup(Collective::AllReduce, 100, &top, false, int8(128)).unwrap().algo, Algorithm::Tree);
+        assert!(t.lookup(Collective::AllReduce, 100, &top, false, int8(64)).is_none(), "another block");
+        assert!(t.lookup(Collective::AllReduce, 100, &top, false, Wire::Bf16).is_none());
     }
 
     #[test]

@@ -165,6 +165,7 @@ fn a_table_forces_the_choice_it_names() {
         pipe_ops: None,
         reg_buff: None,
         chunk_bytes: Some(512),
+        wire: Wire::Exact,
     };
     let table = Table {
         rows: vec![
@@ -185,7 +186,16 @@ fn a_table_forces_the_choice_it_names() {
     let c = t.choose(AllReduce, 4096, 4, true).unwrap();
     assert_eq!(c, Choice { algo: Tree, proto: Protocol::LL, nchannels: 2, chunk_elems: 128 });
     assert_eq!(
-        t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true, direct: false }).unwrap().1,
+        t.decide(Key {
+            coll: AllReduce,
+            bytes: 4096,
+            elem_size: 4,
+            commutative: true,
+            direct: false,
+            wire: Wire::Exact
+        })
+        .unwrap()
+        .1,
         Source::Table
     );
     // Outside the row's range, the model.
@@ -199,8 +209,9 @@ fn a_table_forces_the_choice_it_names() {
     );
     // Overrides win over the table; so does commutativity.
     let t = tuner(4, 4, "", "^ll", Some(table.clone()));
-    let (c, source, why) =
-        t.decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true, direct: false }).unwrap();
+    let (c, source, why) = t
+        .decide(Key { coll: AllReduce, bytes: 4096, elem_size: 4, commutative: true, direct: false, wire: Wire::Exact })
+        .unwrap();
     assert_eq!((c.proto, source), (Protocol::Simple, Source::Model), "{why}");
     assert!(why.contains("table's tree/ll is not allowed"), "{why}");
     assert_eq!(tuner(4, 4, "", "", Some(table)).choose(AllReduce, 4096, 4, false).unwrap().algo, Ring);
@@ -234,7 +245,7 @@ fn point_to_point_on_addressable_buffers_is_the_direct_copy_unless_overridden() 
 
 #[test]
 fn sources_say_whether_an_override_changed_the_pick() {
-    let key = Key { coll: AllReduce, bytes: 64, elem_size: 4, commutative: true, direct: false };
+    let key = Key { coll: AllReduce, bytes: 64, elem_size: 4, commutative: true, direct: false, wire: Wire::Exact };
     assert_eq!(tuner(4, 1, "", "", None).decide(key).unwrap().1, Source::Model);
     assert_eq!(tuner(4, 1, "allreduce:ring", "", None).decide(key).unwrap().1, Source::Override);
     assert_eq!(tuner(4, 1, "allreduce:oneshot,ring", "", None).decide(key).unwrap().1, Source::Model);
@@ -247,7 +258,7 @@ fn across_hosts_the_reason_names_the_ring_and_the_network() {
     let cfg = Config { nchannels: Some(2), ..Config::default() }.resolve(4).unwrap();
     let graph = Graph { nhosts: 2, ..Graph::uniform(4, 2) };
     let t = Tuner::new(Topology::from_graph(&graph, 2), Constants::HOST, None, &cfg);
-    let key = Key { coll: AllReduce, bytes: 8, elem_size: 4, commutative: true, direct: false };
+    let key = Key { coll: AllReduce, bytes: 8, elem_size: 4, commutative: true, direct: false, wire: Wire::Exact };
     let (choice, source, why) = t.decide(key).unwrap();
     assert_eq!((choice.algo, source), (Tree, Source::Model), "{why}");
     let us = |name: &str| -> f64 {
@@ -442,18 +453,39 @@ fn wired_calls_take_an_algorithm_whose_kernel_carries_the_wire() {
     let t = tuner(4, 2, "", "", None);
     for bytes in sizes() {
         for direct in [false, true] {
-            let c = t.for_wire(AllReduce, bytes, 4, direct).unwrap();
+            let c = t.for_wire(AllReduce, bytes, 4, direct, Wire::Bf16).unwrap();
             let carried = Wire::algorithms(AllReduce).contains(&c.algo) && (direct || !c.algo.is_direct());
             assert!(carried && c.proto == Protocol::Simple, "{bytes} B, direct {direct}: {c:?}");
             for coll in [ReduceScatter, AllGather, Broadcast, Reduce, SendRecv] {
-                assert_eq!(t.for_wire(coll, bytes, 4, direct).unwrap().algo, Ring, "{coll} {bytes} B");
+                assert_eq!(t.for_wire(coll, bytes, 4, direct, Wire::Bf16).unwrap().algo, Ring, "{coll} {bytes} B");
             }
         }
     }
     // The overrides choose among the wire's algorithms; LL and one-shot carry none.
-    let tree = tuner(4, 2, "allreduce:tree", "ll", None).for_wire(AllReduce, 1 << 20, 4, false).unwrap();
+    let tree = tuner(4, 2, "allreduce:tree", "ll", None).for_wire(AllReduce, 1 << 20, 4, false, Wire::Bf16).unwrap();
     assert_eq!((tree.algo, tree.proto), (Tree, Protocol::Simple));
-    assert_eq!(tuner(4, 2, "allreduce:direct", "", None).for_wire(AllReduce, 64, 4, true).unwrap().algo, Direct);
-    let oneshot = tuner(4, 2, "allreduce:oneshot", "", None).for_wire(AllReduce, 64, 4, false).unwrap();
+    assert_eq!(
+        tuner(4, 2, "allreduce:direct", "", None).for_wire(AllReduce, 64, 4, true, Wire::Bf16).unwrap().algo,
+        Direct
+    );
+    let oneshot = tuner(4, 2, "allreduce:oneshot", "", None).for_wire(AllReduce, 64, 4, false, Wire::Bf16).unwrap();
     assert!(matches!(oneshot.algo, Ring | Tree), "{oneshot:?}");
+}
+
+#[test]
+fn a_wired_call_takes_its_wires_rows_and_an_exact_call_the_plain_ones() {
+    let plain = Row { channels: Some(1), ..Row::every_size(AllReduce, Ring, Protocol::LL, Wire::Exact) };
+    let int8 = Wire::Int8 { block: 64 };
+    let wired = Row { algo: Tree, proto: Protocol::Simple, channels: Some(2), wire: int8, ..plain.clone() };
+    let t = tuner(4, 4, "", "", Some(Table { rows: vec![plain, wired], ..Table::default() }));
+    let c = t.for_wire(AllReduce, 1 << 20, 4, false, int8).unwrap();
+    assert_eq!((c.algo, c.proto, c.nchannels), (Tree, Protocol::Simple, 2), "the int8 row");
+    let exact = t.choose(AllReduce, 1 << 20, 4, true).unwrap();
+    assert_eq!((exact.algo, exact.proto, exact.nchannels), (Ring, Protocol::LL, 1), "the plain row");
+    // No row for bf16: the usual choice's algorithm (the plain row's ring), with Simple.
+    let bf16 = t.for_wire(AllReduce, 1 << 20, 4, false, Wire::Bf16).unwrap();
+    assert_eq!((bf16.algo, bf16.proto), (Ring, Protocol::Simple));
+    // A 16-bit element's steps leave room for its partial sums in fp32.
+    let half = t.for_wire(AllReduce, 1 << 20, 2, false, int8).unwrap();
+    assert_eq!(half.chunk_elems, c.chunk_elems, "steps of as many elements as f32's");
 }

@@ -277,7 +277,8 @@ impl PerfArgs {
 
 impl PerfArgs {
     /// --wire: a float datatype wider than the wire's codes, a collective whose kernels
-    /// carry wires, a sum or avg; not with --compare, whose setups are tuning tables.
+    /// carry wires, a sum or avg. With --compare each setup's table steers the wired calls
+    /// through its rows of that wire (`# wire` rows).
     fn validate_wire(&self) -> Result<(), String> {
         let w = self.wire;
         if w == Wire::Exact {
@@ -297,15 +298,12 @@ impl PerfArgs {
         if self.coll.reduces() && !matches!(self.op, BuiltinOp::Sum | BuiltinOp::Avg) {
             return no(format!("the wires reduce with sum or avg only (they add in fp32), not -o {}", self.op));
         }
-        if !self.compare.is_empty() {
-            return no("not with --compare (its setups differ in tuning tables, which a wire does not consult)".into());
-        }
         Ok(())
     }
 }
 
 /// Value parser of --wire: a name as `Wire` parses it.
-fn wire(s: &str) -> Result<Wire, String> {
+pub(crate) fn wire(s: &str) -> Result<Wire, String> {
     s.parse::<Wire>().map_err(|e| e.to_string())
 }
 

@@ -27,6 +27,7 @@ use std::process::ExitCode;
 use jitccl::{with_element_type, Comm, Config, Stream};
 
 use compare::compare;
+pub(crate) use flags::wire;
 pub use flags::{PerfArgs, Target};
 use place::Role;
 use sweep::sweep;

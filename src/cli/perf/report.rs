@@ -34,8 +34,9 @@ impl Report {
         }
     }
 
-    /// The run's header; `encodes`: whether the wire's kernels run (`Wired::encodes`).
-    pub fn header(&self, a: &PerfArgs, lay: &Layout, encodes: bool) {
+    /// The run's header; `encodes`: whether the wire's kernels run (`Wired::encodes`),
+    /// `encodings`: the most on an element's path, which the check's bound counts.
+    pub fn header(&self, a: &PerfArgs, lay: &Layout, encodes: bool, encodings: usize) {
         if !self.printer {
             return;
         }
@@ -73,7 +74,7 @@ impl Report {
         ));
         if a.wire != jitccl::Wire::Exact {
             let applied = if encodes {
-                format!("The {} wire encodes what the ranks send", a.wire)
+                format!("The {} wire encodes what the ranks send, a result at most {encodings} time(s)", a.wire)
             } else {
                 format!(
                     "The {} wire was asked, but every hop is in memory, where encoding cannot pay: the calls run \

@@ -8,9 +8,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use jitccl::settings::{ALGO, NCHANNELS, PROTO};
+use jitccl::settings::{ALGO, NCHANNELS, PROTO, WIRE_LOCAL};
 use jitccl::tune::{Row, Table};
-use jitccl::{Algorithm, Collective, Protocol};
+use jitccl::{Algorithm, Collective, Protocol, Wire};
 
 use super::append;
 
@@ -35,7 +35,7 @@ impl fmt::Display for Candidate {
 }
 
 impl Candidate {
-    pub fn row(&self, coll: Collective, min_bytes: u64, max_bytes: u64, nranks: Option<usize>) -> Row {
+    pub fn row(&self, coll: Collective, min_bytes: u64, max_bytes: u64, nranks: Option<usize>, wire: Wire) -> Row {
         Row {
             coll,
             min_bytes,
@@ -50,6 +50,7 @@ impl Candidate {
             // take the model); the other rows were measured best among every candidate.
             reg_buff: self.algo.is_direct().then_some(true),
             chunk_bytes: self.chunk,
+            wire,
         }
     }
 
@@ -215,11 +216,11 @@ impl Setup {
         Ok(Setup::table("model", &path))
     }
 
-    /// Candidate `c` of `coll`, forced by a one-row table written into `work`; the channel
-    /// count is configured too, as the runtime caps a row's at the configured one.
-    pub fn candidate(coll: Collective, c: Candidate, work: &Path) -> Result<Setup, String> {
+    /// Candidate `c` of `coll` in `wire`, forced by a one-row table written into `work`; the
+    /// channel count is configured too, as the runtime caps a row's at the configured one.
+    pub fn candidate(coll: Collective, c: Candidate, wire: Wire, work: &Path) -> Result<Setup, String> {
         let path = work.join(format!("{}.csv", Candidate::key(Some(&c)).replace('/', "_")));
-        let rows = vec![c.row(coll, 0, u64::MAX, None)];
+        let rows = vec![c.row(coll, 0, u64::MAX, None, wire)];
         Table { rows, ..Table::default() }.write(&path).map_err(|e| format!("writing {}: {e}", path.display()))?;
         Ok(Setup { label: c.to_string(), cand: Some(c), table: path, channels: Some(c.channels) })
     }
@@ -262,10 +263,10 @@ impl Compared {
     }
 }
 
-/// Runs `jitccl perf` with `args` (one band of sizes of `coll`) and every setup, `rounds`
-/// turns each.
+/// Runs `jitccl perf` with `args` (one band of sizes of `coll` in `wire`) and every setup,
+/// `rounds` turns each.
 pub(super) fn compare(
-    exe: &Path, coll: Collective, args: &[String], setups: &[Setup], rounds: usize,
+    exe: &Path, coll: Collective, wire: Wire, args: &[String], setups: &[Setup], rounds: usize,
 ) -> Result<Compared, String> {
     let mut cmd = Command::new(exe);
     cmd.args(args).arg(format!("--reps={rounds}")).args(setups.iter().map(Setup::arg));
@@ -277,6 +278,11 @@ pub(super) fn compare(
     }
     // Each setup's choices are logged under its label (the child communicator's name).
     cmd.env("JITCCL_DEBUG", "DEBUG");
+    // The ranks share this host's memory, where a wire otherwise runs exactly: its
+    // kernels are what is tuned.
+    if wire != Wire::Exact {
+        cmd.env(WIRE_LOCAL.name, "encode");
+    }
     let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("running {}: {e}", exe.display()))?;
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
@@ -288,7 +294,7 @@ pub(super) fn compare(
         .map(|s| {
             let tag = format!("Comm '{}': ", s.label);
             let lines: String = stderr.lines().filter(|l| l.contains(&tag)).map(|l| format!("{l}\n")).collect();
-            (s.label.clone(), parse_picks(&lines, coll))
+            (s.label.clone(), parse_picks(&lines, coll, wire))
         })
         .collect();
     Ok(Compared { times: parse_compare(&stdout), picks })
@@ -306,17 +312,21 @@ fn parse_compare(stdout: &str) -> BTreeMap<(usize, String), f64> {
         .collect()
 }
 
-/// Per size, the first choice logged for `coll` ("ring/ll/1ch") and its source, from lines
-/// such as "all_reduce 8 B x 2 ranks: ring/ll, 1 channel(s), 2 elements/step, from the
-/// cost model (...)".
-fn parse_picks(stderr: &str, coll: Collective) -> BTreeMap<usize, (String, String)> {
+/// Per size, the first choice logged for `coll` in `wire` ("ring/ll/1ch") and its source,
+/// from lines such as "all_reduce 8 B x 2 ranks: ring/ll, 1 channel(s), 2 elements/step,
+/// from the cost model (...)" ("... x 2 ranks in the int8b64 wire: ..." for a wired call).
+fn parse_picks(stderr: &str, coll: Collective, wire: Wire) -> BTreeMap<usize, (String, String)> {
     let mut picks = BTreeMap::new();
     let name = format!("{coll} ");
+    let ranks = match wire {
+        Wire::Exact => "ranks: ".to_string(),
+        w => format!("ranks in the {w} wire: "),
+    };
     for line in stderr.lines() {
         let Some((head, tail)) = line.split_once(" B x ") else { continue };
         let Some((_, bytes)) = head.rsplit_once(&name) else { continue };
         let Ok(bytes) = bytes.trim().parse::<usize>() else { continue };
-        let Some((_, what)) = tail.split_once("ranks: ") else { continue };
+        let Some((_, what)) = tail.split_once(&ranks) else { continue };
         let Some((what, source)) = what.split_once(", from the ") else { continue };
         let source = source.split(" (").next().unwrap_or(source).to_string();
         let mut f = what.split(", ");
@@ -336,8 +346,13 @@ mod tests {
         let out = "#       size  setup ...\n           8   ring/ll/1ch      17.20     9.09    18.00     0.00    +3.0%      0\n";
         assert_eq!(parse_compare(out).get(&(8, "ring/ll/1ch".to_string())), Some(&17.20));
         let err = "[0] 2026 DEBUG x: all_reduce 8 B x 2 ranks: tree/ll, 2 channel(s), 2 elements/step, from the tuning table (row 0..=9 B)\n";
-        let p = parse_picks(err, Collective::AllReduce);
+        let p = parse_picks(err, Collective::AllReduce, Wire::Exact);
         assert_eq!(p.get(&8), Some(&("tree/ll/2ch".to_string(), "tuning table".to_string())));
+        // A wired call's line, which an exact run's parse passes over.
+        let wired = "[0] DEBUG x: all_reduce 8 B x 2 ranks in the int8b64 wire: ring/simple, 1 channel(s), 1024 elements/step, from the tuning table (row 0..=9 B)\n";
+        let w = parse_picks(wired, Collective::AllReduce, Wire::Int8 { block: 64 });
+        assert_eq!(w.get(&8), Some(&("ring/simple/1ch".to_string(), "tuning table".to_string())));
+        assert!(parse_picks(wired, Collective::AllReduce, Wire::Exact).is_empty());
         let c = Candidate::from_pick("tree/ll/2ch").unwrap();
         assert_eq!((c.algo, c.proto, c.channels, c.chunk), (Algorithm::Tree, Protocol::LL, 2, None));
     }

@@ -10,6 +10,14 @@
 //! a small VM and would pick winners by where the processes landed. Every finished
 //! band is appended to `<output>.partial`, so an interrupted run resumes.
 //!
+//! With `--wire W` the calls carry their elements in wire format W (`perf --wire`: busbw
+//! on the datatype's bytes, every result checked within the wire's error bound), the
+//! candidates are the algorithms whose kernels carry it with the Simple protocol, and the
+//! rows are written as that wire's (`# wire W:` lines, which only calls in W consult); the
+//! table's rows of other wires are kept. Its runs set `JITCCL_WIRE_LOCAL=encode`: their ranks
+//! share one host, where the wire's kernels run only so; the rows then serve the calls that
+//! encode.
+//!
 //! With `--target cuda` the ranks are threads of one perf process on the GPUs `--devices`
 //! names (processes sharing a GPU would take turns on it), the candidates leave out the
 //! direct algorithms (host-only) and try powers of two of channels, and the table is
@@ -27,13 +35,13 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jitccl::tune::{Constants, Table, Topology};
-use jitccl::Collective;
+use jitccl::{Collective, Wire};
 
 use super::at_least;
 use super::perf::Target;
 use super::ranks::parse_nranks;
 use super::size::parse_size;
-use measure::{Candidate, Measurement, Partial, Setup};
+use measure::{Measurement, Partial, Setup};
 use plan::{Band, Plan};
 use report::report;
 
@@ -90,6 +98,10 @@ pub struct TuneArgs {
     /// one's gap.
     #[arg(long, value_name = "REPS", value_parser = at_least::<1>)]
     verify: Option<usize>,
+    /// The wire format the tuned calls carry their elements in (a name as JITCCL_WIRE
+    /// takes); its rows go into the table beside those of other wires.
+    #[arg(long, default_value = "exact", value_parser = crate::cli::perf::wire)]
+    wire: Wire,
     /// Where the ranks run (cuda: all of them threads of one process, as `perf -g N`).
     #[arg(long, value_enum, default_value_t = Target::Host)]
     target: Target,
@@ -124,6 +136,7 @@ impl TuneArgs {
         let work = std::env::temp_dir().join(format!("jitccl-tune-{}", std::process::id()));
         std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
         let res = self.tune(&plan, (&topo, &k), &output, &mut partial, &work).and_then(|table| {
+            let table = with_other_wires(table, &output, plan.wire);
             table.write(&output).map_err(|e| format!("writing {}: {e}", output.display()))?;
             let _ = std::fs::remove_file(&partial_path);
             println!("# wrote {} row(s) to {}", table.rows.len(), output.display());
@@ -145,10 +158,9 @@ impl TuneArgs {
         let mut skipped = Vec::new();
         let model = Setup::model(work)?;
         for &coll in &plan.colls {
-            let cands: Vec<Candidate> =
-                plan.candidates.iter().filter(|c| coll.algorithms().contains(&c.algo)).copied().collect();
+            let cands = plan.candidates_of(coll);
             let cand_setups: Vec<Setup> =
-                cands.iter().map(|&c| Setup::candidate(coll, c, work)).collect::<Result<_, _>>()?;
+                cands.iter().map(|&c| Setup::candidate(coll, c, plan.wire, work)).collect::<Result<_, _>>()?;
             let bands: Vec<(Band, Vec<Setup>)> = plan
                 .bands(coll, plan.reps)
                 .into_iter()
@@ -185,6 +197,13 @@ impl TuneArgs {
             plan.factor,
             output.display()
         );
+        if plan.wire != Wire::Exact {
+            println!(
+                "# the {} wire: busbw counts the uncompressed bytes; every candidate's results are checked within the \
+                 wire's error bound and for the same bits on every rank (#wrong), and one that fails is left out",
+                plan.wire
+            );
+        }
         if !skipped.is_empty() {
             println!(
                 "# skipped (the model puts them over {}x behind its best and over {} us; --all measures them): {}",
@@ -204,7 +223,7 @@ impl TuneArgs {
                 }
                 let last = band.sizes[band.sizes.len() - 1];
                 bar.set_message(format!("{coll} {}..{last} B, {} setups", band.start, setups.len()));
-                let measured = measure::compare(&exe, *coll, &band.args, setups, plan.reps);
+                let measured = measure::compare(&exe, *coll, plan.wire, &band.args, setups, plan.reps);
                 if let Err(why) = &measured {
                     bar.suspend(|| eprintln!("jitccl tune: {coll} {}..{last} B: {why}", band.start));
                 }
@@ -232,6 +251,17 @@ impl TuneArgs {
     }
 }
 
+/// `table` (rows of `wire`) with the rows of other wires that `output` holds, where it
+/// holds a table for the same topology and ranks: tuning one wire keeps the others' rows.
+fn with_other_wires(mut table: Table, output: &Path, wire: Wire) -> Table {
+    let Ok(old) = Table::read(output) else { return table };
+    if (old.fingerprint, old.nranks, old.nnodes) != (table.fingerprint, table.nranks, table.nnodes) {
+        return table;
+    }
+    table.rows.extend(old.rows.into_iter().filter(|r| r.wire != wire));
+    table
+}
+
 /// Appends a line to a file, creating it.
 fn append(path: &Path, line: &str) -> Result<(), String> {
     let mut f = std::fs::OpenOptions::new()
@@ -240,4 +270,32 @@ fn append(path: &Path, line: &str) -> Result<(), String> {
         .open(path)
         .map_err(|e| format!("opening {}: {e}", path.display()))?;
     writeln!(f, "{line}").map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use jitccl::tune::Row;
+    use jitccl::{Algorithm, Protocol};
+
+    use super::*;
+
+    fn row(wire: Wire, algo: Algorithm) -> Row {
+        Row::every_size(Collective::AllReduce, algo, Protocol::Simple, wire)
+    }
+
+    #[test]
+    fn tuning_one_wire_keeps_the_rows_of_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        let table = |rows| Table { fingerprint: Some(7), nranks: Some(2), nnodes: Some(1), rows };
+        let int8 = Wire::Int8 { block: 64 };
+        let old = [row(Wire::Exact, Algorithm::Tree), row(int8, Algorithm::Tree), row(Wire::Bf16, Algorithm::Tree)];
+        table(old.to_vec()).write(&path).unwrap();
+        let new = with_other_wires(table(vec![row(int8, Algorithm::Ring)]), &path, int8);
+        let wires: Vec<(Wire, Algorithm)> = new.rows.iter().map(|r| (r.wire, r.algo)).collect();
+        assert_eq!(wires, [(int8, Algorithm::Ring), (Wire::Exact, Algorithm::Tree), (Wire::Bf16, Algorithm::Tree)]);
+        // A table of another topology is replaced whole.
+        let other = Table { fingerprint: Some(8), ..table(vec![row(int8, Algorithm::Ring)]) };
+        assert_eq!(with_other_wires(other.clone(), &path, int8), other);
+    }
 }

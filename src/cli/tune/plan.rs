@@ -2,7 +2,7 @@
 //! candidates, and the `perf --compare` bands that measure them.
 
 use jitccl::tune::Machine;
-use jitccl::{Collective, Config, Device, Protocol};
+use jitccl::{Collective, Config, Device, Protocol, Wire};
 
 use super::measure::Candidate;
 use super::TuneArgs;
@@ -33,6 +33,8 @@ pub(super) struct Plan {
     /// Turns per candidate and size in the tuning pass.
     pub(super) reps: usize,
     pub(super) candidates: Vec<Candidate>,
+    /// The wire format of the tuned calls.
+    pub(super) wire: Wire,
 }
 
 impl Plan {
@@ -82,17 +84,31 @@ impl Plan {
                 ]
                 .to_vec();
                 args.extend(self.target_args.iter().cloned());
+                if self.wire != Wire::Exact {
+                    args.push(format!("--wire={}", self.wire));
+                }
                 Band { start: b, sizes, args }
             })
             .collect()
+    }
+
+    /// The candidates `coll`'s rows may name: its algorithms', and in a wire format those
+    /// whose kernels carry it.
+    pub(super) fn candidates_of(&self, coll: Collective) -> Vec<Candidate> {
+        let carried = |c: &&Candidate| self.wire == Wire::Exact || Wire::algorithms(coll).contains(&c.algo);
+        self.candidates.iter().filter(|c| coll.algorithms().contains(&c.algo)).filter(carried).copied().collect()
     }
 
     /// What the partial file must have been made with to be resumed.
     pub(super) fn signature(&self) -> String {
         // Host runs keep the signature of before, so their partial files still resume.
         let target: String = self.target_args.iter().map(|a| format!("{a} ")).collect();
+        let wire = match self.wire {
+            Wire::Exact => String::new(),
+            w => format!("wire={w} "),
+        };
         format!(
-            "{target}nranks={} sizes={}..{}x{} warmup={} iters={} reps={} side by side",
+            "{target}{wire}nranks={} sizes={}..{}x{} warmup={} iters={} reps={} side by side",
             self.nranks,
             self.sizes[0],
             self.sizes[self.sizes.len() - 1],
@@ -164,11 +180,16 @@ impl TuneArgs {
         // Valid (algorithm, protocol) pairs differ per collective; `candidates` holds the union
         // and each collective takes those its table rows may name.
         let mut candidates = Vec::new();
+        // A wire runs with the Simple protocol only.
+        let protos: &[Protocol] = match self.wire {
+            Wire::Exact => Protocol::ALL,
+            _ => &[Protocol::Simple],
+        };
         // The direct algorithms run on perf's plain buffers where every rank maps every
         // rank's host arena (else their runs fail and are left out); they have no FIFO
         // steps to size and only the Simple protocol.
         for &algo in Collective::AllReduce.algorithms().iter().filter(|a| !gpus || !a.is_direct()) {
-            for &proto in Protocol::ALL.iter().filter(|&&p| !algo.is_direct() || p == Protocol::Simple) {
+            for &proto in protos.iter().filter(|&&p| !algo.is_direct() || p == Protocol::Simple) {
                 for &channels in &channel_counts {
                     for &chunk in chunks.iter().filter(|c| !algo.is_direct() || c.is_none()) {
                         candidates.push(Candidate { algo, proto, channels, chunk });
@@ -187,6 +208,7 @@ impl TuneArgs {
             iters: self.iters.unwrap_or(if q { 10 } else { 20 }),
             reps: self.reps.unwrap_or(if q { 2 } else { 3 }),
             candidates,
+            wire: self.wire,
         })
     }
 }
@@ -241,5 +263,18 @@ mod tests {
         assert_eq!(channels(&host), [1, 2, 3]);
         assert!(host.candidates.iter().any(|c| c.algo.is_direct()));
         assert!(host.bands(Collective::AllReduce, 1).iter().all(|b| !b.args.iter().any(|a| a.contains("target"))));
+    }
+
+    #[test]
+    fn a_wired_plan_runs_the_wire_on_the_algorithms_that_carry_it() {
+        let p = plan(&["--wire", "int8", "--max-channels", "2"]).unwrap();
+        assert!(p.candidates.iter().all(|c| c.proto == Protocol::Simple), "Simple only");
+        let algos = |coll| p.candidates_of(coll).iter().map(|c| c.algo).collect::<Vec<_>>();
+        assert!(algos(Collective::ReduceScatter).iter().all(|&a| a == jitccl::Algorithm::Ring || a.is_direct()));
+        assert!(!algos(Collective::AllReduce).contains(&jitccl::Algorithm::OneShot), "one-shot carries no wire");
+        for band in p.bands(Collective::AllReduce, 1) {
+            assert!(band.args.contains(&"--wire=int8b64".to_string()), "{:?}", band.args);
+        }
+        assert_ne!(p.signature(), plan(&["--max-channels", "2"]).unwrap().signature(), "another wire's partial file");
     }
 }

@@ -54,7 +54,7 @@ pub(super) fn report(plan: &Plan, coll: Collective, partial: &Partial) -> Result
             Some(r) if (r.algo, r.proto, r.channels, r.chunk_bytes) == (c.algo, c.proto, Some(c.channels), c.chunk) => {
                 r.max_bytes = max
             }
-            _ => rows.push(c.row(coll, if i == 0 { 0 } else { size as u64 }, max, Some(plan.nranks))),
+            _ => rows.push(c.row(coll, if i == 0 { 0 } else { size as u64 }, max, Some(plan.nranks), plan.wire)),
         }
     }
     Ok(rows)

@@ -46,7 +46,7 @@ pub(super) fn verify(
     // says how small a gap this machine can show.
     let mut setups = vec![Setup::table("auto", table), Setup::model(work)?, Setup::table("auto-twin", table)];
     for c in finalists(plan, coll, partial, 2) {
-        setups.push(Setup::candidate(coll, c, work)?);
+        setups.push(Setup::candidate(coll, c, plan.wire, work)?);
     }
     let bands = plan.bands(coll, reps);
     let bar = ProgressBar::with_draw_target(Some(bands.len() as u64), ProgressDrawTarget::stderr());
@@ -58,7 +58,7 @@ pub(super) fn verify(
     let mut times = BTreeMap::new();
     let mut auto_picks = BTreeMap::new();
     for band in bands {
-        let r = measure::compare(exe, coll, &band.args, &setups, reps).map_err(|e| {
+        let r = measure::compare(exe, coll, plan.wire, &band.args, &setups, reps).map_err(|e| {
             bar.finish_and_clear();
             format!("verifying {coll}: {e}")
         })?;

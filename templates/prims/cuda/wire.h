@@ -2,7 +2,8 @@
    waits, a barrier hands the step to the block, thread 0 posts it after a second one) with
    the step encoded as prims/host/wire.h does, each thread folding its own tiles: single
    elements for the unscaled formats, whole blocks (and their scales) for the scaled ones.
-   A forwarded step's bytes are copied as they are, a word at a time where they allow. */
+   A forwarded step's bytes are copied as they are, a word at a time where they allow;
+   partial sums cross a connector between ranks that share memory as fp32, as on the host. */
 #define JC_PROTO 0
 {% include "prims/cuda/step.h" %}
 #define JC_WIRE_TILE (JC_WIRE_BLOCK ? JC_WIRE_BLOCK : 1)
@@ -20,11 +21,12 @@ static JC_DEVICE JC_INLINE void jc_wire_copy(char* out, JC_SLOT_READ char* in, j
 static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_conn* s,
                                 const T* src, T* dst, jc_u64 n, int pre, int post) {
   __shared__ int jc_wait_err;
-  const jc_u64 bytes = jc_wire_bytes(n);
+  const int rplain = r && src && r->wire_plain, splain = s && !dst && s->wire_plain;
+  const jc_u64 rbytes = jc_wire_step_bytes(n, rplain), sbytes = jc_wire_step_bytes(n, splain);
   if (jc_tid() == 0) {
     int e = s ? jc_wait_space(x, s) : JC_OK;
     if (!e && r) e = jc_wait_ge(x, r->tail, r->step + 1, r->peer, JC_WAIT_DATA);
-    if (!e && r && jc_load_relaxed(&r->sizes[r->step % JC_STEPS]) != jc_size_word(JC_PROTO, bytes, x->tag_recv))
+    if (!e && r && jc_load_relaxed(&r->sizes[r->step % JC_STEPS]) != jc_size_word(JC_PROTO, rbytes, x->tag_recv))
       e = jc_fail(x, JC_ERR_MISMATCH, r->peer, JC_WAIT_DATA);
     jc_wait_err = e;
   }
@@ -34,14 +36,14 @@ static JC_DEVICE __noinline__ int jc_generic(struct jc_ctx* x, struct jc_conn* r
   int e = jc_wait_err;
   if (e) return e;
   const jc_u64 nt = (jc_u64)jc_nthreads();
-  if (in && out && !src && !pre && !post) {
-    jc_wire_copy(out, in, bytes);
+  if (in && out && !src && !pre && !post && rplain == splain) {
+    jc_wire_copy(out, in, rbytes);
     out = 0;
   }
   for (jc_u64 b = (jc_u64)jc_tid() * JC_WIRE_TILE; b < n; b += nt * JC_WIRE_TILE)
-    jc_wire_tile(x, in, out, src, dst, n, b, jc_min(JC_WIRE_TILE, n - b), pre, post);
+    jc_wire_tile(x, in, rplain, out, splain, src, dst, n, b, jc_min(JC_WIRE_TILE, n - b), pre, post);
   jc_barrier();
-  if (jc_tid() == 0) jc_end_step(x, r, s, JC_PROTO, bytes);
+  if (jc_tid() == 0) jc_end_step(x, r, s, JC_PROTO, sbytes);
   jc_barrier();
   return JC_OK;
 }

@@ -16,9 +16,9 @@ use crate::comm::lifecycle::{Cell, Handle};
 use crate::comm::peer_arenas;
 use crate::comm::progress::Progress;
 use crate::comm::{Comm, CommInner};
-use crate::config::{Config, Resolved};
+use crate::config::{Config, Resolved, WireLocal};
 use crate::device::Device;
-use crate::enqueue::{self, Group};
+use crate::enqueue::{self, Group, Reach};
 use crate::error::{invalid, Error, Result};
 use crate::fault::{Board, Watch};
 use crate::graph::{self, GlobalSystem, Graph, SearchParams};
@@ -194,7 +194,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         test_hook::at("transport");
     }
     // Rank processes keep system-scope ordering, even on one GPU (another context).
-    let conns = connect(&layout, rank, &bases, &recv, &graph, &[])?;
+    let conns = connect(&layout, rank, &bases, &recv, &graph, &[], &wire_plain(&cfg, &net))?;
     // Every rank tunes as rank 0 does (its machine's topology, its table): so they
     // cannot disagree.
     let priced = priced(&graph, &endpoints);
@@ -265,11 +265,37 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     // Failure boards this process can write: those of peers in memory.
     let boards = (0..nranks).map(|q| (!net[q]).then(|| layout.board(boards[q]))).collect();
     let shareable = !device.is_cuda() && nnet == 0;
-    let in_memory = transport::all_in_memory(&endpoints);
-    let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device, in_memory };
+    let reach = reach(rank, &cfg, &endpoints, &graph);
+    let wiring = Wiring { conns, board: layout.board(bases[rank]), boards, device, reach };
     let inner = rank_state(rank, cfg, wiring, cpus, tuner, activity, segments)?;
     peer_arenas::share_processes(bs, rank, shareable, &inner.enq.sym)?;
     Ok(inner)
+}
+
+/// Per peer, whether a wired ring's partial sums cross to and from it as fp32: it shares
+/// this rank's memory (`net[q]`: it does not) and `Config::wire_local` leaves such hops exact.
+fn wire_plain(cfg: &Resolved, net: &[bool]) -> Vec<bool> {
+    net.iter().map(|&n| !n && cfg.wire_local == WireLocal::Exact).collect()
+}
+
+/// How the ranks of `endpoints` reach each other over `graph`'s rings; rank 0 says what
+/// that leaves a wired ring call to encode where some hops go through the network.
+fn reach(rank: usize, cfg: &Resolved, endpoints: &[Endpoint], graph: &Graph) -> Reach {
+    let hops: Vec<usize> = graph.channels.iter().map(|c| transport::net_hops(endpoints, &c.ring)).collect();
+    let reach = Reach {
+        in_memory: transport::all_in_memory(endpoints),
+        ring_net_hops: hops.iter().copied().max().unwrap_or(0),
+    };
+    if rank == 0 && !reach.in_memory && cfg.wire_local == WireLocal::Exact {
+        let per: Vec<String> = hops.iter().enumerate().map(|(c, h)| format!("channel {c} {h}")).collect();
+        tracing::info!(
+            "wired ring calls encode partial sums only on the ring's hops through the network, of {} per ring: {}; \
+             hops in memory carry them as fp32",
+            endpoints.len(),
+            per.join(", ")
+        );
+    }
+    reach
 }
 
 /// The network this rank's peers on other hosts are reached through: a plugin's, or None
@@ -452,7 +478,7 @@ struct Wiring {
     board: Board,
     boards: Vec<Option<Board>>,
     device: Device,
-    in_memory: bool,
+    reach: Reach,
 }
 
 /// The state of one rank wired by `w`, whose pointers stay valid while `segments` lives.
@@ -464,8 +490,7 @@ fn rank_state(
     let failure = Failure::new(rank, cfg.timeout, w.board, w.boards, activity.clone());
     let tables = Tables::new(w.conns, cfg.nchannels, &w.device)?;
     let exec = Executor::new(rank, cfg.spin, cpus.clone(), cfg.timeout, tables, failure, activity);
-    let enq =
-        enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, Arc::new(exec), w.board, cpus, tuner, w.in_memory);
+    let enq = enqueue::Rank::new(Group { rank, nranks }, w.device, cfg, Arc::new(exec), w.board, cpus, tuner, w.reach);
     Ok(CommInner::new(enq, segments))
 }
 

@@ -8,6 +8,7 @@ use crate::affinity;
 use crate::comm::{peer_arenas, Comm};
 use crate::config::Config;
 use crate::device::{self, Device};
+use crate::enqueue::Reach;
 use crate::error::{invalid, Result};
 use crate::graph::Graph;
 use crate::transport::connect::connect;
@@ -60,14 +61,16 @@ impl Comm {
                     attach(&layout, rank, &endpoints, device, Some(&local), local[rank], None)?;
                 // Staged FIFOs live in host memory: every peer needs system scope then.
                 let same_gpu: Vec<bool> = devices.iter().map(|d| !staged && d.is_cuda() && d == device).collect();
-                let conns = connect(&layout, rank, &bases, &recv, &graph, &same_gpu)?;
+                // Every hop is in memory: where the wire's kernels run at all
+                // (`Config::wire_local`), every hop encodes.
+                let conns = connect(&layout, rank, &bases, &recv, &graph, &same_gpu, &[])?;
                 let cpus = affinity::for_local_rank(rank, nranks);
                 let wiring = Wiring {
                     conns,
                     board: boards[rank],
                     boards: boards.iter().copied().map(Some).collect(),
                     device: devices[rank].clone(),
-                    in_memory: true,
+                    reach: Reach { in_memory: true, ring_net_hops: 0 },
                 };
                 rank_state(rank, cfg.clone(), wiring, cpus, tuner.clone(), None, segments.clone())
             })

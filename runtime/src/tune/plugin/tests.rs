@@ -10,6 +10,7 @@ use super::*;
 use crate::config::Config;
 use crate::plugin::logger::Logger;
 use crate::tune::{Constants as Model, Key, Source, Tuner};
+use jitccl_codegen::Wire;
 
 /// A table in a static (its name is a pointer).
 struct Shared<T>(T);
@@ -31,7 +32,7 @@ fn tuner(n: usize, nch: usize, algos: &str, api: Api) -> Tuner {
 }
 
 fn key(coll: Collective, bytes: usize) -> Key {
-    Key { coll, bytes, elem_size: 4, commutative: true, direct: false }
+    Key { coll, bytes, elem_size: 4, commutative: true, direct: false, wire: Wire::Exact }
 }
 
 // A v6 plugin: All-reduces up to 4 KiB on Tree/LL (and NVLS, which jitccl lacks) with one

@@ -38,11 +38,14 @@ pub fn sweep<T: RefElement>(a: &PerfArgs, lay: &Layout, comms: &[Comm], streams:
     let (n, esize) = (lay.nranks, size_of::<T>());
     let ranks = prepare::<T>(a, lay, comms, streams)?;
     let mut report = Report::new(comms.iter().any(|c| c.rank() == 0));
-    let encodes = match comms.first() {
-        Some(c) => c.wired(a.wire).encodes().map_err(|e| e.to_string())?,
-        None => false,
+    let (encodes, encodings) = match comms.first() {
+        Some(c) => (
+            c.wired(a.wire).encodes().map_err(|e| e.to_string())?,
+            wire::encodings(a, c, n).map_err(|e| e.to_string())?,
+        ),
+        None => (false, 0),
     };
-    report.header(a, lay, encodes);
+    report.header(a, lay, encodes, encodings);
     let root = if a.coll.rooted() { a.root as i64 } else { -1 };
     let redop = if a.coll.reduces() { a.op.to_string() } else { "none".into() };
     for bytes in a.sizes()? {

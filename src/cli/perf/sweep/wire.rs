@@ -3,9 +3,11 @@
 //! ([`wire_bound`]) of the exact result of the reference inputs; and where every rank ends
 //! with the same values (AllReduce, AllGather, Broadcast) every rank must hold the same
 //! bits, which ranks in other processes compare through an exact AllReduce (max) of them.
+//! With `--algo ring` the bound counts the encodings the communicator's ring makes
+//! (`Wired::ring_encodings`: fewer where hops in memory carry partial sums as fp32).
 
 use jitccl::reference::{input, window_max, wire_bound, RefElement};
-use jitccl::{Comm, Op, Stream};
+use jitccl::{Algorithm, Collective, Comm, Op, Stream};
 
 use super::{alloc, op, sync_all, Views};
 use crate::cli::perf::coll::PerfColl::*;
@@ -17,8 +19,12 @@ pub(super) fn wrong<T: RefElement>(
     a: &PerfArgs, lay: &Layout, comms: &[Comm], streams: &[Stream], v: &Views<T>, count: usize,
 ) -> jitccl::Result<Vec<usize>> {
     let outs: Vec<Vec<T>> = v.iter().map(|(_, recv)| recv.to_vec()).collect();
+    let encodings = match comms.first() {
+        Some(c) => encodings(a, c, lay.nranks)?,
+        None => 0,
+    };
     let mut wrong: Vec<usize> =
-        comms.iter().zip(&outs).map(|(c, out)| outside_bound(a, lay.nranks, c.rank(), count, out)).collect();
+        comms.iter().zip(&outs).map(|(c, out)| outside_bound(a, lay.nranks, encodings, c.rank(), count, out)).collect();
     if a.coll.same_everywhere() {
         for (w, k) in wrong.iter_mut().zip(not_the_same(a, comms, streams, &outs)?) {
             *w += k;
@@ -27,9 +33,24 @@ pub(super) fn wrong<T: RefElement>(
     Ok(wrong)
 }
 
+/// The most encodings on an element's path over `n` ranks of `c`: over the ring (forced),
+/// those its hops make; else a sum's once per hop, n in all, and what is only moved once.
+pub(super) fn encodings(a: &PerfArgs, c: &Comm, n: usize) -> jitccl::Result<usize> {
+    let coll = match a.coll {
+        AllReduce => Collective::AllReduce,
+        ReduceScatter => Collective::ReduceScatter,
+        Reduce => Collective::Reduce,
+        _ => return Ok(1),
+    };
+    match a.algo {
+        Some(Algorithm::Ring) => c.wired(a.wire).ring_encodings(coll),
+        _ => Ok(n),
+    }
+}
+
 /// How many of rank `r`'s results `out` are further from the exact result than the wire's
-/// bound allows (or not finite).
-fn outside_bound<T: RefElement>(a: &PerfArgs, n: usize, r: usize, count: usize, out: &[T]) -> usize {
+/// bound of `encodings` encodings allows (or not finite).
+fn outside_bound<T: RefElement>(a: &PerfArgs, n: usize, encodings: usize, r: usize, count: usize, out: &[T]) -> usize {
     if a.coll == Reduce && r != a.root {
         return 0;
     }
@@ -49,15 +70,14 @@ fn outside_bound<T: RefElement>(a: &PerfArgs, n: usize, r: usize, count: usize, 
             _ => one((r + n - 1) % n, k),
         })
         .collect();
-    // Sums are encoded once per hop, n times in all; what is only moved, once.
-    let encodings = if a.coll.reduces() { n } else { 1 };
+    let additions = if a.coll.reduces() { n } else { 1 };
     let block = a.wire.block().map_or(1, usize::from);
     let largest = window_max(&m, block - 1);
     // 16-bit elements round the decoded f32 result once more, by half their epsilon.
     let last = if size_of::<T>() < 4 { T::EPS / 2.0 } else { 0.0 };
     (0..out.len())
         .filter(|&k| {
-            let b = wire_bound(a.wire, encodings, m[k], largest[k]);
+            let b = wire_bound(a.wire, encodings, additions, m[k], largest[k]);
             let b = b + last * (exact[k].abs() + b);
             let off = (out[k].to_f64() - exact[k]).abs();
             off.is_nan() || off > b
@@ -118,12 +138,12 @@ mod tests {
         let a = args(&["reduce_scatter", "--wire", "int8", "-N", "3"]);
         // The int8 wire errs by up to a block's largest magnitude (here at least 5) / 250
         // per hop, three hops.
-        assert_eq!(outside_bound(&a, n, 1, count, &near_exact(n, count, count, 0.05)), 0);
+        assert_eq!(outside_bound(&a, n, n, 1, count, &near_exact(n, count, count, 0.05)), 0);
         let mut out = near_exact(n, count, count, 0.0);
         out[7] += 0.5;
         out[8] = f32::NAN;
-        assert_eq!(outside_bound(&a, n, 1, count, &out), 2);
+        assert_eq!(outside_bound(&a, n, n, 1, count, &out), 2);
         // Rank 0's block where rank 1's is due.
-        assert!(outside_bound(&a, n, 1, count, &near_exact(n, 0, count, 0.0)) > count / 2);
+        assert!(outside_bound(&a, n, n, 1, count, &near_exact(n, 0, count, 0.0)) > count / 2);
     }
 }
