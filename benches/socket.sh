@@ -41,7 +41,7 @@ iters_for() {
 logs=$target/socket-bench
 mkdir -p "$logs"
 mpicc -O2 -o "$logs/allreduce" benches/mpi/allreduce.c || die "mpicc failed on benches/mpi/allreduce.c"
-cargo build --release --quiet -p jitccl || die "cargo build failed"
+cargo build --release --quiet -p jitccl-cli || die "cargo build failed"
 jitccl=$target/release/jitccl
 sides="mpi jitccl"
 [ -z "${BASELINE:-}" ] || { [ -x "$BASELINE" ] || die "BASELINE $BASELINE is not a program"; sides="mpi before jitccl"; }

@@ -5,7 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/setup.sh
-cargo build --release --quiet
+cargo build --release --quiet -p jitccl-cli
 if [ $# -eq 0 ]; then
   set -- -N 2 -b 8 -e 64M -f 2
 fi

@@ -5,7 +5,7 @@
 //! rounds (the ring's place) and as the direct kernel on the ranks' host arenas (one
 //! launch; AlltoAllv: the direct point-to-point kernel). Bad arguments return InvalidArgument and change nothing;
 //! a rank that does not join fails the direct kernels of the others, which name it.
-//! Ranks as processes: `tests/symmetric_processes.rs` and `tests/dead_peer.rs`.
+//! Ranks as processes: `cli/tests/symmetric_processes.rs` and `cli/tests/dead_peer.rs`.
 
 use std::time::Duration;
 

@@ -4,31 +4,18 @@
 //! it), so its absence fails the test rather than skipping it.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "common/example.rs"]
+mod example;
+
+use example::example;
 
 const NRANKS: usize = 3;
 /// mpirun is killed after this long: a hung rendezvous must not hang the suite.
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// The example, built beside the `jitccl` binary (`cargo test --all-targets` builds
-/// examples; a narrower `cargo test` does not, so build it then).
-fn example() -> PathBuf {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_jitccl")).parent().expect("the jitccl binary has a directory");
-    let exe = bin_dir.join("examples").join("mpi_allreduce");
-    if !exe.exists() {
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "--example", "mpi_allreduce"]).current_dir(env!("CARGO_MANIFEST_DIR"));
-        if bin_dir.ends_with("release") {
-            cargo.arg("--release");
-        }
-        let status = cargo.status().expect("run cargo to build examples/mpi_allreduce");
-        assert!(status.success(), "building examples/mpi_allreduce failed: {status}");
-    }
-    assert!(exe.exists(), "{} is missing after building it", exe.display());
-    exe
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind a free port").port()
@@ -40,7 +27,7 @@ fn mpirun_runs_an_all_reduce() {
         Ok(out) => String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string(),
         Err(e) => panic!("mpirun cannot be run ({e}): install Open MPI (scripts/setup.sh installs openmpi-bin)"),
     };
-    let exe = example();
+    let exe = example("mpi_allreduce");
     let dir = tempfile::tempdir().expect("temporary directory");
     // Files, not pipes: a rank left behind by a killed mpirun cannot block reading them.
     let (out_path, err_path) = (dir.path().join("stdout"), dir.path().join("stderr"));

@@ -6,7 +6,7 @@
 //! differ between a sender and its receiver fail on both, naming the peer, well before
 //! the timeout (an AlltoAllv's eager sender by its next call at the latest); a rank that
 //! never comes is named. AlltoAllv: `tests/alltoall.rs`; rank
-//! processes: `tests/symmetric_processes.rs`.
+//! processes: `cli/tests/symmetric_processes.rs`.
 
 #[allow(dead_code)] // this binary uses part of it
 #[path = "common/world.rs"]

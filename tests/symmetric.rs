@@ -4,7 +4,7 @@
 //! datatype once in the others: `world::Pairs`), counts 0, 1, primes and several tiles,
 //! in place and out of place, against the plain reference; the tuner's use of them; and
 //! the misuses that must fail.
-//! Ranks as processes: `tests/symmetric_processes.rs`.
+//! Ranks as processes: `cli/tests/symmetric_processes.rs`.
 
 #[path = "common/world.rs"]
 mod world;
@@ -180,7 +180,7 @@ fn a_forced_direct_algorithm_runs_on_plain_buffers_which_live_in_the_arena() {
     // Every rank's plain buffers are in the host arena, which all ranks address: a forced
     // direct algorithm runs on them, and on plain and symmetric buffers mixed.
     // (A forced direct algorithm refuses buffers the peers cannot address: see
-    // `tests/symmetric_processes.rs`, where one process has no arena.)
+    // `cli/tests/symmetric_processes.rs`, where one process has no arena.)
     let mut w = plain_world(2, Duration::from_secs(20), Some(Algorithm::Direct));
     w.mem = Mem::Plain;
     for in_place in [false, true] {

@@ -15,7 +15,7 @@ nranks=${NRANKS:-2}
 runs=${RUNS:-5}
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(8 16M)
-cargo build --release -q -p jitccl-capi -p jitccl --bin jitccl
+cargo build --release -q -p jitccl-capi -p jitccl-cli
 cargo build --release -q -p jitccl-benches --example capi_overhead
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 for s in "${sizes[@]}"; do

@@ -43,7 +43,7 @@ logs=$target/compare-moves
 mkdir -p "$logs"
 mpicc -O2 -o "$logs/moves" benches/mpi/moves.c || die "mpicc failed on benches/mpi/moves.c"
 jitccl=${JITCCL_BIN:-$target/release/jitccl}
-[ -n "${JITCCL_BIN:-}" ] || cargo build --release --quiet || die "cargo build --release failed"
+[ -n "${JITCCL_BIN:-}" ] || cargo build --release --quiet -p jitccl-cli || die "cargo build --release failed"
 [ -x "$jitccl" ] || die "no jitccl binary at $jitccl"
 
 # Iterations per size: enough that a run lasts tens of ms, few where a call moves 256 MiB.

@@ -160,7 +160,7 @@ pingpong=$logs/pingpong
 # up to a second beside busy loops.
 rtt_rounds=50000
 cc -O2 -pthread -o "$pingpong" benches/pingpong.c || die "cc failed on benches/pingpong.c"
-cargo build --release --quiet || die "cargo build --release failed"
+cargo build --release --quiet -p jitccl-cli || die "cargo build --release failed"
 jitccl=$target/release/jitccl
 [ -x "$jitccl" ] || die "no jitccl binary at $jitccl"
 

@@ -47,12 +47,10 @@ build() {
   set -e
   cd "$root"
   command -v cargo >/dev/null 2>&1 || { echo "gpu-check build: cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
-  # Two commands: with -p jitccl-capi, --bin jitccl names no target of the selected package.
-  cargo build --release -p jitccl --bin jitccl
-  cargo build --release -p jitccl-capi
+  cargo build --release -p jitccl-cli -p jitccl-capi
   # The test binary's path, from cargo's own report of what it built.
   local test_bin
-  test_bin=$(cargo test --release --test cuda --no-run --message-format=json 2>/dev/null |
+  test_bin=$(cargo test --release -p jitccl --test cuda --no-run --message-format=json 2>/dev/null |
     grep '"kind":\["test"\]' | grep '"name":"cuda"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
   [ -x "$test_bin" ] || { echo "gpu-check build: no test binary for tests/cuda.rs" >&2; exit 1; }
   rm -rf "$out" && mkdir -p "$out"

@@ -12,7 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-cargo build --release -q -p jitccl-capi -p jitccl
+cargo build --release -q -p jitccl-capi -p jitccl-cli
 bash scripts/setup-torch.sh >/dev/null
 rel=${CARGO_TARGET_DIR:-$root/target}/release
 out=$(mktemp -d)

@@ -15,7 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 script=benches/torch/${1:-allreduce_vs_gloo.py}
-cargo build --release -q -p jitccl-capi -p jitccl
+cargo build --release -q -p jitccl-capi -p jitccl-cli
 bash scripts/setup-torch.sh >/dev/null
 rel=${CARGO_TARGET_DIR:-$root/target}/release
 out=${CARGO_TARGET_DIR:-$root/target}/torch-bench

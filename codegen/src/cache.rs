@@ -15,6 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use jitccl_settings::CACHE_DIR;
 use sha2::{Digest, Sha256};
 
 /// Prefix of the folders and files of entries being built or written.
@@ -83,7 +84,7 @@ impl DiskCache {
     /// The cache the environment asks for: `JITCCL_CACHE_DIR` (empty disables it), else the
     /// user's cache folder, else none.
     pub fn from_env() -> Option<Self> {
-        match std::env::var_os("JITCCL_CACHE_DIR") {
+        match CACHE_DIR.given_os() {
             Some(d) if d.is_empty() => None,
             Some(d) => Some(DiskCache::new(d)),
             None => dirs::cache_dir().map(|d| DiskCache::new(d.join("jitccl"))),

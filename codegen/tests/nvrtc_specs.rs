@@ -43,7 +43,7 @@ const MAX_LOG_CHARS: usize = 4000;
 fn nvrtc_or_skip(test: &str) -> Option<&'static Nvrtc> {
     match nvrtc() {
         Ok(nv) => Some(nv),
-        Err(e) if std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+        Err(e) if jitccl_settings::REQUIRE_NVRTC.flag_or_warn() => {
             panic!("JITCCL_REQUIRE_NVRTC=1 but {e}")
         }
         Err(e) => {

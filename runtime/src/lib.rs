@@ -42,8 +42,10 @@
 //!     libraries by NCCL's names, and the logger handed to them;
 //! 14. `affinity`: which CPUs a rank's threads run on; `auth`: the job's key and the
 //!     handshake with which every connection of the job proves that it knows it;
-//!     `element`: Rust element types; `op`: reduction ops;
-//! 15. `settings`: every `JITCCL_*` variable, its parser, default and bounds.
+//!     `element`: Rust element types; `op`: reduction ops.
+//!
+//! Below them all, `settings` (every `JITCCL_*` variable, its parser, default and bounds) is
+//! the crate `jitccl-settings`, re-exported here, which codegen reads through too.
 
 mod affinity;
 pub mod agreement;
@@ -63,13 +65,14 @@ mod op;
 mod plugin;
 mod process_group;
 mod registry;
-pub mod settings;
 pub mod store;
 mod stream;
 pub mod topo;
 mod transport;
 pub mod tune;
 mod wait;
+
+pub use jitccl_settings as settings;
 
 pub use bootstrap::{launcher_vars, BootstrapError, UniqueId, UNIQUE_ID_BYTES};
 pub use comm::{

@@ -1,8 +1,8 @@
 //! Imports only downward: every `crate::` path in the runtime's sources names a module of a
 //! lower layer than the file's own, per the numbered list of layers in `src/lib.rs` (its
-//! doc), which must place every top-level module exactly once. And one module layout style
-//! across the workspace; no circle among the modules of one folder (in the runtime, the C API,
-//! codegen and the command line).
+//! doc), which must place every top-level module exactly once; and every crate of the
+//! workspace depends only on the crates below it. And one module layout style across the
+//! workspace; no circle among the modules of one folder (in every crate of Rust modules).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -140,6 +140,70 @@ fn every_import_goes_to_a_lower_layer() {
     assert!(upward.is_empty(), "imports that do not go down:\n{}", upward.join("\n"));
 }
 
+/// The workspace's crates from the top, as docs/architecture.md orders them: the command
+/// line and the benches over the facade; the facade and the C API over the runtime; the
+/// runtime over codegen; codegen over the settings; the plugins, C of their own, last.
+const CRATES: [&str; 9] = [
+    "jitccl-cli",
+    "jitccl-benches",
+    "jitccl-capi",
+    "jitccl",
+    "jitccl-macros",
+    "jitccl-runtime",
+    "jitccl-codegen",
+    "jitccl-settings",
+    "jitccl-plugins",
+];
+
+/// A manifest's package name and the workspace crates its `[dependencies]` and
+/// `[build-dependencies]` name (not its dev-dependencies: tests may use any crate).
+fn manifest(text: &str) -> (String, Vec<String>) {
+    let (mut name, mut deps, mut section) = (String::new(), Vec::new(), "");
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+            continue;
+        }
+        let key = line.split(['=', '.']).next().unwrap_or("").trim();
+        if section == "[package]" && key == "name" {
+            name = line.split('"').nth(1).unwrap_or("").to_string();
+        } else if (section == "[dependencies]" || section == "[build-dependencies]") && CRATES.contains(&key) {
+            deps.push(key.to_string());
+        }
+    }
+    (name, deps)
+}
+
+#[test]
+fn every_crate_depends_only_on_crates_below_it() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = std::fs::read_to_string(workspace.join("Cargo.toml")).unwrap();
+    let members = root.lines().find_map(|l| l.strip_prefix("members = ")).expect("the workspace's members");
+    let folders = std::iter::once("").chain(members.split('"').skip(1).step_by(2));
+    let mut seen = BTreeSet::new();
+    let mut upward = Vec::new();
+    for folder in folders {
+        let (name, deps) = manifest(&std::fs::read_to_string(workspace.join(folder).join("Cargo.toml")).unwrap());
+        let at = CRATES.iter().position(|c| *c == name);
+        let at = at.unwrap_or_else(|| panic!("{name} ({folder}/) is not placed in CRATES"));
+        seen.insert(name.clone());
+        for dep in deps {
+            if CRATES.iter().position(|c| *c == dep).unwrap() <= at {
+                upward.push(format!("{name} depends on {dep}, which is not below it"));
+            }
+        }
+    }
+    assert_eq!(seen.len(), CRATES.len(), "CRATES names crates the workspace lacks: {seen:?}");
+    assert!(upward.is_empty(), "crates that depend upward:\n{}", upward.join("\n"));
+}
+
+#[test]
+fn manifests_are_read_as_written() {
+    let text = "[package]\nname = \"jitccl-x\"\n[dependencies]\njitccl-runtime.workspace = true\nclap = \"4\"\n\
+                [dev-dependencies]\njitccl-cli = { path = \"..\" }\n[build-dependencies]\njitccl = { path = \".\" }";
+    assert_eq!(manifest(text), ("jitccl-x".into(), vec!["jitccl-runtime".into(), "jitccl".into()]));
+}
+
 /// The traits `code` declares (`trait X`, after nothing but `pub(..)` and `unsafe`).
 fn traits_declared(code: &str) -> Vec<String> {
     let declaration = |before: &str| before.split_whitespace().all(|w| w == "unsafe" || w.starts_with("pub"));
@@ -263,7 +327,7 @@ fn no_module_file_sits_beside_its_folder() {
 fn every_path_the_architecture_page_names_exists() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let page = std::fs::read_to_string(workspace.join("docs/architecture.md")).unwrap();
-    let bases = ["", "runtime/src", "runtime/src/device", "runtime/src/transport", "templates", "plugins", "src/cli"];
+    let bases = ["", "runtime/src", "runtime/src/device", "runtime/src/transport", "templates", "plugins", "cli/src"];
     let mut missing = Vec::new();
     for word in page.split('`').skip(1).step_by(2) {
         // Paths only: not commands, placeholders (`<coll>`) or the machine's own (`/sys`).
@@ -327,7 +391,7 @@ fn architecture_paths_are_read_as_written() {
     assert_eq!(expand("prims/{host,cuda}/"), ["prims/host/", "prims/cuda/"]);
     assert!(glob("*_direct*.h", "all_reduce_direct_two.h") && !glob("*_direct*.h", "all_reduce_ring.h"));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    assert!(matches(root, "src/lib.rs") && matches(root, "src/settings/") && !matches(root, "src/nothing.rs"));
+    assert!(matches(root, "src/lib.rs") && matches(root, "src/config/") && !matches(root, "src/nothing.rs"));
 }
 
 /// Every module path `code` names through `crate::`, `super::` or `self::` (a group
@@ -496,7 +560,7 @@ fn sibling_circles(src: &Path) -> Vec<String> {
 fn no_circle_among_the_modules_of_a_folder() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let mut circles = Vec::new();
-    for krate in ["runtime/src", "capi/src", "codegen/src", "src"] {
+    for krate in ["runtime/src", "capi/src", "codegen/src", "settings/src", "cli/src", "src"] {
         circles.extend(sibling_circles(&workspace.join(krate)).into_iter().map(|c| format!("{krate} {c}")));
     }
     assert!(circles.is_empty(), "modules that import each other, round a circle:\n{}", circles.join("\n"));

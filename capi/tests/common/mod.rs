@@ -62,10 +62,11 @@ pub fn built() -> &'static Built {
         let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
         let (lib, jitccl) = (dir.join("libnccl.so"), dir.join("jitccl"));
         let root = capi_dir().parent().expect("the workspace");
-        let sources: Vec<PathBuf> = ["capi/src", "capi/build.rs", "runtime/src", "codegen/src", "templates"]
-            .iter()
-            .map(|d| root.join(d))
-            .collect();
+        let sources: Vec<PathBuf> =
+            ["capi/src", "capi/build.rs", "runtime/src", "codegen/src", "settings/src", "templates"]
+                .iter()
+                .map(|d| root.join(d))
+                .collect();
         let lib_time = std::fs::metadata(&lib).and_then(|m| m.modified()).ok();
         let stale = match (lib_time, newest(&sources)) {
             (Some(built), Some(src)) => built < src,
@@ -79,7 +80,7 @@ pub fn built() -> &'static Built {
             };
             eprintln!("c_api: building libnccl.so and jitccl ({profile}): missing or older than their sources");
             let out = Command::new(env!("CARGO"))
-                .args(["build", "--profile", &profile, "-p", "jitccl-capi", "-p", "jitccl"])
+                .args(["build", "--profile", &profile, "-p", "jitccl-capi", "-p", "jitccl-cli"])
                 .env("CARGO_TARGET_DIR", dir.parent().expect("target/<profile>"))
                 .current_dir(capi_dir())
                 .stdin(Stdio::null())
@@ -93,7 +94,7 @@ pub fn built() -> &'static Built {
             );
         }
         for f in [&lib, &dir.join("libnccl.so.2"), &jitccl] {
-            assert!(f.exists(), "{} is missing (cargo build -p jitccl-capi -p jitccl makes it)", f.display());
+            assert!(f.exists(), "{} is missing (cargo build -p jitccl-capi -p jitccl-cli makes it)", f.display());
         }
         Built { dir, jitccl }
     })

@@ -10,7 +10,7 @@ use jitccl_codegen::{Algorithm, Protocol, Wire};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::settings::{self, Setting, MAX_BUFFSIZE, MIN_SIMPLE_SLOT};
+use crate::settings::{self, Setting, MAX_BUFFSIZE, MIN_BUFFSIZE, MIN_SIMPLE_SLOT};
 use overrides::{AlgoOverrides, Item, Overrides, ProtoOverrides};
 
 mod agree;
@@ -224,6 +224,9 @@ resolved! {
 /// smallest slot: LL's holds a header line and a data line.
 const SLOT_UNIT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 16, 128];
 const MIN_SLOT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 32, 128];
+// The settings table sits below the kernel ABI, so it states JITCCL_BUFFSIZE's least value
+// in bytes: STEPS of the smallest Simple slot.
+const _: () = assert!(MIN_BUFFSIZE == STEPS * MIN_SIMPLE_SLOT);
 
 /// Slot sizes of the three protocols from Simple's: LL and LL128 slots carry less data
 /// per byte and are latency protocols, so they get smaller slots (NCCL's ratio is ~1:8).

@@ -16,13 +16,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use jitccl_settings::NVRTC_PATH;
 use libloading::Library;
 
 use super::api::file_of;
 use super::Nvrtc;
 
-/// Overrides discovery: a libnvrtc file or a folder containing one.
-pub(super) const ENV_PATH: &str = "JITCCL_NVRTC_PATH";
 /// Where `scripts/setup-nvrtc.sh` installs the NVRTC wheels (workspace path at build time).
 const PROJECT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../.deps/nvrtc");
 /// Library names, newest CUDA major first; the unversioned one is a toolkit's development link.
@@ -194,7 +193,8 @@ pub(super) fn open_first(places: &[Place]) -> Result<Nvrtc, String> {
     }
     msg += &format!(
         ". Install the CUDA toolkit or the nvidia-cuda-nvrtc wheel (scripts/setup-nvrtc.sh), \
-         or set {ENV_PATH} to libnvrtc.so.* or its folder"
+         or set {} to libnvrtc.so.* or its folder",
+        NVRTC_PATH.name
     );
     Err(msg)
 }
@@ -246,7 +246,7 @@ API int nvrtcGetCUBIN(void* p, char* b) {{ return 3; }}
         let empty = tempfile::tempdir().unwrap();
         let missing = PathBuf::from("/nonexistent/jitccl-nvrtc");
         let err = open_first(&[Place::Dir(empty.path().into()), Place::Dir(missing.clone())]).unwrap_err();
-        for part in [&empty.path().display().to_string(), &missing.display().to_string(), ENV_PATH] {
+        for part in [&empty.path().display().to_string(), &missing.display().to_string(), NVRTC_PATH.name] {
             assert!(err.contains(part), "{part} missing from: {err}");
         }
         for name in LIB_NAMES {

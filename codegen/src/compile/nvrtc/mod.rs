@@ -10,10 +10,10 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use jitccl_settings::NVRTC_PATH;
 use libloading::Library;
 
 use self::api::{Api, Program};
-use self::discovery::ENV_PATH;
 use crate::compile::CompileError;
 use crate::spec::CudaArch;
 
@@ -54,8 +54,8 @@ static NVRTC: OnceLock<Result<Nvrtc, String>> = OnceLock::new();
 pub fn nvrtc() -> Result<&'static Nvrtc, CompileError> {
     NVRTC
         .get_or_init(|| {
-            let override_path = std::env::var_os(ENV_PATH).filter(|v| !v.is_empty());
-            Nvrtc::load(override_path.as_deref().map(Path::new))
+            let override_path = NVRTC_PATH.path();
+            Nvrtc::load(override_path.as_deref())
         })
         .as_ref()
         .map_err(|reason| unavailable(reason.clone()))
@@ -174,7 +174,7 @@ impl Nvrtc {
     /// fallback (an explicit choice), else the default places in order.
     fn load(override_path: Option<&Path>) -> Result<Nvrtc, String> {
         match override_path {
-            Some(path) => discovery::open_in(path).map_err(|e| format!("{ENV_PATH}={}: {e}", path.display())),
+            Some(path) => discovery::open_in(path).map_err(|e| format!("{}={}: {e}", NVRTC_PATH.name, path.display())),
             None => discovery::open_first(&discovery::default_places()),
         }
     }
@@ -219,7 +219,7 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
     fn nvrtc_or_skip(test: &str) -> Option<&'static Nvrtc> {
         match nvrtc() {
             Ok(n) => Some(n),
-            Err(e) if std::env::var("JITCCL_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+            Err(e) if jitccl_settings::REQUIRE_NVRTC.flag_or_warn() => {
                 panic!("JITCCL_REQUIRE_NVRTC=1 but {e}")
             }
             Err(e) => {
@@ -328,7 +328,10 @@ extern "C" __global__ void jitccl_test_kernel(const volatile unsigned long long*
         let missing = Path::new("/nonexistent/jitccl/libnvrtc.so.12");
         match Nvrtc::load(Some(missing)).map_err(unavailable) {
             Err(CompileError::Unavailable { compiler: "nvrtc", reason }) => {
-                assert!(reason.contains(ENV_PATH) && reason.contains("/nonexistent/jitccl/libnvrtc.so.12"), "{reason}");
+                assert!(
+                    reason.contains(NVRTC_PATH.name) && reason.contains("/nonexistent/jitccl/libnvrtc.so.12"),
+                    "{reason}"
+                );
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }

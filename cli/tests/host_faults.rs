@@ -1,4 +1,4 @@
-//! Faults of whole hosts (see `common/hosts.rs`): a host whose ranks are all killed in the
+//! Faults of whole hosts (see `tests/common/hosts.rs`): a host whose ranks are all killed in the
 //! middle of a collective fails every other rank within 2 s, naming them (at least one); the
 //! survivors shrink to a communicator whose collectives are right, and new ranks started
 //! on that host join it again (`grow`); after a link cut has failed and aborted a
@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-#[path = "common/hosts.rs"]
+#[path = "../../tests/common/hosts.rs"]
 mod hosts;
 
 use hosts::{Hosts, RankEnd, Ranks};

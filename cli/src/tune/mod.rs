@@ -100,7 +100,7 @@ pub struct TuneArgs {
     verify: Option<usize>,
     /// The wire format the tuned calls carry their elements in (a name as JITCCL_WIRE
     /// takes); its rows go into the table beside those of other wires.
-    #[arg(long, default_value = "exact", value_parser = crate::cli::perf::wire)]
+    #[arg(long, default_value = "exact", value_parser = crate::perf::wire)]
     wire: Wire,
     /// Where the ranks run (cuda: all of them threads of one process, as `perf -g N`).
     #[arg(long, value_enum, default_value_t = Target::Host)]

@@ -1,4 +1,5 @@
-//! Command-line interface: `jitccl kernels | perf | tune | launch | store | topo | env`.
+//! The `jitccl` command line: `jitccl kernels | perf | tune | launch | store | topo | env`,
+//! over the library.
 
 mod env;
 mod kernels;
@@ -16,7 +17,7 @@ use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "jitccl", version, about = "Collective communication with run-time specialized kernels")]
-pub struct Cli {
+struct Cli {
     #[command(subcommand)]
     cmd: Command,
 }
@@ -51,8 +52,15 @@ fn at_least<const MIN: usize>(s: &str) -> Result<usize, String> {
     }
 }
 
+fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of stdout goes away (`| head`).
+    // SAFETY: resetting a signal disposition at start-up, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    Cli::parse().run()
+}
+
 impl Cli {
-    pub fn run(self) -> ExitCode {
+    fn run(self) -> ExitCode {
         // JITCCL_DEBUG holds for every command, also those that make no communicator.
         jitccl::init_logging();
         let res = match self.cmd {

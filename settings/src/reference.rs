@@ -94,7 +94,7 @@ pub fn current<'a>(settings: impl IntoIterator<Item = &'a Setting>) -> Vec<Curre
 pub fn markdown() -> String {
     let mut out = String::from(
         "# Settings\n\n\
-         Generated from `runtime/src/settings/table.rs` by `jitccl env --markdown`; a test keeps the two equal.\n\
+         Generated from `settings/src/table.rs` by `jitccl env --markdown`; a test keeps the two equal.\n\
          Every variable is read under its `JITCCL_` name, else under NCCL's name where it has one (the\n\
          `JITCCL_` name wins). A `Config` field, where there is one, takes precedence over both. A bad\n\
          value is an error naming the variable and what it accepts; an empty one counts as unset.\n\

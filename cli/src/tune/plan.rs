@@ -6,8 +6,8 @@ use jitccl::{Collective, Config, Device, Protocol, Wire};
 
 use super::measure::Candidate;
 use super::TuneArgs;
-use crate::cli::perf::Target;
-use crate::cli::size::{sweep_sizes, Step};
+use crate::perf::Target;
+use crate::size::{sweep_sizes, Step};
 
 /// Sizes sharing an iteration count, measured by one `perf --compare` run.
 pub(super) struct Band {

@@ -5,8 +5,9 @@
 //! and a bad one is an error naming the variable and what it accepts. `jitccl env` prints
 //! the table with current values; `docs/settings.md` is generated from it.
 //!
-//! The bottom of the runtime: it imports nothing of the crate. Public for `jitccl env` and
-//! the C API.
+//! The bottom of the workspace: it depends on no other jitccl crate, so that every one
+//! (codegen, the runtime, which re-exports it as `jitccl::settings`, the C API and the
+//! command line) reads its variables here.
 
 pub mod parse;
 mod reference;
@@ -158,6 +159,12 @@ impl Setting {
     pub fn lookup_os(&self) -> Option<(OsString, &'static str)> {
         self.names()
             .find_map(|n| std::env::var_os(n).filter(|v| !v.to_string_lossy().trim().is_empty()).map(|v| (v, n)))
+    }
+
+    /// The raw value under the first of [`names`](Self::names) that is set, empty included:
+    /// for a setting where set but empty means something (`JITCCL_CACHE_DIR`: no disk cache).
+    pub fn given_os(&self) -> Option<OsString> {
+        self.names().find_map(std::env::var_os)
     }
 
     /// [`lookup_os`](Self::lookup_os) as text, trimmed; not valid UTF-8 is an error.

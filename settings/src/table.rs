@@ -1,7 +1,5 @@
 //! The table: every `JITCCL_*` variable, user settings first, then the test suite's.
 
-use jitccl_codegen::abi::STEPS;
-
 use super::{Initial, Kind, Ranks, Scope, Setting};
 
 /// Most channels a rank may use (each is a CTA: a thread on the host), as NCCL's MAXCHANNELS.
@@ -17,8 +15,11 @@ pub const MIN_SIMPLE_SLOT: usize = 64;
 /// The largest FIFO (all STEPS slots of one protocol): a rank's segment holds one per
 /// channel and peer, so this bounds what a bad value can ask of /dev/shm.
 pub const MAX_BUFFSIZE: usize = 1 << 30;
-/// The default Simple FIFO (STEPS slots of 128 KiB).
-const DEFAULT_BUFFSIZE: u64 = (STEPS as u64) << 17;
+/// The smallest FIFO: its 8 slots (the kernel ABI's `STEPS`, which the runtime's `config`
+/// checks against this, as the table sits below codegen) each of the smallest Simple slot.
+pub const MIN_BUFFSIZE: usize = 8 * MIN_SIMPLE_SLOT;
+/// The default Simple FIFO (8 slots of 128 KiB).
+const DEFAULT_BUFFSIZE: u64 = 1 << 20;
 /// Most sockets per net connector.
 const MAX_NSOCKS: u64 = 16;
 /// Most busy-poll rounds of a kernel's wait (about half a minute).
@@ -130,7 +131,7 @@ pub const BUFFSIZE: Setting = nccl(
     config(
         "JITCCL_BUFFSIZE",
         "slot_bytes",
-        Kind::Bytes { min: (MIN_SIMPLE_SLOT * STEPS) as u64, max: MAX_BUFFSIZE as u64 },
+        Kind::Bytes { min: MIN_BUFFSIZE as u64, max: MAX_BUFFSIZE as u64 },
         Initial::Whole(DEFAULT_BUFFSIZE),
         Ranks::Agree,
         "bytes of a Simple FIFO (8 slots), which LL and LL128 scale with",

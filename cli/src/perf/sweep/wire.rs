@@ -10,8 +10,8 @@ use jitccl::reference::{input, window_max, wire_bound, RefElement};
 use jitccl::{Algorithm, Collective, Comm, Op, Stream};
 
 use super::{alloc, op, sync_all, Views};
-use crate::cli::perf::coll::PerfColl::*;
-use crate::cli::perf::flags::{Layout, PerfArgs};
+use crate::perf::coll::PerfColl::*;
+use crate::perf::flags::{Layout, PerfArgs};
 
 /// Per rank of `comms`: its elements outside the bound, plus those whose bits are not
 /// what another rank holds.

@@ -1,4 +1,4 @@
-//! Link faults between hosts (see `common/hosts.rs`): a link cut shorter than the link
+//! Link faults between hosts (see `tests/common/hosts.rs`): a link cut shorter than the link
 //! timeout (`JITCCL_LINK_TIMEOUT`) in the middle of a collective is survived, the call
 //! completing with correct results once the link is back; a longer cut fails every rank
 //! within the link timeout (not the far longer operation timeout), naming the peer it can
@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-#[path = "common/hosts.rs"]
+#[path = "../../tests/common/hosts.rs"]
 mod hosts;
 
 use hosts::{Hosts, Ranks};

@@ -1,12 +1,12 @@
 //! Ranks on several hosts of one machine (network namespaces joined through a bridge, see
-//! `common/hosts.rs`): to jitccl they are different machines (no shared memory between
+//! `tests/common/hosts.rs`): to jitccl they are different machines (no shared memory between
 //! them), so what crosses between hosts goes over the network transport, and each rank
 //! checks its results against the reference. Needs root and iproute2 (scripts/setup.sh
 //! installs it); CI runs as root, and these tests fail rather than skip without them.
 
 use std::time::Duration;
 
-#[path = "common/hosts.rs"]
+#[path = "../../tests/common/hosts.rs"]
 mod hosts;
 #[path = "common/listeners.rs"]
 mod listeners;
