@@ -3,6 +3,7 @@
 #ifndef JITCCL_BENCH_MPI_COMMON_H
 #define JITCCL_BENCH_MPI_COMMON_H
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,44 @@ static int parse_count(int argc, char **argv, int *a, int rank, const char *prog
     if (flag[1] == 'w') *warmup = (int)v; else *iters = (int)v;
     (*a)++;
     return 1;
+}
+
+/* The most sizes one run takes. */
+#define MAX_SIZES 64
+
+/* Reads "-c NAME [-w W] [-i I] SIZE..." for a program of several collectives: NAME's index
+ * in `names` into *coll, the counts as parse_count does, and every SIZE (at least one float
+ * for each of the n ranks, at most INT_MAX floats, at most MAX_SIZES of them) into `sizes`;
+ * returns how many sizes. A wrong command line ends every rank, the usage said once. */
+static inline int parse_command(int argc, char **argv, int rank, int n, const char *prog, const char *const *names,
+                                int nnames, int *coll, int *warmup, int *iters, size_t *sizes) {
+    int nsizes = 0;
+    *coll = -1;
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "-c") && a + 1 < argc) {
+            a++;
+            *coll = -1;
+            for (int k = 0; k < nnames; k++)
+                if (!strcmp(argv[a], names[k])) *coll = k;
+            continue;
+        }
+        if (parse_count(argc, argv, &a, rank, prog, warmup, iters)) continue;
+        size_t b = parse_size(argv[a]);
+        if (b < sizeof(float) * (size_t)n || b / sizeof(float) > INT_MAX || nsizes == MAX_SIZES) {
+            if (rank == 0) fprintf(stderr, "%s: bad or too many sizes at '%s' (at least one float a rank)\n", prog, argv[a]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        sizes[nsizes++] = b;
+    }
+    if (*coll < 0 || nsizes == 0) {
+        if (rank == 0) {
+            fprintf(stderr, "usage: %s -c ", prog);
+            for (int k = 0; k < nnames; k++) fprintf(stderr, "%s%s", k ? "|" : "", names[k]);
+            fprintf(stderr, " [-w W] [-i I] SIZE...\n");
+        }
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return nsizes;
 }
 
 /* Sums every rank's count of wrong elements on rank 0, which prints the size's line
