@@ -10,10 +10,11 @@
 #   host jitccl's own choice);
 # - OpenMPI: benches/mpi/ (allreduce.c, spread.c, moves.c) under `mpirun --mca pml ob1
 #   --mca btl self,tcp` (TCP within a host too), btl_tcp_if_include and oob_tcp_if_include
-#   pinned to the hosts' subnet, ranks not bound to cores (nor are the other sides'). mpirun runs in the bridge's namespace, which has an
-#   address on the bridge, and starts its daemons in the hosts' namespaces through
-#   benches/netns_rsh.sh (`--mca plm_rsh_agent`, a hostfile of the namespaces' names), as
-#   it would start them on other machines over ssh;
+#   pinned to the hosts' subnet, ranks not bound to cores (nor are the other sides').
+#   mpirun runs in the bridge's namespace, which has an address on the bridge, and starts
+#   its daemons in the hosts' namespaces through benches/netns_rsh.sh (`--mca
+#   plm_rsh_agent`, a hostfile of the namespaces' names), as it would start them on other
+#   machines over ssh;
 # - Gloo: torch.distributed on CPU tensors (benches/torch/gloo_perf.py in the PyTorch chroot
 #   of scripts/setup-torch.sh), GLOO_SOCKET_IFNAME pinned to the host's link.
 #
@@ -21,11 +22,12 @@
 # a barrier, then each call waited for; the figure is the slowest rank's time per call, and
 # each run checks one call's results (a wrong element ends the bench). Sizes count bytes as
 # nccl-tests do (AllGather's output, ReduceScatter's and AlltoAll's input), rounded up to
-# a whole float per rank. The sides alternate within each round (the first side rotating
-# from round to round), so a phase of the machine's load hits all of them; each figure is
-# the median of the rounds with the spread of the times around it (min..max, in % of it),
-# and the ratio is jitccl's median over the peer's (<= 1.00: jitccl at least as fast). The
-# machine's load average (1 min) is sampled before every run and shown per table.
+# a whole float per rank. Each round runs every side in turn (the first side rotating from
+# round to round; Gloo's collectives all from one start of PyTorch, which takes seconds), so
+# a phase of the machine's load hits all of them; each figure is the median of the rounds
+# with the spread of the times around it (min..max, in % of it), and the ratio is jitccl's
+# median over the peer's (<= 1.00: jitccl at least as fast). The machine's load average
+# (1 min) is sampled before every run and shown per table.
 #
 # Usage: benches/peers.sh [SIZE...]     (default sizes: 8 64K 1M 16M; FULL=1: 8 B to 256 MiB
 #                                        by 8x, and 256 MiB)
@@ -198,17 +200,20 @@ run_jitccl() { # coll h l bytes iters log
   wait
   awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $9 }' "$6.0"
 }
-run_gloo() { # coll h l "bytes:warmup:iters..." log
-  local r rel=$target/release
+run_gloo() { # h l "coll:bytes:warmup:iters..." log
+  local r
   next_port
-  for ((r = 0; r < $2 * $3; r++)); do
-    # shellcheck disable=SC2046,SC2086 # one word per variable, per size
-    timeout "$limit" ip netns exec "$tag-$((r / $3))" env $(rank_env "$r" "$2" "$3" "$port") GLOO_SOCKET_IFNAME=net0 \
+  for ((r = 0; r < $1 * $2; r++)); do
+    # shellcheck disable=SC2046,SC2086 # one word per variable, per run
+    timeout "$limit" ip netns exec "$tag-$((r / $2))" env $(rank_env "$r" "$1" "$2" "$port") GLOO_SOCKET_IFNAME=net0 \
       USE_LIBUV=0 PYTHONDONTWRITEBYTECODE=1 \
-      bash scripts/setup-torch.sh run python3 benches/torch/gloo_perf.py "$1" $4 >"$5.$r" 2>&1 &
+      bash scripts/setup-torch.sh run python3 benches/torch/gloo_perf.py $3 >"$4.$r" 2>&1 &
   done
   wait
-  awk '$1 ~ /^[0-9]+$/ && NF >= 7 { print $1, $2, $5 }' "$5.0"
+}
+# The "bytes time_us wrong" lines of one collective in a run of gloo_perf.py.
+gloo_rows() { # coll log
+  awk -v c="$1" '$1 == "#" && $2 == "torch.distributed" { cur = $3 } cur == c && $1 ~ /^[0-9]+$/ && NF >= 7 { print $1, $2, $5 }' "$2"
 }
 
 # --- the rounds ------------------------------------------------------------------------
@@ -276,20 +281,26 @@ for h in $hosts_list; do
       for round in $(seq 1 "$rounds"); do
         # The first side rotates from round to round.
         order=$(awk -v r="$round" -v k="$nside" '{ for (i = 0; i < k; i++) printf "%s ", $((i + r - 1) % k + 1) }' <<<"$sides")
-        for coll in $colls; do
-          for side in $order; do
-            base=$logs/$side-h$h-l$l-$rate-$coll.$round
-            if [ "$side" = gloo ]; then
-              runs=""
+        for side in $order; do
+          if [ "$side" = gloo ]; then
+            # One start of PyTorch for all the collectives of the round.
+            base=$logs/gloo-h$h-l$l-$rate.$round runs=""
+            for coll in $colls; do
               for s in "$@"; do
                 b=$(bytes_for "$coll" "$s" "$n") i=$(iters_at "$b")
-                runs+="$b:$((i / 5 + 1)):$i "
+                runs+="$coll:$b:$((i / 5 + 1)):$i "
               done
-              ld=$(load)
-              record "$h" "$l" "$rate" "$coll" gloo "$round" "$ld" $# "$base.log" < <(run_gloo "$coll" "$h" "$l" "$runs" "$base.log")
-              continue
-            fi
+            done
+            ld=$(load)
+            run_gloo "$h" "$l" "$runs" "$base.log"
+            for coll in $colls; do
+              record "$h" "$l" "$rate" "$coll" gloo "$round" "$ld" $# "$base.log" < <(gloo_rows "$coll" "$base.log.0")
+            done
+            continue
+          fi
+          for coll in $colls; do
             for s in "$@"; do
+              base=$logs/$side-h$h-l$l-$rate-$coll.$round
               b=$(bytes_for "$coll" "$s" "$n") i=$(iters_at "$b") ld=$(load)
               record "$h" "$l" "$rate" "$coll" "$side" "$round" "$ld" 1 "$base-$b.log" \
                 < <("run_$side" "$coll" "$h" "$l" "$b" "$i" "$base-$b.log")

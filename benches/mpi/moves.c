@@ -66,19 +66,14 @@ int main(int argc, char **argv) {
     size_t sizes[MAX_SIZES];
     int nsizes = parse_command(argc, argv, rank, n, "moves", names, 5, &k, &warmup, &iters, sizes);
     enum coll c = (enum coll)k;
-    size_t max_all = 0;
-    for (int s = 0; s < nsizes; s++)
-        if (sizes[s] / sizeof(float) > max_all) max_all = sizes[s] / sizeof(float);
-    float *send = malloc(max_all * sizeof(float));
-    float *recv = malloc(max_all * sizeof(float));
+    float *send, *recv;
+    alloc_buffers(sizes, nsizes, rank, "moves", &send, &recv);
     counts = malloc(n * sizeof(int));
     displs = malloc(n * sizeof(int));
-    if (!send || !recv || !counts || !displs) {
-        fprintf(stderr, "moves: rank %d cannot allocate 2 x %zu bytes\n", rank, max_all * sizeof(float));
+    if (!counts || !displs) {
+        fprintf(stderr, "moves: rank %d cannot allocate its counts\n", rank);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    memset(send, 0, max_all * sizeof(float));
-    memset(recv, 0, max_all * sizeof(float));
     if (rank == 0) {
         const char *names[] = {"MPI_Alltoall", "MPI_Alltoallv", "MPI_Gather", "MPI_Scatter", "MPI_Sendrecv"};
         printf("# %s float, out-of-place, %d ranks, root 0\n", names[c], n);

@@ -75,18 +75,8 @@ int main(int argc, char **argv) {
     size_t sizes[MAX_SIZES];
     int nsizes = parse_command(argc, argv, rank, n, "spread", names, 3, &k, &warmup, &iters, sizes);
     enum coll c = (enum coll)k;
-    size_t max_all = 0;
-    for (int s = 0; s < nsizes; s++)
-        if (sizes[s] / sizeof(float) > max_all) max_all = sizes[s] / sizeof(float);
-    float *send = malloc(max_all * sizeof(float));
-    float *recv = malloc(max_all * sizeof(float));
-    if (!send || !recv) {
-        fprintf(stderr, "spread: rank %d cannot allocate 2 x %zu bytes\n", rank, max_all * sizeof(float));
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    /* Touch every page now, so that page faults stay out of the timed loop. */
-    memset(send, 0, max_all * sizeof(float));
-    memset(recv, 0, max_all * sizeof(float));
+    float *send, *recv;
+    alloc_buffers(sizes, nsizes, rank, "spread", &send, &recv);
     if (rank == 0) {
         const char *names[] = {"MPI_Allgather", "MPI_Reduce_scatter_block sum", "MPI_Bcast"};
         printf("# %s float, %d ranks, root 0\n", names[c], n);
