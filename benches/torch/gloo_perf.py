@@ -1,11 +1,13 @@
 """Gloo yardstick for `jitccl perf`: one rank of torch.distributed on the "gloo" backend
-(CPU tensors, float32) timing one collective at a list of sizes, printing one line per size
-in the units and layout of benches/mpi/'s programs. benches/peers.sh starts its ranks (in
-the chroot of scripts/setup-torch.sh, torchrun's environment, GLOO_SOCKET_IFNAME pinned).
+(CPU tensors, float32) timing collectives at a list of sizes, printing one line per size
+in the units and layout of benches/mpi/'s programs, under a header line per collective
+("# torch.distributed COLL on gloo ..."). benches/peers.sh starts its ranks (in the chroot
+of scripts/setup-torch.sh, torchrun's environment, GLOO_SOCKET_IFNAME pinned); one start
+serves every collective, as PyTorch takes seconds to start.
 
-    python3 gloo_perf.py COLL SIZE:WARMUP:ITERS...
+    python3 gloo_perf.py COLL:SIZE:WARMUP:ITERS...
 
-COLL: all_reduce (SUM, in place), all_gather (all_gather_into_tensor), reduce_scatter
+each a collective at one size, in that order. COLL: all_reduce (SUM, in place), all_gather (all_gather_into_tensor), reduce_scatter
 (reduce_scatter_tensor, SUM), broadcast (root 0, in place) or all_to_all
 (all_to_all_single). SIZE counts bytes as `jitccl perf` and nccl-tests do: AllGather's whole
 output, ReduceScatter's and AlltoAll's whole input (n blocks), the buffer otherwise.
@@ -97,39 +99,42 @@ class Case:
 
 
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in COLLS:
-        sys.exit(f"usage: gloo_perf.py {'|'.join(COLLS)} SIZE:WARMUP:ITERS...")
-    coll = sys.argv[1]
-    runs = [tuple(int(x) for x in a.split(":")) for a in sys.argv[2:]]
+    runs = [a.split(":") for a in sys.argv[1:]]
+    if not runs or any(len(r) != 4 or r[0] not in COLLS or not all(x.isdigit() for x in r[1:]) for r in runs):
+        sys.exit(f"usage: gloo_perf.py COLL:SIZE:WARMUP:ITERS... (COLL: {', '.join(COLLS)})")
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
-    if rank == 0:
-        print(f"# torch.distributed {coll} on gloo, float32, {n} ranks (torch {torch.__version__})")
-        print(f"# {'size(B)':>12} {'time(us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>8} {'warmup':>6} {'iters':>6}")
-    failed = False
-    for nbytes, warmup, iters in runs:
-        case = Case(coll, nbytes, rank, n)
-        if case.count == 0:
-            sys.exit(f"gloo_perf: {nbytes} B is less than one float a rank at {n} ranks")
-        for _ in range(warmup):
-            case.call()
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            case.call()
-        # The slowest rank's time, and every rank's wrong elements, summed.
-        stats = torch.tensor([(time.perf_counter() - start) * 1e6 / iters], dtype=torch.float64)
-        dist.all_reduce(stats, op=dist.ReduceOp.MAX)
-        wrong = torch.tensor([case.wrong()], dtype=torch.int64)
-        dist.all_reduce(wrong)
-        us, wrong = stats.item(), wrong.item()
-        failed |= wrong != 0
-        if rank == 0:
-            algbw = case.bytes / us / 1e3
-            print(f"  {case.bytes:12d} {us:10.2f} {algbw:8.2f} {algbw * case.bus_factor():8.2f} {wrong:8d} "
-                  f"{warmup:6d} {iters:6d}", flush=True)
+    failed, last = False, None
+    for coll, nbytes, warmup, iters in runs:
+        if rank == 0 and coll != last:
+            print(f"# torch.distributed {coll} on gloo, float32, {n} ranks (torch {torch.__version__})")
+            print(f"# {'size(B)':>12} {'time(us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>8} {'warmup':>6} {'iters':>6}")
+        last = coll
+        failed |= measure(Case(coll, int(nbytes), rank, n), int(warmup), int(iters)) != 0
     dist.destroy_process_group()
     sys.exit(1 if failed else 0)
+
+
+def measure(case: Case, warmup: int, iters: int) -> int:
+    """Times `case` and prints its line on rank 0; returns its wrong elements over all ranks."""
+    if case.count == 0:
+        sys.exit(f"gloo_perf: {case.coll} at {case.n} ranks needs at least {4 * case.n} B")
+    for _ in range(warmup):
+        case.call()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        case.call()
+    # The slowest rank's time, and every rank's wrong elements, summed.
+    us = torch.tensor([(time.perf_counter() - start) * 1e6 / iters], dtype=torch.float64)
+    dist.all_reduce(us, op=dist.ReduceOp.MAX)
+    wrong = torch.tensor([case.wrong()], dtype=torch.int64)
+    dist.all_reduce(wrong)
+    if case.rank == 0:
+        algbw = case.bytes / us.item() / 1e3
+        print(f"  {case.bytes:12d} {us.item():10.2f} {algbw:8.2f} {algbw * case.bus_factor():8.2f} {wrong.item():8d} "
+              f"{warmup:6d} {iters:6d}", flush=True)
+    return wrong.item()
 
 
 if __name__ == "__main__":
