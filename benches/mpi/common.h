@@ -45,10 +45,11 @@ static int parse_count(int argc, char **argv, int *a, int rank, const char *prog
 
 /* Reads "-c NAME [-w W] [-i I] SIZE..." for a program of several collectives: NAME's index
  * in `names` into *coll, the counts as parse_count does, and every SIZE (at least one float
- * for each of the n ranks, at most INT_MAX floats, at most MAX_SIZES of them) into `sizes`;
- * returns how many sizes. A wrong command line ends every rank, the usage said once. */
+ * for each of the n ranks where split[*coll] says the collective splits its buffer among
+ * them, else one float; at most INT_MAX floats and MAX_SIZES sizes) into `sizes`; returns
+ * how many sizes. A wrong command line ends every rank, the usage said once. */
 static inline int parse_command(int argc, char **argv, int rank, int n, const char *prog, const char *const *names,
-                                int nnames, int *coll, int *warmup, int *iters, size_t *sizes) {
+                                const int *split, int nnames, int *coll, int *warmup, int *iters, size_t *sizes) {
     int nsizes = 0;
     *coll = -1;
     for (int a = 1; a < argc; a++) {
@@ -61,12 +62,17 @@ static inline int parse_command(int argc, char **argv, int rank, int n, const ch
         }
         if (parse_count(argc, argv, &a, rank, prog, warmup, iters)) continue;
         size_t b = parse_size(argv[a]);
-        if (b < sizeof(float) * (size_t)n || b / sizeof(float) > INT_MAX || nsizes == MAX_SIZES) {
-            if (rank == 0) fprintf(stderr, "%s: bad or too many sizes at '%s' (at least one float a rank)\n", prog, argv[a]);
+        if (b < sizeof(float) || b / sizeof(float) > INT_MAX || nsizes == MAX_SIZES) {
+            if (rank == 0) fprintf(stderr, "%s: bad or too many sizes at '%s'\n", prog, argv[a]);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
         sizes[nsizes++] = b;
     }
+    for (int s = 0; *coll >= 0 && split[*coll] && s < nsizes; s++)
+        if (sizes[s] < sizeof(float) * (size_t)n) {
+            if (rank == 0) fprintf(stderr, "%s: %s needs at least one float a rank (%zu B)\n", prog, names[*coll], sizes[s]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
     if (*coll < 0 || nsizes == 0) {
         if (rank == 0) {
             fprintf(stderr, "usage: %s -c ", prog);

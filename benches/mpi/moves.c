@@ -62,9 +62,10 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     /* In the order of enum coll. */
     const char *const names[] = {"all_to_all", "all_to_allv", "gather", "scatter", "sendrecv"};
+    const int split[] = {1, 1, 1, 1, 1};
     int warmup = 20, iters = 100, k;
     size_t sizes[MAX_SIZES];
-    int nsizes = parse_command(argc, argv, rank, n, "moves", names, 5, &k, &warmup, &iters, sizes);
+    int nsizes = parse_command(argc, argv, rank, n, "moves", names, split, 5, &k, &warmup, &iters, sizes);
     enum coll c = (enum coll)k;
     float *send, *recv;
     alloc_buffers(sizes, nsizes, rank, "moves", &send, &recv);

@@ -71,9 +71,10 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     /* In the order of enum coll. */
     const char *const names[] = {"all_gather", "reduce_scatter", "broadcast"};
+    const int split[] = {1, 1, 0};
     int warmup = 20, iters = 100, k;
     size_t sizes[MAX_SIZES];
-    int nsizes = parse_command(argc, argv, rank, n, "spread", names, 3, &k, &warmup, &iters, sizes);
+    int nsizes = parse_command(argc, argv, rank, n, "spread", names, split, 3, &k, &warmup, &iters, sizes);
     enum coll c = (enum coll)k;
     float *send, *recv;
     alloc_buffers(sizes, nsizes, rank, "spread", &send, &recv);

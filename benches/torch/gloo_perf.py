@@ -7,9 +7,9 @@ serves every collective, as PyTorch takes seconds to start.
 
     python3 gloo_perf.py COLL:SIZE:WARMUP:ITERS...
 
-each a collective at one size, in that order. COLL: all_reduce (SUM, in place), all_gather (all_gather_into_tensor), reduce_scatter
-(reduce_scatter_tensor, SUM), broadcast (root 0, in place) or all_to_all
-(all_to_all_single). SIZE counts bytes as `jitccl perf` and nccl-tests do: AllGather's whole
+each a collective at one size, in that order. COLL: all_reduce (SUM, in place), all_gather
+(all_gather_into_tensor), reduce_scatter (reduce_scatter_tensor, SUM), broadcast (root 0,
+in place) or all_to_all (all_to_all_single). SIZE counts bytes as `jitccl perf` and nccl-tests do: AllGather's whole
 output, ReduceScatter's and AlltoAll's whole input (n blocks), the buffer otherwise.
 
 Rank 0 prints, per size:  bytes  time_us  algbw_GBps  busbw_GBps  wrong  warmup  iters
