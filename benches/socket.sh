@@ -31,12 +31,8 @@ die() { echo "socket.sh: $*" >&2; exit 1; }
 command -v mpicc >/dev/null && command -v mpirun >/dev/null ||
   die "mpicc/mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)"
 
-# Bytes of a size with a K/M/G suffix (powers of 1024, as jitccl and nccl-tests read them).
-to_bytes() { numfmt --from=iec "$1" 2>/dev/null || die "bad size '$1' (expected e.g. 8, 64K, 16M)"; }
-# Iterations per run: enough to average a small call's noise, few for hundreds of MiB.
-iters_for() {
-  if [ "$1" -le 65536 ]; then echo 1000; elif [ "$1" -le $((2 << 20)) ]; then echo 100; elif [ "$1" -le $((32 << 20)) ]; then echo 10; else echo 3; fi
-}
+# shellcheck source=benches/rounds.sh
+. "$root/benches/rounds.sh"
 
 logs=$target/socket-bench
 mkdir -p "$logs"
@@ -82,14 +78,8 @@ for n in $nranks_list; do
       done
     done
     # median and spread per side, from this row's samples
-    awk -F'\t' -v n="$n" -v b="$b" -v sides="$sides" '
+    awk -F'\t' -v n="$n" -v b="$b" -v sides="$sides" "$stats_awk"'
       $1 == n && $2 == b { t[$3] = t[$3] " " $5 }
-      function stats(list,   a, k, m, i, j, x) {
-        k = split(list, a, " ")
-        for (i = 2; i <= k; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { x = a[j]; a[j] = a[j - 1]; a[j - 1] = x }
-        m = a[int((k + 1) / 2)]
-        return sprintf("%.1f %+.0f..%+.0f%%", m, 100 * (a[1] / m - 1), 100 * (a[k] / m - 1))
-      }
       END {
         split(stats(t["mpi"]), p, " "); printf "  %2s %9s | %10s %11s |", n, b, p[1], p[2]
         ns = split(sides, s, " ")

@@ -60,48 +60,21 @@ int main(int argc, char **argv) {
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    int warmup = 20, iters = 100, have_coll = 0;
-    enum coll c = ALLTOALL;
-    size_t sizes[64];
-    int nsizes = 0;
-    for (int a = 1; a < argc; a++) {
-        if (!strcmp(argv[a], "-c") && a + 1 < argc) {
-            const char *s = argv[++a];
-            have_coll = 1;
-            if (!strcmp(s, "all_to_all")) c = ALLTOALL;
-            else if (!strcmp(s, "all_to_allv")) c = ALLTOALLV;
-            else if (!strcmp(s, "sendrecv")) c = SENDRECV;
-            else if (!strcmp(s, "gather")) c = GATHER;
-            else if (!strcmp(s, "scatter")) c = SCATTER;
-            else have_coll = 0;
-            continue;
-        }
-        if (parse_count(argc, argv, &a, rank, "moves", &warmup, &iters)) continue;
-        size_t b = parse_size(argv[a]);
-        if (b < sizeof(float) * (size_t)n || b / sizeof(float) > INT_MAX || nsizes == 64) {
-            if (rank == 0) fprintf(stderr, "moves: bad or too many sizes at '%s' (at least one float a rank)\n", argv[a]);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-        sizes[nsizes++] = b;
-    }
-    if (!have_coll || nsizes == 0) {
-        if (rank == 0)
-            fprintf(stderr, "usage: moves -c all_to_all|all_to_allv|gather|scatter|sendrecv [-w W] [-i I] SIZE...\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    size_t max_all = 0;
-    for (int s = 0; s < nsizes; s++)
-        if (sizes[s] / sizeof(float) > max_all) max_all = sizes[s] / sizeof(float);
-    float *send = malloc(max_all * sizeof(float));
-    float *recv = malloc(max_all * sizeof(float));
+    /* In the order of enum coll. */
+    const char *const names[] = {"all_to_all", "all_to_allv", "gather", "scatter", "sendrecv"};
+    const int split[] = {1, 1, 1, 1, 1};
+    int warmup = 20, iters = 100, k;
+    size_t sizes[MAX_SIZES];
+    int nsizes = parse_command(argc, argv, rank, n, "moves", names, split, 5, &k, &warmup, &iters, sizes);
+    enum coll c = (enum coll)k;
+    float *send, *recv;
+    alloc_buffers(sizes, nsizes, rank, "moves", &send, &recv);
     counts = malloc(n * sizeof(int));
     displs = malloc(n * sizeof(int));
-    if (!send || !recv || !counts || !displs) {
-        fprintf(stderr, "moves: rank %d cannot allocate 2 x %zu bytes\n", rank, max_all * sizeof(float));
+    if (!counts || !displs) {
+        fprintf(stderr, "moves: rank %d cannot allocate its counts\n", rank);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    memset(send, 0, max_all * sizeof(float));
-    memset(recv, 0, max_all * sizeof(float));
     if (rank == 0) {
         const char *names[] = {"MPI_Alltoall", "MPI_Alltoallv", "MPI_Gather", "MPI_Scatter", "MPI_Sendrecv"};
         printf("# %s float, out-of-place, %d ranks, root 0\n", names[c], n);
