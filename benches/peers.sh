@@ -107,7 +107,7 @@ if [[ " $sides " == *" mpi "* ]]; then
     mpicc -O2 -o "$logs/$p" "benches/mpi/$p.c" || die "mpicc failed on benches/mpi/$p.c"
   done
 fi
-cargo build --release --quiet -p jitccl || die "cargo build failed"
+cargo build --release --quiet -p jitccl-cli || die "cargo build failed"
 if [[ " $sides " == *" gloo "* ]]; then
   bash scripts/setup-torch.sh >/dev/null || die "scripts/setup-torch.sh failed (Gloo needs its chroot)"
 fi
