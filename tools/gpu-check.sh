@@ -159,6 +159,18 @@ stage_net() {
     env JITCCL_TRANSPORT=net timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 1M -f 8 -n 3 -w 1
 }
 
+stage_wire() {
+  # Two ranks on one GPU share memory, where a wire format runs exactly unless told to encode:
+  # JITCCL_WIRE_LOCAL=encode times the wired kernels beside the exact ones (perf checks each
+  # result against the wire's bound and the same bits on every rank).
+  local w
+  for w in exact bf16 fp8e4m3 int8; do
+    step "wire $w: AllReduce f32, 2 ranks on GPU 0, encoded on every hop" \
+      env JITCCL_WIRE_LOCAL=encode timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 \
+      --wire "$w" -b 1M -e 256M -f 4 -n 5 -w 2
+  done
+}
+
 stage_failures() {
   step "a rank that never arrives is Error::Timeout, not a hang" \
     timeout 120 "$out/cuda-tests" --exact gpu_a_rank_that_never_arrives_is_a_timeout
@@ -278,7 +290,7 @@ source "$root/tools/gpu-check-perf.sh"
 source "$root/tools/gpu-check-nccl.sh"
 
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net failures perf points channels tune capi
+STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net wire failures perf points channels tune capi
   torch nccl_side)
 
 run() {
