@@ -14,6 +14,17 @@ two_hosts_up() {
         ip -n "${tag}$n" addr add "198.18.0.$i/24" dev veth0
         ip -n "${tag}$n" link set veth0 up
     done
+    # The link's state turns up asynchronously (the kernel's link watch): a program started
+    # before then finds no usable interface (libfabric's tcp provider offers none).
+    for i in $(seq 50); do
+        if ip -n "${tag}a" -o link show veth0 | grep -q "state UP" &&
+            ip -n "${tag}b" -o link show veth0 | grep -q "state UP"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "two_hosts_up: veth0 of ${tag}a/${tag}b not up within 5 s" >&2
+    return 1
 }
 
 two_hosts_down() {

@@ -14,7 +14,12 @@
 
 use half::bf16;
 use jitccl::reference::{window_max, wire_bound, wire_terms};
-use jitccl::{Algorithm, Comm, Config, Device, DeviceBuffer, Error, Op, Protocol, Stream, Wire, WireLocal};
+use jitccl::{Algorithm, Comm, Config, Device, DeviceBuffer, Error, Op, Protocol, Wire, WireLocal};
+
+#[allow(dead_code)] // this binary uses part of it
+#[path = "common/world.rs"]
+mod world;
+use world::{hosts, World};
 
 /// Counts: zero, one, a prime, one that is no multiple of a block or a step.
 const COUNTS: &[usize] = &[0, 1, 61, 1031];
@@ -27,61 +32,17 @@ const WIRES: &[Wire] = &[
     Wire::Int8 { block: 128 },
 ];
 
-struct World {
-    comms: Vec<Comm>,
-    streams: Vec<Stream>,
-}
-
 /// `n` ranks as threads with `cfg`, encoding within the host unless `cfg` says otherwise.
 fn world_with(n: usize, cfg: Config) -> World {
     world_as(n, Config { wire_local: cfg.wire_local.or(Some(WireLocal::Encode)), ..cfg })
 }
 
 fn world_as(n: usize, cfg: Config) -> World {
-    let cfg = Config {
-        nchannels: Some(2),
-        slot_bytes: Some([256, 64, 256]),
-        timeout: Some(std::time::Duration::from_secs(60)),
-        ..cfg
-    };
-    let comms = Comm::init_all_on(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg).expect("init");
-    let streams = comms.iter().map(|c| c.device().stream().unwrap()).collect();
-    World { comms, streams }
+    world::world_with(&hosts(n), &Config { nchannels: Some(2), slot_bytes: Some([256, 64, 256]), ..cfg })
 }
 
 fn world(n: usize) -> World {
     world_with(n, Config::default())
-}
-
-impl World {
-    /// `f(rank, comm)` on every rank at once: what each gives.
-    fn on_all<R: Send>(&self, f: impl Fn(usize, &Comm) -> R + Sync) -> Vec<R> {
-        std::thread::scope(|s| {
-            let f = &f;
-            let hs: Vec<_> = self.comms.iter().enumerate().map(|(r, c)| s.spawn(move || f(r, c))).collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    }
-
-    /// `f(rank, comm, stream)` on every rank at once, then every stream synchronized.
-    fn run(&self, f: impl Fn(usize, &Comm, &Stream) -> jitccl::Result<()> + Sync) {
-        std::thread::scope(|s| {
-            let f = &f;
-            let hs: Vec<_> = self
-                .comms
-                .iter()
-                .zip(&self.streams)
-                .enumerate()
-                .map(|(r, (c, st))| s.spawn(move || f(r, c, st)))
-                .collect();
-            for h in hs {
-                h.join().unwrap().unwrap();
-            }
-        });
-        for s in &self.streams {
-            s.synchronize().unwrap();
-        }
-    }
 }
 
 /// SplitMix64: reproducible inputs.
@@ -165,7 +126,7 @@ fn all_reduce_is_within_each_wires_bound_and_bit_identical_at_1_to_8_ranks() {
         for &wire in WIRES {
             for &count in COUNTS {
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, true)).collect();
-                let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let send: Vec<_> = w.alloc_from(&xs);
                 let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect();
                 w.run(|r, c, s| c.wired(wire).all_reduce(&send[r], &recv[r], count, Op::Sum, s));
                 let outs = read(&recv);
@@ -214,7 +175,7 @@ fn all_reduce_in_place_and_avg() {
     let (n, count, wire) = (4, 1031, Wire::Int8 { block: 64 });
     let w = world(n);
     let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, false)).collect();
-    let bufs: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+    let bufs: Vec<_> = w.alloc_from(&xs);
     w.run(|r, c, s| c.wired(wire).all_reduce(&bufs[r], &bufs[r], count, Op::Avg, s));
     let outs = read(&bufs);
     assert_eq!(identical(&outs), None);
@@ -231,7 +192,7 @@ fn the_bf16_wire_beats_summing_in_bf16_at_8_ranks() {
     let w = world_with(n, Config { algo: Some(Algorithm::Ring), proto: Some(Protocol::Simple), ..Config::default() });
     let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, false)).collect();
     let want = exact_sum(&xs, count);
-    let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+    let send: Vec<_> = w.alloc_from(&xs);
     let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect();
     w.run(|r, c, s| c.wired(Wire::Bf16).all_reduce(&send[r], &recv[r], count, Op::Sum, s));
     let wired = recv[0].to_vec();
@@ -260,7 +221,7 @@ fn the_other_ring_collectives_carry_wires() {
                     |coll: &str, p: Option<String>| failures.extend(p.map(|p| format!("{coll}, {what}: {p}")));
                 // ReduceScatter: block r of the sums lands on rank r.
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count * n, true)).collect();
-                let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let send: Vec<_> = w.alloc_from(&xs);
                 let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect();
                 w.run(|r, c, s| c.wired(wire).reduce_scatter(&send[r], &recv[r], count, Op::Sum, s));
                 let sums = exact_sum(&xs, count * n);
@@ -270,7 +231,7 @@ fn the_other_ring_collectives_carry_wires() {
                 }
                 // Reduce to the last rank.
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, true)).collect();
-                let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let send: Vec<_> = w.alloc_from(&xs);
                 let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect();
                 w.run(|r, c, s| c.wired(wire).reduce(&send[r], &recv[r], count, Op::Sum, n - 1, s));
                 fail("reduce", outside_bound(wire, n, &xs, &recv[n - 1].to_vec(), &exact_sum(&xs, count)));
@@ -286,7 +247,7 @@ fn the_other_ring_collectives_carry_wires() {
                 // Broadcast from rank 1 (or 0), in place on every rank: the root keeps the
                 // decoding too.
                 let root = 1 % n;
-                let bufs: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let bufs: Vec<_> = w.alloc_from(&xs);
                 w.run(|r, c, s| c.wired(wire).broadcast(&bufs[r], &bufs[r], count, root, s));
                 let outs = read(&bufs);
                 fail("broadcast", once(&outs[0], &xs[root]).or_else(|| identical(&outs)));
@@ -334,7 +295,7 @@ fn the_communicators_default_applies_where_it_fits() {
     let (n, count) = (3, 61);
     let w = world_with(n, Config { wire: Some(Wire::Bf16), ..Config::default() });
     let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, false)).collect();
-    let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+    let send: Vec<_> = w.alloc_from(&xs);
     let [by_default, asked, exact] =
         [(); 3].map(|_| w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect::<Vec<_>>());
     w.run(|r, c, s| c.all_reduce(&send[r], &by_default[r], count, Op::Sum, s));
@@ -378,7 +339,7 @@ fn calls_a_wire_cannot_carry_are_refused() {
     s.synchronize().unwrap();
     // Tree and LL forced: the wire still runs, on the tree with Simple.
     let xs: Vec<Vec<f32>> = (0..2).map(|r| inputs(r, 61, false)).collect();
-    let bufs: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+    let bufs: Vec<_> = w.alloc_from(&xs);
     w.run(|r, c, s| c.wired(Wire::Fp16).all_reduce(&bufs[r], &bufs[r], 61, Op::Sum, s));
     assert_eq!(outside_bound(Wire::Fp16, 2, &xs, &bufs[1].to_vec(), &exact_sum(&xs, 61)), None);
 }
@@ -450,7 +411,7 @@ fn within_one_host_wired_calls_run_exactly_unless_asked_to_encode() {
     let bits = |b: &DeviceBuffer<f32>| b.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     for local in [None, Some(WireLocal::Encode)] {
         let w = world_as(n, Config { algo: Some(Algorithm::Ring), wire_local: local, ..Config::default() });
-        let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+        let send: Vec<_> = w.alloc_from(&xs);
         let [exact, wired] =
             [(); 2].map(|_| w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect::<Vec<_>>());
         w.run(|r, c, s| c.all_reduce(&send[r], &exact[r], count, Op::Sum, s));
@@ -495,7 +456,7 @@ fn default_from_the_environment() {
     let (n, count) = (2, 61);
     let w = world(n);
     let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, false)).collect();
-    let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+    let send: Vec<_> = w.alloc_from(&xs);
     let [by_default, asked] =
         [(); 2].map(|_| w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect::<Vec<_>>());
     w.run(|r, c, s| c.all_reduce(&send[r], &by_default[r], count, Op::Sum, s));
@@ -514,7 +475,7 @@ fn point_to_point_carries_a_wire() {
         for wire in [Wire::Bf16, Wire::Int8 { block: 32 }] {
             for &count in COUNTS {
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count, true)).collect();
-                let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let send: Vec<_> = w.alloc_from(&xs);
                 let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect();
                 w.run(|r, c, s| {
                     c.wired(wire).sendrecv(&send[r], count, (r + 1) % n, &recv[r], count, (r + n - 1) % n, s)
@@ -552,7 +513,7 @@ fn all_to_all_carries_a_wire() {
             };
             for &count in COUNTS {
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, count * n, true)).collect();
-                let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+                let send: Vec<_> = w.alloc_from(&xs);
                 let recv: Vec<_> = w.comms.iter().map(|c| c.device().alloc::<f32>(count * n).unwrap()).collect();
                 w.run(|r, c, s| c.wired(wire).all_to_all(&send[r], &recv[r], count, s));
                 for (r, out) in read(&recv).iter().enumerate() {
@@ -572,7 +533,7 @@ fn all_to_all_carries_a_wire() {
             let plan: Vec<(Vec<usize>, Vec<usize>)> =
                 (0..n).map(|r| ((0..n).map(|q| size(r, q)).collect(), (0..n).map(|q| size(q, r)).collect())).collect();
             let xs: Vec<Vec<f32>> = (0..n).map(|r| inputs(r, plan[r].0.iter().sum(), true)).collect();
-            let send: Vec<_> = w.comms.iter().zip(&xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect();
+            let send: Vec<_> = w.alloc_from(&xs);
             let recv: Vec<_> =
                 w.comms.iter().zip(&plan).map(|(c, p)| c.device().alloc::<f32>(p.1.iter().sum()).unwrap()).collect();
             w.run(|r, c, s| {

@@ -14,9 +14,12 @@
 
 use jitccl::codegen::compile::nvrtc::nvrtc;
 use jitccl::codegen::{BuiltinOp, CudaArch, Generator, KernelSpec, RedOp, Target};
-use jitccl::{
-    Algorithm, Collective, Comm, Config, DataType, Device, DeviceBuffer, Op, Protocol, Stream, Wire, WireLocal,
-};
+use jitccl::{Algorithm, Collective, Config, DataType, Op, Protocol, Wire, WireLocal};
+
+#[allow(dead_code)] // this binary uses part of it
+#[path = "common/world.rs"]
+mod world;
+use world::{hosts, World};
 
 #[allow(dead_code, reason = "only its codec is used here; tests/examples.rs runs it")]
 #[path = "../examples/log8_wire.rs"]
@@ -117,62 +120,15 @@ fn round_trip(wire: Wire, v: f32) -> f32 {
 const COUNTS: &[usize] = &[0, 1, 61, 389];
 const WIRES: [Wire; 2] = [Wire::Custom(&SIXTEENTHS), Wire::Custom(&POW2)];
 
-struct World {
-    comms: Vec<Comm>,
-    streams: Vec<Stream>,
-}
-
 fn world(n: usize, algo: Option<Algorithm>) -> World {
     let cfg = Config {
         algo,
         nchannels: Some(2),
         slot_bytes: Some([256, 64, 256]),
-        timeout: Some(std::time::Duration::from_secs(60)),
         wire_local: Some(WireLocal::Encode),
         ..Config::default()
     };
-    let comms = Comm::init_all_on(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg).expect("init");
-    let streams = comms.iter().map(|c| c.device().stream().unwrap()).collect();
-    World { comms, streams }
-}
-
-impl World {
-    /// `f(comm)` on every rank at once: what each gives.
-    fn on_all<R: Send>(&self, f: impl Fn(&Comm) -> R + Sync) -> Vec<R> {
-        std::thread::scope(|s| {
-            let f = &f;
-            let hs: Vec<_> = self.comms.iter().map(|c| s.spawn(move || f(c))).collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    }
-
-    /// `f(rank, comm, stream)` on every rank at once, then every stream synchronized.
-    fn run(&self, f: impl Fn(usize, &Comm, &Stream) -> jitccl::Result<()> + Sync) {
-        std::thread::scope(|s| {
-            let f = &f;
-            let hs: Vec<_> = self
-                .comms
-                .iter()
-                .zip(&self.streams)
-                .enumerate()
-                .map(|(r, (c, st))| s.spawn(move || f(r, c, st)))
-                .collect();
-            for h in hs {
-                h.join().unwrap().unwrap();
-            }
-        });
-        for s in &self.streams {
-            s.synchronize().unwrap();
-        }
-    }
-
-    fn alloc_from(&self, xs: &[Vec<f32>]) -> Vec<DeviceBuffer<f32>> {
-        self.comms.iter().zip(xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect()
-    }
-
-    fn alloc(&self, count: usize) -> Vec<DeviceBuffer<f32>> {
-        self.comms.iter().map(|c| c.device().alloc::<f32>(count).unwrap()).collect()
-    }
+    world::world_with(&hosts(n), &cfg)
 }
 
 /// Element `j` of the world's `n` ranks' inputs: non-zero on rank `j % n` only, with a
@@ -236,12 +192,12 @@ fn all_reduce_gives_the_codecs_round_trip_on_every_rank() {
                         (0..count).map(|j| if n == 1 { xs[0][j] } else { round_trip(wire, sum(&xs, j)) }).collect();
                     let (send, recv) = if algo == Algorithm::Direct {
                         // Symmetric buffers, which every rank allocates at once.
-                        let sym = || w.on_all(|c| c.alloc_symmetric::<f32>(count).unwrap());
+                        let sym = || w.on_all(|_, c| c.alloc_symmetric::<f32>(count).unwrap());
                         let (send, recv) = (sym(), sym());
                         send.iter().zip(&xs).for_each(|(b, x)| b.copy_from_host(x).unwrap());
                         (send, recv)
                     } else {
-                        (w.alloc_from(&xs), w.alloc(count))
+                        (w.alloc_from(&xs), w.alloc::<f32>(count, &mut Vec::new()))
                     };
                     w.run(|r, c, s| c.wired(wire).all_reduce(&send[r], &recv[r], count, Op::Sum, s));
                     for (r, b) in recv.iter().enumerate() {
@@ -269,7 +225,7 @@ fn the_ring_sums_in_the_codecs_arithmetic() {
         let count = 389;
         let xs: Vec<Vec<f32>> =
             (0..n).map(|r| (0..count).map(|j| ((j * 31 + r * 17) % 97) as f32 / 41.0 - 1.1).collect()).collect();
-        let (send, recv) = (w.alloc_from(&xs), w.alloc(count));
+        let (send, recv) = (w.alloc_from(&xs), w.alloc::<f32>(count, &mut Vec::new()));
         w.run(|r, c, s| c.wired(wire).all_reduce(&send[r], &recv[r], count, Op::Sum, s));
         let outs: Vec<Vec<f32>> = recv.iter().map(|b| b.to_vec()).collect();
         for j in 0..count {
@@ -307,7 +263,7 @@ fn the_other_collectives_carry_the_codec() {
                 };
                 // ReduceScatter: block r of the sums lands on rank r.
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| sparse(r, n, count * n)).collect();
-                let (send, recv) = (w.alloc_from(&xs), w.alloc(count));
+                let (send, recv) = (w.alloc_from(&xs), w.alloc::<f32>(count, &mut Vec::new()));
                 w.run(|r, c, s| c.wired(wire).reduce_scatter(&send[r], &recv[r], count, Op::Sum, s));
                 for (r, b) in recv.iter().enumerate() {
                     let want: Vec<f32> = (r * count..(r + 1) * count)
@@ -317,7 +273,7 @@ fn the_other_collectives_carry_the_codec() {
                 }
                 // AllGather.
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| dense(r, count)).collect();
-                let (send, all) = (w.alloc_from(&xs), w.alloc(count * n));
+                let (send, all) = (w.alloc_from(&xs), w.alloc::<f32>(count * n, &mut Vec::new()));
                 w.run(|r, c, s| c.wired(wire).all_gather(&send[r], &all[r], count, s));
                 let want: Vec<f32> = xs.concat().into_iter().map(rt).collect();
                 for (r, b) in all.iter().enumerate() {
@@ -333,7 +289,7 @@ fn the_other_collectives_carry_the_codec() {
                 }
                 // AlltoAll: block q of rank r's input to rank q, the own block encoded too.
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| dense(r, count * n)).collect();
-                let (send, recv) = (w.alloc_from(&xs), w.alloc(count * n));
+                let (send, recv) = (w.alloc_from(&xs), w.alloc::<f32>(count * n, &mut Vec::new()));
                 w.run(|r, c, s| c.wired(wire).all_to_all(&send[r], &recv[r], count, s));
                 for (q, b) in recv.iter().enumerate() {
                     let want: Vec<f32> = xs
@@ -344,7 +300,7 @@ fn the_other_collectives_carry_the_codec() {
                 }
                 // Send/Recv around the ring.
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| dense(r, count)).collect();
-                let (send, recv) = (w.alloc_from(&xs), w.alloc(count));
+                let (send, recv) = (w.alloc_from(&xs), w.alloc::<f32>(count, &mut Vec::new()));
                 w.run(|r, c, s| {
                     c.wired(wire).sendrecv(&send[r], count, (r + 1) % n, &recv[r], count, (r + n - 1) % n, s)
                 });
@@ -368,7 +324,7 @@ fn codecs_of_one_name_but_other_code_do_not_share_a_kernel() {
     let send = w.alloc_from(&xs);
     assert_eq!(EIGHTHS.name, QUARTERS.name);
     for wire in [Wire::Custom(&EIGHTHS), Wire::Custom(&QUARTERS), Wire::Custom(&EIGHTHS)] {
-        let recv = w.alloc(count);
+        let recv = w.alloc::<f32>(count, &mut Vec::new());
         w.run(|r, c, s| c.wired(wire).all_reduce(&send[r], &recv[r], count, Op::Sum, s));
         let want: Vec<f32> = (0..count).map(|j| round_trip(wire, sum(&xs, j))).collect();
         assert_eq!(differs(&recv[0].to_vec(), &want), None, "{wire:?}");

@@ -47,6 +47,12 @@ pub fn world_on(devices: &[Device], algo: Algorithm, proto: Protocol, nchannels:
     world_with(devices, &cfg)
 }
 
+/// `n` host devices, one per rank.
+#[allow(dead_code)] // the host-only tests
+pub fn hosts(n: usize) -> Vec<Device> {
+    (0..n).map(Device::host).collect()
+}
+
 /// Ranks on `devices` (one each) made with `cfg` (and a 60 s timeout).
 pub fn world_with(devices: &[Device], cfg: &Config) -> World {
     let cfg = Config { timeout: Some(Duration::from_secs(60)), ..cfg.clone() };
@@ -106,6 +112,28 @@ impl World {
                 bufs
             }
         }
+    }
+
+    /// Rank r's buffer holding `xs[r]`.
+    #[allow(dead_code)] // the tests that post their own calls
+    pub fn alloc_from<T: RefElement>(&self, xs: &[Vec<T>]) -> Vec<DeviceBuffer<T>> {
+        self.comms.iter().zip(xs).map(|(c, x)| c.device().alloc_from(x).unwrap()).collect()
+    }
+
+    /// `f(rank, comm, stream)` on every rank at once, then every stream synchronized; any
+    /// rank's error fails the test.
+    #[allow(dead_code)] // the tests that post their own calls
+    pub fn run(&self, f: impl Fn(usize, &Comm, &Stream) -> jitccl::Result<()> + Sync) {
+        std::thread::scope(|s| {
+            let f = &f;
+            let hs: Vec<_> = (self.comms.iter().zip(&self.streams).enumerate())
+                .map(|(r, (c, st))| s.spawn(move || f(r, c, st)))
+                .collect();
+            for (r, h) in hs.into_iter().enumerate() {
+                h.join().expect("rank thread").unwrap_or_else(|e| panic!("rank {r}: {e}"));
+            }
+        });
+        self.sync().unwrap_or_else(|e| panic!("{e}"));
     }
 
     pub fn sync(&self) -> Result<(), String> {
