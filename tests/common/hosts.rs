@@ -141,7 +141,24 @@ impl Hosts {
             ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::addr_of(i)), "dev", IFNAME])?;
             ip(&["-n", &ns, "link", "set", IFNAME, "up"])?;
         }
+        hosts.wait_links_up()?;
         Ok(hosts)
+    }
+
+    /// Waits until every host's link reports itself up: the state turns up asynchronously
+    /// (the kernel's link watch), and a program started before then finds no usable
+    /// interface (libfabric's tcp provider offers none).
+    fn wait_links_up(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for ns in &self.hosts {
+            while !ip(&["-n", ns, "-o", "link", "show", IFNAME])?.contains("state UP") {
+                if Instant::now() > deadline {
+                    return Err(format!("{ns}: {IFNAME} not up within 5 s"));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
     }
 
     /// Host `i`'s end of its link, in the bridge's namespace.
