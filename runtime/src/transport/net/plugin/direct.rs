@@ -523,7 +523,7 @@ mod tests {
         for e in &plan.sends {
             assert_eq!(e.slots, Slots::Gpu { flush: false });
             let p = e.fifo.buf[SIMPLE] as usize - memory.ptr() as usize;
-            assert!(p % simple == 0 && p < given, "{e:?}");
+            assert!(p.is_multiple_of(simple) && p < given, "{e:?}");
             starts.push(p);
             let want = layout.end(bases[2], e.link.chan, e.link.edge, 2);
             assert_eq!(
