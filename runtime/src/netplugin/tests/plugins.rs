@@ -28,6 +28,7 @@ fn fabric(version: u32) -> Network {
     let net = choose(Some("Fabric"), 0x5eed, &[p]).expect("Fabric initializes").expect("a plugin network");
     assert_eq!((net.name(), net.version(), net.library()), ("Fabric", version, FABRIC));
     assert_eq!(net.devices()[0].name, "lo");
+    assert!(net.has_iflush(), "every version's table has iflush");
     net
 }
 
