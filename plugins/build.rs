@@ -1,7 +1,8 @@
 //! Compiles the C plugins into OUT_DIR with the system C compiler ($CC, else `cc`):
 //! net-fabric/ into libnccl-net-fabric.so, net-edges/edges.c once per edge variant, and
-//! tuner-csv/csv.c into the CSV tuner (every table version, and one exporting only v2), and
-//! both plugins into one library.
+//! net-gpu/gpu.c into the GPU stand-in (libnccl-net-edge-gpu.so), tuner-csv/csv.c into the
+//! CSV tuner (every table version, and one exporting only v2), and both plugins into one
+//! library.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -46,6 +47,16 @@ fn main() {
             &["-ldl", "-lpthread"],
         );
     }
+    // No libfabric and no CUDA at build time: it runs on a GPU machine that has neither's
+    // development files, and loads the CUDA driver itself.
+    let gpu_sources = watch(&root.join("net-gpu"), "c");
+    compile(
+        &cc,
+        &out.join("libnccl-net-edge-gpu.so"),
+        &[&include_flag, &prefix_map],
+        &gpu_sources,
+        &["-ldl", "-lpthread"],
+    );
     let tuner_sources = watch(&root.join("tuner-csv"), "c");
     for (name, flags) in [("libnccl-tuner-csv.so", &[][..]), ("libnccl-tuner-csv-v2.so", &["-DJT_V2_ONLY"][..])] {
         let flags: Vec<&str> =

@@ -4,7 +4,7 @@
 //! plugin comms), and every collective, protocol and algorithm is checked against the
 //! reference with FIFO slots tiny enough that the counts take many steps; plus the loader's
 //! edges: a plugin exporting only v8, one whose init fails, one with no device, a missing
-//! name first in the list.
+//! name first in the list; and host ranks over a plugin that reaches GPU memory.
 
 #[path = "common/world.rs"]
 mod world;
@@ -27,11 +27,21 @@ fn environment() {
             jitccl_plugins::EDGE_NODEV,
             jitccl_plugins::FABRIC,
             jitccl_plugins::EDGE_V8ONLY,
+            jitccl_plugins::EDGE_GPU,
         ];
         std::env::set_var("NCCL_NET_PLUGIN", list.join(","));
+        std::env::set_var("JITCCL_EDGE_COUNTS", edge_gpu_counts());
+        // What would send a GPU rank's connectors direct and flush them: host ranks ignore it.
+        std::env::set_var("JITCCL_NET_GDR_LEVEL", "SYS");
+        std::env::set_var("JITCCL_NET_FORCE_FLUSH", "1");
         std::env::set_var("FI_PROVIDER", "tcp");
         std::env::set_var("FI_TCP_IFACE", "lo");
     });
+}
+
+/// Where the plugin `EdgeGpu` writes its counts.
+fn edge_gpu_counts() -> String {
+    format!("{}/edge-gpu-counts-{}", env!("CARGO_TARGET_TMPDIR"), std::process::id())
 }
 
 /// `n` ranks over the network named `net` (None: the default choice), each init on a
@@ -138,4 +148,36 @@ fn a_skipped_or_unknown_network_fails_init_saying_why() {
             assert!(e.contains(name) && e.contains(expect), "asking for {name}: {e:?}");
         }
     }
+}
+
+/// `EdgeGpu` reports `NCCL_PTR_HOST | NCCL_PTR_CUDA` and `forceFlush`, and refuses a
+/// registration whose type is not the memory's kind: host ranks register their FIFOs as host
+/// memory all the same, flush nothing, and match the reference.
+#[test]
+fn host_ranks_keep_host_memory_over_a_plugin_that_reaches_gpus() {
+    let w = world(3, Some("EdgeGpu"), Algorithm::Ring, Protocol::Simple);
+    let cases = [(DataType::F32, Some(Op::Sum))];
+    let (mut runs, mut failures) = check_counts(&w, Collective::AllReduce, &cases, COUNTS, "EdgeGpu AllReduce");
+    let (r, f) = check_counts(&w, Collective::AllGather, &[(DataType::U8, None)], COUNTS, "EdgeGpu AllGather");
+    runs += r;
+    failures.extend(f);
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+    // Destroyed together: each rank's proxy says goodbye to the others at once, instead of
+    // waiting for peers destroyed after it.
+    let World { comms, streams, .. } = w;
+    drop(streams);
+    std::thread::scope(|s| comms.into_iter().for_each(|c| drop(s.spawn(move || drop(c)))));
+    // Each finalize appends the process's counts so far: the most of each.
+    let text = std::fs::read_to_string(edge_gpu_counts()).unwrap_or_default();
+    let most = |name: &str| {
+        let of = |line: &str| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            words.windows(2).find(|w| w[0] == name).and_then(|w| w[1].parse::<i64>().ok())
+        };
+        text.lines().filter_map(of).max().unwrap_or(-1)
+    };
+    assert!(most("regmr_host") > 0, "the FIFOs and staging registered as host memory: {text:?}");
+    assert_eq!(most("regmr_cuda"), 0, "a host rank registered GPU memory: {text}");
+    assert_eq!(most("iflush"), 0, "a host rank flushed: {text}");
+    assert_eq!((most("gpu_bytes_out"), most("gpu_bytes_in")), (0, 0), "{text}");
 }

@@ -23,7 +23,8 @@
 # every op; 1, 2, 4 and 8 ranks on GPU 0; counts
 # 0, 1, odd and multi-step; in and out of place), the same with FIFOs staged in host memory
 # (JITCCL_P2P_DISABLE=1), ranks joined by `init_rank`, rank processes through CUDA IPC and
-# through the net proxy (`jitccl perf` checks every rank against the reference), the
+# through the net proxy (`jitccl perf` checks every rank against the reference), over a
+# network plugin with GPU memory registered directly (the project's EdgeGpu stand-in), the
 # timeout and abort tests, a short `jitccl perf` sweep, the cost model's points, how the ring's
 # bandwidth grows with channels, and a quick `jitccl tune` to 128 MiB on the GPU, then the C API (a CUDA C program built with nvcc
 # against libnccl.so.2, PyTorch's backend "nccl" with it preloaded, and jitccl's own
@@ -56,12 +57,19 @@ build() {
   rm -rf "$out" && mkdir -p "$out"
   cp target/release/jitccl "$out/jitccl"
   cp "$test_bin" "$out/cuda-tests"
+  # The GPU stand-in network plugin (no libfabric, no CUDA at build time), from its crate's
+  # build script's output folder as cargo reports it.
+  local plugins_out
+  plugins_out=$(cargo build --release -p jitccl-plugins --message-format=json 2>/dev/null |
+    grep '"reason":"build-script-executed"' | grep 'jitccl-plugins' | sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -n 1)
+  [ -f "$plugins_out/libnccl-net-edge-gpu.so" ] || { echo "gpu-check build: no libnccl-net-edge-gpu.so" >&2; exit 1; }
+  cp "$plugins_out/libnccl-net-edge-gpu.so" "$out/"
   # The C API: libnccl.so.2 (its soname) with its header and the GPU programs built there.
   cp target/release/libnccl.so "$out/libnccl.so.2"
   mkdir -p "$out/capi"
   cp capi/include/nccl.h capi/tests/gpu/cuda_ranks.cu capi/tests/gpu/torch_nccl.py "$out/capi/"
   # Debug info is most of their size, and the GPU machine has no debugger use for it.
-  strip "$out/jitccl" "$out/cuda-tests" "$out/libnccl.so.2" 2>/dev/null ||
+  strip "$out/jitccl" "$out/cuda-tests" "$out/libnccl.so.2" "$out/libnccl-net-edge-gpu.so" 2>/dev/null ||
     echo "gpu-check build: strip not found; binaries kept whole"
   cp tools/gpu-check.sh tools/gpu-check-perf.sh "$out/"
   build_nccl_side
@@ -157,6 +165,53 @@ stage_ipc() {
 stage_net() {
   step "rank processes through the net proxy (host-mapped FIFOs): AllReduce, 2 processes" \
     env JITCCL_TRANSPORT=net timeout 60 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 -b 8 -e 1M -f 8 -n 3 -w 1
+}
+
+# GPU memory straight to a network plugin: 2 rank processes on GPU 0 over the project's
+# stand-in plugin EdgeGpu (sockets on loopback; GPU memory through the CUDA driver;
+# NCCL_PTR_CUDA and forceFlush; regMr refuses memory of another kind than its type), perf
+# checking every rank against the reference. With JITCCL_NET_GDR_LEVEL=SYS (the plugin's
+# device has no PCI path, which counts as SYS) every connector must go direct: the log says
+# so, and the plugin's counts show GPU memory registered, flushed and moved. With the
+# default level (P2C) every connector must be staged, the plugin seeing host memory only.
+net_direct() {
+  local level=$1 dir log counts
+  dir="${OUT:-${TMPDIR:-/tmp}}"
+  log="$dir/net-direct-${level:-default}.log"
+  counts="$dir/net-direct-${level:-default}.counts"
+  rm -f "$counts"
+  env JITCCL_TRANSPORT=net NCCL_NET_PLUGIN="$out/libnccl-net-edge-gpu.so" JITCCL_NET=EdgeGpu \
+    ${level:+JITCCL_NET_GDR_LEVEL=$level} JITCCL_EDGE_COUNTS="$counts" JITCCL_DEBUG=INFO \
+    timeout 120 "$out/jitccl" perf all_reduce --target cuda -N 2 --devices 0,0 --proto simple -b 8 -e 4M -f 8 \
+    -n 3 -w 1 >"$log" 2>&1
+  local rc=$?
+  grep -v "INFO" "$log" | tail -n 20
+  [ $rc -eq 0 ] || { echo "perf failed (rc $rc); log: $log"; return 1; }
+  local direct staged
+  direct=$(grep -c "direct, GPU memory registered as NCCL_PTR_CUDA" "$log")
+  staged=$(grep -c "staged through page-locked host memory" "$log")
+  grep -m 2 "direct, GPU memory\|staged through page-locked" "$log"
+  # Per process its last counts line (finalize writes the totals so far), summed.
+  local sums host_regs gpu_regs flushes out_bytes in_bytes
+  sums=$(awk '{ last[$2] = $0 } END { for (p in last) { split(last[p], f, " ");
+    h += f[4]; c += f[6]; fl += f[8]; o += f[10]; i += f[12] } print h, c, fl, o, i }' "$counts" 2>/dev/null)
+  echo "connectors: $direct direct, $staged staged; EdgeGpu counts (host regs, GPU regs, iflush, GPU bytes out, in): $sums"
+  read -r host_regs gpu_regs flushes out_bytes in_bytes <<<"$sums"
+  if [ -n "$level" ]; then
+    [ "$direct" -gt 0 ] && [ "$staged" -eq 0 ] || { echo "expected every connector direct"; return 1; }
+    [ "${gpu_regs:-0}" -gt 0 ] && [ "${flushes:-0}" -gt 0 ] && [ "${out_bytes:-0}" -gt 0 ] && [ "${in_bytes:-0}" -gt 0 ] ||
+      { echo "expected GPU memory registered, flushed and moved by the plugin"; return 1; }
+  else
+    [ "$direct" -eq 0 ] && [ "$staged" -gt 0 ] || { echo "expected every connector staged"; return 1; }
+    [ "${gpu_regs:-1}" -eq 0 ] && [ "${flushes:-1}" -eq 0 ] && [ "${host_regs:-0}" -gt 0 ] ||
+      { echo "expected host memory only"; return 1; }
+  fi
+}
+
+stage_net_direct() {
+  step "GPU memory direct to a network plugin (EdgeGpu, JITCCL_NET_GDR_LEVEL=SYS): AllReduce, 2 processes, iflush" \
+    net_direct SYS
+  step "the same plugin at the default JITCCL_NET_GDR_LEVEL (P2C): staged through host memory" net_direct ""
 }
 
 stage_wire() {
@@ -290,7 +345,7 @@ source "$root/tools/gpu-check-perf.sh"
 source "$root/tools/gpu-check-nccl.sh"
 
 # The stages of `run`, in order; each is the function stage_NAME above.
-STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net wire failures perf points channels tune capi
+STAGES=(query topo errors launches direct launch_perf sweep staged init_rank ipc net net_direct wire failures perf points channels tune capi
   torch nccl_side)
 
 run() {

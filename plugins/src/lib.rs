@@ -12,6 +12,11 @@
 //!   device appended to the file `JITCCL_EDGE_TRACE` names, and a process abort when a
 //!   receive comm closes with a receive posted). The forwarding ones load the plugin named by
 //!   `JITCCL_EDGE_INNER`, else [`FABRIC`].
+//! - [`EDGE_GPU`]: "EdgeGpu", a stand-in for a NIC that reaches GPU memory: TCP sockets on
+//!   loopback, `NCCL_PTR_HOST | NCCL_PTR_CUDA` and `forceFlush`, GPU memory copied with the
+//!   CUDA driver (loaded with dlopen), `regMr` refusing memory of another kind than its type
+//!   says, `iflush` counted and made to fail on request; its counts go to the file
+//!   `JITCCL_EDGE_COUNTS` names.
 //! - [`TUNER_CSV`]: a tuner plugin ("csv", `ncclTunerPlugin_v6` .. `_v2`) taking overrides
 //!   from the CSV file `NCCL_TUNER_CONFIG_FILE` names, in the format of NCCL's example
 //!   tuner; [`TUNER_CSV_V2`] the same exporting only `_v2`; [`FABRIC_CSV`] one library
@@ -37,6 +42,15 @@ pub const EDGE_FAILSEND: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-fail
 /// D" or "connect D" to the file `JITCCL_EDGE_TRACE` names; a receive comm closed with a
 /// receive still posted aborts the process, as plugins do that cannot take one back.
 pub const EDGE_STANDIN: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-standin.so");
+/// `ncclNetPlugin_v12` ("EdgeGpu"), standing in for a NIC with GPU Direct RDMA: one device
+/// reporting `NCCL_PTR_HOST | NCCL_PTR_CUDA` and `forceFlush`, bytes over TCP on loopback,
+/// GPU memory reached through the CUDA driver (`libcuda.so.1`, loaded with dlopen; without
+/// it only host memory registers). `regMr` refuses memory whose kind is not the type given.
+/// Its iflush requests complete on their `JITCCL_EDGE_FLUSH_TESTS`-th test (1 unless set);
+/// iflush number `JITCCL_EDGE_FAIL_FLUSH` of the process fails with `ncclSystemError`.
+/// `finalize` appends the process's counts to the file `JITCCL_EDGE_COUNTS` names:
+/// `pid P regmr_host H regmr_cuda C iflush F gpu_bytes_out O gpu_bytes_in I`.
+pub const EDGE_GPU: &str = concat!(env!("OUT_DIR"), "/libnccl-net-edge-gpu.so");
 /// The CSV tuner: `ncclTunerPlugin_v6` .. `_v2`.
 pub const TUNER_CSV: &str = concat!(env!("OUT_DIR"), "/libnccl-tuner-csv.so");
 /// The CSV tuner exporting only `ncclTunerPlugin_v2`.

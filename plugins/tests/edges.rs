@@ -1,9 +1,9 @@
 //! The edge-case plugins a loader is tested with: only the v8 symbol, init failing, no
-//! devices, and a send that fails on purpose.
+//! devices, a send that fails on purpose, and the GPU stand-in on host memory.
 
 mod support;
 
-use jitccl_plugins::{EDGE_FAILSEND, EDGE_INITFAIL, EDGE_NODEV, EDGE_V8ONLY};
+use jitccl_plugins::{EDGE_FAILSEND, EDGE_GPU, EDGE_INITFAIL, EDGE_NODEV, EDGE_V8ONLY};
 use support::{expect_ok, run_one, run_pair, Spec};
 
 #[test]
@@ -48,4 +48,19 @@ fn failsend_fails_the_nth_send_and_everything_after_it() {
     }
     // Send 1 arrives; send 2 may (it was handed to the network before the failure); never more.
     assert!(recv.stdout.contains("received 1 messages") || recv.stdout.contains("received 2 messages"), "{both}");
+}
+
+/// Without a GPU the stand-in still moves host memory, reports NCCL_PTR_HOST | NCCL_PTR_CUDA
+/// (3), and refuses host memory registered as NCCL_PTR_CUDA (the driver's data scenario
+/// checks that before it registers as NCCL_PTR_HOST).
+#[test]
+fn gpu_standin_reports_gpu_memory_moves_host_memory_and_refuses_the_wrong_kind() {
+    let run = run_one(&Spec::loopback(EDGE_GPU, 12), &["info"]);
+    expect_ok(&run, "info");
+    assert!(run.stdout.contains("name=edgegpu0 pci=- speed=10000 ptrSupport=3 maxRecvs=1"), "{}", run.stdout);
+    let spec = Spec::loopback(EDGE_GPU, 12);
+    let (recv, send) = run_pair(&spec, &spec, "data");
+    for run in [&recv, &send] {
+        assert!(run.stdout.starts_with("name: EdgeGpu\n") && run.stdout.ends_with("OK\n"), "{}", run.stdout);
+    }
 }

@@ -171,6 +171,33 @@ pub const NET_PLUGIN: Setting = nccl(
     ),
     "NCCL_NET_PLUGIN",
 );
+pub const NET_GDR_LEVEL: Setting = nccl(
+    user(
+        "JITCCL_NET_GDR_LEVEL",
+        Kind::Grammar("a path type, nearest first: LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS; or NCCL's old numbers 0 (LOC), 1 (PIX), 2 (PXB), 3 (PHB), 4 and up (SYS)"),
+        Initial::Text("P2C"),
+        "the farthest path between a GPU and a network plugin's device over which the plugin moves GPU memory directly, where the device reports `NCCL_PTR_CUDA`; farther, a GPU rank's steps are staged through page-locked host memory. A device the topology cannot place counts as SYS",
+    ),
+    "NCCL_NET_GDR_LEVEL",
+);
+pub const NET_GDR_READ: Setting = nccl(
+    user(
+        "JITCCL_NET_GDR_READ",
+        Kind::Flag,
+        Initial::Computed("on from compute capability 8.0; before that only for a GPU with an NVLink peer or alone on its host"),
+        "whether a network plugin's sends read GPU memory directly where the direct path applies (`JITCCL_NET_GDR_LEVEL`); 0: a GPU rank's sends are staged through page-locked host memory",
+    ),
+    "NCCL_NET_GDR_READ",
+);
+pub const NET_FORCE_FLUSH: Setting = nccl(
+    user(
+        "JITCCL_NET_FORCE_FLUSH",
+        Kind::Flag,
+        Initial::Flag(false),
+        "1: every step a network plugin receives into GPU memory is flushed (`iflush`) before the kernel reads it; else only where the plugin's device asks for it (`forceFlush`, v9 and up) or the GPU's compute capability is below 9.0",
+    ),
+    "NCCL_NET_FORCE_FLUSH",
+);
 pub const COMM_NAME: Setting = config(
     "JITCCL_COMM_NAME",
     "comm_name",
@@ -478,6 +505,24 @@ pub const EDGE_TRACE: Setting = test(
     Kind::Path,
     "a file to which the test network plugin `EdgeStandIn` appends each listen's and connect's device (read by the plugin)",
 );
+pub const EDGE_COUNTS: Setting = test(
+    "JITCCL_EDGE_COUNTS",
+    Scope::Harness,
+    Kind::Path,
+    "a file to which the test network plugin `EdgeGpu` appends its counts (registrations by kind, iflush calls, GPU bytes) at each finalize (read by the plugin)",
+);
+pub const EDGE_FAIL_FLUSH: Setting = test(
+    "JITCCL_EDGE_FAIL_FLUSH",
+    Scope::Harness,
+    Kind::Text,
+    "which iflush of the process the test network plugin `EdgeGpu` fails (read by the plugin)",
+);
+pub const EDGE_FLUSH_TESTS: Setting = test(
+    "JITCCL_EDGE_FLUSH_TESTS",
+    Scope::Harness,
+    Kind::Text,
+    "on which test the test network plugin `EdgeGpu`'s iflush requests complete, 1 unless set (read by the plugin)",
+);
 pub const NVRTC13_PATH: Setting =
     test("JITCCL_NVRTC13_PATH", Scope::Harness, Kind::Path, "a CUDA 13 libnvrtc for the NVRTC 13 tests");
 
@@ -496,6 +541,9 @@ pub const ALL: &[Setting] = &[
     NSOCKS_PERTHREAD,
     NET,
     NET_PLUGIN,
+    NET_GDR_LEVEL,
+    NET_GDR_READ,
+    NET_FORCE_FLUSH,
     COMM_NAME,
     COMM_BLOCKING,
     COMM_SPLIT_SHARE_RESOURCES,
@@ -547,4 +595,7 @@ pub const ALL: &[Setting] = &[
     EDGE_INNER,
     EDGE_PCI_PATHS,
     EDGE_TRACE,
+    EDGE_COUNTS,
+    EDGE_FAIL_FLUSH,
+    EDGE_FLUSH_TESTS,
 ];

@@ -22,7 +22,7 @@ pub(super) const INTERNAL_ERROR: Res = 3;
 pub(super) const INVALID_ARGUMENT: Res = 4;
 pub(super) const INVALID_USAGE: Res = 5;
 
-/// `NCCL_PTR_HOST`: host memory, the kind jitccl registers.
+/// `NCCL_PTR_HOST`: host memory.
 pub(crate) const PTR_HOST: u32 = 0x1;
 /// `NCCL_PTR_CUDA`: the device reaches GPU memory directly.
 pub(crate) const PTR_CUDA: u32 = 0x2;
@@ -161,6 +161,15 @@ type RegMr = unsafe extern "C" fn(comm: Opaque, data: *mut c_void, size: usize, 
 type DeregMr = unsafe extern "C" fn(comm: Opaque, mh: Opaque) -> Res;
 type Test = unsafe extern "C" fn(req: Opaque, done: *mut c_int, sizes: *mut c_int) -> Res;
 type Close = unsafe extern "C" fn(comm: Opaque) -> Res;
+/// `iflush`: sizes are `int` in every version.
+pub(super) type Iflush = unsafe extern "C" fn(
+    recv: Opaque,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    mhs: *mut Opaque,
+    req: *mut Opaque,
+) -> Res;
 type Devices = unsafe extern "C" fn(ndev: *mut c_int) -> Res;
 
 /// `ncclNet_v8_t`: sizes are `int`.
@@ -199,7 +208,7 @@ pub(super) struct NetV8 {
             req: *mut Opaque,
         ) -> Res,
     >,
-    pub _iflush: *const c_void,
+    pub iflush: Option<Iflush>,
     pub test: Option<Test>,
     pub close_send: Option<Close>,
     pub close_recv: Option<Close>,
@@ -244,7 +253,7 @@ pub(super) struct NetV9 {
             req: *mut Opaque,
         ) -> Res,
     >,
-    pub _iflush: *const c_void,
+    pub iflush: Option<Iflush>,
     pub test: Option<Test>,
     pub close_send: Option<Close>,
     pub close_recv: Option<Close>,
@@ -300,7 +309,7 @@ pub(super) struct NetV10 {
     pub dereg_mr: Option<DeregMr>,
     pub isend: Option<IsendV10>,
     pub irecv: Option<IrecvV10>,
-    pub _iflush: *const c_void,
+    pub iflush: Option<Iflush>,
     pub test: Option<Test>,
     pub close_send: Option<Close>,
     pub close_recv: Option<Close>,
@@ -342,7 +351,7 @@ pub(super) struct NetV11<P> {
     pub dereg_mr: Option<DeregMr>,
     pub isend: Option<IsendV10>,
     pub irecv: Option<IrecvV10>,
-    pub _iflush: *const c_void,
+    pub iflush: Option<Iflush>,
     pub test: Option<Test>,
     pub close_send: Option<Close>,
     pub close_recv: Option<Close>,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::abi::{self, Opaque};
 use super::table::{CommKind, Fail};
-use super::{NetError, Session, MAX_REQUESTS};
+use super::{MemKind, NetError, Session, MAX_REQUESTS};
 
 /// How long a closing comm tests the requests still in flight: enough for a healthy peer to
 /// finish a step, short enough that a dead one does not hold up destroy.
@@ -76,6 +76,36 @@ struct State {
     closed: bool,
 }
 
+/// What posting a request gave.
+enum Posted {
+    /// The comm has its most requests in flight.
+    NoRoom,
+    /// The plugin gave no request: for a send or receive, no room in the plugin; for a
+    /// flush, nothing to wait for.
+    Null,
+    Request(Request),
+}
+
+impl Posted {
+    /// A send's or receive's request, if the plugin took it.
+    fn taken(self) -> Option<Request> {
+        match self {
+            Posted::Request(r) => Some(r),
+            Posted::NoRoom | Posted::Null => None,
+        }
+    }
+}
+
+/// An `iflush` asked for.
+pub(crate) enum Flushing {
+    /// The comm has no room for another request: ask again later.
+    Later,
+    /// The plugin has nothing to wait for.
+    Done,
+    /// Done once its request is.
+    Pending(Request),
+}
+
 /// A send or receive comm, shared with its requests.
 struct Core {
     session: Arc<Session>,
@@ -108,32 +138,37 @@ impl Core {
         self.error(Fail { call, code: abi::INVALID_USAGE, what })
     }
 
-    fn reg_mr(&self, ptr: *mut u8, bytes: usize) -> Result<Mr, NetError> {
+    fn reg_mr(&self, ptr: *mut u8, bytes: usize, kind: MemKind) -> Result<Mr, NetError> {
         let mut st = self.lock();
-        let handle = self.session.plugin.table.reg_mr(self.raw, ptr, bytes).map_err(|f| self.error(f))?;
+        let handle = self.session.plugin.table.reg_mr(self.raw, ptr, bytes, kind.bits()).map_err(|f| self.error(f))?;
         st.mrs.push(handle);
         Ok(Mr { handle, comm: self.id })
     }
 
-    /// Posts a send or receive through `post`: `Ok(None)` when the comm (or the plugin)
-    /// has no room for another request.
+    /// Posts a request through `post` (a send, a receive or a flush): not when the comm has
+    /// no room for another.
     fn post(
         self: &Arc<Self>, call: &'static str, mr: Mr, post: impl FnOnce(Opaque) -> Result<Opaque, Fail>,
-    ) -> Result<Option<Request>, NetError> {
+    ) -> Result<Posted, NetError> {
         if mr.comm != self.id {
             return Err(self.refuse(call, "ncclInvalidUsage: a region registered with another comm"));
         }
         let mut st = self.lock();
         self.reap_orphans(&mut st);
         if st.inflight.len() >= MAX_REQUESTS {
-            return Ok(None);
+            return Ok(Posted::NoRoom);
         }
         let raw = post(mr.handle).map_err(|f| self.error(f))?;
         if raw.is_null() {
-            return Ok(None);
+            return Ok(Posted::Null);
         }
         st.inflight.push(Pending { raw, orphan: false });
-        Ok(Some(Request { core: self.clone(), raw, done: None }))
+        let test = match call {
+            "isend" => "test (isend)",
+            "irecv" => "test (irecv)",
+            _ => "test (iflush)",
+        };
+        Ok(Posted::Request(Request { core: self.clone(), raw, test, done: None }))
     }
 
     /// Tests the requests nobody will test any more, and forgets those that ended.
@@ -188,10 +223,9 @@ impl SendComm {
         SendComm(Core::new(session, raw, CommKind::Send))
     }
 
-    /// Registers host memory (`NCCL_PTR_HOST`) to send from; it must stay valid until
-    /// the comm closes.
-    pub fn reg_mr(&mut self, ptr: *mut u8, bytes: usize) -> Result<Mr, NetError> {
-        self.0.reg_mr(ptr, bytes)
+    /// Registers memory of `kind` to send from; it must stay valid until the comm closes.
+    pub fn reg_mr(&mut self, ptr: *mut u8, bytes: usize, kind: MemKind) -> Result<Mr, NetError> {
+        self.0.reg_mr(ptr, bytes, kind)
     }
 
     /// Sends `bytes` from `data` (in a region `mr` of this comm) with `tag`. `Ok(None)` =
@@ -199,22 +233,36 @@ impl SendComm {
     /// is done.
     pub fn isend(&mut self, data: *const u8, bytes: usize, tag: i32, mr: Mr) -> Result<Option<Request>, NetError> {
         let core = self.0.clone();
-        self.0.post("isend", mr, |mh| core.session.plugin.table.isend(core.raw, data, bytes, tag as c_int, mh))
+        let posted =
+            self.0.post("isend", mr, |mh| core.session.plugin.table.isend(core.raw, data, bytes, tag as c_int, mh))?;
+        Ok(posted.taken())
     }
 }
 
 impl RecvComm {
-    /// Registers host memory (`NCCL_PTR_HOST`) to receive into; it must stay valid until
-    /// the comm closes.
-    pub fn reg_mr(&mut self, ptr: *mut u8, bytes: usize) -> Result<Mr, NetError> {
-        self.0.reg_mr(ptr, bytes)
+    /// Registers memory of `kind` to receive into; it must stay valid until the comm closes.
+    pub fn reg_mr(&mut self, ptr: *mut u8, bytes: usize, kind: MemKind) -> Result<Mr, NetError> {
+        self.0.reg_mr(ptr, bytes, kind)
     }
 
     /// Receives at most `bytes` into `data` (in a region `mr` of this comm) with `tag`.
     /// `Ok(None)` = try later. The buffer must stay valid until the request is done.
     pub fn irecv(&mut self, data: *mut u8, bytes: usize, tag: i32, mr: Mr) -> Result<Option<Request>, NetError> {
         let core = self.0.clone();
-        self.0.post("irecv", mr, |mh| core.session.plugin.table.irecv(core.raw, data, bytes, tag as c_int, mh))
+        let posted =
+            self.0.post("irecv", mr, |mh| core.session.plugin.table.irecv(core.raw, data, bytes, tag as c_int, mh))?;
+        Ok(posted.taken())
+    }
+
+    /// Flushes the `bytes` received at `data` (in a region `mr` of this comm), so that the
+    /// GPU reads them, not what it held before.
+    pub fn iflush(&mut self, data: *mut u8, bytes: usize, mr: Mr) -> Result<Flushing, NetError> {
+        let core = self.0.clone();
+        Ok(match self.0.post("iflush", mr, |mh| core.session.plugin.table.iflush(core.raw, data, bytes, mh))? {
+            Posted::NoRoom => Flushing::Later,
+            Posted::Null => Flushing::Done,
+            Posted::Request(r) => Flushing::Pending(r),
+        })
     }
 }
 
@@ -230,10 +278,12 @@ impl Drop for RecvComm {
     }
 }
 
-/// A send or receive in flight.
+/// A send, receive or flush in flight.
 pub(crate) struct Request {
     core: Arc<Core>,
     raw: Opaque,
+    /// The call its test is named as in errors.
+    test: &'static str,
     done: Option<usize>,
 }
 
@@ -246,7 +296,7 @@ impl Request {
         if self.done.is_some() {
             return Ok(self.done);
         }
-        let call = if self.core.kind == CommKind::Send { "test (isend)" } else { "test (irecv)" };
+        let call = self.test;
         let mut st = self.core.lock();
         if st.closed {
             return Err(self.core.refuse(call, "ncclInvalidUsage: its comm is closed"));

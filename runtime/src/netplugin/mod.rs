@@ -21,11 +21,21 @@ use std::ffi::c_int;
 use std::sync::Arc;
 
 pub(crate) use abi::{PTR_CUDA, PTR_DMABUF, PTR_HOST};
-pub(crate) use comm::{ListenComm, Mr, RecvComm, Request, SendComm};
+pub(crate) use comm::{Flushing, ListenComm, Mr, RecvComm, Request, SendComm};
 pub(crate) use select::{check, libraries, select};
 
 use select::Plugin;
 use table::{Context, Fail};
+
+/// The network of the plugin library at `path` (its newest table), for the tests of the
+/// transports above: they drive a plugin of their own without the setting that every
+/// communicator of the process would read.
+#[cfg(test)]
+pub(crate) fn of_library(path: &str, comm_id: u64) -> Network {
+    let lib = crate::plugin::open(path, &[path.to_string()]).expect("the plugin loads");
+    let p = select::plugin_of(lib, None).expect("a table of a version jitccl speaks");
+    select::choose(None, comm_id, &[p]).expect("the plugin initializes").expect("a device")
+}
 
 /// `NCCL_NET_HANDLE_MAXSIZE`: what `listen` fills, for the peer's `connect`.
 pub(crate) const HANDLE_BYTES: usize = 128;
@@ -34,6 +44,24 @@ pub(crate) const HANDLE_BYTES: usize = 128;
 pub(crate) type Handle = [u8; HANDLE_BYTES];
 /// `NCCL_NET_MAX_REQUESTS`: requests a comm may have in flight.
 pub(crate) const MAX_REQUESTS: usize = 32;
+
+/// The memory a region lies in, as `regMr`'s type says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemKind {
+    /// `NCCL_PTR_HOST`.
+    Host,
+    /// `NCCL_PTR_CUDA`: GPU memory.
+    Cuda,
+}
+
+impl MemKind {
+    fn bits(self) -> u32 {
+        match self {
+            MemKind::Host => PTR_HOST,
+            MemKind::Cuda => PTR_CUDA,
+        }
+    }
+}
 
 /// What a plugin says of one of its devices, whatever its version.
 #[derive(Debug, Clone)]
@@ -128,6 +156,12 @@ impl Network {
 
     pub fn devices(&self) -> &[DeviceProps] {
         &self.0.devices
+    }
+
+    /// Whether the plugin's table has `iflush` (a receive into GPU memory that needs a flush
+    /// cannot be made without it).
+    pub fn has_iflush(&self) -> bool {
+        self.0.plugin.table.has_iflush()
     }
 
     /// Listens on device `dev`: the handle for the peer's `connect`, and the comm that

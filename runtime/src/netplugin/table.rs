@@ -293,11 +293,11 @@ impl Table {
         Ok(comm)
     }
 
-    /// `regMr` of host memory.
-    pub fn reg_mr(&self, comm: Opaque, data: *mut u8, bytes: usize) -> Result<Opaque, Fail> {
+    /// `regMr` of memory of `kind` (an `NCCL_PTR_*` bit).
+    pub fn reg_mr(&self, comm: Opaque, data: *mut u8, bytes: usize, kind: u32) -> Result<Opaque, Fail> {
         let mut mh: Opaque = ptr::null_mut();
         // SAFETY: a comm of this table; the caller keeps the region alive while registered.
-        let code = unsafe { common!(self, reg_mr)(comm, data as *mut c_void, bytes, abi::PTR_HOST as c_int, &mut mh) };
+        let code = unsafe { common!(self, reg_mr)(comm, data as *mut c_void, bytes, kind as c_int, &mut mh) };
         check("regMr", code)?;
         Ok(mh)
     }
@@ -357,6 +357,31 @@ impl Table {
         Ok(req)
     }
 
+    /// Whether the table has an `iflush` entry.
+    pub fn has_iflush(&self) -> bool {
+        match self {
+            Table::V8(t) => t.iflush.is_some(),
+            Table::V9(t) => t.iflush.is_some(),
+            Table::V10(t) => t.iflush.is_some(),
+            Table::V11(t) => t.iflush.is_some(),
+            Table::V12(t) => t.iflush.is_some(),
+        }
+    }
+
+    /// `iflush` of one received buffer (n = 1); NULL = nothing to wait for.
+    pub fn iflush(&self, comm: Opaque, data: *mut u8, bytes: usize, mh: Opaque) -> Result<Opaque, Fail> {
+        let mut req: Opaque = ptr::null_mut();
+        let mut datas = [data as *mut c_void];
+        let mut sizes = [small("iflush", bytes)?];
+        let mut mhs = [mh];
+        // SAFETY: a receive comm of this table, a region registered with it, arrays of n = 1.
+        let code = unsafe {
+            common!(self, iflush)(comm, 1, datas.as_mut_ptr(), sizes.as_mut_ptr(), mhs.as_mut_ptr(), &mut req)
+        };
+        check("iflush", code)?;
+        Ok(req)
+    }
+
     /// `test`: the bytes moved once done.
     pub fn test(&self, req: Opaque) -> Result<Option<usize>, Fail> {
         let (mut done, mut size): (c_int, c_int) = (0, 0);
@@ -379,11 +404,12 @@ impl Table {
     }
 }
 
-/// A size for v8's `int` sizes: one that does not fit is refused, never truncated.
+/// A size for an `int` size (v8's sends and receives, every version's iflush): one that does
+/// not fit is refused, never truncated.
 fn small(call: &'static str, bytes: usize) -> Result<c_int, Fail> {
     c_int::try_from(bytes).map_err(|_| Fail {
         call,
         code: abi::INVALID_ARGUMENT,
-        what: "ncclInvalidArgument: the size is over v8's int",
+        what: "ncclInvalidArgument: the size is over an int",
     })
 }

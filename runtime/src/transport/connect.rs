@@ -16,6 +16,13 @@ pub(crate) struct Link {
     pub edge: Edge,
 }
 
+/// Which end of a link a rank is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Send,
+    Recv,
+}
+
 /// What the kernels of one rank use to reach the others.
 pub(crate) struct RankConns {
     pub channels: Vec<Channel>,
@@ -29,6 +36,34 @@ pub(crate) struct RankConns {
     pub recvs: Vec<Link>,
     /// Every rank's kernels run on this rank's GPU in this process (`Args::same_gpu`).
     pub same_gpu: bool,
+}
+
+impl RankConns {
+    /// The connector end on `side` of `link` (one of `sends` or `recvs`), to be changed
+    /// before the tables go to the kernels.
+    pub fn end_mut(&mut self, side: Side, link: Link) -> Option<&mut Conn> {
+        let (c, peer) = (link.chan, link.peer);
+        match (side, link.edge) {
+            (Side::Send, Edge::P2p(_)) => self.p2p_send.get_mut(peer)?.get_mut(c),
+            (Side::Recv, Edge::P2p(_)) => self.p2p_recv.get_mut(peer)?.get_mut(c),
+            (side, edge) => {
+                let ch = self.channels.get_mut(c)?;
+                let children = ch.tree_nchildren.max(0) as usize;
+                let parent = ch.tree_parent == peer as i32;
+                match (side, edge) {
+                    (Side::Send, Edge::Ring) => Some(&mut ch.ring_send),
+                    (Side::Recv, Edge::Ring) => Some(&mut ch.ring_recv),
+                    (Side::Send, Edge::FromChild(_)) if parent => Some(&mut ch.tree_up_send),
+                    (Side::Recv, Edge::FromParent) if parent => Some(&mut ch.tree_up_recv),
+                    (Side::Send, Edge::FromParent) => {
+                        ch.tree_down_send[..children].iter_mut().find(|e| e.peer == peer as i32)
+                    }
+                    (Side::Recv, Edge::FromChild(k)) => ch.tree_down_recv[..children].get_mut(k),
+                    _ => None,
+                }
+            }
+        }
+    }
 }
 
 /// The connector tables of `rank`, given every rank's segment as mapped in this process
@@ -128,6 +163,34 @@ mod tests {
         let bases: Vec<*mut u8> = segs.iter_mut().map(|s| s.as_mut_ptr()).collect();
         let c = connect(&layout, 0, &bases, &bases, &Graph::uniform(n, 2), flags, &[]).unwrap();
         (c.same_gpu, c.p2p_send.iter().map(|t| t[0].same_gpu).collect())
+    }
+
+    /// Every link a rank's tables name leads to the connector end whose FIFO it is.
+    #[test]
+    fn every_link_finds_its_connector_end() {
+        let n = 4;
+        let cfg = Config { nchannels: Some(2), ..Config::default() }.resolve(n).unwrap();
+        let layout = Layout::new(n, &cfg, &Device::host(0));
+        let mut segs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; layout.segment_bytes()]).collect();
+        let bases: Vec<*mut u8> = segs.iter_mut().map(|s| s.as_mut_ptr()).collect();
+        for rank in 0..n {
+            let recv = vec![bases[rank]; n];
+            let mut c = connect(&layout, rank, &bases, &recv, &Graph::uniform(n, 2), &[], &[]).unwrap();
+            for (side, links, base) in [(Side::Send, c.sends.clone(), None), (Side::Recv, c.recvs.clone(), Some(rank))]
+            {
+                for l in links {
+                    let want = layout.end(bases[base.unwrap_or(l.peer)], l.chan, l.edge, l.peer);
+                    let got = c.end_mut(side, l).unwrap_or_else(|| panic!("rank {rank}: no {side:?} end for {l:?}"));
+                    assert_eq!(
+                        (got.head, got.buf, got.peer),
+                        (want.head, want.buf, want.peer),
+                        "rank {rank}: {side:?} {l:?}"
+                    );
+                }
+            }
+            let stranger = Link { peer: rank, chan: 0, edge: Edge::FromChild(0) };
+            assert!(c.end_mut(Side::Send, stranger).is_none(), "not its parent");
+        }
     }
 
     #[test]

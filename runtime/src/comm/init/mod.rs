@@ -29,7 +29,8 @@ use crate::topo::System;
 use crate::transport::connect::{connect, RankConns};
 use crate::transport::cuda_ipc::{self, DeviceSegment};
 use crate::transport::layout::Layout;
-use crate::transport::net::{plugin, tls_for_peers, tls_of, Activity, NetListener, Proxy};
+use crate::transport::net::plugin::{self, Placing, Plan};
+use crate::transport::net::{tls_for_peers, tls_of, Activity, NetListener, Proxy};
 use crate::transport::shm::ShmSegment;
 use crate::transport::{self, AttachCtx, Endpoint};
 use crate::tune::{self, Tuner};
@@ -172,7 +173,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let endpoints = gathered.iter().enumerate().map(|(q, b)| Endpoint::decode(q, b)).collect::<Result<Vec<_>>>()?;
     cuda_ipc::check_targets(rank, &endpoints)?;
     let own_fifos = own_device.as_ref().map(DeviceSegment::ptr);
-    let Attached { bases, boards, recv, keep, net } =
+    let Attached { bases, boards, recv, mut keep, net } =
         attach(&layout, rank, &endpoints, &device, None, own.ptr(), own_fifos)?;
     // Once everyone has mapped every segment, the names can go: nothing is left behind
     // in /dev/shm even if a process dies later.
@@ -194,7 +195,26 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         test_hook::at("transport");
     }
     // Rank processes keep system-scope ordering, even on one GPU (another context).
-    let conns = connect(&layout, rank, &bases, &recv, &graph, &[], &wire_plain(&cfg, &net))?;
+    let mut conns = connect(&layout, rank, &bases, &recv, &graph, &[], &wire_plain(&cfg, &net))?;
+    // Over a plugin, a GPU rank's connectors may keep their Simple slots in device memory
+    // (the plan moves them in the kernels' tables), which the proxy registers as such.
+    let mut routes = match &network {
+        Some(n) => {
+            let at = Placing {
+                rank,
+                device: &device,
+                global: &global,
+                layout: &layout,
+                net: &net,
+                own: own.ptr(),
+                own_device: own_fifos,
+            };
+            let (plan, memory) = Plan::new(n, &at, &mut conns)?;
+            keep.extend(memory.map(|m| Box::new(m) as Box<dyn Send + Sync>));
+            Some(plan)
+        }
+        None => None,
+    };
     // Every rank tunes as rank 0 does (its machine's topology, its table): so they
     // cannot disagree.
     let priced = priced(&graph, &endpoints);
@@ -202,13 +222,13 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     let tuner = tune::from_plan(&bs.all_gather(&plan)?[0], &priced, &cfg)?;
     let tuner = Arc::new(tuner.agreed(|started| Ok(bs.all_gather(started)?))?);
     let proxy = if any_net {
-        let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
-        let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
         // The roots' word that a rank died or failed ends the wait for its connections.
         const OP: &str = "net connection setup";
         let lost = || bs.check_peers(OP).map_err(Error::Bootstrap);
         let proxy = match &network {
             None => {
+                let sends: Vec<_> = conns.sends.iter().copied().filter(|l| net[l.peer]).collect();
+                let recvs: Vec<_> = conns.recvs.iter().copied().filter(|l| net[l.peer]).collect();
                 let ip =
                     bs.peer_addr(rank).map(|a| a.ip()).ok_or_else(|| Error::Internal("no bootstrap address".into()))?;
                 let listener = NetListener::bind(ip)?;
@@ -230,7 +250,9 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
                     test_hook::at("transport");
                     Ok(published)
                 };
-                plugin::start(network, &global, &layout, rank, &sends, &recvs, &bases, &cfg, &exchange, &lost)
+                let routes =
+                    routes.take().ok_or_else(|| Error::Internal("no routes for the plugin's connectors".into()))?;
+                plugin::start(network, routes, &layout, rank, &bases, &cfg, &exchange, &lost)
             }
         };
         Some(proxy.map_err(|e| explain(bs, OP, e))?)

@@ -9,7 +9,7 @@ use jitccl_plugins::{EDGE_INITFAIL, EDGE_NODEV, EDGE_V8ONLY, FABRIC};
 
 use super::super::select::{candidates, choose, plugin_of};
 use super::super::table::VERSIONS;
-use super::super::{Network, RecvComm, SendComm};
+use super::super::{MemKind, Network, RecvComm, SendComm};
 use crate::plugin;
 
 /// Every wait of these tests.
@@ -28,6 +28,7 @@ fn fabric(version: u32) -> Network {
     let net = choose(Some("Fabric"), 0x5eed, &[p]).expect("Fabric initializes").expect("a plugin network");
     assert_eq!((net.name(), net.version(), net.library()), ("Fabric", version, FABRIC));
     assert_eq!(net.devices()[0].name, "lo");
+    assert!(net.has_iflush(), "every version's table has iflush");
     net
 }
 
@@ -97,8 +98,8 @@ fn bytes_move_between_two_threads_with_every_version() {
         let (mut send, mut recv) = pair(&net);
         let mut src = vec![0u8; 1 << 20];
         let mut dst = vec![0u8; 1 << 20];
-        let smr = send.reg_mr(src.as_mut_ptr(), src.len()).expect("regMr (send)");
-        let rmr = recv.reg_mr(dst.as_mut_ptr(), dst.len()).expect("regMr (recv)");
+        let smr = send.reg_mr(src.as_mut_ptr(), src.len(), MemKind::Host).expect("regMr (send)");
+        let rmr = recv.reg_mr(dst.as_mut_ptr(), dst.len(), MemKind::Host).expect("regMr (recv)");
         for (k, &n) in SIZES.iter().enumerate() {
             let want = pattern(n, k);
             src[..n].copy_from_slice(&want);
@@ -132,7 +133,7 @@ fn a_comm_closes_in_bounded_time_with_a_receive_in_flight() {
     let net = fabric(12);
     let (send, mut recv) = pair(&net);
     let mut dst = vec![0u8; 4096];
-    let mr = recv.reg_mr(dst.as_mut_ptr(), dst.len()).expect("regMr");
+    let mr = recv.reg_mr(dst.as_mut_ptr(), dst.len(), MemKind::Host).expect("regMr");
     let mut r = until("irecv", || recv.irecv(dst.as_mut_ptr(), dst.len(), TAG, mr).expect("irecv"));
     assert_eq!(r.test().expect("test"), None, "nothing was sent");
     let start = Instant::now();

@@ -106,7 +106,7 @@ fn v8(name: &'static CStr, init: InitV8, devices: Devices) -> Table {
         dereg_mr: None,
         isend: None,
         irecv: None,
-        _iflush: ptr::null(),
+        iflush: None,
         test: None,
         close_send: None,
         close_recv: None,
@@ -130,7 +130,7 @@ fn v12(name: &'static CStr, devices: Devices) -> Table {
         dereg_mr: None,
         isend: None,
         irecv: None,
-        _iflush: ptr::null(),
+        iflush: None,
         test: None,
         close_send: None,
         close_recv: None,
@@ -217,6 +217,8 @@ fn the_choice_and_each_versions_init_follow_nccl() {
     let e = net.listen(0).err().expect("no listen in the table");
     assert_eq!((e.call, e.code, e.what), ("listen", 3, "the plugin's table has no such function"), "{e}");
     assert_eq!(e.to_string(), "Good: listen failed with 3 (the plugin's table has no such function)");
+    // A table without iflush says so: a receive into GPU memory that needs one is staged.
+    assert!(!net.has_iflush());
     drop(net);
     assert_eq!(live(), 0);
 }

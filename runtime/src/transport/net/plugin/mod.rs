@@ -3,11 +3,13 @@
 //!
 //! Each receive connector listens on its own plugin comm (as NCCL does), and the handles
 //! travel through the bootstrap; each send connector connects to its receiver's handle.
-//! Both register the FIFO memory they send from or receive into, and a staging area for
-//! size words and small steps (`send`, `recv` say what goes where). The proxy thread drives
-//! the plugin's requests: a plugin offers nothing to wait on, so the thread tests them
-//! while a kernel of its rank runs and naps otherwise.
+//! Both register the Simple slots they send from or receive into (in GPU memory where the
+//! connector goes direct: `direct`), and a staging area for size words and small steps
+//! (`send`, `recv` say what goes where). The proxy thread drives the plugin's requests: a
+//! plugin offers nothing to wait on, so the thread tests them while a kernel of its rank runs
+//! and naps otherwise.
 
+mod direct;
 mod nearest;
 mod recv;
 mod send;
@@ -16,18 +18,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use jitccl_codegen::abi::{Conn, NPROTOS, STEPS};
+use jitccl_codegen::abi::STEPS;
 
+use super::fifo::SIMPLE;
 use super::proxy::{link_failed, Activity, Pace, Peers, Wake, DRAIN, FAULT_FLUSH};
 use super::Proxy;
 use crate::config::Resolved;
 use crate::device::HostMemory;
 use crate::error::{sys, Error, Result};
 use crate::fault::{Board, Notice, Seen};
-use crate::graph::GlobalSystem;
-use crate::netplugin::{Handle, ListenComm, Mr, Network, HANDLE_BYTES};
+use crate::netplugin::{Handle, ListenComm, MemKind, Mr, Network, HANDLE_BYTES};
 use crate::transport::connect::Link;
 use crate::transport::layout::Layout;
+use direct::{End, Slots};
+pub(crate) use direct::{Placing, Plan};
 use recv::RecvSide;
 use send::SendSide;
 
@@ -75,12 +79,11 @@ impl Staging {
     }
 }
 
-/// The bytes of every protocol's slots of a connector end, which the plugin reads or
-/// writes.
-fn fifo_region(fifo: &Conn) -> (*mut u8, usize) {
-    let last = NPROTOS - 1;
-    let end = fifo.buf[last] as usize + fifo.slot_bytes[last] as usize * STEPS;
-    (fifo.buf[0], end - fifo.buf[0] as usize)
+/// The Simple slots of a connector end, which the plugin reads or writes (LL and LL128
+/// steps go through staging), and the memory they lie in.
+fn simple_slots(end: &End) -> (*mut u8, usize, MemKind) {
+    let kind = if end.slots == Slots::Host { MemKind::Host } else { MemKind::Cuda };
+    (end.fifo.buf[SIMPLE], end.fifo.slot_bytes[SIMPLE] as usize * STEPS, kind)
 }
 
 /// A rank's receive connectors, listening; `handles` is what its peers must be sent.
@@ -90,10 +93,10 @@ struct Listening {
 }
 
 /// Listens for every receive connector in `recvs`, each on its channel's device (`devices`).
-fn listen(net: &Network, layout: &Layout, rank: usize, devices: &[usize], recvs: &[Link]) -> Result<Listening> {
+fn listen(net: &Network, layout: &Layout, rank: usize, devices: &[usize], recvs: &[End]) -> Result<Listening> {
     let mut listens = Vec::with_capacity(recvs.len());
     let mut handles = Vec::with_capacity(recvs.len() * ENTRY);
-    for &link in recvs {
+    for &End { link, .. } in recvs {
         let dev = devices[link.chan];
         let (handle, comm) = net.listen(dev).map_err(|e| {
             Error::Internal(format!(
@@ -127,8 +130,8 @@ struct Setup {
     rank: usize,
     /// The device of each channel.
     devices: Vec<usize>,
-    sends: Vec<Link>,
-    recvs: Vec<Link>,
+    sends: Vec<End>,
+    recvs: Vec<End>,
     /// The segment bases the links' FIFOs live in (shadows for the peers), as addresses.
     bases: Vec<usize>,
     deadline: Instant,
@@ -140,9 +143,8 @@ struct Setup {
 /// Sends this rank's bytes to every rank and returns every rank's (an all-gather).
 pub(crate) type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
 
-/// Sets up the connectors over `net` and starts the proxy thread that moves their steps.
-/// Each channel uses the device of `net` nearest to this rank, as `global` places the
-/// ranks (`nearest`).
+/// Sets up the connectors over `net` as `plan` routes them and starts the proxy thread that
+/// moves their steps.
 ///
 /// The thread itself listens, connects, accepts and registers, so that every plugin comm of
 /// a communicator is opened and used by one thread of its own, as NCCL's proxy does (some
@@ -152,11 +154,11 @@ pub(crate) type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
 /// ends the setup. `bases` are the segment bases the links' FIFOs live in.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
-    net: &Network, global: &GlobalSystem, layout: &Layout, rank: usize, sends: &[Link], recvs: &[Link],
-    bases: &[*mut u8], cfg: &Resolved, exchange: Exchange, lost: &(dyn Fn() -> Result<()> + Sync),
+    net: &Network, plan: Plan, layout: &Layout, rank: usize, bases: &[*mut u8], cfg: &Resolved, exchange: Exchange,
+    lost: &(dyn Fn() -> Result<()> + Sync),
 ) -> Result<Proxy> {
     let abandoned = Arc::new(AtomicBool::new(false));
-    let choice = nearest::choose(global, rank, net.devices(), layout.nchannels);
+    let Plan { choice, sends, recvs } = plan;
     for (c, &d) in choice.per_channel.iter().enumerate() {
         let dev = &net.devices()[d];
         let pci = dev.pci_path.as_deref().unwrap_or("no PCI path");
@@ -176,8 +178,8 @@ pub(crate) fn start(
         layout: layout.clone(),
         rank,
         devices: choice.per_channel,
-        sends: sends.to_vec(),
-        recvs: recvs.to_vec(),
+        sends,
+        recvs,
         bases: bases.iter().map(|&b| b as usize).collect(),
         deadline: Instant::now() + cfg.timeout,
         timeout: cfg.timeout,
@@ -241,7 +243,7 @@ impl Setup {
         let failed =
             |what: String| move |e: crate::netplugin::NetError| Error::Internal(format!("rank {rank}: {what}: {e}"));
         let mut handles = Vec::with_capacity(self.sends.len());
-        for l in &self.sends {
+        for l in self.sends.iter().map(|e| &e.link) {
             let offset = layout.offset(l.chan, l.edge);
             let h = handle_of(&published[l.peer], rank, offset).ok_or_else(|| {
                 Error::Internal(format!(
@@ -256,7 +258,7 @@ impl Setup {
             listening.listens.into_iter().map(|(l, c)| (l, Some(c), None)).collect();
         loop {
             let mut moved = false;
-            for (i, l) in self.sends.iter().enumerate() {
+            for (i, l) in self.sends.iter().map(|e| &e.link).enumerate() {
                 if send_comms[i].is_some() {
                     continue;
                 }
@@ -291,7 +293,7 @@ impl Setup {
                     .iter()
                     .zip(&send_comms)
                     .find(|(_, c)| c.is_none())
-                    .map(|(l, _)| l)
+                    .map(|(e, _)| &e.link)
                     .or_else(|| listens.iter().find(|l| l.2.is_none()).map(|l| &l.0))
                     .map(|l| (l.peer, l.chan))
                     .expect("a connection is missing");
@@ -316,32 +318,36 @@ impl Setup {
                 ))
             })
         };
-        let base = |q: usize| self.bases[q] as *mut u8;
         let mut send_sides = Vec::with_capacity(self.sends.len());
-        for (&l, comm) in self.sends.iter().zip(send_comms) {
-            let mut comm = comm.expect("connected");
-            let fifo = layout.end(base(l.peer), l.chan, l.edge, l.peer);
-            let (ptr, bytes) = fifo_region(&fifo);
-            let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes))?;
-            let staging = Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b)))?;
-            send_sides.push(SendSide::new(l, fifo, comm, fifo_mr, staging));
+        for (end, comm) in self.sends.iter().zip(send_comms) {
+            let (mut comm, l) = (comm.expect("connected"), end.link);
+            let (ptr, bytes, kind) = simple_slots(end);
+            let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes, kind))?;
+            let staging =
+                Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b, MemKind::Host)))?;
+            send_sides.push(SendSide::new(l, end.fifo, comm, fifo_mr, staging));
         }
         let mut recv_sides = Vec::with_capacity(listens.len());
-        for (l, _, comm) in listens {
+        for (end, (l, _, comm)) in self.recvs.iter().zip(listens) {
             let mut comm = comm.expect("accepted");
-            let fifo = layout.end(base(rank), l.chan, l.edge, l.peer);
-            let (ptr, bytes) = fifo_region(&fifo);
-            let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes))?;
-            let staging = Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b)))?;
-            recv_sides.push(RecvSide::new(l, fifo, layout.ll128_flag, comm, fifo_mr, staging));
+            let (ptr, bytes, kind) = simple_slots(end);
+            let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes, kind))?;
+            let staging =
+                Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b, MemKind::Host)))?;
+            let flush = end.slots == (Slots::Gpu { flush: true });
+            recv_sides.push(RecvSide::new(l, end.fifo, layout.ll128_flag, comm, fifo_mr, staging, flush));
         }
+        let direct = |ends: &[End]| ends.iter().filter(|e| e.slots != Slots::Host).count();
         tracing::info!(
-            "rank {rank}: net transport up over {name} (plugin {}, v{}), {} send and {} receive connector(s) on device(s) {:?}",
+            "rank {rank}: net transport up over {name} (plugin {}, v{}), {} send and {} receive connector(s) on \
+             device(s) {:?}, {} and {} of them direct to GPU memory",
             net.library(),
             net.version(),
             send_sides.len(),
             recv_sides.len(),
             self.devices.iter().collect::<std::collections::BTreeSet<_>>(),
+            direct(&self.sends),
+            direct(&self.recvs),
         );
         Ok((send_sides, recv_sides))
     }

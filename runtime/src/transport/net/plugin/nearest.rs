@@ -41,10 +41,12 @@ impl std::fmt::Display for Reach {
     }
 }
 
-/// What a rank's channels use: a device per channel, and what the log says of the choice.
+/// What a rank's channels use: a device per channel, how far it is from the rank (None:
+/// the topology cannot say), and what the log says of the choice.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Choice {
     pub per_channel: Vec<usize>,
+    pub distance: Vec<Option<PathType>>,
     pub why: String,
 }
 
@@ -94,7 +96,11 @@ pub(crate) fn choose(global: &GlobalSystem, rank: usize, devices: &[DeviceProps]
     let sys = &global.hosts[place.host];
     let (near, reach) = nearest(sys, global.node_of(rank), devices);
     if near.is_empty() {
-        return Choice { per_channel: vec![0; nchannels], why: "the network has no device".into() };
+        return Choice {
+            per_channel: vec![0; nchannels],
+            distance: vec![None; nchannels],
+            why: "the network has no device".into(),
+        };
     }
     // The host's ranks with the same nearest devices share them; this rank is one of them.
     let sharing: Vec<usize> = (0..global.ranks.len())
@@ -105,7 +111,7 @@ pub(crate) fn choose(global: &GlobalSystem, rank: usize, devices: &[DeviceProps]
     let n = near.len();
     let per_rank = n.div_ceil(sharing.len());
     let start = if n.is_power_of_two() { mirror(index % n, n) } else { index % n };
-    let per_channel = (0..nchannels).map(|c| near[(start + c % per_rank) % n]).collect();
+    let per_channel: Vec<usize> = (0..nchannels).map(|c| near[(start + c % per_rank) % n]).collect();
     let from = match place.device {
         Device::Gpu(g) => format!("GPU {g}{}", sys.gpu(g).map_or(String::new(), |x| format!(" ({})", x.busid))),
         Device::Numa(id) => format!("NUMA domain {id}"),
@@ -122,7 +128,14 @@ pub(crate) fn choose(global: &GlobalSystem, rank: usize, devices: &[DeviceProps]
         sharing.len(),
         if far.is_empty() { String::new() } else { format!("; farther: {}", far.join(", ")) },
     );
-    Choice { per_channel, why }
+    let distance = per_channel
+        .iter()
+        .map(|&d| match reach[d] {
+            Reach::Path { ty, .. } => Some(ty),
+            Reach::Unknown(_) => None,
+        })
+        .collect();
+    Choice { per_channel, distance, why }
 }
 
 #[cfg(test)]
@@ -170,6 +183,7 @@ mod tests {
         for (rank, want) in [(0, 1), (1, 3)] {
             let c = choose(&g, rank, &nics, 2);
             assert_eq!(c.per_channel, [want, want], "{}", c.why);
+            assert_eq!(c.distance, [Some(PathType::Pix); 2], "{}", c.why);
             assert!(c.why.contains("1 of 8 device(s) nearest to GPU") && c.why.contains("PIX"), "{}", c.why);
         }
     }
@@ -244,6 +258,7 @@ mod tests {
         let mut devs = vec![device(None), device(Some("/sys/devices/virtual/net/lo"))];
         let c = choose(&g, 0, &devs, 2);
         assert_eq!(c.per_channel, [0, 1], "none placed: all alike, {}", c.why);
+        assert_eq!(c.distance, [None, None], "{}", c.why);
         devs.push(device(Some("/sys/devices/pci0000:c0/0000:c1:00.0")));
         let c = choose(&g, 0, &devs, 2);
         assert_eq!(c.per_channel, [2, 2], "{}", c.why);

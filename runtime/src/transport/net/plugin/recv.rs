@@ -6,7 +6,10 @@
 //! or LL128 step) into a staging slot, then, for a Simple step, its bytes straight into the
 //! FIFO slot once the kernel has freed it; only then the next step's first message. LL and
 //! LL128 steps are copied from staging as their readers expect (they poll flags inside the
-//! data, which the plugin writes in no known order).
+//! data, which the plugin writes in no known order). Where the Simple slots are GPU memory
+//! that needs it (`direct`), a step's bytes are flushed (`iflush`) once they have arrived, and
+//! the step is posted only once the flush is done: the kernel never reads bytes the GPU may
+//! not see yet.
 
 use std::sync::atomic::Ordering;
 
@@ -15,7 +18,7 @@ use jitccl_codegen::abi::{Conn, STEPS};
 use super::super::fifo::{atomic, fits, set_size, slot, slot_ptr, store_flagged, SIMPLE};
 use super::super::wire::split_size_word;
 use super::{Staging, CLOSE_WORD, FAULT_WORD, WORD};
-use crate::netplugin::{Mr, RecvComm, Request};
+use crate::netplugin::{Flushing, Mr, RecvComm, Request};
 use crate::transport::connect::Link;
 
 pub(super) struct RecvSide {
@@ -34,6 +37,10 @@ pub(super) struct RecvSide {
     placing: Option<u64>,
     /// Simple steps' bytes being received into their FIFO slots.
     bytes: Vec<(u64, Request)>,
+    /// Each Simple step's bytes are flushed before it is posted.
+    flush: bool,
+    /// Simple steps whose bytes arrived, being flushed: the flush's request once posted.
+    flushing: Vec<(u64, Option<Request>)>,
     /// Per slot, the size word of a step wholly in the FIFO but not posted yet.
     ready: [Option<u64>; STEPS],
     /// Steps posted to the kernel (the tail).
@@ -46,7 +53,9 @@ pub(super) struct RecvSide {
 }
 
 impl RecvSide {
-    pub fn new(link: Link, fifo: Conn, ll128_flag: usize, comm: RecvComm, fifo_mr: Mr, staging: Staging) -> RecvSide {
+    pub fn new(
+        link: Link, fifo: Conn, ll128_flag: usize, comm: RecvComm, fifo_mr: Mr, staging: Staging, flush: bool,
+    ) -> RecvSide {
         RecvSide {
             link,
             fifo,
@@ -58,6 +67,8 @@ impl RecvSide {
             first: None,
             placing: None,
             bytes: Vec::with_capacity(STEPS),
+            flush,
+            flushing: Vec::with_capacity(STEPS),
             ready: [None; STEPS],
             posted: 0,
             fault: None,
@@ -68,7 +79,7 @@ impl RecvSide {
 
     /// A step is on its way: its first message arrived but the step is not posted yet.
     pub fn mid_step(&self) -> bool {
-        self.placing.is_some() || !self.bytes.is_empty()
+        self.placing.is_some() || !self.bytes.is_empty() || !self.flushing.is_empty()
     }
 
     /// Receives what arrived and posts the receives that come next; true if anything
@@ -76,7 +87,8 @@ impl RecvSide {
     pub fn pump(&mut self) -> Result<bool, String> {
         let mut progressed = false;
         loop {
-            let moved = self.complete_bytes()? | self.take_first()? | self.place()? | self.post_first()?;
+            let moved =
+                self.complete_bytes()? | self.flushed()? | self.take_first()? | self.place()? | self.post_first()?;
             if !moved {
                 break;
             }
@@ -86,14 +98,50 @@ impl RecvSide {
         Ok(progressed)
     }
 
-    /// Simple steps whose bytes have all arrived become ready.
+    /// Simple steps whose bytes have all arrived become ready, or are flushed first.
     fn complete_bytes(&mut self) -> Result<bool, String> {
         let mut any = false;
         let mut i = 0;
         while i < self.bytes.len() {
             if self.bytes[i].1.test().map_err(|e| e.to_string())?.is_some() {
                 let (k, _) = self.bytes.remove(i);
-                // SAFETY: sizes has STEPS entries; the kernel reads this one only after the tail.
+                if self.flush {
+                    self.flushing.push((k, None));
+                } else {
+                    self.ready[slot(k)] = Some(self.pending_word(k));
+                }
+                any = true;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(any)
+    }
+
+    /// Flushes the steps whose bytes arrived, and makes ready those whose flush is done.
+    fn flushed(&mut self) -> Result<bool, String> {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.flushing.len() {
+            let k = self.flushing[i].0;
+            let done = match &mut self.flushing[i].1 {
+                Some(req) => req.test().map_err(|e| format!("step {k}: {e}"))?.is_some(),
+                None => {
+                    let (_, bytes) = split_size_word(self.pending_word(k));
+                    let data = slot_ptr(&self.fifo, k, SIMPLE);
+                    match self.comm.iflush(data, bytes, self.fifo_mr).map_err(|e| format!("step {k}: {e}"))? {
+                        Flushing::Later => break,
+                        Flushing::Done => true,
+                        Flushing::Pending(req) => {
+                            self.flushing[i].1 = Some(req);
+                            any = true;
+                            false
+                        }
+                    }
+                }
+            };
+            if done {
+                self.flushing.remove(i);
                 self.ready[slot(k)] = Some(self.pending_word(k));
                 any = true;
             } else {
@@ -200,5 +248,143 @@ impl RecvSide {
             atomic(self.fifo.tail).store(self.posted, Ordering::Release);
         }
         self.posted > start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use jitccl_codegen::abi::ll128_flag_word;
+
+    use super::super::send::SendSide;
+    use super::*;
+    use crate::device::HostMemory;
+    use crate::netplugin::{self, MemKind, Network, SendComm};
+    use crate::transport::layout::{Edge, Layout};
+
+    /// Every wait of these tests.
+    const LIMIT: Duration = Duration::from_secs(30);
+
+    /// A send side and a receive side over a connected pair of `net`'s comms, with host FIFOs
+    /// of `layout`; the receiver flushes each Simple step.
+    fn pair(net: &Network, layout: &Layout, shadow: &HostMemory, own: &HostMemory) -> (SendSide, RecvSide) {
+        let (handle, mut listen) = net.listen(0).expect("listen");
+        let mut h = handle;
+        let end = Instant::now() + LIMIT;
+        let (mut send, mut recv): (Option<SendComm>, Option<RecvComm>) = (None, None);
+        while send.is_none() || recv.is_none() {
+            assert!(Instant::now() < end, "no connection");
+            if send.is_none() {
+                send = net.connect(0, &mut h).expect("connect");
+            }
+            if recv.is_none() {
+                recv = listen.accept().expect("accept");
+            }
+        }
+        let (mut send, mut recv) = (send.unwrap(), recv.unwrap());
+        let link = Link { peer: 1, chan: 0, edge: Edge::Ring };
+        let tx = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
+        let rx = layout.end(own.ptr(), 0, Edge::Ring, 0);
+        let simple = layout.slot_bytes[SIMPLE] * STEPS;
+        let smr = send.reg_mr(tx.buf[SIMPLE], simple, MemKind::Host).unwrap();
+        let rmr = recv.reg_mr(rx.buf[SIMPLE], simple, MemKind::Host).unwrap();
+        let sst = Staging::new(layout, |p, b| Ok(send.reg_mr(p, b, MemKind::Host).unwrap())).unwrap();
+        let rst = Staging::new(layout, |p, b| Ok(recv.reg_mr(p, b, MemKind::Host).unwrap())).unwrap();
+        let sender = SendSide::new(link, tx, send, smr, sst);
+        let receiver = RecvSide::new(Link { peer: 0, ..link }, rx, layout.ll128_flag, recv, rmr, rst, true);
+        (sender, receiver)
+    }
+
+    fn pattern(k: u64, bytes: usize) -> Vec<u8> {
+        (0..bytes).map(|i| (k as usize * 13 + i * 5 + 1) as u8).collect()
+    }
+
+    /// Posts Simple step `k` of `bytes` on the sender's FIFO, as its kernel would.
+    fn post(tx: &Conn, k: u64, bytes: usize) {
+        // SAFETY: the slot is free (the caller waited for the head) and holds `bytes`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(pattern(k, bytes).as_ptr(), slot_ptr(tx, k, SIMPLE), bytes);
+            *tx.sizes.add(slot(k)) = (SIMPLE as u64) << 56 | bytes as u64;
+        }
+        atomic(tx.tail).store(k + 1, Ordering::Release);
+    }
+
+    /// The network of the GPU stand-in, whose flushes complete on their `tests`-th test and
+    /// whose `fail`-th flush of the process fails (0: none).
+    fn edge_gpu(tests: u32, fail: u64) -> Network {
+        std::env::set_var("JITCCL_EDGE_FLUSH_TESTS", tests.to_string());
+        std::env::set_var("JITCCL_EDGE_FAIL_FLUSH", fail.to_string());
+        netplugin::of_library(jitccl_plugins::EDGE_GPU, 0x9f1)
+    }
+
+    /// Through the project's GPU stand-in plugin (on host memory here, its flushes counted the
+    /// same): a step is posted to the kernel only once its flush is done, and a flush that
+    /// fails fails the link, naming the call, with that step never posted. The two cases run
+    /// in turn: the plugin's settings are the process's.
+    #[test]
+    fn a_received_step_is_posted_only_after_its_flush_and_a_failed_flush_fails_the_link() {
+        let layout = Layout {
+            nranks: 2,
+            nchannels: 1,
+            slot_bytes: [16 << 10, 4 << 10, 8 << 10],
+            ll128_flag: ll128_flag_word(false),
+        };
+        let mem = || HostMemory::zeroed(layout.segment_bytes()).unwrap();
+        let counts = tempfile::NamedTempFile::new().unwrap();
+        std::env::set_var("JITCCL_EDGE_COUNTS", counts.path());
+
+        // Flushes that complete on their 4th test: each step's tail waits for them.
+        let (shadow, own) = (mem(), mem());
+        let net = edge_gpu(4, 0);
+        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own);
+        let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
+        let steps = 2 * STEPS as u64;
+        let (mut posted, mut consumed) = (0u64, 0u64);
+        let end = Instant::now() + LIMIT;
+        while consumed < steps {
+            assert!(Instant::now() < end, "stuck at {posted} posted, {consumed} consumed");
+            if posted < steps && atomic(txf.head).load(Ordering::Acquire) + (STEPS as u64) > posted {
+                post(&txf, posted, 1000 + posted as usize);
+                posted += 1;
+            }
+            tx.pump().unwrap();
+            rx.pump().unwrap();
+            // Whatever the tail shows has been flushed: no posted step is still flushing.
+            let tail = atomic(rxf.tail).load(Ordering::Acquire);
+            assert!(rx.flushing.iter().all(|(k, _)| *k >= tail), "a step was posted before its flush ended");
+            while consumed < tail {
+                let bytes = 1000 + consumed as usize;
+                // SAFETY: the tail passed the slot: it holds the step.
+                let got = unsafe { std::slice::from_raw_parts(slot_ptr(&rxf, consumed, SIMPLE), bytes) };
+                assert!(got == pattern(consumed, bytes), "step {consumed} arrived damaged");
+                consumed += 1;
+                atomic(rxf.head).store(consumed, Ordering::Release);
+            }
+        }
+        drop((tx, rx, net));
+        let counts = std::fs::read_to_string(counts.path()).unwrap();
+        let last = counts.lines().last().unwrap_or_default().to_string();
+        assert!(last.contains(&format!(" iflush {steps} ")), "one flush per step: {counts}");
+        assert!(last.contains(" regmr_cuda 0 "), "host memory registered as such: {counts}");
+
+        // The next flush fails: its step is never posted, and the error names iflush.
+        let (shadow, own) = (mem(), mem());
+        let net = edge_gpu(1, steps + 1);
+        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own);
+        let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
+        post(&txf, 0, 4096);
+        let end = Instant::now() + LIMIT;
+        let e = loop {
+            assert!(Instant::now() < end, "the failed flush went unnoticed");
+            tx.pump().unwrap();
+            if let Err(e) = rx.pump() {
+                break e;
+            }
+        };
+        assert!(e.contains("step 0: EdgeGpu: iflush failed with 2 (ncclSystemError)"), "{e}");
+        assert!(rx.mid_step(), "a step was on its way: the link is lost, not closed");
+        assert_eq!(atomic(rxf.tail).load(Ordering::Acquire), 0, "the step whose flush failed was posted");
+        std::env::remove_var("JITCCL_EDGE_FAIL_FLUSH");
     }
 }
