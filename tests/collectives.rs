@@ -48,6 +48,9 @@ sweep_tests! {
     all_reduce_oneshot_simple: AllReduce OneShot Simple [1, 2, 5], ALL_TYPES, Pairs::Rotated;
     all_reduce_oneshot_ll: AllReduce OneShot LL [2, 3, 8], ALL_TYPES, Pairs::Rotated;
     all_reduce_oneshot_ll128: AllReduce OneShot LL128 [4, 6, 7], ALL_TYPES, Pairs::Rotated;
+    all_reduce_recursive_doubling_simple: AllReduce RecursiveDoubling Simple [1, 2, 3, 4], ALL_TYPES, Pairs::Rotated;
+    all_reduce_recursive_doubling_ll: AllReduce RecursiveDoubling LL [5, 6, 8], ALL_TYPES, Pairs::Rotated;
+    all_reduce_recursive_doubling_ll128: AllReduce RecursiveDoubling LL128 [2, 7], ALL_TYPES, Pairs::Rotated;
     reduce_ring_simple: Reduce Ring Simple [1, 2, 5], ALL_TYPES, Pairs::Rotated;
     reduce_ring_ll: Reduce Ring LL [3, 4, 8], ALL_TYPES, Pairs::Rotated;
     reduce_ring_ll128: Reduce Ring LL128 [2, 7], ALL_TYPES, Pairs::Rotated;
@@ -184,13 +187,14 @@ fn large_outputs_bypassing_the_cache_match_the_reference() {
 /// (NCCL's ncclScalarDevice), over the FIFO algorithms and protocols.
 #[test]
 fn premul_sum_read_by_the_kernel() {
-    use Algorithm::{OneShot, Ring, Tree};
+    use Algorithm::{OneShot, RecursiveDoubling, Ring, Tree};
     use Protocol::{Simple, LL, LL128};
     for (coll, algo, proto, n) in [
         (Collective::AllReduce, Ring, Simple, 3),
         (Collective::AllReduce, Ring, LL, 2),
         (Collective::AllReduce, Tree, LL128, 4),
         (Collective::AllReduce, OneShot, LL, 3),
+        (Collective::AllReduce, RecursiveDoubling, LL128, 7),
         (Collective::Reduce, Ring, LL128, 3),
         (Collective::ReduceScatter, Ring, Simple, 2),
     ] {

@@ -209,6 +209,9 @@ gpu_sweeps! {
     gpu_all_reduce_oneshot_simple: AllReduce OneShot Simple [1, 4];
     gpu_all_reduce_oneshot_ll: AllReduce OneShot LL [2, 8];
     gpu_all_reduce_oneshot_ll128: AllReduce OneShot LL128 [4];
+    gpu_all_reduce_recursive_doubling_simple: AllReduce RecursiveDoubling Simple [2, 3];
+    gpu_all_reduce_recursive_doubling_ll: AllReduce RecursiveDoubling LL [4, 6];
+    gpu_all_reduce_recursive_doubling_ll128: AllReduce RecursiveDoubling LL128 [8];
     gpu_reduce_ring_simple: Reduce Ring Simple [1, 4];
     gpu_reduce_ring_ll: Reduce Ring LL [2, 8];
     gpu_reduce_ring_ll128: Reduce Ring LL128 [4];

@@ -106,6 +106,7 @@ fn counts_that_differ_fail_with_every_protocol() {
             (Algorithm::Ring, "all_reduce"),
             (Algorithm::Tree, "all_reduce"),
             (Algorithm::OneShot, "all_reduce"),
+            (Algorithm::RecursiveDoubling, "all_reduce"),
             (Algorithm::Ring, "all_gather"),
             (Algorithm::Ring, "reduce_scatter"),
             (Algorithm::Ring, "broadcast"),

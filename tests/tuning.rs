@@ -48,7 +48,7 @@ fn overrides_and_tables_steer_the_choice() {
     // written; other collectives unaffected.
     let cfg = Config {
         nchannels: Some(1),
-        algos: Some("allreduce:^ring,tree,oneshot,direct,direct_oneshot".parse().unwrap()),
+        algos: Some("allreduce:^ring,tree,oneshot,direct,direct_oneshot,recursive_doubling".parse().unwrap()),
         ..Config::default()
     };
     let w = world(2, &cfg).unwrap();

@@ -98,7 +98,7 @@ fn an_interrupted_tune_resumes_from_its_partial_file() {
     let header = "# jitccl tune partial: nranks=2 sizes=8..524288x16 warmup=2 iters=10 reps=2 side by side\n";
     let times = |t: f64| [8, 128, 2048].map(|s| format!("{s}={t}=?")).join(";");
     let mut partial = format!("{header}all_reduce\tmodel@8\tok\t{}\n", times(5.0));
-    for algo in ["ring", "tree", "oneshot"] {
+    for algo in ["ring", "tree", "oneshot", "recursive_doubling"] {
         for proto in ["simple", "ll", "ll128"] {
             for ch in [1, 2] {
                 let t = if (algo, proto, ch) == ("tree", "ll", 2) { 0.001 } else { 5.0 };
@@ -114,7 +114,7 @@ fn an_interrupted_tune_resumes_from_its_partial_file() {
     }
     std::fs::write(dir.path().join("t.csv.partial"), &partial).unwrap();
     let (out, err) = ok(&jitccl(&args, &[]));
-    assert!(err.contains("resuming: 23 measurement(s) kept"), "{err}");
+    assert!(err.contains("resuming: 29 measurement(s) kept"), "{err}");
     assert!(out.contains("(2 to do)"), "{out}");
     let table = Table::read(&path).unwrap();
     for size in [8u64, 128, 2048] {

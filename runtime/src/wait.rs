@@ -30,8 +30,9 @@
 //! costs a cache-line transfer instead of a system call and a wake-up. It loses when the
 //! waited-for thread needs the very core the waiter spins on, which is the case when ranks
 //! outnumber cores. So a rank that has cores of its own spins long and one that shares spins
-//! briefly (`spin_budget`). `JITCCL_SPIN` (`Config::spin`) sets the budget
-//! outright: 0 yields at once, for ranks known to share their cores.
+//! briefly (`spin_budget`), or not at all where each round of its wait polls its sockets.
+//! `JITCCL_SPIN` (`Config::spin`) sets the budget outright: 0 yields at once, for ranks
+//! known to share their cores.
 //!
 //! Yielding hands the core to whatever else is runnable there. When that is a peer rank,
 //! it runs until it waits in turn, microseconds. When it is another job (a busy loop, a
@@ -99,12 +100,16 @@ pub(crate) fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Opt
 /// configuration sets it, else many for a rank with CPUs of its own, so that hand-offs
 /// between two running ranks cost no system call, and few for ranks that share CPUs, by
 /// their machine's rank count or because this process is running more kernels (of several
-/// ranks) than it has CPUs, so that the peer they wait for gets to run. Taken when a
-/// launch starts running.
-pub(crate) fn spin_budget(set: Option<u64>, cpus: Option<&CpuSet>) -> u64 {
+/// ranks) than it has CPUs, so that the peer they wait for gets to run; none for those if
+/// the kernel `polls_sockets` (drives its rank's network traffic from its waits): each of
+/// its rounds then asks the poller, a system call, so that even a few rounds keep the peer
+/// off the core for far longer than the pauses they stand for. Taken when a launch starts
+/// running.
+pub(crate) fn spin_budget(set: Option<u64>, cpus: Option<&CpuSet>, polls_sockets: bool) -> u64 {
     match set {
         Some(n) => n,
         None if affinity::has_own_cpus(cpus) => 4096,
+        None if polls_sockets => 0,
         None => 32,
     }
 }

@@ -73,7 +73,7 @@ pub const ALGO: Setting = nccl(
     config(
         "JITCCL_ALGO",
         "algo, algos",
-        Kind::Grammar("NCCL's: `ring,tree;allreduce:oneshot`, `allreduce:^tree`; names: ring, tree, oneshot, direct, direct_oneshot"),
+        Kind::Grammar("NCCL's: `ring,tree;allreduce:oneshot`, `allreduce:^tree`; names: ring, tree, oneshot, direct, direct_oneshot, recursive_doubling"),
         Initial::Computed("the tuner's choice"),
         Ranks::Agree,
         "the algorithms each collective may use. An unknown name fails init; a collective left with none fails with InvalidArgument (`JITCCL_ALGO=tree` leaves broadcast none: write `allreduce:tree`)",

@@ -104,7 +104,7 @@ pub struct PerfArgs {
     /// run the direct algorithms.
     #[arg(short = 'R', long = "local_register", default_value = "0", value_parser = register)]
     pub register: Register,
-    /// Force the algorithm (ring, tree, oneshot, direct, direct_oneshot).
+    /// Force the algorithm (ring, tree, oneshot, direct, direct_oneshot, recursive_doubling).
     #[arg(long)]
     pub algo: Option<Algorithm>,
     /// Force the protocol (simple, ll, ll128).

@@ -86,6 +86,10 @@ named_enum!(
         /// AllReduce on registered buffers: each rank reads every peer's whole input and
         /// folds it in rank order; for small sizes.
         DirectOneShot = "direct_oneshot",
+        /// AllReduce in log2(n) rounds of pairwise swaps (rank positions differing in one
+        /// bit), each rank sending log2(n) times the data: few hops and few messages, for
+        /// small calls between hosts.
+        RecursiveDoubling = "recursive_doubling" | "doubling",
     }
 );
 
@@ -242,9 +246,14 @@ impl Collective {
     }
     pub fn algorithms(self) -> &'static [Algorithm] {
         match self {
-            Collective::AllReduce => {
-                &[Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::Direct, Algorithm::DirectOneShot]
-            }
+            Collective::AllReduce => &[
+                Algorithm::Ring,
+                Algorithm::Tree,
+                Algorithm::OneShot,
+                Algorithm::Direct,
+                Algorithm::DirectOneShot,
+                Algorithm::RecursiveDoubling,
+            ],
             Collective::SendRecv => &[Algorithm::Ring, Algorithm::Direct],
             _ => &[Algorithm::Ring, Algorithm::Direct],
         }

@@ -78,12 +78,12 @@ fn custom_op_rules() {
 
 #[test]
 fn spec_count() {
-    // 3 reducing collectives (all_reduce with 3 FIFO algorithms) x 3 protos x 12 dtypes x
+    // 3 reducing collectives (all_reduce with 4 FIFO algorithms) x 3 protos x 12 dtypes x
     // 6 ops, plus 3 byte-moving collectives x 3 protos; direct algorithms (all_reduce: 2,
     // reduce and reduce_scatter: 1; broadcast and all_gather: 1; all_to_all, gather and
     // scatter: their only kernels, whose ring is sendrecv rounds; sendrecv's single copy)
     // with Simple only.
-    assert_eq!(KernelSpec::all().len(), 5 * 3 * 12 * 6 + 3 * 3 + 4 * 12 * 6 + 2 + 3 + 1);
+    assert_eq!(KernelSpec::all().len(), 6 * 3 * 12 * 6 + 3 * 3 + 4 * 12 * 6 + 2 + 3 + 1);
 }
 
 #[test]

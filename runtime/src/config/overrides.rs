@@ -273,7 +273,7 @@ mod tests {
         let p: ProtoOverrides = "^LL128;allreduce:LL128".parse().unwrap();
         assert_eq!(p.allowed(AllReduce), Set::of(&[LL128]));
         assert_eq!(p.allowed(Reduce), Set::of(&[Simple, LL]));
-        let o = algos("allreduce:^ring,tree,oneshot,direct,direct_oneshot");
+        let o = algos("allreduce:^ring,tree,oneshot,direct,direct_oneshot,recursive_doubling");
         assert!(o.allowed(AllReduce).is_empty());
         assert_eq!(o.to_string().parse::<AlgoOverrides>().unwrap(), o);
     }

@@ -149,7 +149,7 @@ impl Owner for Executor {
         // The wait policy's spin budget, from what competes for the CPUs now.
         let _running = Running::new();
         let cpus = self.cpus.as_deref();
-        l.args.spin = wait::spin_budget(self.spin, cpus);
+        l.args.spin = wait::spin_budget(self.spin, cpus, l.args.progress.is_some());
         // SAFETY: the kernel is borrowed from its communicator's table (`enqueue::plan`),
         // which the launch keeps alive.
         let failed = unsafe { device::launch(l.kernel, &l.args, l.nchannels, l.proto, pool, cpus) };
@@ -182,7 +182,7 @@ impl Owner for Executor {
                 l.name, self.rank
             )));
         }
-        l.args.spin = wait::spin_budget(self.spin, self.cpus.as_deref());
+        l.args.spin = wait::spin_budget(self.spin, self.cpus.as_deref(), false);
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the kernel is borrowed from its communicator's table, which the launch
         // keeps alive; the launch (holding it and the buffers) stays in flight until it has

@@ -60,6 +60,7 @@ fn picks_move_one_way_as_sizes_grow() {
         Tree => 1,
         Ring => 2,
         Direct | DirectOneShot => panic!("{a} chosen for buffers that are not registered"),
+        RecursiveDoubling => panic!("{a} chosen on one host"),
     };
     for n in 2..=16 {
         for nch in [1, 2, 4] {
@@ -126,7 +127,7 @@ fn choices_are_always_valid_and_allowed() {
 
 #[test]
 fn impossible_overrides_are_errors_naming_the_variable() {
-    let t = tuner(4, 1, "allreduce:^ring,tree,oneshot", "", None);
+    let t = tuner(4, 1, "allreduce:^ring,tree,oneshot,recursive_doubling", "", None);
     let e = t.choose(AllReduce, 64, 4, true).unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("JITCCL_ALGO") && m.contains("all_reduce")), "{e}");
     assert!(t.choose(Broadcast, 64, 1, true).is_ok(), "another collective failed");
@@ -251,8 +252,9 @@ fn sources_say_whether_an_override_changed_the_pick() {
     assert_eq!(tuner(4, 1, "allreduce:oneshot,ring", "", None).decide(key).unwrap().1, Source::Model);
 }
 
-/// Across hosts a small AllReduce leaves the ring for the tree, and the reason names the
-/// ring's higher estimate and what the network costs.
+/// Across hosts a small AllReduce leaves the ring (for recursive doubling: one swap crosses
+/// the hosts, where the tree crosses twice), and the reason names the ring's higher
+/// estimate and what the network costs.
 #[test]
 fn across_hosts_the_reason_names_the_ring_and_the_network() {
     let cfg = Config { nchannels: Some(2), ..Config::default() }.resolve(4).unwrap();
@@ -260,7 +262,7 @@ fn across_hosts_the_reason_names_the_ring_and_the_network() {
     let t = Tuner::new(Topology::from_graph(&graph, 2), Constants::HOST, None, &cfg);
     let key = Key { coll: AllReduce, bytes: 8, elem_size: 4, commutative: true, direct: false, wire: Wire::Exact };
     let (choice, source, why) = t.decide(key).unwrap();
-    assert_eq!((choice.algo, source), (Tree, Source::Model), "{why}");
+    assert_eq!((choice.algo, source), (RecursiveDoubling, Source::Model), "{why}");
     let us = |name: &str| -> f64 {
         let at = why.find(&format!("{name} ")).unwrap_or_else(|| panic!("no {name} in '{why}'")) + name.len() + 1;
         why[at..].split(' ').next().unwrap().parse().unwrap()

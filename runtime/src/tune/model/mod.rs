@@ -3,15 +3,18 @@
 //!
 //! - latency = base[algo] + hops x hop latency x hop_factor[algo] x proto_lat[proto], where
 //!   hops count the steps a call waits through in sequence (ring allreduce 2(n-1); tree
-//!   2 x depth; one-shot n-1, one wait per peer) and the hop latency comes from the
-//!   topology (inside a node or between nodes); hops inside a node between ranks that
-//!   have a core each take `proto_lat_spin` instead. A hop between nodes costs the
+//!   2 x depth; one-shot n-1, one wait per peer; recursive doubling log2(n), 2 more where n
+//!   is no power of two) and the hop latency comes from the topology (inside a node or
+//!   between nodes); hops inside a node between ranks that have a core each take
+//!   `proto_lat_spin` instead. A hop between nodes costs the
 //!   network's latency x proto_lat[proto] (no algorithm factor); across nodes the ring
 //!   allreduce counts 2 x nodes of its hops there (NCCL's count), the tree 2 x the depth of
-//!   the nodes' tree (chains inside them), one-shot every message to another node's rank.
+//!   the nodes' tree (chains inside them), one-shot every message to another node's rank,
+//!   recursive doubling each of its phases in which a pair crosses nodes.
 //! - bandwidth = min(channels x per-channel bandwidth, the rank's cap) x proto_bw[proto]
 //!   x algo_bw[algo], turned into algorithm bandwidth by how many times each byte crosses
-//!   a link (ring allreduce 2(n-1)/n, tree 2, one-shot n-1 times the contention).
+//!   a link (ring allreduce 2(n-1)/n, tree 2, one-shot n-1 times the contention, recursive
+//!   doubling once per hop times the contention).
 //! - each channel past the first costs `chan_lat` (a worker per channel to wake and join).
 //!
 //! # Host constants
@@ -34,7 +37,12 @@
 //!   reads, like the FIFO one-shot's); one-shot's base latency is the FIFO one-shot's,
 //!   two-shot's adds the stores into the peers' lines;
 //! - bandwidth falls past the cache for every algorithm alike, which does not change the
-//!   ranking, so the in-cache figure serves.
+//!   ranking, so the in-cache figure serves;
+//! - recursive doubling's swaps inside a host cost far more than one-shot's hops: each
+//!   waits for the one rank it swaps with to run, where one-shot takes its peers' steps in
+//!   whatever order they come (slower than one-shot at 4 and 8 rank processes on 2
+//!   cores). Its factor keeps it behind the tree on one host at every rank count; it
+//!   serves calls between hosts, where a hop is a network message and it sends fewest.
 //!
 //! The constants do not carry to every CPU: a table from `jitccl tune` overrides the picks
 //! where another machine measures differently.
@@ -110,12 +118,12 @@ pub struct Topology {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Constants {
     /// Fixed latency per call, us, by algorithm (Ring, Tree, OneShot, Direct,
-    /// DirectOneShot).
-    pub base: [f64; 5],
+    /// DirectOneShot, RecursiveDoubling).
+    pub base: [f64; 6],
     /// Hop latency factor by algorithm.
-    pub hop_factor: [f64; 5],
+    pub hop_factor: [f64; 6],
     /// Fraction of the bus bandwidth each algorithm reaches.
-    pub algo_bw: [f64; 5],
+    pub algo_bw: [f64; 6],
     /// Hop latency factor by protocol (Simple, LL, LL128).
     pub proto_lat: [f64; NPROTOS],
     /// The same for hops inside a node while every rank has a core (its waits spin).
@@ -127,9 +135,9 @@ pub struct Constants {
 impl Constants {
     /// Measured on the host target (see the module comment).
     pub const HOST: Constants = Constants {
-        base: [0.1, 0.1, 0.1, 0.2, 0.1],
-        hop_factor: [1.0, 1.64, 0.87, 1.0, 1.0],
-        algo_bw: [1.0, 0.68, 0.47, 2.0, 0.94],
+        base: [0.1, 0.1, 0.1, 0.2, 0.1, 0.1],
+        hop_factor: [1.0, 1.64, 0.87, 1.0, 1.0, 4.0],
+        algo_bw: [1.0, 0.68, 0.47, 2.0, 0.94, 0.47],
         proto_lat: [1.0, 1.15, 1.85],
         proto_lat_spin: [1.0, 0.5, 0.5],
         proto_bw: [1.0, 0.125, 0.5],
@@ -144,11 +152,12 @@ impl Constants {
     /// two-shot above the ring's busbw (a byte is loaded and stored once per rank, where the
     /// ring also moves it through a FIFO), one-shot below it (each rank reads every input)
     /// but level with it at small sizes. The runs behind the values: docs/performance.md,
-    /// "The GPU kernels".
+    /// "The GPU kernels". Recursive doubling has not run on a GPU: its infinite base keeps
+    /// the tuner from picking it there (`JITCCL_ALGO` can still ask for it).
     pub const CUDA: Constants = Constants {
-        base: [2.75, 2.75, 3.75, 2.75, 2.75],
-        hop_factor: [1.0, 1.5, 1.89, 1.0, 1.0],
-        algo_bw: [1.0, 0.65, 0.67, 1.67, 0.63],
+        base: [2.75, 2.75, 3.75, 2.75, 2.75, f64::INFINITY],
+        hop_factor: [1.0, 1.5, 1.89, 1.0, 1.0, 1.89],
+        algo_bw: [1.0, 0.65, 0.67, 1.67, 0.63, 0.67],
         proto_lat: [1.0, 1.11, 1.37],
         proto_lat_spin: [1.0, 1.11, 1.37],
         proto_bw: [1.0, 0.16, 0.29],
@@ -174,7 +183,7 @@ const HOST_BARRIER_SPIN: f64 = 0.5;
 /// transport").
 const HOST_NET_HOP: f64 = 40.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
-const HOST_MODEL_VERSION: u64 = 9;
+const HOST_MODEL_VERSION: u64 = 10;
 /// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over
 /// all channels (GB/s), and each channel past the first (us): see [`Topology::cuda`].
 const CUDA_HOP: f64 = 4.54;
@@ -295,12 +304,33 @@ fn algo_index(a: Algorithm) -> usize {
         Algorithm::OneShot => 2,
         Algorithm::Direct => 3,
         Algorithm::DirectOneShot => 4,
+        Algorithm::RecursiveDoubling => 5,
     }
 }
 
 /// Depth of a binary tree over `n` members (heap layout, as graph::tree builds it).
 fn tree_depth(n: usize) -> usize {
     (usize::BITS - 1 - n.max(1).leading_zeros()) as usize
+}
+
+/// (hops inside a host, hops between hosts) in the chain of recursive doubling's phases over
+/// `n` ranks, rank r on host r / `ppn` (launchers number ranks host by host): the pairing of
+/// the first 2(n - p) ranks there and back where n is not a power of two p, and a swap per
+/// bit of the positions of the p ranks that take part (templates/algo's file). A phase is a
+/// network hop where any of its pairs crosses hosts.
+fn doubling_hops(n: usize, ppn: usize) -> (usize, usize) {
+    let p = 1usize << tree_depth(n);
+    let paired = 2 * (n - p);
+    let host = |rank: usize| rank / ppn.max(1);
+    let rank_at = |pos: usize| if pos < paired / 2 { 2 * pos + 1 } else { pos + paired / 2 };
+    let mut crossing = Vec::new();
+    if paired > 0 {
+        let crosses = (0..paired / 2).any(|i| host(2 * i) != host(2 * i + 1));
+        crossing.extend([crosses, crosses]);
+    }
+    crossing.extend((0..tree_depth(n)).map(|k| (0..p).any(|pos| host(rank_at(pos)) != host(rank_at(pos ^ (1 << k))))));
+    let inter = crossing.iter().filter(|&&c| c).count();
+    (crossing.len() - inter, inter)
 }
 
 /// A candidate and its estimated time.
@@ -371,6 +401,11 @@ pub fn time(
         // network transport, one after another: ppn x (n - ppn) of them.
         (Collective::AllReduce, Algorithm::OneShot) => {
             (ppn - 1, ppn * (n - ppn), (n - 1) as f64 * t.contention.max(1.0))
+        }
+        // Its phases in sequence (see `doubling_hops`); each moves the whole call.
+        (Collective::AllReduce, Algorithm::RecursiveDoubling) => {
+            let (intra, inter) = doubling_hops(n, ppn);
+            (intra, inter, (intra + inter) as f64 * t.contention.max(1.0))
         }
         (Collective::AllGather | Collective::ReduceScatter, _) => (n - nodes, nodes - 1, (n - 1) as f64 / n as f64),
         (Collective::Broadcast | Collective::Reduce, _) => (n - nodes, nodes - 1, 1.0),

@@ -53,25 +53,61 @@ fn a_graph_over_two_hosts_costs_network_hops() {
     assert_eq!(fastest(true), Some(Algorithm::Direct), "peers' buffers addressed directly");
 }
 
-/// Across hosts a small AllReduce takes the tree (two network hops up and down the hosts'
-/// tree) where ranks share hosts, one-shot (one message each way) with a rank per host,
-/// and the ring once the size is large (the tree moves twice the bytes at less bandwidth).
+/// Across hosts a small AllReduce leaves the ring: recursive doubling where its phases cross
+/// hosts fewer times than the tree's hops do (its first swap stays inside hosts of two), the
+/// tree where they do not (hosts of three, whose pairing crosses), one-shot with a rank on
+/// each of two hosts (one message each way, level with recursive doubling's one swap); and
+/// the ring once the size is large (the others move the bytes more times).
 #[test]
 fn small_calls_across_hosts_leave_the_ring() {
     let fastest = |hosts: usize, per_host: usize, bytes: usize| {
         let graph = Graph { nhosts: hosts, ..Graph::uniform(hosts * per_host, 2) };
         Topology::from_graph(&graph, 2).fastest(&Constants::HOST, Collective::AllReduce, bytes, false).unwrap()
     };
-    for (hosts, per_host) in [(2, 2), (3, 2), (2, 3), (4, 2)] {
+    for (hosts, per_host, small) in
+        [(2, 2, Algorithm::RecursiveDoubling), (4, 2, Algorithm::RecursiveDoubling), (2, 3, Algorithm::Tree)]
+    {
         for bytes in [8, 4096] {
-            assert_eq!(fastest(hosts, per_host, bytes).algo, Algorithm::Tree, "{hosts}x{per_host}, {bytes} B");
+            assert_eq!(fastest(hosts, per_host, bytes).algo, small, "{hosts}x{per_host}, {bytes} B");
         }
         assert_eq!(fastest(hosts, per_host, 64 << 20).algo, Algorithm::Ring, "{hosts}x{per_host}, 64 MiB");
     }
     assert_eq!(fastest(2, 1, 8).algo, Algorithm::OneShot);
+    assert_eq!(fastest(4, 1, 8).algo, Algorithm::RecursiveDoubling);
+}
+
+/// Recursive doubling has not run on a GPU: the GPU constants never pick it, on one host or
+/// across hosts.
+#[test]
+fn gpus_never_pick_recursive_doubling() {
+    for (hosts, per_host) in [(1, 4), (1, 8), (4, 1), (2, 2)] {
+        let graph = Graph { nhosts: hosts, ..Graph::uniform(hosts * per_host, 2) };
+        for bytes in [8, 4096, 1 << 20] {
+            let e = Topology::cuda(&graph).fastest(&Constants::CUDA, Collective::AllReduce, bytes, false).unwrap();
+            assert_ne!(e.algo, Algorithm::RecursiveDoubling, "{hosts}x{per_host}, {bytes} B");
+        }
+    }
 }
 
 #[test]
 fn tree_depth_matches_the_heap_layout() {
     assert_eq!([1, 2, 3, 4, 7, 8, 9].map(tree_depth), [0, 1, 1, 2, 2, 3, 3]);
+}
+
+/// Recursive doubling's chain: a swap per bit of the positions, and the pairing there and
+/// back where n is no power of two; a phase crosses hosts where any of its pairs does
+/// (ranks numbered host by host).
+#[test]
+fn recursive_doubling_counts_its_phases_and_their_crossings() {
+    assert_eq!(doubling_hops(1, 1), (0, 0));
+    assert_eq!(doubling_hops(4, 4), (2, 0));
+    assert_eq!(doubling_hops(4, 1), (0, 2));
+    // The first swap inside each host, the second across.
+    assert_eq!(doubling_hops(4, 2), (1, 1));
+    assert_eq!(doubling_hops(8, 2), (1, 2));
+    assert_eq!(doubling_hops(6, 6), (4, 0));
+    // Pairs (0, 1) and (2, 3) inside hosts of two; both swaps cross.
+    assert_eq!(doubling_hops(6, 2), (2, 2));
+    // With hosts of three the pair (2, 3) crosses too.
+    assert_eq!(doubling_hops(6, 3), (0, 4));
 }

@@ -44,7 +44,7 @@ pub(super) fn algo_index(a: Algorithm) -> Option<usize> {
     match a {
         Algorithm::Tree => Some(TREE),
         Algorithm::Ring => Some(RING),
-        Algorithm::OneShot | Algorithm::Direct | Algorithm::DirectOneShot => None,
+        Algorithm::OneShot | Algorithm::Direct | Algorithm::DirectOneShot | Algorithm::RecursiveDoubling => None,
     }
 }
 
