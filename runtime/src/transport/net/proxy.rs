@@ -60,8 +60,8 @@ pub(crate) struct Activity {
     driving: AtomicUsize,
     /// Passes those kernels have made: the proxy thread naps while they go on.
     driven: AtomicU64,
-    /// The built-in sockets' engine, which kernels may drive (none over a plugin).
-    engine: Option<Mutex<Engine>>,
+    /// The engine that host kernels drive from their waits, once the connectors are up.
+    engine: OnceLock<Arc<Mutex<dyn Drive>>>,
     /// The proxy is (about to be) asleep and must be woken.
     pub(super) sleeping: AtomicBool,
     pub(super) stop: AtomicBool,
@@ -108,7 +108,7 @@ impl Activity {
     /// engine can be driven: the kernel then waits for the proxy thread as a GPU's does).
     pub(crate) fn kernel_driving(&self) -> (Running<'_>, Option<Hook>) {
         // Counted driving before running: a proxy woken by the start naps at once.
-        let hook = self.engine.as_ref().map(|_| {
+        let hook = self.engine.get().map(|_| {
             self.driving.fetch_add(1, Ordering::SeqCst);
             Hook { progress, ctx: self as *const Activity as *mut c_void }
         });
@@ -155,15 +155,11 @@ impl Activity {
     }
 
     pub(super) fn new(wake: Wake) -> Activity {
-        Activity::with_engine(wake, None)
-    }
-
-    fn with_engine(wake: Wake, engine: Option<Engine>) -> Activity {
         Activity {
             running: AtomicUsize::new(0),
             driving: AtomicUsize::new(0),
             driven: AtomicU64::new(0),
-            engine: engine.map(Mutex::new),
+            engine: OnceLock::new(),
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             fault: AtomicUsize::new(0),
@@ -171,6 +167,27 @@ impl Activity {
             wake,
         }
     }
+
+    /// Hands the rank's host kernels the engine to drive from their waits; before any
+    /// kernel of the rank runs.
+    pub(super) fn set_engine(&self, engine: Arc<Mutex<dyn Drive>>) {
+        if self.engine.set(engine).is_err() {
+            tracing::warn!("the net proxy's engine was set twice; the first stays");
+        }
+    }
+}
+
+/// What a proxy moves, which its rank's host kernels also drive from their waits (one
+/// thread at a time, under its lock): the step then goes between the kernel and the
+/// network on the kernel's own thread, with no hand-off to a proxy thread that, with more
+/// threads than cores, may be waiting for one.
+pub(super) trait Drive: Send {
+    /// One pass that does not wait; true if anything moved, an error only if the engine
+    /// itself failed.
+    fn drive(&mut self, act: &Activity) -> std::io::Result<bool>;
+    /// Every step this rank posted went out: an ending kernel leaves nothing to the proxy
+    /// thread.
+    fn settled(&self) -> bool;
 }
 
 /// A kernel running on a rank with a proxy (see `Activity::kernel_running`).
@@ -189,9 +206,9 @@ impl Drop for Running<'_> {
             let quiet = self
                 .act
                 .engine
-                .as_ref()
+                .get()
                 .and_then(|e| e.try_lock().ok())
-                .is_some_and(|mut e| e.pass(Duration::ZERO, self.act).is_ok_and(|_| e.settled()));
+                .is_some_and(|mut e| e.drive(self.act).is_ok_and(|_| e.settled()));
             if !quiet {
                 self.act.wake();
             }
@@ -216,11 +233,11 @@ pub(crate) struct Hook {
 unsafe extern "C" fn progress(ctx: *mut c_void) -> i32 {
     // SAFETY: see above.
     let act = unsafe { &*(ctx as *const Activity) };
-    let Some(Ok(mut engine)) = act.engine.as_ref().map(Mutex::try_lock) else { return 0 };
+    let Some(Ok(mut engine)) = act.engine.get().map(|e| e.try_lock()) else { return 0 };
     act.driven.fetch_add(1, Ordering::Relaxed);
     // A panic must not unwind into the kernel's C frames: the pass counts as idle, and the
     // proxy thread meets the same state and reports it.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.pass(Duration::ZERO, act)))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.drive(act)))
         .map_or(0, |r| r.unwrap_or(false) as i32)
 }
 
@@ -252,8 +269,9 @@ pub(super) fn spawn(
     let waker = Waker::new(poll.registry(), WAKE).map_err(sys("creating the net proxy's waker"))?;
     let peers = Peers::new(sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)));
     let events = Events::with_capacity(places.len() + 1);
-    let engine = Engine { rank, sends, recvs, poll, events, places, board, peers, failed: false };
-    let activity = Arc::new(Activity::with_engine(Wake::Poller(waker, OnceLock::new()), Some(engine)));
+    let engine = Arc::new(Mutex::new(Engine { rank, sends, recvs, poll, events, places, board, peers, failed: false }));
+    let activity = Arc::new(Activity::new(Wake::Poller(waker, OnceLock::new())));
+    activity.set_engine(engine.clone());
     let act = activity.clone();
     let thread = std::thread::Builder::new()
         .name(format!("jitccl-proxy{rank}"))
@@ -261,7 +279,7 @@ pub(super) fn spawn(
             if let Wake::Poller(_, t) = &act.wake {
                 let _ = t.set(std::thread::current());
             }
-            run(rank, &act)
+            run(rank, &act, &engine)
         })
         .map_err(sys("starting the proxy thread"))?;
     Ok((thread, activity))
@@ -356,12 +374,6 @@ impl Engine {
         Ok(progressed)
     }
 
-    /// Every posted step went out (see `SendSide::settled`): a stopping proxy may close,
-    /// and an ending kernel leaves nothing to the proxy thread.
-    fn settled(&self) -> bool {
-        self.sends.iter().all(SendSide::settled)
-    }
-
     /// Closes every socket, lingering until `until` for the peers to take what was sent
     /// (not at all after a failure: a failed communicator owes its peers nothing).
     fn close(&mut self, until: Instant) {
@@ -372,13 +384,22 @@ impl Engine {
     }
 }
 
+impl Drive for Engine {
+    fn drive(&mut self, act: &Activity) -> std::io::Result<bool> {
+        self.pass(Duration::ZERO, act)
+    }
+
+    /// Every posted step went out (see `SendSide::settled`): a stopping proxy may close.
+    fn settled(&self) -> bool {
+        self.sends.iter().all(SendSide::settled)
+    }
+}
+
 /// The proxy thread: passes of the engine, paced by what its rank's kernels do.
-fn run(rank: usize, act: &Activity) {
-    let engine = act.engine.as_ref().expect("the socket proxy has an engine");
+fn run(rank: usize, act: &Activity, engine: &Mutex<Engine>) {
     let mut wait = Duration::ZERO;
     let mut pace = Pace::default();
     let mut drain_until = None;
-    let mut driven = act.driven.load(Ordering::Relaxed);
     loop {
         let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
         let progressed = match e.pass(wait, act) {
@@ -404,18 +425,10 @@ fn run(rank: usize, act: &Activity) {
         }
         let gone = e.peers.any_gone();
         drop(e);
-        // While host kernels drive the engine from their waits, the proxy thread keeps off
-        // their cores, only covering a kernel that stopped waiting for a while.
-        let now_driven = act.driven.load(Ordering::Relaxed);
-        if act.driving.load(Ordering::SeqCst) > 0 && !act.stop.load(Ordering::Acquire) {
-            if now_driven != driven || !progressed {
-                driven = now_driven;
-                std::thread::park_timeout(DRIVEN_NAP);
-            }
+        if pace.driven(progressed, act) {
             wait = Duration::ZERO;
             continue;
         }
-        driven = now_driven;
         wait = pace.after(progressed, busy, gone, act).unwrap_or(Duration::ZERO);
     }
 }
@@ -427,9 +440,32 @@ fn run(rank: usize, act: &Activity) {
 pub(super) struct Pace {
     idle: u32,
     was_busy: bool,
+    /// Passes host kernels had made by the last look (see `driven`).
+    driven: u64,
+    /// Never nap while busy: the proxy has nothing that wakes it when a request completes.
+    polled: bool,
 }
 
 impl Pace {
+    /// The pace of a proxy that can only poll what it waits for (a plugin's requests):
+    /// while busy it spins, then yields, but never naps.
+    pub fn polled() -> Pace {
+        Pace { polled: true, ..Pace::default() }
+    }
+
+    /// While host kernels drive the engine from their waits, the proxy thread keeps off
+    /// their cores, only covering a kernel that stopped waiting for a while: true if it
+    /// did (having napped), and the caller passes again.
+    pub fn driven(&mut self, progressed: bool, act: &Activity) -> bool {
+        let now = act.driven.load(Ordering::Relaxed);
+        let driving = act.driving.load(Ordering::SeqCst) > 0 && !act.stop.load(Ordering::Acquire);
+        if driving && (now != self.driven || !progressed) {
+            std::thread::park_timeout(DRIVEN_NAP);
+        }
+        self.driven = now;
+        driving
+    }
+
     /// Whether a kernel runs, read before a pass (a kernel that ended before it posted
     /// nothing the pass misses).
     pub fn busy(&mut self, act: &Activity) -> bool {
@@ -449,7 +485,7 @@ impl Pace {
         if self.idle <= SPINS {
             std::hint::spin_loop();
             None
-        } else if busy && self.idle <= YIELDS {
+        } else if busy && (self.polled || self.idle <= YIELDS) {
             // Give the core to the kernels this proxy serves.
             std::thread::yield_now();
             None

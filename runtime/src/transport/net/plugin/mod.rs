@@ -5,9 +5,10 @@
 //! travel through the bootstrap; each send connector connects to its receiver's handle.
 //! Both register the Simple slots they send from or receive into (in GPU memory where the
 //! connector goes direct: `direct`), and a staging area for size words and small steps
-//! (`send`, `recv` say what goes where). The proxy thread drives the plugin's requests: a
-//! plugin offers nothing to wait on, so the thread tests them while a kernel of its rank runs
-//! and naps otherwise.
+//! (`send`, `recv` say what goes where). The rank's host kernels drive the plugin's requests
+//! from their waits, as they drive the built-in sockets, and the proxy thread drives them
+//! otherwise: a plugin offers nothing to wait on, so it polls (spins, then yields) while a
+//! kernel runs or a request is in flight, and sleeps otherwise.
 
 mod direct;
 mod nearest;
@@ -15,13 +16,13 @@ mod recv;
 mod send;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jitccl_codegen::abi::STEPS;
 
 use super::fifo::SIMPLE;
-use super::proxy::{link_failed, Activity, Pace, Peers, Wake, DRAIN, FAULT_FLUSH};
+use super::proxy::{link_failed, Activity, Drive, Pace, Peers, Wake, DRAIN, FAULT_FLUSH};
 use super::Proxy;
 use crate::config::Resolved;
 use crate::device::HostMemory;
@@ -146,9 +147,10 @@ pub(crate) type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
 /// Sets up the connectors over `net` as `plan` routes them and starts the proxy thread that
 /// moves their steps.
 ///
-/// The thread itself listens, connects, accepts and registers, so that every plugin comm of
-/// a communicator is opened and used by one thread of its own, as NCCL's proxy does (some
-/// plugins keep per-thread state that comms opened on one thread share). `exchange` sends
+/// The thread itself listens, connects, accepts, registers and closes, so that every plugin
+/// comm of a communicator is opened and closed by one thread of its own, as NCCL's proxy
+/// does (some plugins keep per-thread state that comms opened on one thread share); in
+/// between, the rank's host kernels also drive them, one thread at a time. `exchange` sends
 /// this rank's listen handles to every rank and returns every rank's (the bootstrap's
 /// all-gather); `lost` is asked now and then while connections are awaited, and its error
 /// ends the setup. `bases` are the segment bases the links' FIFOs live in.
@@ -206,9 +208,14 @@ pub(crate) fn start(
             let Ok(published) = published_rx.recv() else { return };
             match setup.connect(listening, &published) {
                 Ok((sends, recvs)) => {
+                    let board = setup.layout.board(setup.bases[rank] as *mut u8);
+                    let engine = Arc::new(Mutex::new(Engine::new(rank, sends, recvs, board)));
+                    act.set_engine(engine.clone());
                     if up_tx.send(Ok(())).is_ok() {
-                        run(rank, sends, recvs, &act, setup.layout.board(setup.bases[rank] as *mut u8));
+                        run(rank, &engine, &act);
                     }
+                    // The comms close on the thread that opened them.
+                    engine.lock().unwrap_or_else(|p| p.into_inner()).close();
                 }
                 Err(e) => drop(up_tx.send(Err(e))),
             }
@@ -353,54 +360,41 @@ impl Setup {
     }
 }
 
-fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Activity, board: Board) {
-    let mut pace = Pace::default();
-    let mut drain_until = None;
-    let mut farewell_until = None;
-    let mut failed = false;
-    let mut fault_at = None;
-    let mut peers = Peers::new(sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)));
-    loop {
-        peers.note_due(&board);
-        let mut busy = pace.busy(act);
-        if act.stop.load(Ordering::Acquire) {
-            busy = true;
-            let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN);
-            let flushed = sends.iter().all(SendSide::settled);
-            if !flushed && Instant::now() > until {
-                tracing::warn!("rank {rank}: closing with posted steps its peers never took");
-                return;
-            }
-            // Then each side says goodbye, and waits (bounded) for its peers' last messages,
-            // so that no receive is still posted when its comm closes: a failed
-            // communicator's last message is its fault message, which its peers answer with
-            // theirs.
-            if flushed {
-                let farewell = *farewell_until.get_or_insert_with(|| Instant::now() + FAREWELL);
-                sends.iter_mut().for_each(SendSide::close);
-                let gone = |q: usize| board.get(q).is_some_and(|n| n.is_gone());
-                let done = sends.iter().all(|s| s.closed() || gone(s.link.peer))
-                    && recvs.iter().all(|r| r.dead || r.closed || gone(r.link.peer));
-                if done || Instant::now() > farewell {
-                    if !done {
-                        let unsaid: Vec<usize> = sends.iter().filter(|s| !s.closed()).map(|s| s.link.peer).collect();
-                        let unheard: Vec<usize> =
-                            recvs.iter().filter(|r| !r.dead && !r.closed).map(|r| r.link.peer).collect();
-                        tracing::debug!(
-                            "rank {rank}: closing before every peer said goodbye (goodbye not sent to ranks \
-                             {unsaid:?}, not heard from ranks {unheard:?})"
-                        );
-                    }
-                    // Dropping the sides closes their comms.
-                    return;
-                }
-            }
-        }
+/// What a rank's proxy moves over the plugin: its connectors' two sides, and what it has
+/// noted of its peers.
+struct Engine {
+    rank: usize,
+    sends: Vec<SendSide>,
+    recvs: Vec<RecvSide>,
+    board: Board,
+    peers: Peers,
+    /// When this rank's communicator failed (a fault message went to the peers).
+    fault_at: Option<Instant>,
+}
+
+// SAFETY: the raw FIFO pointers in the sides stay valid while the communicator (which owns
+// both the segments and the proxy) lives, and are accessed with the same atomics as kernels;
+// the engine is used by one thread at a time (its lock). A plugin comm is then driven by
+// more than the thread that opened it, one thread at a time, as NCCL drives it (its proxy
+// service thread connects, its progress thread moves the data).
+unsafe impl Send for Engine {}
+
+impl Engine {
+    fn new(rank: usize, sends: Vec<SendSide>, recvs: Vec<RecvSide>, board: Board) -> Engine {
+        let peers = Peers::new(sends.iter().map(|s| s.link.peer).chain(recvs.iter().map(|r| r.link.peer)));
+        Engine { rank, sends, recvs, board, peers, fault_at: None }
+    }
+
+    /// Completes what the plugin finished and hands it what comes next; true if anything
+    /// moved.
+    fn pass(&mut self, act: &Activity) -> bool {
+        let Engine { rank, sends, recvs, board, peers, fault_at } = self;
+        let rank = *rank;
+        peers.note_due(board);
         let mut progressed = false;
         let fault = act.fault.swap(0, Ordering::AcqRel);
         if fault > 0 {
-            failed = true;
-            fault_at = Some(Instant::now());
+            *fault_at = Some(Instant::now());
             sends.iter_mut().for_each(|s| s.report_fault(fault - 1));
         }
         for s in sends.iter_mut().filter(|s| !s.dead) {
@@ -410,7 +404,7 @@ fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Ac
                     let lost = !s.flushed();
                     link_failed(rank, "to", s.link, &why, lost);
                     if lost {
-                        link_lost(&board, rank, s.link.peer);
+                        link_lost(board, rank, s.link.peer);
                     }
                     peers.closed(s.link.peer);
                     s.dead = true;
@@ -424,7 +418,7 @@ fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Ac
                     link_failed(rank, "from", r.link, &why, r.mid_step() || r.fault.is_some());
                     match r.fault {
                         Some(culprit) => board.note(r.link.peer, Notice::reported(culprit)),
-                        None if r.mid_step() => link_lost(&board, rank, r.link.peer),
+                        None if r.mid_step() => link_lost(board, rank, r.link.peer),
                         None => peers.closed(r.link.peer),
                     }
                     r.dead = true;
@@ -434,10 +428,85 @@ fn run(rank: usize, mut sends: Vec<SendSide>, mut recvs: Vec<RecvSide>, act: &Ac
         // A plugin may never finish a send to a peer that stopped receiving: the fault is
         // reported as far as it could be.
         let flushed = sends.iter().all(SendSide::settled) || fault_at.is_some_and(|t| t.elapsed() > FAULT_FLUSH);
-        if failed && !act.fault_sent.load(Ordering::Relaxed) && flushed {
+        if fault_at.is_some() && !act.fault_sent.load(Ordering::Relaxed) && flushed {
             act.fault_sent.store(true, Ordering::Release);
         }
-        if let Some(wait) = pace.after(progressed, busy, peers.any_gone(), act) {
+        progressed
+    }
+
+    /// Requests are in flight that only polling completes: a step on its way out, or one
+    /// on its way in (the receive always posted for the next step's first message does not
+    /// count: it may wait for the peer's next call).
+    fn outstanding(&self) -> bool {
+        self.sends.iter().any(|s| !s.dead && !s.flushed()) || self.recvs.iter().any(|r| !r.dead && r.mid_step())
+    }
+
+    /// Closes every comm.
+    fn close(&mut self) {
+        self.recvs.clear();
+        self.sends.clear();
+    }
+}
+
+impl Drive for Engine {
+    fn drive(&mut self, act: &Activity) -> std::io::Result<bool> {
+        Ok(self.pass(act))
+    }
+
+    fn settled(&self) -> bool {
+        self.sends.iter().all(SendSide::settled)
+    }
+}
+
+/// The proxy thread: passes of the engine while no host kernel drives it, then the drain
+/// and the goodbyes at close.
+fn run(rank: usize, engine: &Mutex<Engine>, act: &Activity) {
+    let mut pace = Pace::polled();
+    let mut drain_until = None;
+    let mut farewell_until = None;
+    loop {
+        let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
+        let mut busy = pace.busy(act);
+        if act.stop.load(Ordering::Acquire) {
+            busy = true;
+            let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN);
+            let flushed = e.sends.iter().all(SendSide::settled);
+            if !flushed && Instant::now() > until {
+                tracing::warn!("rank {rank}: closing with posted steps its peers never took");
+                return;
+            }
+            // Then each side says goodbye, and waits (bounded) for its peers' last messages,
+            // so that no receive is still posted when its comm closes: a failed
+            // communicator's last message is its fault message, which its peers answer with
+            // theirs.
+            if flushed {
+                let farewell = *farewell_until.get_or_insert_with(|| Instant::now() + FAREWELL);
+                e.sends.iter_mut().for_each(SendSide::close);
+                let gone = |q: usize| e.board.get(q).is_some_and(|n| n.is_gone());
+                let done = e.sends.iter().all(|s| s.closed() || gone(s.link.peer))
+                    && e.recvs.iter().all(|r| r.dead || r.closed || gone(r.link.peer));
+                if done || Instant::now() > farewell {
+                    if !done {
+                        let unsaid: Vec<usize> = e.sends.iter().filter(|s| !s.closed()).map(|s| s.link.peer).collect();
+                        let unheard: Vec<usize> =
+                            e.recvs.iter().filter(|r| !r.dead && !r.closed).map(|r| r.link.peer).collect();
+                        tracing::debug!(
+                            "rank {rank}: closing before every peer said goodbye (goodbye not sent to ranks \
+                             {unsaid:?}, not heard from ranks {unheard:?})"
+                        );
+                    }
+                    return;
+                }
+            }
+        }
+        let progressed = e.pass(act);
+        let outstanding = e.outstanding();
+        let gone = e.peers.any_gone();
+        drop(e);
+        if pace.driven(progressed, act) {
+            continue;
+        }
+        if let Some(wait) = pace.after(progressed, busy || outstanding, gone, act) {
             std::thread::park_timeout(wait);
             act.sleeping.store(false, Ordering::Relaxed);
         }
