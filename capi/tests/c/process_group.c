@@ -237,12 +237,18 @@ static void works(jitcclProcessGroup_t pg) {
   NCCLCHECK(jitcclWorkRelease(w));
 }
 
+/* A group of `timeout` seconds over a communicator split from the main one (*sub). */
+static jitcclProcessGroup_t split_group(double timeout, ncclComm_t* sub) {
+  jitcclProcessGroup_t pg;
+  NCCLCHECK(ncclCommSplit(comm_, 0, rank_, sub, NULL));
+  NCCLCHECK(jitcclProcessGroupCreate(*sub, timeout, &pg));
+  return pg;
+}
+
 /* The watchdog: rank 1 never receives rank 0's send, larger than the FIFOs. */
 static void watchdog(void) {
   ncclComm_t sub;
-  NCCLCHECK(ncclCommSplit(comm_, 0, rank_, &sub, NULL));
-  jitcclProcessGroup_t pg;
-  NCCLCHECK(jitcclProcessGroupCreate(sub, 1.0, &pg));
+  jitcclProcessGroup_t pg = split_group(1.0, &sub);
   if (rank_ == 0) {
     enum { N = 1 << 20 };
     float* b = calloc(N, sizeof *b);
@@ -282,9 +288,7 @@ static void watchdog(void) {
 /* Abort: rank 1 never joins rank 0's all_reduce. */
 static void aborted(void) {
   ncclComm_t sub;
-  NCCLCHECK(ncclCommSplit(comm_, 0, rank_, &sub, NULL));
-  jitcclProcessGroup_t pg;
-  NCCLCHECK(jitcclProcessGroupCreate(sub, 60.0, &pg));
+  jitcclProcessGroup_t pg = split_group(60.0, &sub);
   if (rank_ == 0) {
     float b[64] = {0};
     coll_t c = {b, 64, ncclFloat, -1, sub};
@@ -315,9 +319,7 @@ static void aborted(void) {
 /* A group whose communicator was destroyed first: its jobs are refused. */
 static void comm_destroyed_first(void) {
   ncclComm_t sub;
-  NCCLCHECK(ncclCommSplit(comm_, 0, rank_, &sub, NULL));
-  jitcclProcessGroup_t pg;
-  NCCLCHECK(jitcclProcessGroupCreate(sub, 10.0, &pg));
+  jitcclProcessGroup_t pg = split_group(10.0, &sub);
   NCCLCHECK(ncclCommDestroy(sub));
   jitcclWork_t w = NULL;
   EXPECT_RESULT(ncclInvalidArgument, jitcclProcessGroupSubmit(pg, "x", -1, empty_job, NULL, &w));
