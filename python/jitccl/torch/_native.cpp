@@ -205,6 +205,9 @@ class PgWork : public Work {
   }
   Tensors result() override { return result_; }
 
+  // Runs the work to its end now, on this thread; its failure is thrown by wait().
+  void run() { settle(ctx_->api.wait(work_, -1)); }
+
  private:
   bool settled() const {
     std::lock_guard<std::mutex> g(mu_);
@@ -415,7 +418,11 @@ class Native : public c10d::Backend {
     }
   }
 
-  // Runs `job(arg)` as the process group's next operation; its Work.
+  // Runs `job(arg)` as the process group's next operation and its launch to its end, on
+  // this thread: on the host the launch is the run (as a GPU's is its queuing), and a launch
+  // left queued until the caller's wait would be taken by the stream's thread whenever the
+  // caller is slow to come back (a hand-off, and a thread competing for the caller's core).
+  // The group's watchdog watches it meanwhile; its Work reports how it ended.
   intrusive_ptr<Work> submit(const char* op, JobFn* job, void* arg, const Tensors& result, PgWork::Finish finish,
                              int* busy) {
     void* work = nullptr;
@@ -424,7 +431,9 @@ class Native : public c10d::Backend {
       if (busy != nullptr) __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
       fail("_native_failure", op, code);
     }
-    return c10::make_intrusive<PgWork>(ctx_, work, op, result, std::move(finish), busy);
+    auto w = c10::make_intrusive<PgWork>(ctx_, work, op, result, std::move(finish), busy);
+    w->run();
+    return w;
   }
 
   // Raises the Python group's DistBackendError text for a failed or refused call.
