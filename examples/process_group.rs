@@ -25,7 +25,7 @@ fn rank(rank: usize, size: usize, master: &str) -> Result<(), String> {
     let fail = |e: jitccl::Error| format!("rank {rank}: {e}");
     let r = rank as f32;
 
-    // Queued at once; the worker runs them in order.
+    // Queued at once, in order, on the group's stream; the stream runs them.
     let grads = dev.alloc_from(&[r + 1.0; 1000]).map_err(fail)?;
     let params = dev.alloc_from(&[if rank == 0 { 42.0f32 } else { 0.0 }; 10]).map_err(fail)?;
     let mine = dev.alloc_from(&[rank as i64 * 100; 3]).map_err(fail)?;

@@ -156,7 +156,7 @@ fn wait_times_out_without_a_wrong_result() {
         let t0 = Instant::now();
         let e = w.wait(Duration::from_millis(300)).unwrap_err();
         let gave_up = t0.elapsed();
-        assert!(matches!(&e, Error::Work { op: "all_reduce", seq: 1, .. }), "{e}");
+        assert!(matches!(&e, Error::Work { op, seq: 1, .. } if op == "all_reduce"), "{e}");
         assert!(e.to_string().contains("still pending"), "{e}");
         assert!(!w.is_completed() && !w.is_success() && w.error().is_none());
         assert_eq!(b.to_vec(), vec![5; 4], "no partial result before the peer came");

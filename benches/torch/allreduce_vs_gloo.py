@@ -136,7 +136,7 @@ def main():
         small["torch"].append(timed(lambda: dist.all_reduce(eight), n, jit_barrier))
         small["capi"].append(timed(lambda: pg._comm.all_reduce(eight_buf), n, jit_barrier))
         small["agree"].append(timed(lambda: pg._agreement.check(pg._comm, desc), n, jit_barrier))
-        small["python"].append(timed(lambda: pg.allreduce([eight]), n, jit_barrier))
+        small["python"].append(timed(lambda: pg.allreduce([eight]).wait(), n, jit_barrier))
         if os.environ.get("JITCCL_BIN"):
             dist.barrier(group=GLOO)
             if rank == 0:

@@ -14,7 +14,8 @@
 
 #include "nccl.h"
 
-#define JITCCL_H_VERSION 3 /* 1: wire formats; 2: the settings (jitcclSettingsJson, jitcclCacheDir); 3: jitcclAgree */
+#define JITCCL_H_VERSION 4 /* 1: wire formats; 2: the settings (jitcclSettingsJson, jitcclCacheDir); 3: jitcclAgree;
+                              4: the process group (jitcclProcessGroupX, jitcclWorkX) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +96,53 @@ typedef struct {
  * with its NUL; an error code where the all-gather fails (a peer gone, the timeout) or an
  * argument is bad. */
 ncclResult_t jitcclAgree(const jitcclCall_t* call, char* refusal, size_t len, ncclComm_t comm);
+
+/* The process group, in the design of PyTorch's c10d ProcessGroupNCCL: operations queued in
+ * order on the caller's thread, a work handle for each, and a watchdog that only watches:
+ * once the oldest pending operation has run longer than the group's timeout, it fails that
+ * operation and every one behind it (each work's error names the rank, the operation, its
+ * number in the group and the peer waited for) and aborts the communicator, whose later
+ * calls then fail at once.
+ *
+ * An operation is a job: a function of the caller's, run at once on the calling thread,
+ * that makes NCCL calls (any, grouped or not, on the caller's own memory) on the group's
+ * communicator. Its calls return once queued rather than when done; its work completes when
+ * they have run. A job returns ncclSuccess, or the code of the call that failed (the
+ * work then fails with that call's error; one that failed the communicator fails every
+ * pending work). Calls on other communicators inside a job complete as outside one. The
+ * caller keeps the memory the calls use valid until the work has ended.
+ *
+ * Handles are checked: NULL, released or destroyed ones are refused with
+ * ncclInvalidArgument, never read. Every failure's text is in ncclGetLastError(NULL). */
+typedef struct jitcclProcessGroup* jitcclProcessGroup_t;
+typedef struct jitcclWork* jitcclWork_t;
+typedef ncclResult_t (*jitcclJob_t)(void* arg);
+
+/* A group over comm, a blocking communicator on the host (a GPU's is refused with
+ * ncclInvalidUsage), with a timeout in seconds (more than 0). Destroy the group before
+ * the communicator. */
+ncclResult_t jitcclProcessGroupCreate(ncclComm_t comm, double timeout, jitcclProcessGroup_t* group);
+/* Runs job(arg) now as the group's next operation, named `operation` in errors (as
+ * "allreduce"), with `peer` the rank it exchanges with (-1: none), and sets *work. The
+ * work is made even when the job fails or the group has failed (then it has failed
+ * already); outside a job and outside ncclGroupStart/End only. */
+ncclResult_t jitcclProcessGroupSubmit(jitcclProcessGroup_t group, const char* operation, int peer, jitcclJob_t job,
+                                      void* arg, jitcclWork_t* work);
+/* Waits up to timeoutMs milliseconds (negative: until the work ends, which the watchdog
+ * bounds): ncclSuccess once done, the work's error code if it failed (ncclTimeout past a
+ * timeout), ncclInProgress if the time ran out first. */
+ncclResult_t jitcclWorkWait(jitcclWork_t work, int64_t timeoutMs);
+/* *completed = 1 once the work has ended, with success or not; never waits. */
+ncclResult_t jitcclWorkIsCompleted(jitcclWork_t work, int* completed);
+/* The work's error text ("" while pending or after a success), copied with its NUL into
+ * buf (*len bytes; *len set to the bytes needed; NULL or too small: ncclInvalidArgument). */
+ncclResult_t jitcclWorkError(jitcclWork_t work, char* buf, size_t* len);
+/* Lets go of a work handle (the operation goes on if pending). Release every work. */
+ncclResult_t jitcclWorkRelease(jitcclWork_t work);
+/* Fails every pending work and aborts the group's communicator, from any thread. */
+ncclResult_t jitcclProcessGroupAbort(jitcclProcessGroup_t group);
+/* Ends the group once its pending work has ended (bounded by its timeout and watchdog). */
+ncclResult_t jitcclProcessGroupDestroy(jitcclProcessGroup_t group);
 
 #ifdef __cplusplus
 }

@@ -78,7 +78,8 @@ pub unsafe extern "C" fn jitcclAgree(
         let mut agreement = live.agreement.lock().unwrap_or_else(|e| e.into_inner());
         let agreement = match &mut *agreement {
             Some(a) => a,
-            slot => slot.insert(Agreement::new(&live.comm)?),
+            // On the communicator's stream, behind its process group's pending work.
+            slot => slot.insert(Agreement::on_stream(&live.comm, live.stream.clone())?),
         };
         match agreement.check(&live.comm, &descriptor)? {
             Verdict::Agreed => copy_out("", refusal, len),

@@ -12,6 +12,7 @@
 //! kernel is done, as on the host.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use jitccl::{Comm, CommState, Error, Stream};
 
@@ -30,6 +31,39 @@ struct Open {
 
 thread_local! {
     static OPEN: RefCell<Open> = const { RefCell::new(Open { handles: Vec::new(), failed: None }) };
+    /// The stream of the process-group job running on this thread (`queuing_on`).
+    static JOB: RefCell<Option<Stream>> = const { RefCell::new(None) };
+}
+
+/// Threads running a process-group job: while none does, a call needs no look at its
+/// thread's job (a thread-local access is a function call in a shared library).
+static JOBS_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f`, a process-group job, on this thread: the calls it makes on `stream` return
+/// once queued there (the group follows them on the stream), not when done.
+pub fn queuing_on<R>(stream: &Stream, f: impl FnOnce() -> R) -> R {
+    struct Ends;
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            JOB.set(None);
+            JOBS_ANYWHERE.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    JOBS_ANYWHERE.fetch_add(1, Ordering::SeqCst);
+    JOB.set(Some(stream.clone()));
+    let _ends = Ends;
+    f()
+}
+
+/// Whether a process-group job runs on this thread.
+pub fn in_job() -> bool {
+    JOBS_ANYWHERE.load(Ordering::Relaxed) > 0 && JOB.with_borrow(Option::is_some)
+}
+
+/// Whether a call queued on `stream` belongs to the job running on this thread.
+#[inline]
+fn job_queues_on(stream: &Stream) -> bool {
+    JOBS_ANYWHERE.load(Ordering::Relaxed) > 0 && JOB.with_borrow(|j| j.as_ref().is_some_and(|s| s.same(stream)))
 }
 
 /// Whether a group is open on this thread.
@@ -74,11 +108,12 @@ pub fn queued_on_gpu(comm: &Comm) -> bool {
 
 /// What a call on `stream` returns once queued outside a group: on a GPU, at once (its
 /// failure, once seen, fails the communicator: the next call and ncclCommGetAsyncError
-/// return it); else, blocking, when it is done, and nonblocking, `ncclInProgress` until it
-/// is.
+/// return it); in a process-group job on the group's stream, at once (the group's work
+/// completes when it is done); else, blocking, when it is done, and nonblocking,
+/// `ncclInProgress` until it is.
 pub fn complete(comm: &Comm, stream: &Stream) -> Outcome {
     if comm.is_blocking() {
-        if queued_on_gpu(comm) {
+        if queued_on_gpu(comm) || job_queues_on(stream) {
             return Ok(SUCCESS);
         }
         stream.synchronize()?;

@@ -12,7 +12,8 @@
 //! - `memory`: ncclMemAlloc, buffer and window registration;
 //! - `refused`: what jitccl does not have: each says so, none claims success;
 //! - `wire`: jitccl's extension header `include/jitccl.h`, wire formats in C;
-//! - `agree`: `jitcclAgree`, the ranks' check that they make the same call.
+//! - `agree`: `jitcclAgree`, the ranks' check that they make the same call;
+//! - `process_group`: jitccl.h's process group (the runtime's), its jobs and works.
 //!
 //! The safety contract of every export is NCCL's documented one: pointers name memory of
 //! the sizes the call implies, handles come from this library and are not used after
@@ -43,6 +44,7 @@ mod handle;
 mod init;
 mod lifecycle;
 mod memory;
+mod process_group;
 mod refused;
 mod settings;
 mod status;

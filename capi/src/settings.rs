@@ -12,7 +12,7 @@ use crate::types::*;
 
 /// Copies `text` and its NUL into `buf` of `*len` bytes; `*len` becomes the bytes it takes
 /// (NUL included), so a caller with too small a buffer (or none: NULL) learns the size.
-unsafe fn give(text: &str, buf: *mut c_char, len: *mut usize) -> Outcome {
+pub(crate) unsafe fn give(text: &str, buf: *mut c_char, len: *mut usize) -> Outcome {
     if len.is_null() {
         return Err(fail(INVALID_ARGUMENT, "len is NULL"));
     }

@@ -16,7 +16,7 @@ pub fn code_of(e: &Error) -> NcclResult {
         Error::InvalidArgument(_) => INVALID_ARGUMENT,
         Error::InvalidUsage(_) | Error::Unsupported(_) | Error::Aborted { .. } => INVALID_USAGE,
         Error::InProgress(_) => IN_PROGRESS,
-        Error::Timeout { .. } => TIMEOUT,
+        Error::Timeout { .. } | Error::Work { timed_out: true, .. } => TIMEOUT,
         Error::PeerFailed { .. } | Error::Work { .. } | Error::Bootstrap(_) | Error::Store(_) => REMOTE_ERROR,
         Error::Device(_) => UNHANDLED_CUDA_ERROR,
         Error::System { .. } => SYSTEM_ERROR,
@@ -40,6 +40,11 @@ impl LastError {
     pub fn set(&self, text: &str) {
         let c = CString::new(text.replace('\0', " ")).unwrap_or_default();
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = c;
+    }
+
+    /// A copy of the text.
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).to_string_lossy().into_owned()
     }
 
     /// The text, valid until the next `set` (as NCCL's, which callers copy at once).

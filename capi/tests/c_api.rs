@@ -18,6 +18,8 @@
 //! - `wire.c`: jitccl.h's wire formats (names, the five wired collectives within their
 //!   bounds and alike on every rank, groups, refusals) at 3 ranks, and what `JITCCL_WIRE`
 //!   does to NCCL's own calls (nothing unless set) at 2;
+//! - `process_group.c`: jitccl.h's process group at 2 ranks: every function, bad handles,
+//!   works of jobs in order, a refused job, a bounded wait, the watchdog and abort;
 //! - `abi_layout.c`: the header's layouts and values, against `abi_layout.expected`;
 //! - the library's exports (`nm -D`) against `nccl-2.30-symbols.txt` and the functions
 //!   `include/jitccl.h` declares, and its soname.
@@ -107,6 +109,20 @@ fn wire_formats_from_c_and_the_jitccl_wire_default() {
     launch_with(&exe, 2, &["--default", "bf16"], &[("JITCCL_WIRE", "bf16"), encode], tmp.path(), "wire-env-bf16")
         .assert_passed(2, 18);
     launch_with(&exe, 2, &["--default", "exact"], &[encode], tmp.path(), "wire-env-unset").assert_passed(2, 18);
+}
+
+// ---- The process group ------------------------------------------------------------------
+
+/// `process_group.c` at 2 ranks: jitcclProcessGroupX and jitcclWorkX (every function, bad
+/// handles, works in order, a refused job, a bounded wait, the watchdog's timeout and abort).
+#[test]
+fn process_group_from_c_at_2_ranks() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let exe = compile("process_group", tmp.path(), true, false);
+    let out = launch(&exe, 2, &[], tmp.path(), "process_group");
+    // Rank 0 makes 99 checks, rank 1 81 (the watchdog's and abort's are rank 0's).
+    out.assert_passed(2, 80);
+    assert!(out.stdout.contains("the watchdog ended a send"), "{}", out.report());
 }
 
 // ---- Lifecycle, groups and shrink -------------------------------------------------------
@@ -289,7 +305,7 @@ fn exports_are_nccl_2_30s_and_the_soname_is_libnccl_so_2() {
         .filter(|w| w.starts_with("jitccl") && header.contains(&format!("ncclResult_t {w}(")))
         .map(String::from)
         .collect();
-    assert!(own.len() == 9, "jitccl.h declares {} functions, expected 9: {own:?}", own.len());
+    assert!(own.len() == 17, "jitccl.h declares {} functions, expected 17: {own:?}", own.len());
     let want: BTreeSet<String> = want.union(&own).cloned().collect();
     let missing: Vec<&String> = want.difference(&got).collect();
     let extra: Vec<&String> = got.difference(&want).collect();

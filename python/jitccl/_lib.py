@@ -1,6 +1,6 @@
 """The C library, loaded with ctypes: jitccl's libnccl.so.2 shipped in the package (or the
 one JITCCL_NCCL_SO names), with the prototypes of the functions this package calls (NCCL's,
-and jitccl.h's wire formats and agreement)."""
+and jitccl.h's wire formats, agreement and process group)."""
 
 import ctypes
 import os
@@ -27,6 +27,10 @@ class CallStruct(ctypes.Structure):
     _fields_ = [("operation", c_char_p), ("type", c_char_p), ("counts", ctypes.POINTER(c_size_t)),
                 ("ncounts", c_size_t), ("root", c_int), ("reduction", c_char_p),
                 ("wire", ctypes.POINTER(WireStruct))]
+
+
+# jitcclJob_t (jitccl.h): a process-group job, given its argument.
+JOB = ctypes.CFUNCTYPE(c_int, c_void_p)
 
 
 def _path() -> str:
@@ -77,6 +81,14 @@ _PROTOTYPES = {
     "jitcclSettingsJson": [c_char_p, ctypes.POINTER(c_size_t)],
     "jitcclCacheDir": [c_char_p, ctypes.POINTER(c_size_t)],
     "jitcclAgree": [ctypes.POINTER(CallStruct), c_char_p, c_size_t, c_void_p],
+    "jitcclProcessGroupCreate": [c_void_p, ctypes.c_double, ctypes.POINTER(c_void_p)],
+    "jitcclProcessGroupSubmit": [c_void_p, c_char_p, c_int, JOB, c_void_p, ctypes.POINTER(c_void_p)],
+    "jitcclProcessGroupAbort": [c_void_p],
+    "jitcclProcessGroupDestroy": [c_void_p],
+    "jitcclWorkWait": [c_void_p, ctypes.c_int64],
+    "jitcclWorkIsCompleted": [c_void_p, ctypes.POINTER(c_int)],
+    "jitcclWorkError": [c_void_p, c_char_p, ctypes.POINTER(c_size_t)],
+    "jitcclWorkRelease": [c_void_p],
     "jitcclWiredAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
     "jitcclWiredBroadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, WireStruct, c_void_p, c_void_p],
     "jitcclWiredReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, WireStruct, c_void_p, c_void_p],

@@ -397,6 +397,18 @@ def _same(b: Buf, other: Buf, what: str) -> Buf:
 
 
 @contextmanager
+def keeping(held: list):
+    """The buffers of the calls made inside (groups included) are appended to `held`: for a
+    process group's job, whose calls are queued, not done, when they return."""
+    outer = getattr(_GROUP, "keep", None)
+    _GROUP.keep = held
+    try:
+        yield
+    finally:
+        _GROUP.keep = outer
+
+
+@contextmanager
 def group():
     """Calls inside run together when the block ends (ncclGroupStart / ncclGroupEnd): sends
     and receives in any order, several communicators driven by one thread. The buffers

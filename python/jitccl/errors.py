@@ -52,10 +52,19 @@ SUCCESS, IN_PROGRESS = 0, 7
 
 def error(code: int, comm=None) -> Error:
     """The error of failed `code`, with the last-error text of `comm` (or the process's)."""
-    text = (lib.ncclGetLastError(comm) or b"").decode(errors="replace")
+    return error_of(code, (lib.ncclGetLastError(comm) or b"").decode(errors="replace"))
+
+
+def error_of(code: int, text: str) -> Error:
+    """The error of failed `code` with `text` (else the code's own)."""
     if not text:
         text = (lib.ncclGetErrorString(code) or b"").decode(errors="replace")
     return _BY_CODE.get(code, Error)(code, text)
+
+
+def kinds() -> list:
+    """(code, the name errors of it are shown with) of every code that has a class."""
+    return [(0, Error.__name__)] + [(code, cls.__name__.lstrip("_")) for code, cls in _BY_CODE.items()]
 
 
 def check(code: int, comm=None) -> int:

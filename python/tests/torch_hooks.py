@@ -104,7 +104,7 @@ def test_refusals(gloo):
         check(torch.equal(t, torch.ones(64)), "a refused call wrote its tensor")
     # The group stays usable.
     t = torch.full((16,), float(RANK + 1))
-    jitccl.torch.python_group(dist.group.WORLD)._wired_allreduce(t, "bf16")
+    jitccl.torch.python_group(dist.group.WORLD)._wired_allreduce(t, "bf16").wait()
     check(torch.equal(t, torch.full((16,), (WORLD + 1) / 2)), f"after the refusals: {t[:4]}")
 
 

@@ -19,8 +19,8 @@ from torch_rank import check
 def test_works():
     t = torch.ones(8)
     w = dist.all_reduce(t, async_op=True)
-    check(w.is_completed(), "an async all_reduce's Work is complete")
-    check(w.wait() is True and w.is_success(), "wait() is True")
+    # NCCL's semantics: complete once the call is done, which wait() waits for.
+    check(w.wait() is True and w.is_completed() and w.is_success(), "wait() is True, then the Work is complete")
     fut = w.get_future()
     check(fut.done(), "its future is done")
     same(fut.value()[0], torch.full((8,), float(WORLD)), "the future's value is the result")
@@ -28,7 +28,7 @@ def test_works():
     same(chained.wait(), torch.full((8,), 2.0 * WORLD), "a callback chained on the future")
     for work in (dist.broadcast(t, 0, async_op=True), dist.barrier(async_op=True),
                  dist.all_gather_into_tensor(torch.zeros(8 * WORLD), t, async_op=True)):
-        check(work.is_completed() and work.wait(), "async Work of broadcast, barrier, all_gather")
+        check(work.wait() and work.is_completed(), "async Work of broadcast, barrier, all_gather")
     # A coalescing block on the CPU (start/end coalescing): a broadcast and an all_reduce.
     a, b = torch.full((2,), float(RANK)), torch.full((3,), 1.0)
     with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
@@ -214,7 +214,8 @@ def test_errors():
     dist.all_reduce(x, group=g)
     same(x, torch.full((4,), float(sum(range(WORLD)))), "the group works after refused calls")
     check(time.time() - start < 4, f"refusals took {time.time() - start:.1f} s, not a timeout")
-    # A rank that never comes: the wait ends with the group's timeout (5 s), as an error.
+    # A rank that never comes: the wait ends with the group's timeout (5 s), as an error
+    # (in the ranks' agreement, which comes before the call's work).
     if WORLD > 1:
         start = time.time()
         if RANK == 0:

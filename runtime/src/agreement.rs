@@ -185,13 +185,20 @@ impl Agreement {
     /// Memory and a stream for `comm`'s agreements (a blocking communicator: the verdict
     /// is needed before the call goes on).
     pub fn new(comm: &Comm) -> Result<Agreement> {
+        Self::on_stream(comm, comm.device().stream()?)
+    }
+
+    /// As [`new`](Self::new), the all-gathers queued on `stream`: behind what is queued
+    /// there (a process group's pending work), so that every rank runs them in the same
+    /// order as the calls around them.
+    pub fn on_stream(comm: &Comm, stream: Stream) -> Result<Agreement> {
         if !comm.is_blocking() {
             return Err(Error::InvalidUsage(format!(
                 "{comm:?}: the ranks' agreement on a call needs a blocking communicator"
             )));
         }
         let memory = comm.device().alloc::<u8>(DESCRIPTOR_BYTES * (comm.nranks() + 1))?;
-        Ok(Agreement { memory, stream: comm.device().stream()? })
+        Ok(Agreement { memory, stream })
     }
 
     /// All-gathers `call`'s descriptor over `comm` (every rank calls it) and compares: every

@@ -1,6 +1,8 @@
 //! Errors, in NCCL's kinds: a caller mistake (InvalidArgument / InvalidUsage) changes
 //! nothing; a peer that stops answering, an abort or a failed compile end the operation.
 
+use std::borrow::Cow;
+
 use jitccl_codegen::CompileError;
 
 use crate::bootstrap::BootstrapError;
@@ -43,9 +45,11 @@ pub enum Error {
     #[error("{op} on rank {rank} was aborted")]
     Aborted { op: String, rank: usize },
     /// A process-group operation (`op`, number `seq` of its group, on `rank`) failed, timed
-    /// out or was not run; `peer` is the rank it waited for, when known.
+    /// out or was not run; `peer` is the rank it waited for, when known; `timed_out`: it
+    /// (or the operation that broke the group) ran past a timeout, the group's or the
+    /// communicator's.
     #[error("process group {op} #{seq} on rank {rank}: {reason}")]
-    Work { op: &'static str, seq: u64, rank: usize, peer: Option<usize>, reason: String },
+    Work { op: Cow<'static, str>, seq: u64, rank: usize, peer: Option<usize>, reason: String, timed_out: bool },
     /// The operation or target is not available in this build or on this machine.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -79,9 +83,14 @@ impl Error {
                 Error::PeerFailed { op: op.clone(), rank: *rank, peer: *peer, culprit: *culprit, how: how.clone() }
             }
             Error::Aborted { op, rank } => Error::Aborted { op: op.clone(), rank: *rank },
-            Error::Work { op, seq, rank, peer, reason } => {
-                Error::Work { op, seq: *seq, rank: *rank, peer: *peer, reason: reason.clone() }
-            }
+            Error::Work { op, seq, rank, peer, reason, timed_out } => Error::Work {
+                op: op.clone(),
+                seq: *seq,
+                rank: *rank,
+                peer: *peer,
+                reason: reason.clone(),
+                timed_out: *timed_out,
+            },
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
             Error::InvalidUsage(m) => Error::InvalidUsage(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),

@@ -6,7 +6,7 @@
 //! `tests/layers.rs` reads this list and checks every `crate::` path of every source file.
 //!
 //! 1. `process_group`: an asynchronous process group (c10d style) over a communicator:
-//!    `Work` handles, a worker thread per group, a watchdog; `agreement`: the ranks' check
+//!    `Work` handles, operations queued on the caller's thread, a watchdog; `agreement`: the ranks' check
 //!    that they make the same call (a descriptor all-gathered, a refusal naming each call);
 //! 2. `comm`: the communicator (`Comm`): the calls that move data (`collectives`), its
 //!    state (`inner`) and its creation (`init`: all ranks in one process, or one rank of a

@@ -18,9 +18,13 @@ group's timeout is the communicators' (JITCCL_TIMEOUT is set to it while they ar
 and JITCCL_BOOTSTRAP_TIMEOUT too unless it is set), so a wait on a peer that never comes
 ends in an error after it.
 
-A collective on CPU tensors is complete when its call returns (the communicator is a
-blocking one on the host); its Work is a completed one (`wait()`, `is_completed()`,
-`get_future()` as Gloo's).
+A collective on CPU tensors runs as a job of the library's process group over the host
+communicator (jitccl.h's, the runtime's c10d-style group: queued in order on the calling
+thread, a watchdog that fails a call past the group's timeout and aborts the communicator):
+its Work is that group's work, complete once the call is done, as NCCL's (`wait()` before
+reading the result of an `async_op=True` call; `is_completed()`, `exception()`; `get_future()`
+waits for it). A CUDA tensors' call is ordered on the current stream and its Work is a done
+one whose wait orders the current stream after it.
 Sends and receives (isend, irecv, batch_isend_irecv, send, recv) are held until the next
 `wait()` on one of them (or `is_completed()`, `get_future()`), the next collective on any
 jitccl group, or the end of a coalescing block, then run together as one NCCL group: a

@@ -48,14 +48,17 @@ class _Collectives:
                 send.copy_(acc)
         return finish
 
-    def _post_reduce_small(self, t: torch.Tensor, red) -> None:
+    def _post_reduce_small(self, t: torch.Tensor, red) -> Finish:
         """An all-reduce of small contiguous CPU `t` through the group's scratch in the host
-        arena: copied in, reduced there (the peers read it in place), copied back."""
+        arena: copied in, reduced there (the peers read it in place), copied back by the
+        finishing step; the scratch is the call's until its Work ends."""
         b, scratch = _buf(t), self._scratch
         nbytes = t.numel() * t.element_size()
+        self._scratch_busy.value = 1
+        self._holds_scratch = True
         ctypes.memmove(scratch.address, b.ptr, nbytes)
         self._comm.all_reduce(scratch.buf(b.count, b.dtype), op=red[0])
-        ctypes.memmove(b.ptr, scratch.address, nbytes)
+        return lambda: ctypes.memmove(b.ptr, scratch.address, nbytes)
 
     def allreduce(self, tensors, opts=None):
         t = self._one(tensors, "allreduce")
@@ -64,7 +67,8 @@ class _Collectives:
 
         def post():
             if t.is_contiguous():
-                if red[1] is None and not t.is_cuda and t.numel() * t.element_size() <= SMALL:
+                if (red[1] is None and not t.is_cuda and t.numel() * t.element_size() <= SMALL
+                        and not self._scratch_busy.value):
                     return self._post_reduce_small(t, red)
                 return self._post_reduce(t, red)
             s = _Staged(t)

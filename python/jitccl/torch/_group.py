@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _settings, errors
+from .._lib import lib
 from ..comm import Comm, Memory, UniqueId
 from ._agree import _Agreement, _Mismatch, _desc
 from ._checks import _Checks
@@ -18,7 +19,7 @@ from ._cuda import _Cuda, _cuda_device
 from ._held import _HELD, _Held, _flush, _hold
 from ._steps import _destroy, _env, _fresh_unique_id
 from ._tensors import Finish, _Reject, _Staged, _buf, _check_tensor, _resolve
-from ._work import _HeldWork, _done_work
+from ._work import _HeldWork, _PgWork, _Runtime, _backend_error, _done_work
 
 BACKEND = "jitccl"
 
@@ -50,16 +51,24 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             self._cuda = _Cuda(comm, device)
             comms.append(comm)
         self._cuda_device = device
+        # Every call on the host communicator runs as a job of the library's process group
+        # over it (its Works, its watchdog), the C++ backend's too.
+        self._runtime = _Runtime(self._comm, seconds)
         with _env(JITCCL_DEVICE="host"):
             self._scratch = Memory(SMALL)
         self._scratch_bytes = SMALL
+        # 1 while a call's Work holds the scratch (until it ends): the C++ backend's too.
+        self._scratch_busy = ctypes.c_int(0)
+        self._where = f"on rank {rank} of {size} in group {name!r}"
         self._agreement = _Agreement()
         # 1 once the communicators are ended: the C++ backend then hands its calls here.
         self._closed = ctypes.c_int(0)
-        self._used_cuda = False
+        self._used_cuda = self._holds_scratch = False
+        # Whether the C++ backend wraps this group (it keeps the Python Works it is given).
+        self._native = False
         self._timeout = timeout
         # Frees the communicators when the group goes (destroy_process_group) or at exit.
-        self._finalizer = weakref.finalize(self, _destroy, comms)
+        self._finalizer = weakref.finalize(self, _destroy, comms, self._runtime)
 
     def _make_comm(self, store, key: str, name: str, env: dict) -> Comm:
         """A communicator of the group's ranks: rank 0 sets a fresh unique id under `key`
@@ -114,6 +123,8 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
     def abort(self) -> None:
         """Ends the communicators at once, from any thread: calls waiting in them fail."""
         self._closed.value = 1
+        self._runtime.abort()
+        self._runtime.destroy()
         self._comm.abort()
         if self._cuda is not None:
             self._cuda.comm.abort()
@@ -122,9 +133,7 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
     # ---- Running operations ----------------------------------------------------------------
 
     def _error(self, op: str, e: BaseException) -> BaseException:
-        return dist.DistBackendError(
-            f"jitccl backend: {op} failed on rank {self.rank()} of {self.size()} in group {self._name!r}: "
-            f"{type(e).__name__.lstrip('_')}: {e}")
+        return _backend_error(op, self._where, e)
 
     def _comm_for(self, t: torch.Tensor) -> Comm:
         """The communicator of `t`'s device (a CUDA one ordered on the current stream)."""
@@ -136,22 +145,35 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
     def _run(self, op: str, result: list, desc: tuple, post: Callable[[], Finish], extra=None):
         """Runs a collective now (after the held sends and receives): the ranks agree on
         `desc` (and on `extra`, given the all-gathered extras, when it is a function), then
-        `post` posts its calls and returns its finishing step. Made on return (complete,
-        on the host)."""
+        `post` posts its calls, as a job of the process group, and returns its finishing
+        step, which runs once they are done. On the host its Work is the job's work
+        (complete once the call is done, as NCCL's) under the C++ backend, else a done one;
+        on a GPU, where the calls are ordered on the current stream, a done one."""
         if _HELD:
             _flush()
-        self._used_cuda = False
+        self._used_cuda = self._holds_scratch = False
         agreed = False
         try:
             self._agreement.check(self._comm, desc)
             if extra is not None:
                 self._agree_extra(*extra)
             agreed = True
-            finish = post()
-            if finish is not None:
-                # Copies back into tensors that require grad are not for autograd to see.
-                with torch.no_grad():
-                    finish()
+            handle, job = self._runtime.submit(op, post)
+            if job.error is not None:
+                lib.jitcclWorkRelease(handle)
+                if self._holds_scratch:
+                    self._scratch_busy.value = 0
+                raise job.error
+            if not self._used_cuda:
+                work = _PgWork(self._where, op, handle, result, job, self._scratch_busy if self._holds_scratch else None)
+                if self._native:
+                    return work
+            else:
+                lib.jitcclWorkRelease(handle)
+                if job.finish is not None:
+                    # Copies back into tensors that require grad are not for autograd to see.
+                    with torch.no_grad():
+                        job.finish()
         except _Reject as e:
             raise e.kind(f"jitccl backend: {op} on rank {self.rank()} of group {self._name!r}: {e}") from None
         except _Mismatch as e:
@@ -160,7 +182,13 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             raise self._error(op if agreed else f"{op} (checking that the ranks agree on it)", e) from e
         except RuntimeError as e:  # a copy back or a local fold: not expected to fail
             raise self._error(op, e) from e
-        return _done_work(result, self._cuda_device if self._used_cuda else None)
+        if self._used_cuda:
+            return _done_work(result, self._cuda_device)
+        # The Python group alone: torch keeps no Python Work of a Python backend alive, so a
+        # wait from C++ (DDP, functional collectives) would reach a bare c10d Work: the call
+        # completes here, and its Work is a done one.
+        work.wait()
+        return _done_work(result)
 
     def _native_refusal(self, op: str, refusal: str) -> str:
         """The C++ backend's error text for a call the ranks made differently (`refusal`:
@@ -241,6 +269,13 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
         self._coalescing = True
 
     def _end_coalescing(self, device=None):
+        """The block's Work: an empty job of the process group, which ends once every call
+        queued before it (the block's) has."""
         self._coalescing = False
         _flush()
+        handle, job = self._runtime.submit("coalesced", lambda: None)
+        work = _PgWork(self._where, "coalesced", handle, [], job)
+        if self._native:
+            return work
+        work.wait()
         return _done_work([])

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .. import _settings
+from .. import _settings, errors
 from .._lib import lib
 from ..comm import OPS
 from ._agree import _reduction_name, _type_name
@@ -173,8 +173,13 @@ def wrap(group):
     direct = [(torch.empty(0, dtype=dt), code, _type_name(dt).decode()) for dt, code in _DTYPES.items()]
     ops = [(int(kind), OPS[name], _reduction_name(kind).decode()) for kind, name in _SIMPLE_OPS.items()]
     shared = dict(
-        comm=group._comm._h.value, scratch=group._scratch.address, scratch_bytes=group._scratch_bytes,
+        comm=group._comm._h.value, pg=group._runtime.handle, scratch=group._scratch.address,
+        scratch_busy=ctypes.addressof(group._scratch_busy), scratch_bytes=group._scratch_bytes,
         held=ctypes.addressof(_HELD_FLAG), closed=ctypes.addressof(group._closed), types=direct, ops=ops,
-        ncclAllReduce=_address(lib.ncclAllReduce), ncclBroadcast=_address(lib.ncclBroadcast),
-        jitcclAgree=_address(lib.jitcclAgree))
-    return module.NativeBackend(group.rank(), group.size(), group, shared)
+        where=group._where, kinds=errors.kinds(),
+        **{name: _address(getattr(lib, name)) for name in (
+            "ncclAllReduce", "ncclBroadcast", "jitcclAgree", "jitcclProcessGroupSubmit", "jitcclWorkWait",
+            "jitcclWorkIsCompleted", "jitcclWorkError", "jitcclWorkRelease")})
+    native = module.NativeBackend(group.rank(), group.size(), group, shared)
+    group._native = True
+    return native

@@ -80,7 +80,10 @@ def _fresh_unique_id():
         return get_unique_id()
 
 
-def _destroy(comms: List[Comm]) -> None:
+def _destroy(comms: List[Comm], runtime) -> None:
+    """Ends the group's process group (once its pending work has ended), then its
+    communicators."""
+    runtime.destroy()
     for comm in comms:
         try:
             comm.destroy()

@@ -1,17 +1,22 @@
 //! [`ProcessGroup`]: an asynchronous layer over a communicator in the style of PyTorch's
-//! c10d `ProcessGroupNCCL`. Every call returns a [`Work`] at once; the operations run in
-//! order on the group's worker thread (`queue`), on a stream of the group's own; a
-//! watchdog (`watchdog`) fails every pending operation once one has run past the group's
-//! timeout and aborts the communicator. Subgroups come from [`ProcessGroup::new_group`]
-//! (a split of the communicator).
+//! c10d `ProcessGroupNCCL`. Every call queues its operation on the calling thread, on the
+//! group's stream, and returns a [`Work`] at once (no thread hand-off: the stream runs it,
+//! or a long enough `Work::wait` runs it on the caller's thread); the operations in flight
+//! are kept in order (`inflight`) and retired as the stream passes them; a watchdog
+//! (`watchdog`) that only watches fails every pending operation once one has run past the
+//! group's timeout and aborts the communicator. Any sequence of calls on the group's
+//! communicator and stream can be one operation ([`ProcessGroup::submit`]): what the C
+//! API's process group (`jitccl.h`) and through it the PyTorch backend run on.
+//! Subgroups come from [`ProcessGroup::new_group`] (a split of the communicator).
 //!
 //! Buffers are taken by handle (a `DeviceBuffer` clone shares the memory): read results
 //! after the operation's `Work` has completed.
 
-mod queue;
+mod inflight;
 mod watchdog;
 mod work;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -23,13 +28,13 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::store::Store;
-use queue::{Broken, Job, Shared};
+use crate::stream::Stream;
+use inflight::{Broken, Shared};
 pub use work::Work;
 
 /// One rank's handle on a group of ranks (c10d's `ProcessGroup`).
 pub struct ProcessGroup {
     shared: Arc<Shared>,
-    worker: Option<JoinHandle<()>>,
     watchdog: Option<JoinHandle<()>>,
 }
 
@@ -56,33 +61,35 @@ impl ProcessGroup {
         Self::from_comm(Comm::init_from_store(store, size, rank, &config)?, timeout)
     }
 
-    /// A group over an existing communicator (the group then owns this handle on it).
+    /// A group over an existing communicator (the group then owns this handle on it), on a
+    /// stream of its own.
     pub fn from_comm(comm: Comm, timeout: Duration) -> Result<ProcessGroup> {
+        let stream = comm.device().stream()?;
+        Self::on_stream(comm, stream, timeout)
+    }
+
+    /// A group over `comm` whose operations go onto `stream` (a binding's own stream, where
+    /// its calls on `comm` are queued: the C API's). The communicator must be a blocking
+    /// one: a nonblocking one's calls are queued later, by its progress thread.
+    pub fn on_stream(comm: Comm, stream: Stream, timeout: Duration) -> Result<ProcessGroup> {
         if timeout.is_zero() {
             return Err(Error::InvalidArgument("a process group's timeout must be more than 0".into()));
         }
-        let stream = comm.device().stream()?;
+        if !comm.is_blocking() {
+            return Err(Error::InvalidUsage(
+                "a process group needs a blocking communicator (a nonblocking one queues its calls later, on its \
+                 progress thread, where the group cannot follow them)"
+                    .into(),
+            ));
+        }
         let rank = comm.rank();
-        let shared = Arc::new(Shared::new(comm, timeout));
-        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name)
-                .spawn(f)
-                .map_err(|e| Error::System { context: "starting a process group thread".into(), source: e })
-        };
+        let shared = Arc::new(Shared::new(comm, stream, timeout));
         let s = shared.clone();
-        let worker = spawn(format!("jitccl-pg{rank}"), Box::new(move || s.work(&stream)))?;
-        let s = shared.clone();
-        let watchdog = match spawn(format!("jitccl-pg{rank}-watchdog"), Box::new(move || watchdog::watch(&s))) {
-            Ok(h) => h,
-            Err(e) => {
-                // Let the worker exit before failing.
-                shared.lock().closing = true;
-                let _ = worker.join();
-                return Err(e);
-            }
-        };
-        Ok(ProcessGroup { shared, worker: Some(worker), watchdog: Some(watchdog) })
+        let watchdog = std::thread::Builder::new()
+            .name(format!("jitccl-pg{rank}-watchdog"))
+            .spawn(move || watchdog::watch(&s))
+            .map_err(|e| Error::System { context: "starting a process group's watchdog".into(), source: e })?;
+        Ok(ProcessGroup { shared, watchdog: Some(watchdog) })
     }
 
     pub fn rank(&self) -> usize {
@@ -102,78 +109,83 @@ impl ProcessGroup {
         &self.shared.comm
     }
 
-    fn submit(&self, op: &'static str, peer: Option<usize>, job: Job) -> Work {
-        Work::new(self.shared.submit(op, peer, job))
+    /// The stream the group's operations go onto.
+    pub fn stream(&self) -> &Stream {
+        &self.shared.stream
+    }
+
+    /// Queues one operation named `op` (`peer`: the rank it exchanges with, if one): runs
+    /// `queue` now, on this thread, which makes its calls on the group's communicator and
+    /// stream (queued there, not waited for), and returns its [`Work`]. An error of
+    /// `queue` fails the work (a caller's mistake, as a bad count, that alone; an error
+    /// that fails the communicator breaks the group); a broken group fails it without
+    /// running `queue`. The collectives below are such operations.
+    pub fn submit(
+        &self, op: impl Into<Cow<'static, str>>, peer: Option<usize>, queue: impl FnOnce(&Comm, &Stream) -> Result<()>,
+    ) -> Work {
+        Work::new(self.shared.submit(op.into(), peer, queue), self.shared.clone())
     }
 
     /// Reduces `buf` over the group, in place on every rank.
     pub fn all_reduce<T: Element>(&self, buf: &DeviceBuffer<T>, op: Op) -> Work {
         let b = buf.clone();
-        self.submit("all_reduce", None, Box::new(move |c, s| c.all_reduce(&b, &b, b.len(), op, s)))
+        self.submit("all_reduce", None, move |c, s| c.all_reduce(&b, &b, b.len(), op, s))
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
     pub fn broadcast<T: Element>(&self, buf: &DeviceBuffer<T>, root: usize) -> Work {
         let b = buf.clone();
-        self.submit("broadcast", None, Box::new(move |c, s| c.broadcast(&b, &b, b.len(), root, s)))
+        self.submit("broadcast", None, move |c, s| c.broadcast(&b, &b, b.len(), root, s))
     }
 
     /// Reduces `buf` over the group into `root`'s `buf` (the others' are left as they are).
     pub fn reduce<T: Element>(&self, buf: &DeviceBuffer<T>, op: Op, root: usize) -> Work {
         let b = buf.clone();
-        self.submit("reduce", None, Box::new(move |c, s| c.reduce(&b, &b, b.len(), op, root, s)))
+        self.submit("reduce", None, move |c, s| c.reduce(&b, &b, b.len(), op, root, s))
     }
 
     /// Gathers every rank's `input` into `output` (rank r's at `r * input.len()`).
     pub fn all_gather<T: Element>(&self, output: &DeviceBuffer<T>, input: &DeviceBuffer<T>) -> Work {
         let (o, i) = (output.clone(), input.clone());
-        self.submit("all_gather", None, Box::new(move |c, s| c.all_gather(&i, &o, i.len(), s)))
+        self.submit("all_gather", None, move |c, s| c.all_gather(&i, &o, i.len(), s))
     }
 
     /// Reduces every rank's `input` (`size` blocks of `output.len()`) and leaves block
     /// `rank` of the result in `output`.
     pub fn reduce_scatter<T: Element>(&self, output: &DeviceBuffer<T>, input: &DeviceBuffer<T>, op: Op) -> Work {
         let (o, i) = (output.clone(), input.clone());
-        self.submit("reduce_scatter", None, Box::new(move |c, s| c.reduce_scatter(&i, &o, o.len(), op, s)))
+        self.submit("reduce_scatter", None, move |c, s| c.reduce_scatter(&i, &o, o.len(), op, s))
     }
 
     /// Sends block q of `input` to rank q and receives rank q's block for this rank into
     /// block q of `output` (blocks of `input.len() / size`).
     pub fn all_to_all<T: Element>(&self, output: &DeviceBuffer<T>, input: &DeviceBuffer<T>) -> Work {
         let (o, i, n) = (output.clone(), input.clone(), self.size());
-        self.submit(
-            "all_to_all",
-            None,
-            Box::new(move |c, s| match i.len() % n {
-                0 => c.all_to_all(&i, &o, i.len() / n, s),
-                _ => Err(Error::InvalidArgument(format!("all_to_all: {} elements is not {n} equal blocks", i.len()))),
-            }),
-        )
+        self.submit("all_to_all", None, move |c, s| match i.len() % n {
+            0 => c.all_to_all(&i, &o, i.len() / n, s),
+            _ => Err(Error::InvalidArgument(format!("all_to_all: {} elements is not {n} equal blocks", i.len()))),
+        })
     }
 
     /// Sends `buf` to rank `dst` (which must post a matching `recv`).
     pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, dst: usize) -> Work {
         let b = buf.clone();
-        self.submit("send", Some(dst), Box::new(move |c, s| c.send(&b, b.len(), dst, s)))
+        self.submit("send", Some(dst), move |c, s| c.send(&b, b.len(), dst, s))
     }
 
     /// Receives `buf.len()` elements from rank `src` into `buf`.
     pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, src: usize) -> Work {
         let b = buf.clone();
-        self.submit("recv", Some(src), Box::new(move |c, s| c.recv(&b, b.len(), src, s)))
+        self.submit("recv", Some(src), move |c, s| c.recv(&b, b.len(), src, s))
     }
 
     /// Completes once every rank has queued its barrier and everything queued before it
     /// has run (an all_reduce of one element, as c10d's).
     pub fn barrier(&self) -> Work {
-        self.submit(
-            "barrier",
-            None,
-            Box::new(|c, s| {
-                let b = c.device().alloc::<i32>(1)?;
-                c.all_reduce(&b, &b, 1, Op::Sum, s)
-            }),
-        )
+        self.submit("barrier", None, |c, s| {
+            let b = c.device().alloc::<i32>(1)?;
+            c.all_reduce(&b, &b, 1, Op::Sum, s)
+        })
     }
 
     /// A subgroup of `ranks` (ranks of this group, any order: the subgroup ranks them in
@@ -203,22 +215,22 @@ impl ProcessGroup {
     /// Fails every pending operation and aborts the communicator (c10d's `abort`): the
     /// running kernel stops, and every later call fails at once.
     pub fn abort(&self) {
-        let mut q = self.shared.lock();
+        let mut s = self.shared.lock();
         self.shared.comm.abort();
-        let b = q.running.as_ref().map(|(w, _)| (w.op, w.seq)).unwrap_or(("abort", 0));
-        let broken = Broken { op: b.0, seq: b.1, peer: None, reason: "the process group was aborted".into() };
-        self.shared.break_group(&mut q, broken);
+        let (op, seq) = s.works.front().map_or((Cow::Borrowed("abort"), 0), |w| (w.op.clone(), w.seq));
+        let broken = Broken { op, seq, peer: None, reason: "the process group was aborted".into(), timed_out: false };
+        self.shared.break_group(&mut s, broken);
     }
 }
 
 impl Drop for ProcessGroup {
-    /// Lets the queued operations run (each bounded by the timeout and the watchdog), then
-    /// stops the threads: dropping a group never hangs and never leaves an operation
+    /// Lets the operations in flight end (each bounded by the timeout and the watchdog),
+    /// then stops the watchdog: dropping a group never hangs and never leaves an operation
     /// without an outcome.
     fn drop(&mut self) {
         self.shared.lock().closing = true;
         self.shared.changed.notify_all();
-        for t in [self.worker.take(), self.watchdog.take()].into_iter().flatten() {
+        if let Some(t) = self.watchdog.take() {
             let _ = t.join();
         }
     }

@@ -1,7 +1,9 @@
-//! The group's watchdog (c10d's NCCL watchdog): when the running operation has run
-//! longer than the group's timeout, it breaks the group (the operation and every queued
-//! one fail with an error naming the operation, its sequence number and the peer it waited
-//! for) and aborts the communicator, so the kernel stops and later calls fail.
+//! The group's watchdog (c10d's NCCL watchdog): it only watches. It retires the operations
+//! the stream has passed (so that a Work nobody waits for still completes), and when the
+//! oldest operation in flight has run longer than the group's timeout, it breaks the group
+//! (the operation and every one behind it fail with an error naming the operation, its
+//! sequence number and the peer it waited for) and aborts the communicator, so its kernel
+//! stops and later calls fail.
 //!
 //! The communicator's own timeout normally equals the group's (the group creates it so):
 //! a stalled kernel then ends by itself at about the same time with an error that names
@@ -9,26 +11,45 @@
 //! it; only an operation that still does not end is cut short (its peer is then the send /
 //! recv peer, or unknown).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::process_group::queue::{Broken, Shared, POLL};
+use crate::process_group::inflight::{Broken, Shared};
+
+/// How often the watchdog looks at the oldest operation when nothing wakes it.
+const POLL: Duration = Duration::from_millis(50);
 
 /// How long an overdue operation may still end with its own error (which names the peer).
 pub(crate) fn grace(timeout: Duration) -> Duration {
     (timeout / 2).min(Duration::from_secs(1))
 }
 
-/// Runs until the worker has exited.
+/// Runs until the group closes and every operation has ended. An operation's time counts
+/// from when it became the oldest in flight: those queued behind it wait their turn.
 pub(crate) fn watch(shared: &Shared) {
     let timeout = shared.timeout;
     let tick = (timeout / 10).clamp(Duration::from_millis(5), POLL);
-    let mut q = shared.lock();
-    while !q.worker_done {
-        let overdue = match (&q.running, &q.broken) {
-            (Some((w, since)), None) if since.elapsed() >= timeout + grace(timeout) => Some((w.clone(), *since)),
-            _ => None,
+    // The oldest operation seen, and since when it is the oldest.
+    let mut oldest: Option<(u64, Instant)> = None;
+    let mut s = shared.lock();
+    loop {
+        shared.retire(&mut s);
+        let Some(w) = s.works.front().cloned() else {
+            if s.closing {
+                return;
+            }
+            oldest = None;
+            s = shared.wait(s, tick);
+            continue;
         };
-        if let Some((w, since)) = overdue {
+        let since = match oldest {
+            Some((seq, since)) if seq == w.seq => since,
+            _ => {
+                let now = Instant::now();
+                oldest = Some((w.seq, now));
+                now
+            }
+        };
+        if s.broken.is_none() && since.elapsed() >= timeout + grace(timeout) {
             let waiting =
                 w.peer.map_or("an unknown peer (the kernel did not say)".to_string(), |p| format!("rank {p}"));
             let reason = format!(
@@ -38,9 +59,10 @@ pub(crate) fn watch(shared: &Shared) {
             );
             // Abort first, so whoever sees the failed work finds the communicator aborted.
             shared.comm.abort();
-            shared.break_group(&mut q, Broken { op: w.op, seq: w.seq, peer: w.peer, reason });
+            let b = Broken { op: w.op.clone(), seq: w.seq, peer: w.peer, reason, timed_out: true };
+            shared.break_group(&mut s, b);
             continue;
         }
-        q = shared.wait(q, tick);
+        s = shared.wait(s, tick);
     }
 }

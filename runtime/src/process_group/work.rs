@@ -1,62 +1,79 @@
-//! [`Work`]: what a process-group call returns at once (c10d's `Work`): it completes
-//! when its operation has run on the group's worker, or fails with the operation's error,
-//! the watchdog's, or the error of an earlier operation that broke the group.
+//! [`Work`]: what a process-group call returns at once (c10d's `Work`): it completes when
+//! the group's stream has run its operation, or fails with the operation's error, the
+//! watchdog's, or the error of an earlier operation that broke the group.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::process_group::inflight::Shared;
+use crate::stream::Mark;
 
 /// The shared state of one operation.
 pub(crate) struct WorkState {
-    pub op: &'static str,
+    pub op: Cow<'static, str>,
     pub seq: u64,
     pub rank: usize,
     /// The peer of a send or recv (what a collective waits for is known only from its error).
     pub peer: Option<usize>,
-    /// `None` while pending; then the outcome (`None`: success).
-    outcome: Mutex<Option<Option<Error>>>,
+    /// The group's stream after the operation's launches.
+    pub mark: Mark,
+    /// The outcome and how many threads wait for it.
+    outcome: Mutex<Outcome>,
     done: Condvar,
 }
 
+struct Outcome {
+    /// `None` while pending; then the outcome (`None`: success).
+    ended: Option<Option<Error>>,
+    /// Threads waiting on `done`: completing wakes them only if there are any (a wake-up
+    /// is a system call, on every call's path).
+    waiters: usize,
+}
+
 impl WorkState {
-    pub fn new(op: &'static str, seq: u64, rank: usize, peer: Option<usize>) -> Arc<WorkState> {
-        Arc::new(WorkState { op, seq, rank, peer, outcome: Mutex::new(None), done: Condvar::new() })
+    pub fn new(op: Cow<'static, str>, seq: u64, rank: usize, peer: Option<usize>, mark: Mark) -> Arc<WorkState> {
+        let outcome = Mutex::new(Outcome { ended: None, waiters: 0 });
+        Arc::new(WorkState { op, seq, rank, peer, mark, outcome, done: Condvar::new() })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Option<Error>>> {
+    fn lock(&self) -> MutexGuard<'_, Outcome> {
         self.outcome.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records the outcome; the first one stays (the worker and the watchdog may race).
+    /// Records the outcome; the first one stays (a waiter and the watchdog may race).
     pub fn complete(&self, res: Result<()>) {
         let mut g = self.lock();
-        if g.is_none() {
-            *g = Some(res.err());
-            self.done.notify_all();
+        if g.ended.is_none() {
+            g.ended = Some(res.err());
+            if g.waiters > 0 {
+                self.done.notify_all();
+            }
         }
     }
 
     pub fn is_done(&self) -> bool {
-        self.lock().is_some()
+        self.lock().ended.is_some()
     }
 
     /// An error about this operation (c10d's messages name the op and its sequence number).
-    pub fn error(&self, peer: Option<usize>, reason: String) -> Error {
-        Error::Work { op: self.op, seq: self.seq, rank: self.rank, peer, reason }
+    pub fn error(&self, peer: Option<usize>, reason: String, timed_out: bool) -> Error {
+        Error::Work { op: self.op.clone(), seq: self.seq, rank: self.rank, peer, reason, timed_out }
     }
 }
 
-/// The handle of one queued process-group operation. Cloning shares it.
+/// The handle of one process-group operation. Cloning shares it.
 #[derive(Clone)]
 pub struct Work {
     state: Arc<WorkState>,
+    group: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = &self.state;
-        let status = match &*s.lock() {
+        let status = match &s.lock().ended {
             None => "pending",
             Some(None) => "done",
             Some(Some(_)) => "failed",
@@ -66,48 +83,81 @@ impl std::fmt::Debug for Work {
 }
 
 impl Work {
-    pub(crate) fn new(state: Arc<WorkState>) -> Work {
-        Work { state }
+    pub(crate) fn new(state: Arc<WorkState>, group: Arc<Shared>) -> Work {
+        Work { state, group }
+    }
+
+    /// Retires what the stream has passed, this operation included if it is there.
+    fn retire(&self) {
+        let mut s = self.group.lock();
+        self.group.retire(&mut s);
     }
 
     /// Waits at most `timeout` for the operation: `Ok` once it ran and its results are in
     /// the buffers, its error if it failed, or an [`Error::Work`] "still pending" if the
-    /// time ran out (the operation itself goes on; the group's watchdog bounds it).
+    /// time ran out (the operation itself goes on; the group's watchdog bounds it). A wait
+    /// at least as long as the group's timeout runs the operation's launches on this thread
+    /// where the stream has not started them (a blocking call's cost: no hand-off to the
+    /// stream's thread); the watchdog still bounds them.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
-        let end = Instant::now() + timeout;
+        let start = Instant::now();
+        // No deadline past what an Instant can hold: the watchdog then bounds the wait.
+        let deadline = start.checked_add(timeout);
+        if !self.state.is_done() && self.group.stream.wait_for(self.state.mark, deadline, timeout >= self.group.timeout)
+        {
+            self.retire();
+        }
         let mut g = self.state.lock();
         loop {
-            if let Some(outcome) = &*g {
+            if let Some(outcome) = &g.ended {
                 return outcome.as_ref().map_or(Ok(()), |e| Err(e.replay()));
             }
-            let left = end.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 let reason =
                     format!("wait gave up after {:.1} s; the operation is still pending", timeout.as_secs_f64());
-                return Err(self.state.error(self.state.peer, reason));
+                return Err(self.state.error(self.state.peer, reason, false));
             }
-            g = self.state.done.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0;
+            // Woken when the group breaks and fails it; the stream's passing it is looked at
+            // every few milliseconds (the watchdog retires it too).
+            g.waiters += 1;
+            g = self
+                .state
+                .done
+                .wait_timeout(g, left.min(Duration::from_millis(10)))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            g.waiters -= 1;
+            if g.ended.is_none() && self.group.stream.passed(self.state.mark) {
+                drop(g);
+                self.retire();
+                g = self.state.lock();
+            }
         }
     }
 
-    /// Whether the operation has ended (successfully or not).
+    /// Whether the operation has ended (successfully or not); never waits.
     pub fn is_completed(&self) -> bool {
+        if !self.state.is_done() && self.group.stream.passed(self.state.mark) {
+            self.retire();
+        }
         self.state.is_done()
     }
 
     /// Whether the operation has ended without an error.
     pub fn is_success(&self) -> bool {
-        matches!(&*self.state.lock(), Some(None))
+        self.is_completed() && matches!(&self.state.lock().ended, Some(None))
     }
 
     /// The operation's error, once it failed.
     pub fn error(&self) -> Option<Error> {
-        self.state.lock().as_ref().and_then(|o| o.as_ref().map(Error::replay))
+        self.is_completed();
+        self.state.lock().ended.as_ref().and_then(|o| o.as_ref().map(Error::replay))
     }
 
     /// The operation's name (`"all_reduce"`, `"send"`, ...).
-    pub fn op(&self) -> &'static str {
-        self.state.op
+    pub fn op(&self) -> &str {
+        &self.state.op
     }
 
     /// Its sequence number in the group (1 for the group's first operation).

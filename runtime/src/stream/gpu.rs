@@ -55,6 +55,13 @@ struct State {
     pending: VecDeque<Pending>,
     /// The first failure since the last `synchronize`.
     error: Option<Error>,
+    /// Launches queued on the GPU so far, and retired so far (in order): a `Mark` counts
+    /// the first.
+    queued: u64,
+    retired: u64,
+    /// The first queued launch that failed: its index and a copy of its error, kept for
+    /// good (`error` is taken by `synchronize`).
+    failed: Option<(u64, Error)>,
     /// What the last look at the oldest launch found.
     last: Front,
     /// Launches recorded into the graph that `Stream::begin_capture` started, for
@@ -77,6 +84,9 @@ impl GpuQueue {
                 pool,
                 pending: VecDeque::new(),
                 error: None,
+                queued: 0,
+                retired: 0,
+                failed: None,
                 last: Front::Waiting,
                 captured: None,
                 replay: None,
@@ -105,6 +115,7 @@ impl GpuQueue {
                 None => drop(launch),
             },
             Started::Queued(done) => {
+                st.queued += 1;
                 st.pending.push_back(Pending { launch, done, oldest_since: None, hung: false });
                 st.retire();
                 if st.pending.len() > DEPTH {
@@ -141,6 +152,31 @@ impl GpuQueue {
             ))),
             None => Ok(waited),
         }
+    }
+
+    /// Launches queued so far (see `Stream::mark`).
+    pub(crate) fn queued(&self) -> u64 {
+        self.lock().queued
+    }
+
+    /// Whether the first `n` launches queued have ended (retiring those that have).
+    pub(crate) fn passed(&self, n: u64) -> bool {
+        let mut st = self.lock();
+        st.retire();
+        st.retired >= n
+    }
+
+    /// Waits until the first `n` launches queued have ended, or `deadline` passes; whether
+    /// they have.
+    pub(crate) fn wait_for(&self, n: u64, deadline: Option<Instant>) -> bool {
+        let mut st = self.lock();
+        let left = n.saturating_sub(st.retired) as usize;
+        st.retire_until(left, deadline) && st.retired >= n
+    }
+
+    /// A copy of the error of the first launch among the first `n` queued that failed.
+    pub(crate) fn failure_before(&self, n: u64) -> Option<Error> {
+        self.lock().failed.as_ref().filter(|(i, _)| *i < n).map(|(_, e)| e.replay())
     }
 
     /// Whether every queued launch has finished (retiring those that have).
@@ -189,6 +225,14 @@ impl State {
             tracing::warn!("stream operation failed: {e}");
         }
         self.error.get_or_insert(e);
+    }
+
+    /// Notes the failure of queued launch `i`.
+    fn fail(&mut self, i: u64, e: Error) {
+        if self.failed.is_none() {
+            self.failed = Some((i, e.replay()));
+        }
+        self.note(e);
     }
 
     /// Retires the finished launches at the front, in order, without waiting.
@@ -259,15 +303,16 @@ impl State {
                 front.hung = true;
                 front.oldest_since = Some(Instant::now());
                 if let Err(e) = front.launch.owner().finish(&front.launch.call, true) {
-                    self.note(e);
+                    self.fail(self.retired, e);
                 }
                 return Front::Waiting;
             }
             Err(e) => Err(e),
         };
         let Pending { launch, .. } = self.pending.pop_front().expect("a front launch");
+        self.retired += 1;
         if let Err(e) = result {
-            self.note(e);
+            self.fail(self.retired - 1, e);
         }
         drop(launch);
         Front::Retired

@@ -1,7 +1,8 @@
 //! The asynchronous queue's bookkeeping, with an owner whose "GPU" is a flag per launch:
 //! launches retire in order once finished (not before), releasing what they hold; a
 //! failure is returned by the next synchronize; a launch past its bound is declared hung
-//! once, and a wait on one that still does not end gives up a bound later.
+//! once, and a wait on one that still does not end gives up a bound later; points of the
+//! queue (a process group's works) are passed in order and learn of failures before them.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -159,4 +160,28 @@ fn a_launch_past_its_bound_is_declared_hung_once_and_a_wait_on_it_ends() {
     gpu.end(0);
     q.synchronize(None).unwrap();
     assert_eq!(Arc::strong_count(&keep), 1);
+}
+
+#[test]
+fn points_of_the_queue_are_passed_in_order_and_keep_the_failures_before_them() {
+    let (q, gpu, keep) = (queue(), FakeGpu::new(Some(1), Duration::from_secs(60)), Arc::new(()));
+    let mut marks = Vec::new();
+    for _ in 0..3 {
+        q.launch(launch(&gpu, &keep)).unwrap();
+        marks.push(q.queued());
+    }
+    assert_eq!(marks, [1, 2, 3]);
+    assert!(!q.passed(1) && !q.wait_for(1, Some(Instant::now() + Duration::from_millis(20))));
+    gpu.end(0);
+    assert!(q.passed(1) && !q.passed(2));
+    assert!(q.failure_before(1).is_none());
+    gpu.end(1);
+    gpu.end(2);
+    assert!(q.wait_for(3, None));
+    assert!(q.failure_before(1).is_none(), "the point before the failed launch is clean");
+    let e = q.failure_before(2).expect("launch 1 failed before point 2").to_string();
+    assert!(e.contains("launch 1 failed"), "{e}");
+    // Unlike synchronize's error, it stays for every later point.
+    assert!(q.synchronize(None).is_err());
+    assert!(q.failure_before(3).is_some());
 }

@@ -30,6 +30,11 @@ impl Device {
     }
 }
 
+/// A point in a stream's order: after the launches queued on it before the point was
+/// taken ([`Stream::mark`]), as a CUDA event recorded on a stream marks one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mark(u64);
+
 /// An ordered queue of operations on a device (cf. a CUDA stream).
 #[derive(Clone)]
 pub struct Stream {
@@ -87,6 +92,8 @@ impl Stream {
             reserved: AtomicU64::new(0),
             error: Mutex::new(None),
             erred: AtomicBool::new(false),
+            failed_at: AtomicU64::new(u64::MAX),
+            first_failure: Mutex::new(None),
             sleep: Mutex::new(()),
             done: Condvar::new(),
             work: Condvar::new(),
@@ -181,6 +188,50 @@ impl Stream {
         }
         sh.release_dispatched();
         sh.take_error().map(|()| true)
+    }
+
+    /// The point after every launch queued so far.
+    pub(crate) fn mark(&self) -> Mark {
+        match &self.gpu {
+            Some(q) => Mark(q.queued()),
+            None => Mark(self.shared().submitted.load(SeqCst)),
+        }
+    }
+
+    /// Whether every launch before `m` has ended (on a GPU, retiring those that have).
+    pub(crate) fn passed(&self, m: Mark) -> bool {
+        match &self.gpu {
+            Some(q) => q.passed(m.0),
+            None => self.shared().reached(m.0),
+        }
+    }
+
+    /// Waits until every launch before `m` has ended, or `deadline` passes; whether they
+    /// have. With `run_here`, host launches not yet started run on this thread, as
+    /// `synchronize` runs them (no hand-off to the stream's thread): only for a caller that
+    /// may wait as long as they take, since a launch run here cannot be left at `deadline`.
+    pub(crate) fn wait_for(&self, m: Mark, deadline: Option<Instant>, run_here: bool) -> bool {
+        if let Some(q) = &self.gpu {
+            return q.wait_for(m.0, deadline);
+        }
+        let sh = self.shared();
+        if run_here && sh.inline && !sh.reached(m.0) {
+            sh.try_run(m.0, Runner::Synchronize);
+        }
+        let done = sh.wait(m.0, deadline);
+        if done {
+            sh.release_dispatched();
+        }
+        done
+    }
+
+    /// The error of the first launch before `m` that failed, if one did. Unlike
+    /// `synchronize`'s, it stays: every waiter for a later point learns it too.
+    pub(crate) fn failure_before(&self, m: Mark) -> Option<Error> {
+        match &self.gpu {
+            Some(q) => q.failure_before(m.0),
+            None => self.shared().failure_before(m.0),
+        }
     }
 
     /// Whether all queued work has finished.

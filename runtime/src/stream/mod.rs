@@ -47,6 +47,7 @@ mod tests;
 pub use cuda_graph::CudaGraph;
 pub(crate) use executor::Executor;
 pub(crate) use failure::Failure;
+pub(crate) use handle::Mark;
 pub use handle::Stream;
 pub(crate) use launch::{KernelCall, Launch};
 use launch::{OnCaller, Started};
@@ -106,6 +107,11 @@ struct Shared {
     error: Mutex<Option<Error>>,
     /// `error` holds one: `synchronize` looks here, not at the lock.
     erred: AtomicBool,
+    /// The index of the first launch that failed (`u64::MAX`: none) and a copy of its
+    /// error, kept for good (`error` is taken by `synchronize`): whoever waits for a point
+    /// of the stream (`Stream::mark`) learns whether a launch before it failed.
+    failed_at: AtomicU64,
+    first_failure: Mutex<Option<Error>>,
     sleep: Mutex<()>,
     done: Condvar,
     work: Condvar,
@@ -160,6 +166,10 @@ impl Shared {
                 tracing::warn!("stream operation failed: {e}");
             } else {
                 tracing::debug!("stream operation failed: {e}");
+            }
+            if self.failed_at.load(Relaxed) == u64::MAX {
+                *self.first_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.replay());
+                self.failed_at.store(i, SeqCst);
             }
             first.get_or_insert(e);
             self.erred.store(true, SeqCst);
@@ -322,6 +332,14 @@ impl Shared {
     fn record_error(&self, e: Error) {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
         self.erred.store(true, SeqCst);
+    }
+
+    /// A copy of the first failure among launches below `end`, if one failed.
+    fn failure_before(&self, end: u64) -> Option<Error> {
+        if self.failed_at.load(SeqCst) >= end {
+            return None;
+        }
+        self.first_failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(Error::replay)
     }
 
     fn take_error(&self) -> Result<()> {
