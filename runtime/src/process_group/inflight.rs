@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::comm::Comm;
 use crate::error::{Error, Result};
-use crate::process_group::work::WorkState;
+use crate::process_group::operation::WorkState;
 use crate::stream::Stream;
 
 /// What broke the group: the operation and the peer it waited for (when known).

@@ -13,6 +13,7 @@
 //! after the operation's `Work` has completed.
 
 mod inflight;
+mod operation;
 mod watchdog;
 mod work;
 
