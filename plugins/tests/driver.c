@@ -223,6 +223,17 @@ static void touch(const char* path, const char* suffix) {
   if (f == NULL || fclose(f) != 0) die("creating %s", name);
 }
 
+/* Waits, bounded, for the other side's touch(path, suffix). */
+static void wait_touched(const char* path, const char* suffix) {
+  char name[4096];
+  snprintf(name, sizeof name, "%s%s", path, suffix);
+  long long deadline = now_ns() + WAIT_NS;
+  while (access(name, F_OK) != 0) {
+    if (now_ns() > deadline) die("%s did not appear", name);
+    usleep(1000);
+  }
+}
+
 struct side {
   int send;
   void* comm;
@@ -294,7 +305,7 @@ static void one_message(struct side* s, int msg, size_t size, int slot) {
   }
 }
 
-static void scenario_data(struct side* s) {
+static void scenario_data(struct side* s, const char* handle_path) {
   int msg = 0;
   for (int round = 0; round < 2; round++)
     for (size_t k = 0; k < NSIZES; k++) one_message(s, msg++, sizes[k], 0);
@@ -323,12 +334,16 @@ static void scenario_data(struct side* s) {
   }
   note("%d requests in flight ok", NCCL_NET_MAX_REQUESTS);
 
-  /* Close with requests still in flight: receives the peer never matches, sends it may not take. */
+  /* Close with requests still in flight: receives the peer never matches, sends it may not take.
+   * Neither side closes before the other has posted all three: a request posted after the
+   * peer's close may rightly fail. */
   for (int i = 0; i < 3; i++) {
     void* req = NULL;
     rc = s->send ? net_isend(s->comm, buf_at(s, i), BIG, s->mh, &req) : net_irecv(s->comm, buf_at(s, i), CAPACITY, s->mh, &req);
     if (rc != ncclSuccess) die("in-flight post %d returned %d", i, rc);
   }
+  touch(handle_path, s->send ? ".sender-posted" : ".receiver-posted");
+  wait_touched(handle_path, s->send ? ".receiver-posted" : ".sender-posted");
 }
 
 /* The side named `victim` idles after one message until the test kills it; the other keeps
@@ -489,7 +504,7 @@ int main(int argc, char** argv) {
   struct side s;
   open_side(&s, strcmp(mode, "send") == 0, argv[4]);
   const char* scenario = argv[5];
-  if (strcmp(scenario, "data") == 0) scenario_data(&s);
+  if (strcmp(scenario, "data") == 0) scenario_data(&s, argv[4]);
   else if (strcmp(scenario, "kill-sender") == 0) scenario_kill(&s, argv[4], 1);
   else if (strcmp(scenario, "kill-receiver") == 0) scenario_kill(&s, argv[4], 0);
   else if (strcmp(scenario, "failsend") == 0) scenario_failsend(&s);
