@@ -227,7 +227,7 @@ fn kernels_specialized_for_the_rank_count_match_the_reference() {
                         ..jitccl::Config::default()
                     };
                     let mem = if algo.is_direct() { Mem::Registered } else { Mem::Plain };
-                    let w = World { mem, ..world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg) };
+                    let w = world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg).with_mem(mem);
                     let (dtype, op) =
                         if coll.reduces() { (DataType::F32, Some(Op::Sum)) } else { (DataType::U8, None) };
                     let what = format!("{coll} {algo}/{proto} n={n} specialized");

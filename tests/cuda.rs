@@ -171,7 +171,7 @@ fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize], me
     let (mut failures, mut runs) = (Vec::new(), 0);
     for &n in ranks {
         let nchannels = 1 + n % 3;
-        let w = World { mem, ..world_on(&vec![dev.clone(); n], algo, proto, nchannels) };
+        let w = world_on(&vec![dev.clone(); n], algo, proto, nchannels).with_mem(mem);
         let (r, f) = check_cases(&w, coll, &samples(coll), &format!("{coll} {algo}/{proto} {mem:?} n={n}"));
         runs += r;
         failures.extend(f);

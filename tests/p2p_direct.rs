@@ -27,7 +27,7 @@ const WAYS: &[Option<Algorithm>] = &[Some(Algorithm::Ring), Some(Algorithm::Dire
 /// `n` ranks as threads with small FIFO slots (1001 elements wrap the FIFOs).
 fn world(n: usize, algo: Option<Algorithm>, mem: Mem) -> World {
     let devices: Vec<Device> = (0..n).map(Device::host).collect();
-    World { mem, ..world_with(&devices, &Config { slot_bytes: Some([256, 64, 256]), algo, ..Config::default() }) }
+    world_with(&devices, &Config { slot_bytes: Some([256, 64, 256]), algo, ..Config::default() }).with_mem(mem)
 }
 
 /// What rank `src` sends rank `dst` as its `j`-th transfer to it.

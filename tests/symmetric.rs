@@ -16,7 +16,7 @@ use world::{assert_past, check, check_cases, check_counts, pairs, world_on, worl
 
 fn world(nranks: usize, algo: Algorithm, nchannels: usize, mem: Mem) -> World {
     let devices: Vec<Device> = (0..nranks).map(Device::host).collect();
-    World { mem, ..world_on(&devices, algo, Protocol::Simple, nchannels) }
+    world_on(&devices, algo, Protocol::Simple, nchannels).with_mem(mem)
 }
 
 fn sweep(coll: Collective, algo: Algorithm, ranks: &[usize], dtypes: &[DataType], which: Pairs, mem: Mem) {

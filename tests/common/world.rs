@@ -32,6 +32,28 @@ pub struct World {
     pub mem: Mem,
 }
 
+impl World {
+    /// The same world, its calls' buffers allocated as `mem` says.
+    #[allow(dead_code)] // each test binary uses some
+    pub fn with_mem(mut self, mem: Mem) -> World {
+        self.mem = mem;
+        self
+    }
+}
+
+/// The ranks end at once, as processes would: over a network each closing rank waits
+/// (bounded) for its peers' goodbyes, so one after another each would wait out the bound.
+impl Drop for World {
+    fn drop(&mut self) {
+        let comms = std::mem::take(&mut self.comms);
+        std::thread::scope(|s| {
+            for comm in comms {
+                s.spawn(move || drop(comm));
+            }
+        });
+    }
+}
+
 /// Ranks on `devices` (one each) forced to `algo`/`proto` with tiny FIFO slots, so that
 /// the counts above take many steps and wrap the 8-slot FIFOs many times.
 #[allow(dead_code)] // the tests whose ranks are not made by init_all build their own
@@ -80,7 +102,7 @@ pub fn world_on_channels(devices: &[Device], algo: Algorithm, nchannels: usize, 
         tuner_table: Some(path.clone()),
         ..Config::default()
     };
-    let w = World { mem, ..world_with(devices, &cfg) };
+    let w = world_with(devices, &cfg).with_mem(mem);
     // Read at init.
     let _ = std::fs::remove_file(path);
     w
