@@ -23,15 +23,9 @@
 #include <unistd.h>
 
 #include "jitccl_net.h"
+#include "plugin_log.h"
 
 #define EXPORT __attribute__((visibility("default")))
-
-static ncclDebugLogger_t edge_logger;
-
-#define EDGE_LOG(level, ...) \
-  do { \
-    if (edge_logger != NULL) edge_logger(level, NCCL_LOG_SUBSYS_NET, __FILE__, __LINE__, __VA_ARGS__); \
-  } while (0)
 
 #if defined(EDGE_V8ONLY) || defined(EDGE_FAILSEND) || defined(EDGE_STANDIN)
 
@@ -45,11 +39,11 @@ static const void* inner_table(const char* symbol) {
   if (path == NULL || path[0] == '\0') path = EDGE_INNER_DEFAULT;
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
-    EDGE_LOG(NCCL_LOG_WARN, "NET/Edge: cannot load the inner plugin %s: %s", path, dlerror());
+    PLUGIN_LOG(NCCL_LOG_WARN, "NET/Edge: cannot load the inner plugin %s: %s", path, dlerror());
     return NULL;
   }
   const void* table = dlsym(lib, symbol);
-  if (table == NULL) EDGE_LOG(NCCL_LOG_WARN, "NET/Edge: %s has no %s", path, symbol);
+  if (table == NULL) PLUGIN_LOG(NCCL_LOG_WARN, "NET/Edge: %s has no %s", path, symbol);
   return table;
 }
 
@@ -65,7 +59,7 @@ static const void* inner_table(const char* symbol) {
 static const ncclNet_v8_t* in;
 
 static ncclResult_t v8_init(ncclDebugLogger_t log) {
-  edge_logger = log;
+  plugin_logger = log;
   if (in == NULL) in = inner_table("ncclNetPlugin_v8");
   return in != NULL ? in->init(log) : ncclSystemError;
 }
@@ -120,20 +114,20 @@ EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
 #if defined(EDGE_INITFAIL)
 #define EDGE_NAME "EdgeInitFail"
 static ncclResult_t edge_init(ncclDebugLogger_t log) {
-  edge_logger = log;
-  EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeInitFail: init fails by design");
+  plugin_logger = log;
+  PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeInitFail: init fails by design");
   return ncclInternalError;
 }
 #else
 #define EDGE_NAME "EdgeNoDev"
 static ncclResult_t edge_init(ncclDebugLogger_t log) {
-  edge_logger = log;
+  plugin_logger = log;
   return ncclSuccess;
 }
 #endif
 
 static ncclResult_t refuse(const char* call) {
-  EDGE_LOG(NCCL_LOG_WARN, "NET/%s: %s refused: the plugin has no device", EDGE_NAME, call);
+  PLUGIN_LOG(NCCL_LOG_WARN, "NET/%s: %s refused: the plugin has no device", EDGE_NAME, call);
   return ncclInvalidUsage;
 }
 
@@ -282,7 +276,7 @@ static ncclResult_t wrap_req(struct edge_comm* c, void* inner, void** out) {
     *out = r;
     return ncclSuccess;
   }
-  EDGE_LOG(NCCL_LOG_WARN, "NET/Edge: the inner plugin took more than %d requests", NCCL_NET_MAX_REQUESTS);
+  PLUGIN_LOG(NCCL_LOG_WARN, "NET/Edge: the inner plugin took more than %d requests", NCCL_NET_MAX_REQUESTS);
   return ncclInternalError;
 }
 
@@ -303,7 +297,7 @@ static int send_fails(struct edge_comm* c) {
   if (n != fail_at()) return 0;
   __atomic_add_fetch(&sends_taken, 1, __ATOMIC_RELAXED);
   c->failed = 1;
-  EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeFailSend: send %ld fails by design (JITCCL_EDGE_FAIL_SEND)", n);
+  PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeFailSend: send %ld fails by design (JITCCL_EDGE_FAIL_SEND)", n);
   return 1;
 }
 
@@ -365,7 +359,7 @@ static void record(const char* call, int d) {
   char line[64];
   int n = snprintf(line, sizeof line, "%s %d\n", call, d);
   /* One write per line: O_APPEND keeps the lines of concurrent callers whole. */
-  if (write(fd, line, (size_t)n) != n) EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeStandIn: writing %s failed", path);
+  if (write(fd, line, (size_t)n) != n) PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeStandIn: writing %s failed", path);
   close(fd);
 }
 
@@ -397,7 +391,7 @@ static int outstanding(const struct edge_comm* c) {
 static void check_close_recv(struct edge_comm* c) {
   int posted = c != NULL ? outstanding(c) : 0;
   if (posted == 0) return;
-  EDGE_LOG(NCCL_LOG_WARN, "NET/EdgeStandIn: closeRecv with %d receive(s) still posted: aborting", posted);
+  PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeStandIn: closeRecv with %d receive(s) still posted: aborting", posted);
   fprintf(stderr, "NET/EdgeStandIn: closeRecv with %d receive(s) still posted: aborting\n", posted);
   abort();
 }
@@ -411,7 +405,7 @@ static int valid_dev(int d) {
 
 static ncclResult_t fs_init(void** ctx, uint64_t id, ncclNetCommConfig_v12_t* cfg, ncclDebugLogger_t log,
                             ncclProfilerCallback_t prof) {
-  edge_logger = log;
+  plugin_logger = log;
   if (in == NULL) in = inner_table("ncclNetPlugin_v12");
   on_init();
   return in != NULL ? in->init(ctx, id, cfg, log, prof) : ncclSystemError;

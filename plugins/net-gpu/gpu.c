@@ -35,15 +35,9 @@
 #include <unistd.h>
 
 #include "jitccl_net.h"
+#include "plugin_log.h"
 
 #define EXPORT __attribute__((visibility("default")))
-
-static ncclDebugLogger_t gpu_logger;
-
-#define GPU_LOG(level, ...) \
-  do { \
-    if (gpu_logger != NULL) gpu_logger(level, NCCL_LOG_SUBSYS_NET, __FILE__, __LINE__, __VA_ARGS__); \
-  } while (0)
 
 /* ---- The CUDA driver, loaded at first use ---- */
 
@@ -115,7 +109,7 @@ static ncclResult_t gpu_copy(void* dst, const void* src, size_t bytes, const voi
   int ordinal = -1;
   if (cu.pointer_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)(uintptr_t)gpu_ptr) != 0 ||
       ordinal < 0 || ordinal >= GPU_MAX_ORDINALS) {
-    GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: %p is not memory of a GPU it can use", gpu_ptr);
+    PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: %p is not memory of a GPU it can use", gpu_ptr);
     return ncclUnhandledCudaError;
   }
   pthread_mutex_lock(&gpus_lock);
@@ -134,7 +128,7 @@ static ncclResult_t gpu_copy(void* dst, const void* src, size_t bytes, const voi
   if (rc == 0) rc = cu.memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, stream);
   if (rc == 0) rc = cu.stream_sync(stream);
   if (rc != 0) {
-    GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: copying %zu bytes with GPU %d failed: CUresult %d", bytes, ordinal, rc);
+    PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: copying %zu bytes with GPU %d failed: CUresult %d", bytes, ordinal, rc);
     return ncclUnhandledCudaError;
   }
   return ncclSuccess;
@@ -161,7 +155,7 @@ static void write_counts(void) {
                    (int)getpid(), count(&regmr_host, 0), count(&regmr_cuda, 0), count(&flushes, 0),
                    count(&gpu_bytes_out, 0), count(&gpu_bytes_in, 0));
   /* One write per line: O_APPEND keeps the lines of concurrent processes whole. */
-  if (write(fd, line, (size_t)n) != n) GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: writing %s failed", path);
+  if (write(fd, line, (size_t)n) != n) PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: writing %s failed", path);
   close(fd);
 }
 
@@ -252,7 +246,7 @@ static int move(struct gpu_req* r) {
   int rc = transfer(r, (char*)&r->header, sizeof r->header, &r->header_done);
   if (rc <= 0) return rc;
   if (r->kind == REQ_RECV && r->header > r->size) {
-    GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: a message of %llu bytes for a receive of %zu", (unsigned long long)r->header,
+    PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: a message of %llu bytes for a receive of %zu", (unsigned long long)r->header,
             r->size);
     return -1;
   }
@@ -306,7 +300,7 @@ static ncclResult_t gpu_init(void** ctx, uint64_t id, ncclNetCommConfig_v12_t* c
   (void)cfg;
   (void)prof;
   if (ctx == NULL) return ncclInvalidArgument;
-  gpu_logger = log;
+  plugin_logger = log;
   *ctx = &context_token;
   return ncclSuccess;
 }
@@ -417,12 +411,12 @@ static ncclResult_t gpu_reg(void* comm, void* data, size_t size, int type, void*
   if (comm == NULL || mh == NULL) return ncclInvalidArgument;
   int device = is_device_memory(data);
   if (type == NCCL_PTR_CUDA && !device) {
-    GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: regMr of %zu bytes at %p as NCCL_PTR_CUDA, which is not GPU memory%s", size,
+    PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: regMr of %zu bytes at %p as NCCL_PTR_CUDA, which is not GPU memory%s", size,
             data, cuda_ready() ? "" : " (no CUDA driver)");
     return ncclInvalidArgument;
   }
   if (type == NCCL_PTR_HOST && device) {
-    GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: regMr of %zu bytes at %p as NCCL_PTR_HOST, which is GPU memory", size, data);
+    PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: regMr of %zu bytes at %p as NCCL_PTR_HOST, which is GPU memory", size, data);
     return ncclInvalidArgument;
   }
   if (type != NCCL_PTR_CUDA && type != NCCL_PTR_HOST) return ncclInvalidArgument;
@@ -436,7 +430,7 @@ static ncclResult_t gpu_reg(void* comm, void* data, size_t size, int type, void*
 
 static ncclResult_t gpu_reg_dmabuf(void* c, void* d, size_t s, int t, uint64_t o, int fd, void** m) {
   (void)c; (void)d; (void)s; (void)t; (void)o; (void)fd; (void)m;
-  GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: regMrDmaBuf refused: the plugin does not report NCCL_PTR_DMABUF");
+  PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: regMrDmaBuf refused: the plugin does not report NCCL_PTR_DMABUF");
   return ncclInvalidUsage;
 }
 
@@ -508,7 +502,7 @@ static ncclResult_t gpu_iflush(void* comm, int n, void** data, int* sizes, void*
   *req = NULL;
   long k = count(&flushes, 1);
   if (k == env_long("JITCCL_EDGE_FAIL_FLUSH", 0)) {
-    GPU_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: iflush %ld fails by design (JITCCL_EDGE_FAIL_FLUSH)", k);
+    PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeGpu: iflush %ld fails by design (JITCCL_EDGE_FAIL_FLUSH)", k);
     return ncclSystemError;
   }
   struct gpu_req* r = take_req(c, REQ_FLUSH);
