@@ -13,11 +13,11 @@
 #[path = "common/world.rs"]
 mod world;
 
-use jitccl::{Algorithm, Collective, DataType, Device, Op, Protocol};
-use world::{check_counts, check_past, pairs, world_on, world_on_channels, world_with, Mem, Pairs, World};
+use jitccl::{Algorithm, Collective, DataType, Op, Protocol};
+use world::{check_counts, check_past, hosts, pairs, world_on, world_on_channels, world_with, Mem, Pairs, World};
 
 fn world(nranks: usize, algo: Algorithm, proto: Protocol, nchannels: usize) -> World {
-    world_on(&(0..nranks).map(Device::host).collect::<Vec<_>>(), algo, proto, nchannels)
+    world_on(&hosts(nranks), algo, proto, nchannels)
 }
 
 fn sweep(coll: Collective, algo: Algorithm, proto: Protocol, ranks: &[usize], dtypes: &[DataType], which: Pairs) {
@@ -125,7 +125,7 @@ fn streamed_fifo_steps_match_the_reference() {
                 slot_bytes: Some([20480, 64, 256]),
                 ..Config::default()
             };
-            let w = world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg);
+            let w = world_with(&hosts(n), &cfg);
             let cases = pairs(coll, algo, Protocol::Simple, dtypes, which);
             let (r, f) = check_counts(&w, coll, &cases, &counts, &format!("{coll} {algo}/simple n={n} streamed"));
             runs += r;
@@ -141,8 +141,7 @@ fn streamed_fifo_steps_match_the_reference() {
 fn the_most_channels_match_the_reference() {
     let (mut runs, mut failures) = (0, Vec::new());
     for (algo, n) in [(Algorithm::Ring, 2), (Algorithm::Ring, 3), (Algorithm::Tree, 3)] {
-        let w =
-            world_on_channels(&(0..n).map(Device::host).collect::<Vec<_>>(), algo, jitccl::MAX_CHANNELS, Mem::Plain);
+        let w = world_on_channels(&hosts(n), algo, jitccl::MAX_CHANNELS, Mem::Plain);
         let cases = [(DataType::F32, Some(Op::Sum)), (DataType::I64, Some(Op::Max))];
         let what = format!("all_reduce {algo} n={n} x{}", jitccl::MAX_CHANNELS);
         let (r, f) = check_counts(&w, Collective::AllReduce, &cases, &[0, 1, 4099, 70_001], &what);
@@ -174,7 +173,7 @@ fn large_outputs_bypassing_the_cache_match_the_reference() {
                 proto: Some(Protocol::Simple),
                 ..jitccl::Config::default()
             };
-            let w = world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg);
+            let w = world_with(&hosts(n), &cfg);
             let (r, f) = check_past(&w, coll, dtypes, 8 << 20, &format!("{coll} ring/simple n={n} large"));
             runs += r;
             failures.extend(f);
@@ -227,7 +226,7 @@ fn kernels_specialized_for_the_rank_count_match_the_reference() {
                         ..jitccl::Config::default()
                     };
                     let mem = if algo.is_direct() { Mem::Registered } else { Mem::Plain };
-                    let w = world_with(&(0..n).map(Device::host).collect::<Vec<_>>(), &cfg).with_mem(mem);
+                    let w = world_with(&hosts(n), &cfg).with_mem(mem);
                     let (dtype, op) =
                         if coll.reduces() { (DataType::F32, Some(Op::Sum)) } else { (DataType::U8, None) };
                     let what = format!("{coll} {algo}/{proto} n={n} specialized");
