@@ -256,8 +256,7 @@ fn rings_without_the_search_keep_each_host_together() {
 
 /// A small AllReduce across hosts leaves the ring and one-shot for a path the cost model
 /// finds cheaper: the tree (two network hops, up and down the hosts' tree, against the
-/// ring's four and one-shot's message to each rank of the other host, as side-by-side runs
-/// measured it) or recursive doubling (one round of pairwise swaps across the hosts), and
+/// ring's four and one-shot's message to each rank of the other host) or recursive doubling (one round of pairwise swaps across the hosts), and
 /// its debug line says why: the estimates side by side and the network's hop and bandwidth.
 #[test]
 fn small_calls_across_hosts_take_the_cheaper_path() {

@@ -40,9 +40,9 @@
 //!   ranking, so the in-cache figure serves;
 //! - recursive doubling's swaps inside a host cost far more than one-shot's hops: each
 //!   waits for the one rank it swaps with to run, where one-shot takes its peers' steps in
-//!   whatever order they come (slower than one-shot at 4 and 8 rank processes on 2
-//!   cores). Its factor keeps it behind the tree on one host at every rank count; it
-//!   serves calls between hosts, where a hop is a network message and it sends fewest.
+//!   whatever order they come. Its factor keeps it behind the tree on one host at every
+//!   rank count; it serves calls between hosts, where a hop is a network message and it
+//!   sends fewest.
 //!
 //! The constants do not carry to every CPU: a table from `jitccl tune` overrides the picks
 //! where another machine measures differently.
@@ -152,8 +152,8 @@ impl Constants {
     /// two-shot above the ring's busbw (a byte is loaded and stored once per rank, where the
     /// ring also moves it through a FIFO), one-shot below it (each rank reads every input)
     /// but level with it at small sizes. The runs behind the values: docs/performance.md,
-    /// "The GPU kernels". Recursive doubling has not run on a GPU: its infinite base keeps
-    /// the tuner from picking it there (`JITCCL_ALGO` can still ask for it).
+    /// "The GPU kernels". Recursive doubling has no GPU figures to fit: its infinite base
+    /// keeps the tuner from picking it there (`JITCCL_ALGO` can still ask for it).
     pub const CUDA: Constants = Constants {
         base: [2.75, 2.75, 3.75, 2.75, 2.75, f64::INFINITY],
         hop_factor: [1.0, 1.5, 1.89, 1.0, 1.0, 1.89],
