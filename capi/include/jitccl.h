@@ -107,9 +107,10 @@ ncclResult_t jitcclAgree(const jitcclCall_t* call, char* refusal, size_t len, nc
  * An operation is a job: a function of the caller's, run at once on the calling thread,
  * that makes NCCL calls (any, grouped or not, on the caller's own memory) on the group's
  * communicator. Its calls return once queued rather than when done; its work completes when
- * they have run. A job returns ncclSuccess, or the code of the call that failed (the
- * work then fails with that call's error; one that failed the communicator fails every
- * pending work). Calls on other communicators inside a job complete as outside one. The
+ * they have run. A job returns ncclSuccess, or the code of the call that failed: the work
+ * then fails with that call's error and code, once the calls the job made before it have
+ * run; one that failed the communicator, or an ncclRemoteError or ncclTimeout, fails every
+ * pending work. Calls on other communicators inside a job complete as outside one. The
  * caller keeps the memory the calls use valid until the work has ended.
  *
  * Handles are checked: NULL, released or destroyed ones are refused with
@@ -135,7 +136,8 @@ ncclResult_t jitcclWorkWait(jitcclWork_t work, int64_t timeoutMs);
 /* *completed = 1 once the work has ended, with success or not; never waits. */
 ncclResult_t jitcclWorkIsCompleted(jitcclWork_t work, int* completed);
 /* The work's error text ("" while pending or after a success), copied with its NUL into
- * buf (*len bytes; *len set to the bytes needed; NULL or too small: ncclInvalidArgument). */
+ * buf (*len bytes; *len set to the bytes needed; too small: ncclInvalidArgument). A NULL
+ * buf asks for the size: *len is set and ncclSuccess returned. */
 ncclResult_t jitcclWorkError(jitcclWork_t work, char* buf, size_t* len);
 /* Lets go of a work handle (the operation goes on if pending). Release every work. */
 ncclResult_t jitcclWorkRelease(jitcclWork_t work);

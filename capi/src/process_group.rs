@@ -91,12 +91,27 @@ static WORKS: LazyLock<Handles<Work>> = LazyLock::new(|| Handles::new("work"));
 /// The error a job's failed call becomes: of the same result code (`status::code_of`),
 /// naming the operation and the rank, with the call's text.
 fn job_error(code: NcclResult, op: &str, comm: &jitccl::Comm, text: String) -> Error {
-    let text = format!("{op} on rank {}: the job's call failed: {text}", comm.rank());
+    let rank = comm.rank();
+    let context = format!("{op} on rank {rank}: the job's call failed");
     match code {
-        INVALID_ARGUMENT => Error::InvalidArgument(text),
-        INVALID_USAGE => Error::InvalidUsage(text),
-        // A failed communicator's own error names the peer and the operation.
-        _ => comm.async_error().err().unwrap_or(Error::Internal(text)),
+        INVALID_ARGUMENT => return Error::InvalidArgument(format!("{context}: {text}")),
+        INVALID_USAGE => return Error::InvalidUsage(format!("{context}: {text}")),
+        _ => {}
+    }
+    // A failed communicator's own error names the peer and the operation.
+    if let Err(e) = comm.async_error() {
+        return e;
+    }
+    match code {
+        UNHANDLED_CUDA_ERROR => Error::Device(format!("{context}: {text}")),
+        SYSTEM_ERROR => Error::System { context, source: std::io::Error::other(text) },
+        // A call on another communicator that lost a peer or timed out: as an operation of
+        // the group that did (which breaks the group; the group gives it its number).
+        REMOTE_ERROR | TIMEOUT => {
+            let (reason, timed_out) = (format!("{context}: {text}"), code == TIMEOUT);
+            Error::Work { op: op.to_string().into(), seq: 0, rank, peer: None, reason, timed_out }
+        }
+        _ => Error::Internal(format!("{context}: {text}")),
     }
 }
 
@@ -197,11 +212,16 @@ pub unsafe extern "C" fn jitcclWorkIsCompleted(work: *mut WorkHandle, completed:
 }
 
 /// The work's error text ("" while pending or after a success), as `jitcclSettingsJson`
-/// gives text.
+/// gives text, except that a NULL `buf` asks for the size only: a binding reads a failed
+/// work's text with two calls, and the first must neither warn nor replace the last error.
 #[no_mangle]
 pub unsafe extern "C" fn jitcclWorkError(work: *mut WorkHandle, buf: *mut c_char, len: *mut usize) -> NcclResult {
     guard("jitcclWorkError", None, || {
         let text = WORKS.get(work as usize)?.error().map(|e| e.to_string()).unwrap_or_default();
+        if buf.is_null() && !len.is_null() {
+            *len = text.len() + 1;
+            return Ok(SUCCESS);
+        }
         give(&text, buf, len)
     })
 }

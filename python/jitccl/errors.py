@@ -62,11 +62,6 @@ def error_of(code: int, text: str) -> Error:
     return _BY_CODE.get(code, Error)(code, text)
 
 
-def kinds() -> list:
-    """(code, the name errors of it are shown with) of every code that has a class."""
-    return [(0, Error.__name__)] + [(code, cls.__name__.lstrip("_")) for code, cls in _BY_CODE.items()]
-
-
 def check(code: int, comm=None) -> int:
     """Returns `code` when it is success or in-progress; else raises its error."""
     if code in (SUCCESS, IN_PROGRESS):

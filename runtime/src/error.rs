@@ -67,8 +67,9 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// A copy of an error that failed a communicator, for every later call on it. Such
-    /// errors come from running operations; any other kind is copied as its message.
+    /// A copy of an error that failed a communicator or an operation, for every later
+    /// call or waiter. The kinds a caller's result code comes from are kept; a wrapped
+    /// error (compile, bootstrap, store) is copied as its message.
     pub(crate) fn replay(&self) -> Error {
         match self {
             Error::Timeout { op, rank, channel, peer, waiting, timeout_s } => Error::Timeout {
@@ -93,6 +94,13 @@ impl Error {
             },
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
             Error::InvalidUsage(m) => Error::InvalidUsage(m.clone()),
+            Error::InProgress(m) => Error::InProgress(m.clone()),
+            Error::Unsupported(m) => Error::Unsupported(m.clone()),
+            Error::Device(m) => Error::Device(m.clone()),
+            Error::System { context, source } => Error::System {
+                context: context.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
             Error::Internal(m) => Error::Internal(m.clone()),
             other => Error::Internal(other.to_string()),
         }
@@ -100,16 +108,11 @@ impl Error {
 }
 
 impl Error {
-    /// A copy of an error for one more caller (the kinds a caller branches on are kept,
-    /// a bootstrap's error whole: a nonblocking init's failure is the one init had; other
-    /// wrapped errors become `Internal` with their message, as in [`Error::replay`]).
+    /// A copy of an error for one more caller: as [`Error::replay`], with a bootstrap's
+    /// error whole (a nonblocking init's failure is the one init had).
     pub(crate) fn duplicate(&self) -> Error {
         match self {
             Error::Bootstrap(e) => Error::Bootstrap(e.duplicate()),
-            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
-            Error::InvalidUsage(m) => Error::InvalidUsage(m.clone()),
-            Error::InProgress(m) => Error::InProgress(m.clone()),
-            Error::Unsupported(m) => Error::Unsupported(m.clone()),
             e => e.replay(),
         }
     }

@@ -7,7 +7,9 @@
  * - works of jobs on the caller's memory: an all_reduce, 24 jobs in flight completing in
  *   order against a sequential reference, a job of grouped sends and receives;
  * - a job whose call is refused: its work fails with that code, naming the operation and
- *   the rank; the group goes on;
+ *   the rank; the group goes on; the text's size is asked for without a failure; a job's
+ *   other codes are its work's; a job that queued a call before the one refused ends once
+ *   that call has run;
  * - a bounded wait that runs out (ncclInProgress) on a work that then completes;
  * - the watchdog: a send whose receiver never comes fails after the group's timeout with
  *   ncclTimeout, naming the operation, its number, the rank and the peer; the work behind
@@ -74,6 +76,17 @@ static ncclResult_t nested_job(void* arg) {
 static ncclResult_t bad_type_job(void* arg) {
   coll_t* c = (coll_t*)arg;
   return ncclAllReduce(c->buf, c->buf, c->count, (ncclDataType_t)99, ncclSum, c->comm, NULL);
+}
+
+/* An all_reduce queued, then a refused call. */
+static ncclResult_t queued_then_bad_job(void* arg) {
+  ncclResult_t r = coll_job(arg);
+  return r != ncclSuccess ? r : bad_type_job(arg);
+}
+
+/* A job that fails with the code it is given. */
+static ncclResult_t code_job(void* arg) {
+  return *(ncclResult_t*)arg;
 }
 
 /* The work's error text. */
@@ -156,7 +169,7 @@ static void works(jitcclProcessGroup_t pg) {
   for (int i = 0; i < N; i++) bad += x[i] != want * (float)(i % 7);
   EXPECT(bad == 0, "%d of %d elements wrong", bad, N);
   size_t len = 0;
-  EXPECT_RESULT(ncclInvalidArgument, jitcclWorkError(w, NULL, &len));
+  EXPECT_RESULT(ncclSuccess, jitcclWorkError(w, NULL, &len));
   EXPECT(len == 1, "an error text of a success is \"\": %zu bytes needed", len);
   EXPECT(strcmp(error_of(w), "") == 0, "no error: %s", error_of(w));
   NCCLCHECK(jitcclWorkRelease(w));
@@ -211,6 +224,30 @@ static void works(jitcclProcessGroup_t pg) {
   snprintf(rank_text, sizeof rank_text, "rank %d", rank_);
   EXPECT(strstr(e, "badtype") && strstr(e, rank_text) && strstr(e, "data type 99"), "%s", e);
   EXPECT(y[0] == 1 && y[1] == 2, "nothing written");
+  /* Its size is asked for without a failure: the call's error stays the last one. */
+  char last[512];
+  snprintf(last, sizeof last, "%s", ncclGetLastError(NULL));
+  len = 0;
+  EXPECT_RESULT(ncclSuccess, jitcclWorkError(w, NULL, &len));
+  EXPECT(len == strlen(e) + 1, "%zu bytes asked for a text of %zu", len, strlen(e));
+  EXPECT(strcmp(last, ncclGetLastError(NULL)) == 0, "the last error stays: %s", ncclGetLastError(NULL));
+  NCCLCHECK(jitcclWorkRelease(w));
+  /* A job's other codes are its work's. */
+  ncclResult_t codes[3] = {ncclUnhandledCudaError, ncclSystemError, ncclInternalError};
+  for (int i = 0; i < 3; i++) {
+    NCCLCHECK(jitcclProcessGroupSubmit(pg, "coded", -1, code_job, &codes[i], &w));
+    EXPECT_RESULT(codes[i], jitcclWorkWait(w, -1));
+    NCCLCHECK(jitcclWorkRelease(w));
+  }
+  /* A call refused after an all_reduce was queued (rank 1 comes 300 ms late): the work
+   * ends once the all_reduce has run, on memory the caller kept until then. */
+  float q[3] = {1, 2, 3};
+  coll_t cq = {q, 3, ncclFloat, -1, comm_};
+  if (rank_ == 1) sleep_ms(300);
+  NCCLCHECK(jitcclProcessGroupSubmit(pg, "queuedthenbad", -1, queued_then_bad_job, &cq, &w));
+  if (rank_ == 0 && nranks_ > 1) EXPECT(completed(w) == 0, "pending while its all_reduce is");
+  EXPECT_RESULT(ncclInvalidArgument, jitcclWorkWait(w, -1));
+  EXPECT(q[0] == (float)nranks_ && q[2] == (float)(3 * nranks_), "the all_reduce ran: %g %g", q[0], q[2]);
   NCCLCHECK(jitcclWorkRelease(w));
   /* The group goes on. */
   coll_t c2 = {y, 2, ncclFloat, -1, comm_};

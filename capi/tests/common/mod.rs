@@ -178,11 +178,16 @@ impl Outcome {
     /// Whether it exited cleanly with each of `nranks` ranks passing at least `min` checks
     /// (`Err`: why not, with the output).
     pub fn check_passed(&self, nranks: usize, min: u64) -> Result<(), String> {
+        self.check_passed_each(&vec![min; nranks])
+    }
+
+    /// As `check_passed`, with rank r passing at least `mins[r]` checks.
+    pub fn check_passed_each(&self, mins: &[u64]) -> Result<(), String> {
         if !self.status.is_some_and(|s| s.success()) {
             return Err(self.report());
         }
         let mut counts = Vec::new();
-        for r in 0..nranks {
+        for (r, &min) in mins.iter().enumerate() {
             match self.checks_passed(r)[..] {
                 [n] if n >= min => counts.push(n),
                 ref got => {
@@ -198,7 +203,11 @@ impl Outcome {
     }
 
     pub fn assert_passed(&self, nranks: usize, min: u64) {
-        if let Err(why) = self.check_passed(nranks, min) {
+        self.assert_passed_each(&vec![min; nranks]);
+    }
+
+    pub fn assert_passed_each(&self, mins: &[u64]) {
+        if let Err(why) = self.check_passed_each(mins) {
             panic!("{why}");
         }
     }

@@ -23,7 +23,9 @@ communicator (jitccl.h's, the runtime's c10d-style group: queued in order on the
 thread, a watchdog that fails a call past the group's timeout and aborts the communicator):
 its Work is that group's work, complete once the call is done, as NCCL's (`wait()` before
 reading the result of an `async_op=True` call; `is_completed()`, `exception()`; `get_future()`
-waits for it). A CUDA tensors' call is ordered on the current stream and its Work is a done
+waits for it). The C++ backend's own calls, and every call of the Python group alone, have
+ended when they return; only a call the C++ backend hands to the Python group may still be
+running then. A CUDA tensors' call is ordered on the current stream and its Work is a done
 one whose wait orders the current stream after it.
 Sends and receives (isend, irecv, batch_isend_irecv, send, recv) are held until the next
 `wait()` on one of them (or `is_completed()`, `get_future()`), the next collective on any

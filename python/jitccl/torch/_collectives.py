@@ -51,7 +51,10 @@ class _Collectives:
     def _post_reduce_small(self, t: torch.Tensor, red) -> Finish:
         """An all-reduce of small contiguous CPU `t` through the group's scratch in the host
         arena: copied in, reduced there (the peers read it in place), copied back by the
-        finishing step; the scratch is the call's until its Work ends."""
+        finishing step; the scratch is the call's until its Work ends. The flag is read
+        (`allreduce`) and set here in two steps, not exchanged as the C++ backend does: both
+        run inside the call's job, and one group's calls come from one thread at a time
+        (every rank makes them in one order, which the ranks' agreement checks)."""
         b, scratch = _buf(t), self._scratch
         nbytes = t.numel() * t.element_size()
         self._scratch_busy.value = 1

@@ -160,6 +160,9 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
             agreed = True
             handle, job = self._runtime.submit(op, post)
             if job.error is not None:
+                # Calls the job queued before the one that failed still run, on job.keep and
+                # the scratch: its work ends once they have.
+                lib.jitcclWorkWait(handle, -1)
                 lib.jitcclWorkRelease(handle)
                 if self._holds_scratch:
                     self._scratch_busy.value = 0
@@ -198,6 +201,11 @@ class ProcessGroupJitccl(_Collectives, _Checks, dist.ProcessGroup):
     def _native_failure(self, op: str, code: int) -> str:
         """The C++ backend's error text for a call whose C API call returned `code`."""
         return str(self._error(op, errors.error(code, self._comm._h)))
+
+    def _native_work_failure(self, op: str, code: int, text: str) -> str:
+        """The C++ backend's error text for a call whose work failed with `code` and `text`,
+        as a Python call's Work gives it."""
+        return str(_backend_error(op, self._where, errors.error_of(code, text)))
 
     def _agree_extra(self, values: list, check) -> None:
         """Once the descriptors agree: all-gathers `values` (ints, as many on every rank)

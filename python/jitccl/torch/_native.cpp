@@ -7,7 +7,7 @@
 // both call with the same names, so a rank on this path and a rank on the Python one agree or
 // refuse alike. Both run their calls as jobs of the library's process group (jitccl.h, the
 // runtime's c10d-style group: queued on the caller's thread, a watchdog past the group's
-// timeout), whose works are the Works they return.
+// timeout), whose works their Works report; a failed work's text is the Python group's.
 #include <Python.h>
 
 #include <ATen/core/ivalue.h>
@@ -21,7 +21,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,12 +45,11 @@ struct Call {
   const void* wire;
 };
 using AgreeFn = int(const Call*, char*, size_t, void*);
-// The process group's (jitccl.h): jitcclProcessGroupSubmit, jitcclWorkWait,
-// jitcclWorkIsCompleted, jitcclWorkError, jitcclWorkRelease.
+// The process group's (jitccl.h): jitcclProcessGroupSubmit, jitcclWorkWait, jitcclWorkError,
+// jitcclWorkRelease.
 using JobFn = int(void*);
 using SubmitFn = int(void*, const char*, int, JobFn*, void*, void**);
 using WaitFn = int(void*, int64_t);
-using DoneFn = int(void*, int*);
 using ErrorFn = int(void*, char*, size_t*);
 using ReleaseFn = int(void*);
 struct Api {
@@ -60,20 +58,11 @@ struct Api {
   AgreeFn* agree;
   SubmitFn* submit;
   WaitFn* wait;
-  DoneFn* done;
   ErrorFn* error;
   ReleaseFn* release;
 };
 
-constexpr int kInProgress = 7;  // ncclInProgress: a success on a blocking communicator
 constexpr size_t kRefusalBytes = 4096;
-
-// What the Works of a group need after its calls returned (they may outlive the backend).
-struct Context {
-  Api api;
-  std::string where;                   // "on rank R of N in group 'name'", as the Python group says it
-  std::array<std::string, 16> kinds;   // by ncclResult_t: the name of jitccl.errors' class
-};
 
 // What the Python group shares with this one, all set up by _native.py.
 struct Shared {
@@ -142,62 +131,24 @@ class PyWork : public Work {
   intrusive_ptr<Work> inner_;
 };
 
-// A call's Work: the process group's work (jitccl.h), whose completion, wait and error it
-// reports; once the work has ended well, `finish` copies the result out of the scratch.
+// A call's Work, made once its work in the process group (jitccl.h) has ended (see
+// Native::submit): its result, or its error.
 class PgWork : public Work {
  public:
-  using Finish = std::function<void()>;
-  PgWork(std::shared_ptr<const Context> ctx, void* work, const char* op, Tensors result, Finish finish,
-         int* scratch_busy)
-      : Work(-1, c10d::OpType::UNKNOWN), ctx_(std::move(ctx)), work_(work), op_(op), result_(std::move(result)),
-        finish_(std::move(finish)), busy_(scratch_busy) {}
+  PgWork(Tensors result, std::exception_ptr error)
+      : Work(-1, c10d::OpType::UNKNOWN), result_(std::move(result)), error_(std::move(error)) {}
 
-  ~PgWork() override {
-    // The scratch is free for the next call only once this work's result left it.
-    if (busy_ != nullptr && !settled()) settle(ctx_->api.wait(work_, -1));
-    ctx_->api.release(work_);
-  }
-
-  bool isCompleted() override {
-    int done = 0;
-    if (!settled() && ctx_->api.done(work_, &done) == 0 && done) settle(ctx_->api.wait(work_, 0));
-    return settled();
-  }
-  bool isSuccess() const override {
-    const_cast<PgWork*>(this)->isCompleted();
-    std::lock_guard<std::mutex> g(mu_);
-    return settled_ && !error_;
-  }
-  std::exception_ptr exception() const override {
-    const_cast<PgWork*>(this)->isCompleted();
-    std::lock_guard<std::mutex> g(mu_);
-    return error_;
-  }
-  // c10d's kNoTimeout (0): until the work ends, which the group's watchdog bounds.
-  bool wait(std::chrono::milliseconds timeout) override {
-    const int64_t ms = timeout.count() == 0 ? -1 : static_cast<int64_t>(timeout.count());
-    const int code = ctx_->api.wait(work_, ms);
-    if (code == kInProgress) {
-      C10_THROW_ERROR(DistBackendError, "jitccl backend: " + std::string(op_) + " " + ctx_->where +
-                                            ": wait gave up after " + std::to_string(ms) +
-                                            " ms; the operation is still pending");
-    }
-    settle(code);
-    std::lock_guard<std::mutex> g(mu_);
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return !error_; }
+  std::exception_ptr exception() const override { return error_; }
+  bool wait(std::chrono::milliseconds) override {
     if (error_) std::rethrow_exception(error_);
     return true;
   }
-  // Complete once the work is: waited for here (DDP chains its steps on it).
   intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    std::exception_ptr e;
-    try {
-      wait(std::chrono::milliseconds(0));
-    } catch (...) {
-      e = std::current_exception();
-    }
     auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-    if (e) {
-      fut->setError(e);
+    if (error_) {
+      fut->setError(error_);
     } else {
       fut->markCompleted(c10::IValue(result_));
     }
@@ -205,43 +156,8 @@ class PgWork : public Work {
   }
   Tensors result() override { return result_; }
 
-  // Runs the work to its end now, on this thread; its failure is thrown by wait().
-  void run() { settle(ctx_->api.wait(work_, -1)); }
-
  private:
-  bool settled() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return settled_;
-  }
-
-  // Once, with the ended work's result code: the result copied out, or the error made.
-  void settle(int code) {
-    std::lock_guard<std::mutex> g(mu_);
-    if (settled_) return;
-    settled_ = true;
-    if (code == 0) {
-      if (finish_) finish_();
-    } else {
-      std::array<char, 2048> text{};
-      size_t len = text.size();
-      ctx_->api.error(work_, text.data(), &len);
-      const size_t k = static_cast<size_t>(code) < ctx_->kinds.size() ? static_cast<size_t>(code) : 0;
-      error_ = std::make_exception_ptr(c10::DistBackendError(
-          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-          "jitccl backend: " + std::string(op_) + " failed " + ctx_->where + ": " + ctx_->kinds[k] + ": " +
-              text.data()));
-    }
-    if (busy_ != nullptr) __atomic_store_n(busy_, 0, __ATOMIC_RELEASE);
-  }
-
-  std::shared_ptr<const Context> ctx_;
-  void* work_;
-  const char* op_;
   Tensors result_;
-  Finish finish_;
-  int* busy_;
-  mutable std::mutex mu_;
-  bool settled_ = false;
   std::exception_ptr error_;
 };
 
@@ -265,8 +181,8 @@ int run_nothing(void*) { return 0; }
 
 class Native : public c10d::Backend {
  public:
-  Native(int rank, int size, py::object group, const Shared& shared, std::shared_ptr<const Context> ctx)
-      : Backend(rank, size), group_(std::move(group)), s_(shared), api_(ctx->api), ctx_(std::move(ctx)) {
+  Native(int rank, int size, py::object group, const Shared& shared, const Api& api)
+      : Backend(rank, size), group_(std::move(group)), s_(shared), api_(api) {
     init();
   }
 
@@ -287,7 +203,7 @@ class Native : public c10d::Backend {
     agree("allreduce", &t, -1, s_.op_name[opts.reduceOp.op_].c_str());
     const size_t bytes = static_cast<size_t>(n) * t.element_size();
     RootedJob job{api_.all_reduce, t.data_ptr(), t.data_ptr(), static_cast<size_t>(n), type, op, s_.comm};
-    PgWork::Finish finish;
+    std::function<void()> finish;
     int* busy = nullptr;
     // Through the scratch in the host arena, which the peers read in place, unless a Work
     // not yet ended holds it.
@@ -300,7 +216,7 @@ class Native : public c10d::Backend {
         if (bytes) std::memcpy(to, scratch, bytes);
       };
     }
-    return submit("allreduce", &run_rooted, &job, tensors, std::move(finish), busy);
+    return submit("allreduce", &run_rooted, &job, tensors, finish, busy);
   }
 
   intrusive_ptr<Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
@@ -422,18 +338,44 @@ class Native : public c10d::Backend {
   // this thread: on the host the launch is the run (as a GPU's is its queuing), and a launch
   // left queued until the caller's wait would be taken by the stream's thread whenever the
   // caller is slow to come back (a hand-off, and a thread competing for the caller's core).
-  // The group's watchdog watches it meanwhile; its Work reports how it ended.
-  intrusive_ptr<Work> submit(const char* op, JobFn* job, void* arg, const Tensors& result, PgWork::Finish finish,
-                             int* busy) {
+  // The group's watchdog watches it meanwhile; its Work reports how it ended. Once it has
+  // ended well, `finish` copies the result out of the scratch, which `busy` then frees.
+  intrusive_ptr<Work> submit(const char* op, JobFn* job, void* arg, const Tensors& result,
+                             const std::function<void()>& finish, int* busy) {
     void* work = nullptr;
     const int code = api_.submit(s_.pg, op, -1, job, arg, &work);
     if (code != 0) {
       if (busy != nullptr) __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
       fail("_native_failure", op, code);
     }
-    auto w = c10::make_intrusive<PgWork>(ctx_, work, op, result, std::move(finish), busy);
-    w->run();
-    return w;
+    const int ended = api_.wait(work, -1);
+    std::exception_ptr error;
+    if (ended != 0) {
+      error = std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                                            work_failure(op, ended, work)));
+    } else if (finish) {
+      finish();
+    }
+    api_.release(work);
+    if (busy != nullptr) __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    return c10::make_intrusive<PgWork>(result, std::move(error));
+  }
+
+  // The Python group's text for a failed work (the library's text names the rank and the
+  // operation), read with a size query first.
+  std::string work_failure(const char* op, int code, void* work) {
+    std::string text;
+    size_t len = 0;
+    if (api_.error(work, nullptr, &len) == 0 && len > 0) {
+      text.resize(len);
+      if (api_.error(work, text.data(), &len) == 0) {
+        text.resize(len - 1);
+      } else {
+        text.clear();
+      }
+    }
+    py::gil_scoped_acquire gil;
+    return group_.attr("_native_work_failure")(op, code, text).cast<std::string>();
   }
 
   // Raises the Python group's DistBackendError text for a failed or refused call.
@@ -469,7 +411,6 @@ class Native : public c10d::Backend {
   py::object group_;
   Shared s_;
   Api api_;
-  std::shared_ptr<const Context> ctx_;
   std::array<char, kRefusalBytes> refusal_{};
 };
 
@@ -505,21 +446,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                s.nccl_op.at(static_cast<size_t>(kind)) = nccl;
                s.op_name.at(static_cast<size_t>(kind)) = name;
              }
-             auto ctx = std::make_shared<Context>();
-             ctx->api = Api{address<RootedFn>(shared["ncclAllReduce"].cast<int64_t>()),
-                            address<RootedFn>(shared["ncclBroadcast"].cast<int64_t>()),
-                            address<AgreeFn>(shared["jitcclAgree"].cast<int64_t>()),
-                            address<SubmitFn>(shared["jitcclProcessGroupSubmit"].cast<int64_t>()),
-                            address<WaitFn>(shared["jitcclWorkWait"].cast<int64_t>()),
-                            address<DoneFn>(shared["jitcclWorkIsCompleted"].cast<int64_t>()),
-                            address<ErrorFn>(shared["jitcclWorkError"].cast<int64_t>()),
-                            address<ReleaseFn>(shared["jitcclWorkRelease"].cast<int64_t>())};
-             ctx->where = shared["where"].cast<std::string>();
-             for (auto row : shared["kinds"].cast<py::list>()) {
-               auto [code, name] = row.cast<std::tuple<int, std::string>>();
-               ctx->kinds.at(static_cast<size_t>(code)) = name;
-             }
-             return c10::make_intrusive<Native>(rank, size, std::move(group), s, std::move(ctx));
+             const Api api{address<RootedFn>(shared["ncclAllReduce"].cast<int64_t>()),
+                           address<RootedFn>(shared["ncclBroadcast"].cast<int64_t>()),
+                           address<AgreeFn>(shared["jitcclAgree"].cast<int64_t>()),
+                           address<SubmitFn>(shared["jitcclProcessGroupSubmit"].cast<int64_t>()),
+                           address<WaitFn>(shared["jitcclWorkWait"].cast<int64_t>()),
+                           address<ErrorFn>(shared["jitcclWorkError"].cast<int64_t>()),
+                           address<ReleaseFn>(shared["jitcclWorkRelease"].cast<int64_t>())};
+             return c10::make_intrusive<Native>(rank, size, std::move(group), s, api);
            }),
            py::arg("rank"), py::arg("size"), py::arg("group"), py::arg("shared"))
       .def_property_readonly("python_group", &Native::group, "the ProcessGroupJitccl that serves the other calls")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .. import _settings, errors
+from .. import _settings
 from .._lib import lib
 from ..comm import OPS
 from ._agree import _reduction_name, _type_name
@@ -176,10 +176,9 @@ def wrap(group):
         comm=group._comm._h.value, pg=group._runtime.handle, scratch=group._scratch.address,
         scratch_busy=ctypes.addressof(group._scratch_busy), scratch_bytes=group._scratch_bytes,
         held=ctypes.addressof(_HELD_FLAG), closed=ctypes.addressof(group._closed), types=direct, ops=ops,
-        where=group._where, kinds=errors.kinds(),
         **{name: _address(getattr(lib, name)) for name in (
             "ncclAllReduce", "ncclBroadcast", "jitcclAgree", "jitcclProcessGroupSubmit", "jitcclWorkWait",
-            "jitcclWorkIsCompleted", "jitcclWorkError", "jitcclWorkRelease")})
+            "jitcclWorkError", "jitcclWorkRelease")})
     native = module.NativeBackend(group.rank(), group.size(), group, shared)
     group._native = True
     return native

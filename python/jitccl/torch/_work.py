@@ -165,7 +165,7 @@ class _PgWork(dist.Work):
 
     def _text(self) -> str:
         n = ctypes.c_size_t(0)
-        lib.jitcclWorkError(self._h, None, ctypes.byref(n))
+        lib.jitcclWorkError(self._h, None, ctypes.byref(n))  # a size query: not a failure
         buf = ctypes.create_string_buffer(max(n.value, 1))
         lib.jitcclWorkError(self._h, buf, ctypes.byref(n))
         return buf.value.decode(errors="replace")

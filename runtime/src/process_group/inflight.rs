@@ -4,7 +4,7 @@
 //! retired, in order, once the stream has passed its mark: by whoever waits for it or asks
 //! about it, or by the watchdog. A failed launch fails the operation it belongs to and
 //! breaks the group, as in c10d: every operation in flight and every later one then fails,
-//! naming the operation that broke it.
+//! naming the operation that broke it (those the stream had already run end well).
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::process_group::operation::WorkState;
-use crate::stream::Stream;
+use crate::stream::{Mark, Stream};
 
 /// What broke the group: the operation and the peer it waited for (when known).
 #[derive(Clone)]
@@ -55,6 +55,9 @@ pub(crate) struct Shared {
     pub comm: Comm,
     /// Where the group's operations are queued.
     pub stream: Stream,
+    /// The stream's point when the group was made: launches before it (another call's on
+    /// a shared stream) are not the group's, nor are their failures.
+    start: Mark,
     pub timeout: Duration,
     state: Mutex<InFlight>,
     /// Held while an operation is queued, so that the stream's order is the sequence
@@ -67,7 +70,9 @@ pub(crate) struct Shared {
 impl Shared {
     pub fn new(comm: Comm, stream: Stream, timeout: Duration) -> Shared {
         let state = InFlight { works: VecDeque::new(), broken: None, next_seq: 1, closing: false };
-        Shared { comm, stream, timeout, state: Mutex::new(state), queuing: Mutex::new(()), changed: Condvar::new() }
+        let start = stream.watch();
+        let (state, queuing) = (Mutex::new(state), Mutex::new(()));
+        Shared { comm, stream, start, timeout, state, queuing, changed: Condvar::new() }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, InFlight> {
@@ -85,43 +90,64 @@ impl Shared {
         &self, op: Cow<'static, str>, peer: Option<usize>, queue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Arc<WorkState> {
         let _order = self.queuing.lock().unwrap_or_else(|e| e.into_inner());
+        let rank = self.comm.rank();
         let seq = {
             let mut s = self.lock();
             let seq = s.next_seq;
             s.next_seq += 1;
             if let Some(b) = &s.broken {
-                let w = WorkState::new(op, seq, self.comm.rank(), peer, self.stream.mark());
+                let w = WorkState::new(op, seq, rank, peer, self.stream.mark(), None);
                 w.complete(Err(b.error_of(&w)));
                 return w;
             }
             seq
         };
+        let before = self.stream.mark();
         // A panic must not leave a work without an outcome.
         let queued = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| queue(&self.comm, &self.stream)))
             .unwrap_or_else(|_| Err(Error::Internal(format!("{op} #{seq}: queuing the operation panicked"))));
-        let w = WorkState::new(op, seq, self.comm.rank(), peer, self.stream.mark());
+        let mark = self.stream.mark();
         let mut s = self.lock();
-        match queued {
-            // The watchdog broke the group meanwhile: this one fails as not run.
-            Ok(()) if s.broken.is_some() => w.complete(Err(s.broken.as_ref().map(|b| b.error_of(&w)).expect("broken"))),
-            Ok(()) => s.works.push_back(w.clone()),
-            Err(e) if breaks(&e) || self.comm.async_error().is_err() => {
-                let peer = waited_for(&e).or(peer);
-                let timed_out = timed_out(&e);
-                s.works.push_back(w.clone());
-                self.break_group(&mut s, Broken { op: w.op.clone(), seq, peer, reason: e.to_string(), timed_out });
-            }
-            // A caller's mistake (bad count, root, buffer): nothing was queued; it fails
-            // this work only.
-            Err(e) => w.complete(Err(e)),
-        }
         // The watchdog is not woken: it finds the operation at its next look (a wake-up per
         // call would cost the caller a system call and a thread competing for its core).
-        w
+        match queued {
+            Err(e) if breaks(&e) || self.comm.async_error().is_err() => {
+                // The operations the stream has run meanwhile ended well, whatever follows.
+                self.retire(&mut s);
+                let w = WorkState::new(op, seq, rank, peer, mark, None);
+                let (peer, timed_out) = (waited_for(&e).or(peer), timed_out(&e));
+                // A binding's failed call given as this operation's failure: the group names it.
+                let reason = match e {
+                    Error::Work { reason, .. } => reason,
+                    e => e.to_string(),
+                };
+                s.works.push_back(w.clone());
+                self.break_group(&mut s, Broken { op: w.op.clone(), seq, peer, reason, timed_out });
+                w
+            }
+            // A caller's mistake (bad count, root, buffer) that queued nothing: it fails this
+            // work only, at once.
+            Err(e) if mark == before => {
+                let w = WorkState::new(op, seq, rank, peer, mark, None);
+                w.complete(Err(e));
+                w
+            }
+            // Launches queued before a later call failed still run, on the caller's memory:
+            // the work ends (with that error) only once the stream has run them.
+            queued => {
+                let w = WorkState::new(op, seq, rank, peer, mark, queued.err());
+                match &s.broken {
+                    // The watchdog broke the group meanwhile: this one fails as not run.
+                    Some(b) => w.complete(Err(b.error_of(&w))),
+                    None => s.works.push_back(w.clone()),
+                }
+                w
+            }
+        }
     }
 
-    /// Retires, in order, the operations the stream has passed: each succeeds, or the
-    /// first whose launches failed breaks the group.
+    /// Retires, in order, the operations the stream has passed: each ends as it ran, or
+    /// the first whose launches failed breaks the group.
     pub fn retire(&self, s: &mut InFlight) {
         while let Some(w) = s.works.front() {
             if !w.is_done() && !self.stream.passed(w.mark) {
@@ -131,8 +157,8 @@ impl Shared {
             if w.is_done() {
                 continue;
             }
-            match self.stream.failure_before(w.mark) {
-                None => w.complete(Ok(())),
+            match self.stream.failure_between(self.start, w.mark) {
+                None => w.complete_ran(),
                 Some(e) => {
                     let b = Broken {
                         op: w.op.clone(),
@@ -149,25 +175,25 @@ impl Shared {
     }
 
     /// Breaks the group (the first break stays): the operation `b` names fails with its
-    /// reason, every other one in flight as not run. Returns whether this call broke it.
-    pub fn break_group(&self, s: &mut InFlight, b: Broken) -> bool {
-        if s.broken.is_some() {
-            return false;
+    /// reason, every other one in flight as not run (callers retire what the stream has
+    /// passed first: those ended well).
+    pub fn break_group(&self, s: &mut InFlight, b: Broken) {
+        if s.broken.is_none() {
+            tracing::error!(
+                "process group on rank {}: {} #{} failed ({}); failing the {} operation(s) in flight",
+                self.comm.rank(),
+                b.op,
+                b.seq,
+                b.reason,
+                s.works.len()
+            );
+            s.broken = Some(b);
+            self.changed.notify_all();
         }
-        tracing::error!(
-            "process group on rank {}: {} #{} failed ({}); failing the {} operation(s) in flight",
-            self.comm.rank(),
-            b.op,
-            b.seq,
-            b.reason,
-            s.works.len()
-        );
+        let b = s.broken.as_ref().expect("broken");
         for w in s.works.drain(..) {
             w.complete(Err(b.error_of(&w)));
         }
-        s.broken = Some(b);
-        self.changed.notify_all();
-        true
     }
 }
 

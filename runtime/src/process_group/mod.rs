@@ -14,6 +14,8 @@
 
 mod inflight;
 mod operation;
+#[cfg(test)]
+mod tests;
 mod watchdog;
 mod work;
 
@@ -110,17 +112,13 @@ impl ProcessGroup {
         &self.shared.comm
     }
 
-    /// The stream the group's operations go onto.
-    pub fn stream(&self) -> &Stream {
-        &self.shared.stream
-    }
-
     /// Queues one operation named `op` (`peer`: the rank it exchanges with, if one): runs
     /// `queue` now, on this thread, which makes its calls on the group's communicator and
     /// stream (queued there, not waited for), and returns its [`Work`]. An error of
-    /// `queue` fails the work (a caller's mistake, as a bad count, that alone; an error
-    /// that fails the communicator breaks the group); a broken group fails it without
-    /// running `queue`. The collectives below are such operations.
+    /// `queue` fails the work (a caller's mistake, as a bad count, that alone, once the
+    /// launches `queue` made before the error have run; an error that fails the
+    /// communicator breaks the group); a broken group fails it without running `queue`.
+    /// The collectives below are such operations.
     pub fn submit(
         &self, op: impl Into<Cow<'static, str>>, peer: Option<usize>, queue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Work {
@@ -214,9 +212,11 @@ impl ProcessGroup {
     }
 
     /// Fails every pending operation and aborts the communicator (c10d's `abort`): the
-    /// running kernel stops, and every later call fails at once.
+    /// running kernel stops, and every later call fails at once. Operations the stream has
+    /// already run end well.
     pub fn abort(&self) {
         let mut s = self.shared.lock();
+        self.shared.retire(&mut s);
         self.shared.comm.abort();
         let (op, seq) = s.works.front().map_or((Cow::Borrowed("abort"), 0), |w| (w.op.clone(), w.seq));
         let broken = Broken { op, seq, peer: None, reason: "the process group was aborted".into(), timed_out: false };

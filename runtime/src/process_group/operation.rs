@@ -2,7 +2,7 @@
 //! the group's in-flight queue and its watchdog: the operation's outcome, once it has one.
 
 use std::borrow::Cow;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::stream::Mark;
@@ -16,42 +16,50 @@ pub(crate) struct WorkState {
     pub peer: Option<usize>,
     /// The group's stream after the operation's launches.
     pub mark: Mark,
-    /// The outcome and how many threads wait for it.
-    outcome: Mutex<Outcome>,
-    pub(super) done: Condvar,
-}
-
-pub(super) struct Outcome {
+    /// The error it ends with once the stream has run its launches: its queuing failed
+    /// after some of them were queued.
+    queue_error: Option<Error>,
     /// `None` while pending; then the outcome (`None`: success).
-    pub(super) ended: Option<Option<Error>>,
-    /// Threads waiting on `done`: completing wakes them only if there are any (a wake-up
-    /// is a system call, on every call's path).
-    pub(super) waiters: usize,
+    ended: Mutex<Option<Option<Error>>>,
 }
 
 impl WorkState {
-    pub fn new(op: Cow<'static, str>, seq: u64, rank: usize, peer: Option<usize>, mark: Mark) -> Arc<WorkState> {
-        let outcome = Mutex::new(Outcome { ended: None, waiters: 0 });
-        Arc::new(WorkState { op, seq, rank, peer, mark, outcome, done: Condvar::new() })
+    pub fn new(
+        op: Cow<'static, str>, seq: u64, rank: usize, peer: Option<usize>, mark: Mark, queue_error: Option<Error>,
+    ) -> Arc<WorkState> {
+        Arc::new(WorkState { op, seq, rank, peer, mark, queue_error, ended: Mutex::new(None) })
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Outcome> {
-        self.outcome.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Option<Option<Error>>> {
+        self.ended.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records the outcome; the first one stays (a waiter and the watchdog may race).
     pub fn complete(&self, res: Result<()>) {
-        let mut g = self.lock();
-        if g.ended.is_none() {
-            g.ended = Some(res.err());
-            if g.waiters > 0 {
-                self.done.notify_all();
-            }
-        }
+        self.lock().get_or_insert(res.err());
+    }
+
+    /// Records the outcome of an operation whose launches have all run well.
+    pub fn complete_ran(&self) {
+        self.complete(self.queue_error.as_ref().map_or(Ok(()), |e| Err(e.replay())));
     }
 
     pub fn is_done(&self) -> bool {
-        self.lock().ended.is_some()
+        self.lock().is_some()
+    }
+
+    /// The outcome (a copy of the error), once there is one.
+    pub fn outcome(&self) -> Option<Result<()>> {
+        self.lock().as_ref().map(|o| o.as_ref().map_or(Ok(()), |e| Err(e.replay())))
+    }
+
+    /// "pending", "done" or "failed".
+    pub fn status(&self) -> &'static str {
+        match &*self.lock() {
+            None => "pending",
+            Some(None) => "done",
+            Some(Some(_)) => "failed",
+        }
     }
 
     /// An error about this operation (c10d's messages name the op and its sequence number).

@@ -16,15 +16,15 @@ pub struct Work {
     group: Arc<Shared>,
 }
 
+/// How long a wait looks at the stream before it looks again at whether the operation was
+/// failed meanwhile (by `abort` or the watchdog): launches queued before it, another
+/// communicator's on a shared stream, may hold the stream long after that.
+const SLICE: Duration = Duration::from_millis(10);
+
 impl std::fmt::Debug for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = &self.state;
-        let status = match &s.lock().ended {
-            None => "pending",
-            Some(None) => "done",
-            Some(Some(_)) => "failed",
-        };
-        write!(f, "Work({} #{} on rank {}: {status})", s.op, s.seq, s.rank)
+        write!(f, "Work({} #{} on rank {}: {})", s.op, s.seq, s.rank, s.status())
     }
 }
 
@@ -46,40 +46,21 @@ impl Work {
     /// where the stream has not started them (a blocking call's cost: no hand-off to the
     /// stream's thread); the watchdog still bounds them.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
         // No deadline past what an Instant can hold: the watchdog then bounds the wait.
-        let deadline = start.checked_add(timeout);
-        if !self.state.is_done() && self.group.stream.wait_for(self.state.mark, deadline, timeout >= self.group.timeout)
-        {
-            self.retire();
-        }
-        let mut g = self.state.lock();
-        loop {
-            if let Some(outcome) = &g.ended {
-                return outcome.as_ref().map_or(Ok(()), |e| Err(e.replay()));
-            }
-            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
-            if left.is_zero() {
-                let reason =
-                    format!("wait gave up after {:.1} s; the operation is still pending", timeout.as_secs_f64());
-                return Err(self.state.error(self.state.peer, reason, false));
-            }
-            // Woken when the group breaks and fails it; the stream's passing it is looked at
-            // every few milliseconds (the watchdog retires it too).
-            g.waiters += 1;
-            g = self
-                .state
-                .done
-                .wait_timeout(g, left.min(Duration::from_millis(10)))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-            g.waiters -= 1;
-            if g.ended.is_none() && self.group.stream.passed(self.state.mark) {
-                drop(g);
+        let deadline = Instant::now().checked_add(timeout);
+        let run_here = timeout >= self.group.timeout;
+        while !self.state.is_done() {
+            let slice = Instant::now() + SLICE;
+            if self.group.stream.wait_for(self.state.mark, deadline.map_or(slice, |d| d.min(slice)), run_here) {
                 self.retire();
-                g = self.state.lock();
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
             }
         }
+        self.state.outcome().unwrap_or_else(|| {
+            let reason = format!("wait gave up after {:.1} s; the operation is still pending", timeout.as_secs_f64());
+            Err(self.state.error(self.state.peer, reason, false))
+        })
     }
 
     /// Whether the operation has ended (successfully or not); never waits.
@@ -92,13 +73,13 @@ impl Work {
 
     /// Whether the operation has ended without an error.
     pub fn is_success(&self) -> bool {
-        self.is_completed() && matches!(&self.state.lock().ended, Some(None))
+        self.is_completed() && matches!(self.state.outcome(), Some(Ok(())))
     }
 
     /// The operation's error, once it failed.
     pub fn error(&self) -> Option<Error> {
         self.is_completed();
-        self.state.lock().ended.as_ref().and_then(|o| o.as_ref().map(Error::replay))
+        self.state.outcome().and_then(Result::err)
     }
 
     /// The operation's name (`"all_reduce"`, `"send"`, ...).

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Launch, Started};
+use super::{FailureLog, Launch, Started};
 use crate::device::{CtaPool, CudaEvent};
 use crate::error::{Error, Result};
 use crate::wait::{poll, POLL};
@@ -59,9 +59,8 @@ struct State {
     /// the first.
     queued: u64,
     retired: u64,
-    /// The first queued launch that failed: its index and a copy of its error, kept for
-    /// good (`error` is taken by `synchronize`).
-    failed: Option<(u64, Error)>,
+    /// The failures of queued launches kept for good (`error` is taken by `synchronize`).
+    failed: FailureLog,
     /// What the last look at the oldest launch found.
     last: Front,
     /// Launches recorded into the graph that `Stream::begin_capture` started, for
@@ -86,7 +85,7 @@ impl GpuQueue {
                 error: None,
                 queued: 0,
                 retired: 0,
-                failed: None,
+                failed: FailureLog::default(),
                 last: Front::Waiting,
                 captured: None,
                 replay: None,
@@ -174,9 +173,18 @@ impl GpuQueue {
         st.retire_until(left, deadline) && st.retired >= n
     }
 
-    /// A copy of the error of the first launch among the first `n` queued that failed.
-    pub(crate) fn failure_before(&self, n: u64) -> Option<Error> {
-        self.lock().failed.as_ref().filter(|(i, _)| *i < n).map(|(_, e)| e.replay())
+    /// Launches queued so far, a point from which `failure_between` finds failures (see
+    /// `Stream::watch`).
+    pub(crate) fn watch(&self) -> u64 {
+        let mut st = self.lock();
+        let at = st.queued;
+        st.failed.watch(at);
+        at
+    }
+
+    /// A copy of the error of the first launch among those queued `from..to` that failed.
+    pub(crate) fn failure_between(&self, from: u64, to: u64) -> Option<Error> {
+        self.lock().failed.between(from, to)
     }
 
     /// Whether every queued launch has finished (retiring those that have).
@@ -229,9 +237,7 @@ impl State {
 
     /// Notes the failure of queued launch `i`.
     fn fail(&mut self, i: u64, e: Error) {
-        if self.failed.is_none() {
-            self.failed = Some((i, e.replay()));
-        }
+        self.failed.note(i, &e);
         self.note(e);
     }
 

@@ -2,7 +2,8 @@
 //! launches retire in order once finished (not before), releasing what they hold; a
 //! failure is returned by the next synchronize; a launch past its bound is declared hung
 //! once, and a wait on one that still does not end gives up a bound later; points of the
-//! queue (a process group's works) are passed in order and learn of failures before them.
+//! queue (a process group's works) are passed in order and learn of failures before them,
+//! from a watched point on.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -174,14 +175,20 @@ fn points_of_the_queue_are_passed_in_order_and_keep_the_failures_before_them() {
     assert!(!q.passed(1) && !q.wait_for(1, Some(Instant::now() + Duration::from_millis(20))));
     gpu.end(0);
     assert!(q.passed(1) && !q.passed(2));
-    assert!(q.failure_before(1).is_none());
+    assert!(q.failure_between(0, 1).is_none());
     gpu.end(1);
     gpu.end(2);
     assert!(q.wait_for(3, None));
-    assert!(q.failure_before(1).is_none(), "the point before the failed launch is clean");
-    let e = q.failure_before(2).expect("launch 1 failed before point 2").to_string();
+    assert!(q.failure_between(0, 1).is_none(), "the point before the failed launch is clean");
+    let e = q.failure_between(0, 2).expect("launch 1 failed before point 2").to_string();
     assert!(e.contains("launch 1 failed"), "{e}");
-    // Unlike synchronize's error, it stays for every later point.
+    // Unlike synchronize's error, it stays for every later point, but not for a point
+    // watched after it (a process group made later on the stream).
     assert!(q.synchronize(None).is_err());
-    assert!(q.failure_before(3).is_some());
+    assert!(q.failure_between(0, 3).is_some());
+    let from = q.watch();
+    q.launch(launch(&gpu, &keep)).unwrap();
+    gpu.end(3);
+    assert!(q.wait_for(4, None));
+    assert!(q.failure_between(from, 4).is_none());
 }

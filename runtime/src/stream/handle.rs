@@ -93,7 +93,7 @@ impl Stream {
             error: Mutex::new(None),
             erred: AtomicBool::new(false),
             failed_at: AtomicU64::new(u64::MAX),
-            first_failure: Mutex::new(None),
+            failures: Mutex::default(),
             sleep: Mutex::new(()),
             done: Condvar::new(),
             work: Condvar::new(),
@@ -207,30 +207,43 @@ impl Stream {
     }
 
     /// Waits until every launch before `m` has ended, or `deadline` passes; whether they
-    /// have. With `run_here`, host launches not yet started run on this thread, as
-    /// `synchronize` runs them (no hand-off to the stream's thread): only for a caller that
-    /// may wait as long as they take, since a launch run here cannot be left at `deadline`.
-    pub(crate) fn wait_for(&self, m: Mark, deadline: Option<Instant>, run_here: bool) -> bool {
+    /// have. Always bounded: a waiter for a point looks again at why it waits (a process
+    /// group's work may be failed meanwhile). With `run_here`, host launches not yet
+    /// started run on this thread, as `synchronize` runs them (no hand-off to the stream's
+    /// thread): only for a caller that may wait as long as they take, since a launch run
+    /// here cannot be left at `deadline`.
+    pub(crate) fn wait_for(&self, m: Mark, deadline: Instant, run_here: bool) -> bool {
         if let Some(q) = &self.gpu {
-            return q.wait_for(m.0, deadline);
+            return q.wait_for(m.0, Some(deadline));
         }
         let sh = self.shared();
         if run_here && sh.inline && !sh.reached(m.0) {
             sh.try_run(m.0, Runner::Synchronize);
         }
-        let done = sh.wait(m.0, deadline);
+        let done = sh.wait(m.0, Some(deadline));
         if done {
             sh.release_dispatched();
         }
         done
     }
 
-    /// The error of the first launch before `m` that failed, if one did. Unlike
-    /// `synchronize`'s, it stays: every waiter for a later point learns it too.
-    pub(crate) fn failure_before(&self, m: Mark) -> Option<Error> {
+    /// The point after every launch queued so far (as [`Stream::mark`]), from which
+    /// [`Stream::failure_between`] finds failures: what a process group takes when it is
+    /// made, so that failures on the stream before it are not its operations'.
+    pub(crate) fn watch(&self) -> Mark {
         match &self.gpu {
-            Some(q) => q.failure_before(m.0),
-            None => self.shared().failure_before(m.0),
+            Some(q) => Mark(q.watch()),
+            None => Mark(self.shared().watch()),
+        }
+    }
+
+    /// The error of the first launch between `from` (a point from [`Stream::watch`]) and
+    /// `to` that failed, if one did. Unlike `synchronize`'s, it stays: every waiter for a
+    /// later point learns it too.
+    pub(crate) fn failure_between(&self, from: Mark, to: Mark) -> Option<Error> {
+        match &self.gpu {
+            Some(q) => q.failure_between(from.0, to.0),
+            None => self.shared().failure_between(from.0, to.0),
         }
     }
 

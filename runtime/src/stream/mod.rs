@@ -33,6 +33,7 @@ use crate::wait::{poll, POLL};
 mod cuda_graph;
 mod executor;
 mod failure;
+mod failure_log;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
@@ -47,6 +48,7 @@ mod tests;
 pub use cuda_graph::CudaGraph;
 pub(crate) use executor::Executor;
 pub(crate) use failure::Failure;
+use failure_log::FailureLog;
 pub(crate) use handle::Mark;
 pub use handle::Stream;
 pub(crate) use launch::{KernelCall, Launch};
@@ -107,11 +109,11 @@ struct Shared {
     error: Mutex<Option<Error>>,
     /// `error` holds one: `synchronize` looks here, not at the lock.
     erred: AtomicBool,
-    /// The index of the first launch that failed (`u64::MAX`: none) and a copy of its
-    /// error, kept for good (`error` is taken by `synchronize`): whoever waits for a point
-    /// of the stream (`Stream::mark`) learns whether a launch before it failed.
+    /// The index of the first launch that failed (`u64::MAX`: none), and the failures kept
+    /// for good (`error` is taken by `synchronize`): whoever waits for a point of the
+    /// stream (`Stream::mark`) learns whether a launch before it failed.
     failed_at: AtomicU64,
-    first_failure: Mutex<Option<Error>>,
+    failures: Mutex<FailureLog>,
     sleep: Mutex<()>,
     done: Condvar,
     work: Condvar,
@@ -167,10 +169,8 @@ impl Shared {
             } else {
                 tracing::debug!("stream operation failed: {e}");
             }
-            if self.failed_at.load(Relaxed) == u64::MAX {
-                *self.first_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.replay());
-                self.failed_at.store(i, SeqCst);
-            }
+            self.failures.lock().unwrap_or_else(|e| e.into_inner()).note(i, &e);
+            self.failed_at.fetch_min(i, SeqCst);
             first.get_or_insert(e);
             self.erred.store(true, SeqCst);
         }
@@ -334,12 +334,22 @@ impl Shared {
         self.erred.store(true, SeqCst);
     }
 
-    /// A copy of the first failure among launches below `end`, if one failed.
-    fn failure_before(&self, end: u64) -> Option<Error> {
-        if self.failed_at.load(SeqCst) >= end {
+    /// The point after every launch queued so far, from which `failure_between` finds the
+    /// first failure. Under the failures' lock: a launch queued after the point is read
+    /// fails after it is watched.
+    fn watch(&self) -> u64 {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let at = self.submitted.load(SeqCst);
+        failures.watch(at);
+        at
+    }
+
+    /// A copy of the first failure among launches `from..to`, if one failed.
+    fn failure_between(&self, from: u64, to: u64) -> Option<Error> {
+        if self.failed_at.load(SeqCst) >= to {
             return None;
         }
-        self.first_failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(Error::replay)
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).between(from, to)
     }
 
     fn take_error(&self) -> Result<()> {
