@@ -285,6 +285,9 @@ static ncclResult_t wrap_req(struct edge_comm* c, void* inner, void** out) {
 #define EDGE_NAME "EdgeFailSend"
 /* Sends the inner plugin took, process-wide; the one that would be number N fails instead. */
 static long sends_taken;
+/* Whether that send has failed: ranks on threads of one process send at once, so two sends
+ * may both read N - 2 taken, and the count pass N - 1 without any send reading it. */
+static int failed_once;
 
 static long fail_at(void) {
   const char* env = getenv("JITCCL_EDGE_FAIL_SEND");
@@ -294,7 +297,8 @@ static long fail_at(void) {
 /* Whether this send fails by design (and its comm with it). */
 static int send_fails(struct edge_comm* c) {
   long n = __atomic_load_n(&sends_taken, __ATOMIC_RELAXED) + 1;
-  if (n != fail_at()) return 0;
+  long at = fail_at();
+  if (at < 1 || n < at || __atomic_exchange_n(&failed_once, 1, __ATOMIC_RELAXED)) return 0;
   __atomic_add_fetch(&sends_taken, 1, __ATOMIC_RELAXED);
   c->failed = 1;
   PLUGIN_LOG(NCCL_LOG_WARN, "NET/EdgeFailSend: send %ld fails by design (JITCCL_EDGE_FAIL_SEND)", n);

@@ -23,6 +23,7 @@ use jitccl_codegen::abi::STEPS;
 
 use super::fifo::SIMPLE;
 use super::proxy::{link_failed, Activity, Drive, Pace, Peers, Wake, DRAIN, FAULT_FLUSH};
+use super::wire::split_size_word;
 use super::Proxy;
 use crate::config::Resolved;
 use crate::device::HostMemory;
@@ -49,25 +50,30 @@ const CLOSE_WORD: u64 = u64::MAX - 1;
 const FAREWELL: Duration = Duration::from_secs(10);
 /// How often a rank awaiting its connections asks whether the job is lost.
 const LOST_POLL: Duration = Duration::from_millis(20);
-/// One published handle: sending rank, FIFO offset in the receiver's segment, handle.
-const ENTRY: usize = 4 + 8 + HANDLE_BYTES;
+/// One published handle: sending rank, FIFO offset in the receiver's segment, whether the
+/// receiver takes Simple steps whole, handle.
+const ENTRY: usize = 4 + 8 + 1 + HANDLE_BYTES;
 
 /// A registered buffer of a connector: per slot a size word and room for the largest LL
-/// or LL128 step, then the connector's last message (a fault or a close).
+/// or LL128 step, then the connector's last message (a fault or a close). A step's first
+/// message goes from or into its slot: its size word, and the step itself where the slot
+/// carries it whole (`carries`).
 struct Staging {
     mem: HostMemory,
     slot_bytes: usize,
     mr: Mr,
+    /// Simple steps that fit a slot go whole (see `takes_whole`).
+    whole: bool,
 }
 
 impl Staging {
-    fn new(layout: &Layout, register: impl FnOnce(*mut u8, usize) -> Result<Mr>) -> Result<Staging> {
+    fn new(layout: &Layout, whole: bool, register: impl FnOnce(*mut u8, usize) -> Result<Mr>) -> Result<Staging> {
         let small = layout.slot_bytes[1..].iter().copied().max().unwrap_or(0);
         let slot_bytes = (WORD + small).next_multiple_of(64);
         let bytes = slot_bytes * STEPS + 2 * WORD;
         let mem = HostMemory::zeroed(bytes)?;
         let mr = register(mem.ptr(), bytes)?;
-        Ok(Staging { mem, slot_bytes, mr })
+        Ok(Staging { mem, slot_bytes, mr, whole })
     }
 
     fn slot(&self, s: usize) -> *mut u8 {
@@ -78,6 +84,24 @@ impl Staging {
     fn last(&self) -> *mut u8 {
         self.slot(STEPS)
     }
+
+    /// Whether the step of size word `word` travels whole in its first message, its bytes
+    /// after the word: every LL and LL128 step (the slots are sized for them), and a Simple
+    /// step that fits where this connector moves them whole; a larger or direct Simple step
+    /// goes as its word, then its bytes slot to slot.
+    fn carries(&self, word: u64) -> bool {
+        let (proto, bytes) = split_size_word(word);
+        proto != SIMPLE || (self.whole && bytes <= self.slot_bytes - WORD)
+    }
+}
+
+/// Whether a connector end can move Simple steps whole through its staging slots: a host
+/// copy reaches its Simple slots only where they are host memory (not where they lie in GPU
+/// memory, `direct`). A Simple step that fits a slot then travels as one message with its
+/// size word, as LL and LL128 steps do, where both ends can: the receiver says so in its
+/// published handle, and tells the two framings apart by the length that arrives.
+fn takes_whole(end: &End) -> bool {
+    end.slots == Slots::Host
 }
 
 /// The Simple slots of a connector end, which the plugin reads or writes (LL and LL128
@@ -97,8 +121,8 @@ struct Listening {
 fn listen(net: &Network, layout: &Layout, rank: usize, devices: &[usize], recvs: &[End]) -> Result<Listening> {
     let mut listens = Vec::with_capacity(recvs.len());
     let mut handles = Vec::with_capacity(recvs.len() * ENTRY);
-    for &End { link, .. } in recvs {
-        let dev = devices[link.chan];
+    for end in recvs {
+        let (link, dev) = (end.link, devices[end.link.chan]);
         let (handle, comm) = net.listen(dev).map_err(|e| {
             Error::Internal(format!(
                 "rank {rank}: listening for rank {} (channel {}) on {} device {dev}: {e}",
@@ -109,18 +133,20 @@ fn listen(net: &Network, layout: &Layout, rank: usize, devices: &[usize], recvs:
         })?;
         handles.extend_from_slice(&(link.peer as u32).to_le_bytes());
         handles.extend_from_slice(&(layout.offset(link.chan, link.edge) as u64).to_le_bytes());
+        handles.push(takes_whole(end) as u8);
         handles.extend_from_slice(&handle);
         listens.push((link, comm));
     }
     Ok(Listening { listens, handles })
 }
 
-/// The handle `receiver` published for this rank's connector at FIFO `offset`.
-fn handle_of(published: &[u8], rank: usize, offset: usize) -> Option<Handle> {
+/// The handle a receiver published for this rank's connector at FIFO `offset`, and
+/// whether that receiver takes Simple steps whole.
+fn handle_of(published: &[u8], rank: usize, offset: usize) -> Option<(Handle, bool)> {
     published.chunks_exact(ENTRY).find_map(|e| {
         let sender = u32::from_le_bytes(e[..4].try_into().expect("4 bytes")) as usize;
         let off = u64::from_le_bytes(e[4..12].try_into().expect("8 bytes")) as usize;
-        (sender == rank && off == offset).then(|| e[12..].try_into().expect("a handle"))
+        (sender == rank && off == offset).then(|| (e[13..].try_into().expect("a handle"), e[12] == 1))
     })
 }
 
@@ -250,7 +276,9 @@ impl Setup {
         let failed =
             |what: String| move |e: crate::netplugin::NetError| Error::Internal(format!("rank {rank}: {what}: {e}"));
         let mut handles = Vec::with_capacity(self.sends.len());
-        for l in self.sends.iter().map(|e| &e.link) {
+        let mut whole = Vec::with_capacity(self.sends.len());
+        for e in &self.sends {
+            let l = &e.link;
             let offset = layout.offset(l.chan, l.edge);
             let h = handle_of(&published[l.peer], rank, offset).ok_or_else(|| {
                 Error::Internal(format!(
@@ -258,7 +286,8 @@ impl Setup {
                     l.peer, l.chan
                 ))
             })?;
-            handles.push(h);
+            handles.push(h.0);
+            whole.push(h.1 && takes_whole(e));
         }
         let mut send_comms: Vec<Option<_>> = self.sends.iter().map(|_| None).collect();
         let mut listens: Vec<(Link, Option<ListenComm>, Option<_>)> =
@@ -326,12 +355,12 @@ impl Setup {
             })
         };
         let mut send_sides = Vec::with_capacity(self.sends.len());
-        for (end, comm) in self.sends.iter().zip(send_comms) {
+        for ((end, comm), whole) in self.sends.iter().zip(send_comms).zip(whole) {
             let (mut comm, l) = (comm.expect("connected"), end.link);
             let (ptr, bytes, kind) = simple_slots(end);
             let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes, kind))?;
             let staging =
-                Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b, MemKind::Host)))?;
+                Staging::new(layout, whole, |p, b| register("staging memory", &l, comm.reg_mr(p, b, MemKind::Host)))?;
             send_sides.push(SendSide::new(l, end.fifo, comm, fifo_mr, staging));
         }
         let mut recv_sides = Vec::with_capacity(listens.len());
@@ -339,8 +368,9 @@ impl Setup {
             let mut comm = comm.expect("accepted");
             let (ptr, bytes, kind) = simple_slots(end);
             let fifo_mr = register("the FIFO", &l, comm.reg_mr(ptr, bytes, kind))?;
-            let staging =
-                Staging::new(layout, |p, b| register("staging memory", &l, comm.reg_mr(p, b, MemKind::Host)))?;
+            let staging = Staging::new(layout, takes_whole(end), |p, b| {
+                register("staging memory", &l, comm.reg_mr(p, b, MemKind::Host))
+            })?;
             let flush = end.slots == (Slots::Gpu { flush: true });
             recv_sides.push(RecvSide::new(l, end.fifo, layout.ll128_flag, comm, fifo_mr, staging, flush));
         }
@@ -528,14 +558,15 @@ mod tests {
     #[test]
     fn a_sender_finds_the_handle_its_receiver_published_for_it() {
         let mut published = Vec::new();
-        for (sender, offset, fill) in [(1u32, 4096u64, 7u8), (2, 4096, 8), (1, 8192, 9)] {
+        for (sender, offset, whole, fill) in [(1u32, 4096u64, 1u8, 7u8), (2, 4096, 0, 8), (1, 8192, 0, 9)] {
             published.extend_from_slice(&sender.to_le_bytes());
             published.extend_from_slice(&offset.to_le_bytes());
+            published.push(whole);
             published.extend_from_slice(&[fill; HANDLE_BYTES]);
         }
-        assert_eq!(handle_of(&published, 1, 4096), Some([7; HANDLE_BYTES]));
-        assert_eq!(handle_of(&published, 2, 4096), Some([8; HANDLE_BYTES]));
-        assert_eq!(handle_of(&published, 1, 8192), Some([9; HANDLE_BYTES]));
+        assert_eq!(handle_of(&published, 1, 4096), Some(([7; HANDLE_BYTES], true)));
+        assert_eq!(handle_of(&published, 2, 4096), Some(([8; HANDLE_BYTES], false)));
+        assert_eq!(handle_of(&published, 1, 8192), Some(([9; HANDLE_BYTES], false)));
         assert_eq!(handle_of(&published, 3, 4096), None);
         assert_eq!(handle_of(&published[..ENTRY - 1], 1, 4096), None);
     }

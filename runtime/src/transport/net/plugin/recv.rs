@@ -2,15 +2,18 @@
 //! steps that arrive into the rank's own FIFO and posts its tail.
 //!
 //! Messages match receives in the order both are posted, so this side posts them in the
-//! order the sender sends: a step's first message (its size word, with the bytes of an LL
-//! or LL128 step) into a staging slot, then, for a Simple step, its bytes straight into the
-//! FIFO slot once the kernel has freed it; only then the next step's first message. LL and
-//! LL128 steps are copied from staging as their readers expect (they poll flags inside the
-//! data, which the plugin writes in no known order). Where the Simple slots are GPU memory
-//! that needs it (`direct`), a step's bytes are flushed (`iflush`) once they have arrived, and
-//! the step is posted only once the flush is done: the kernel never reads bytes the GPU may
-//! not see yet.
+//! order the sender sends: a step's first message (its size word, with the step itself
+//! where the staging slot carries it whole: `Staging::carries`) into a staging slot, then,
+//! for any other Simple step, its bytes straight into the FIFO slot once the kernel has
+//! freed it; only then the next step's first message. Which of the two a Simple step took,
+//! the length that arrived says. Steps that came whole are copied from staging, LL and
+//! LL128 steps as their readers expect (they poll flags inside the data, which the plugin
+//! writes in no known order). Where the Simple slots are GPU memory that needs it
+//! (`direct`), a step's bytes are flushed (`iflush`) once they have arrived, and the step
+//! is posted only once the flush is done: the kernel never reads bytes the GPU may not see
+//! yet. Receives complete in the order they were posted, so only the oldest is tested.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use jitccl_codegen::abi::{Conn, STEPS};
@@ -33,10 +36,11 @@ pub(super) struct RecvSide {
     next: u64,
     /// The receive of step `next`'s first message, once posted.
     first: Option<Request>,
-    /// Step `next - 1`'s size word, received, until its bytes have a place.
-    placing: Option<u64>,
+    /// Step `next - 1`'s size word, received, until its bytes have a place; whether the
+    /// step came whole.
+    placing: Option<(u64, bool)>,
     /// Simple steps' bytes being received into their FIFO slots.
-    bytes: Vec<(u64, Request)>,
+    bytes: VecDeque<(u64, Request)>,
     /// Each Simple step's bytes are flushed before it is posted.
     flush: bool,
     /// Simple steps whose bytes arrived, being flushed: the flush's request once posted.
@@ -66,7 +70,7 @@ impl RecvSide {
             next: 0,
             first: None,
             placing: None,
-            bytes: Vec::with_capacity(STEPS),
+            bytes: VecDeque::with_capacity(STEPS),
             flush,
             flushing: Vec::with_capacity(STEPS),
             ready: [None; STEPS],
@@ -98,22 +102,21 @@ impl RecvSide {
         Ok(progressed)
     }
 
-    /// Simple steps whose bytes have all arrived become ready, or are flushed first.
+    /// Simple steps whose bytes have all arrived become ready, or are flushed first; tested
+    /// oldest first, up to the first still on its way.
     fn complete_bytes(&mut self) -> Result<bool, String> {
         let mut any = false;
-        let mut i = 0;
-        while i < self.bytes.len() {
-            if self.bytes[i].1.test().map_err(|e| e.to_string())?.is_some() {
-                let (k, _) = self.bytes.remove(i);
-                if self.flush {
-                    self.flushing.push((k, None));
-                } else {
-                    self.ready[slot(k)] = Some(self.pending_word(k));
-                }
-                any = true;
-            } else {
-                i += 1;
+        while let Some((_, req)) = self.bytes.front_mut() {
+            if req.test().map_err(|e| e.to_string())?.is_none() {
+                break;
             }
+            let (k, _) = self.bytes.pop_front().expect("posted");
+            if self.flush {
+                self.flushing.push((k, None));
+            } else {
+                self.ready[slot(k)] = Some(self.pending_word(k));
+            }
+            any = true;
         }
         Ok(any)
     }
@@ -158,8 +161,12 @@ impl RecvSide {
         u64::from_le(unsafe { self.staging.slot(slot(k)).cast::<u64>().read_unaligned() })
     }
 
-    /// The first message of step `next`, if it arrived.
+    /// The first message of step `next`, if it arrived (not before the bytes posted ahead
+    /// of it have).
     fn take_first(&mut self) -> Result<bool, String> {
+        if !self.bytes.is_empty() {
+            return Ok(false);
+        }
         let Some(req) = self.first.as_mut() else { return Ok(false) };
         let Some(len) = req.test().map_err(|e| e.to_string())? else { return Ok(false) };
         self.first = None;
@@ -178,19 +185,21 @@ impl RecvSide {
             return Ok(true);
         }
         let (proto, bytes) = split_size_word(word);
-        let expect = if proto == SIMPLE { WORD } else { WORD + bytes };
-        if len < WORD || !fits(&self.fifo, word) || len != expect {
+        // A Simple step that its slot could carry whole may still come as two messages: the
+        // sender's Simple slots may be out of a host copy's reach.
+        let whole = len == WORD + bytes && self.staging.carries(word);
+        if len < WORD || !fits(&self.fifo, word) || !(whole || proto == SIMPLE && len == WORD) {
             return Err(format!("step {k} arrived malformed ({len} bytes, size word {word:#x})"));
         }
-        self.placing = Some(word);
+        self.placing = Some((word, whole));
         self.next += 1;
         Ok(true)
     }
 
-    /// Gives the step just announced its place once the kernel has freed its slot: an LL or
-    /// LL128 step is copied in, a Simple step's bytes are received into it.
+    /// Gives the step just announced its place once the kernel has freed its slot: a step
+    /// that came whole is copied in, any other Simple step's bytes are received into it.
     fn place(&mut self) -> Result<bool, String> {
-        let Some(word) = self.placing else { return Ok(false) };
+        let Some((word, whole)) = self.placing else { return Ok(false) };
         let k = self.next - 1;
         if atomic(self.fifo.head).load(Ordering::Acquire) + (STEPS as u64) <= k {
             return Ok(false);
@@ -204,14 +213,20 @@ impl RecvSide {
                 store_flagged(&self.fifo, self.ll128_flag, k, word, data);
             }
             self.ready[slot(k)] = Some(word);
-        } else if bytes == 0 {
+        } else if whole || bytes == 0 {
+            // SAFETY: the slot is free and holds the step (it fits the FIFO); the staging
+            // slot holds the step's bytes after its word. Simple readers wait for the tail.
+            unsafe {
+                let from = self.staging.slot(slot(k)).add(WORD);
+                std::ptr::copy_nonoverlapping(from, slot_ptr(&self.fifo, k, SIMPLE), bytes);
+            }
             self.ready[slot(k)] = Some(word);
         } else {
             let dst = slot_ptr(&self.fifo, k, SIMPLE);
             let Some(req) = self.comm.irecv(dst, bytes, 0, self.fifo_mr).map_err(|e| e.to_string())? else {
                 return Ok(false);
             };
-            self.bytes.push((k, req));
+            self.bytes.push_back((k, req));
         }
         self.placing = None;
         Ok(true)
@@ -267,8 +282,13 @@ mod tests {
     const LIMIT: Duration = Duration::from_secs(30);
 
     /// A send side and a receive side over a connected pair of `net`'s comms, with host FIFOs
-    /// of `layout`; the receiver flushes each Simple step.
-    fn pair(net: &Network, layout: &Layout, shadow: &HostMemory, own: &HostMemory) -> (SendSide, RecvSide) {
+    /// of `layout`; `whole`: whether each side (sender, receiver) moves Simple steps whole
+    /// through staging, as where its Simple slots are host memory (the receiver's flag is the
+    /// one it publishes, the sender's what it makes of it); `flush`: the receiver flushes each
+    /// Simple step.
+    fn pair(
+        net: &Network, layout: &Layout, shadow: &HostMemory, own: &HostMemory, whole: (bool, bool), flush: bool,
+    ) -> (SendSide, RecvSide) {
         let (handle, mut listen) = net.listen(0).expect("listen");
         let mut h = handle;
         let end = Instant::now() + LIMIT;
@@ -289,10 +309,10 @@ mod tests {
         let simple = layout.slot_bytes[SIMPLE] * STEPS;
         let smr = send.reg_mr(tx.buf[SIMPLE], simple, MemKind::Host).unwrap();
         let rmr = recv.reg_mr(rx.buf[SIMPLE], simple, MemKind::Host).unwrap();
-        let sst = Staging::new(layout, |p, b| Ok(send.reg_mr(p, b, MemKind::Host).unwrap())).unwrap();
-        let rst = Staging::new(layout, |p, b| Ok(recv.reg_mr(p, b, MemKind::Host).unwrap())).unwrap();
+        let sst = Staging::new(layout, whole.0, |p, b| Ok(send.reg_mr(p, b, MemKind::Host).unwrap())).unwrap();
+        let rst = Staging::new(layout, whole.1, |p, b| Ok(recv.reg_mr(p, b, MemKind::Host).unwrap())).unwrap();
         let sender = SendSide::new(link, tx, send, smr, sst);
-        let receiver = RecvSide::new(Link { peer: 0, ..link }, rx, layout.ll128_flag, recv, rmr, rst, true);
+        let receiver = RecvSide::new(Link { peer: 0, ..link }, rx, layout.ll128_flag, recv, rmr, rst, flush);
         (sender, receiver)
     }
 
@@ -300,14 +320,27 @@ mod tests {
         (0..bytes).map(|i| (k as usize * 13 + i * 5 + 1) as u8).collect()
     }
 
-    /// Posts Simple step `k` of `bytes` on the sender's FIFO, as its kernel would.
-    fn post(tx: &Conn, k: u64, bytes: usize) {
+    /// Posts step `k` of `bytes` in protocol `proto` on the sender's FIFO, as its kernel would.
+    fn post(tx: &Conn, k: u64, proto: usize, bytes: usize) {
         // SAFETY: the slot is free (the caller waited for the head) and holds `bytes`.
         unsafe {
-            std::ptr::copy_nonoverlapping(pattern(k, bytes).as_ptr(), slot_ptr(tx, k, SIMPLE), bytes);
-            *tx.sizes.add(slot(k)) = (SIMPLE as u64) << 56 | bytes as u64;
+            std::ptr::copy_nonoverlapping(pattern(k, bytes).as_ptr(), slot_ptr(tx, k, proto), bytes);
+            *tx.sizes.add(slot(k)) = (proto as u64) << 56 | bytes as u64;
         }
         atomic(tx.tail).store(k + 1, Ordering::Release);
+    }
+
+    /// Pumps both sides until the receiver fails, within [`LIMIT`] (else panics with
+    /// `unnoticed`); its error.
+    fn receiver_fails(tx: &mut SendSide, rx: &mut RecvSide, unnoticed: &str) -> String {
+        let end = Instant::now() + LIMIT;
+        loop {
+            assert!(Instant::now() < end, "{unnoticed}");
+            tx.pump().unwrap();
+            if let Err(e) = rx.pump() {
+                return e;
+            }
+        }
     }
 
     /// The network of the GPU stand-in, whose flushes complete on their `tests`-th test and
@@ -337,7 +370,7 @@ mod tests {
         // Flushes that complete on their 4th test: each step's tail waits for them.
         let (shadow, own) = (mem(), mem());
         let net = edge_gpu(4, 0);
-        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own);
+        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, (false, false), true);
         let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
         let steps = 2 * STEPS as u64;
         let (mut posted, mut consumed) = (0u64, 0u64);
@@ -345,7 +378,7 @@ mod tests {
         while consumed < steps {
             assert!(Instant::now() < end, "stuck at {posted} posted, {consumed} consumed");
             if posted < steps && atomic(txf.head).load(Ordering::Acquire) + (STEPS as u64) > posted {
-                post(&txf, posted, 1000 + posted as usize);
+                post(&txf, posted, SIMPLE, 1000 + posted as usize);
                 posted += 1;
             }
             tx.pump().unwrap();
@@ -371,20 +404,84 @@ mod tests {
         // The next flush fails: its step is never posted, and the error names iflush.
         let (shadow, own) = (mem(), mem());
         let net = edge_gpu(1, steps + 1);
-        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own);
+        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, (false, false), true);
         let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
-        post(&txf, 0, 4096);
-        let end = Instant::now() + LIMIT;
-        let e = loop {
-            assert!(Instant::now() < end, "the failed flush went unnoticed");
-            tx.pump().unwrap();
-            if let Err(e) = rx.pump() {
-                break e;
-            }
-        };
+        post(&txf, 0, SIMPLE, 4096);
+        let e = receiver_fails(&mut tx, &mut rx, "the failed flush went unnoticed");
         assert!(e.contains("step 0: EdgeGpu: iflush failed with 2 (ncclSystemError)"), "{e}");
         assert!(rx.mid_step(), "a step was on its way: the link is lost, not closed");
         assert_eq!(atomic(rxf.tail).load(Ordering::Acquire), 0, "the step whose flush failed was posted");
         std::env::remove_var("JITCCL_EDGE_FAIL_FLUSH");
+    }
+
+    /// Over the Fabric plugin on loopback, steps of every kind (Simple steps that fit a
+    /// staging slot, exactly fill one, are larger or empty; LL; LL128) arrive whole and in
+    /// order under each framing the two ends can agree on: small Simple steps as one message
+    /// where both ends' Simple slots are host memory (the sender's slot is free as soon as
+    /// the step is taken), as two where either end's are not (held until the plugin has sent
+    /// them). A receiver that cannot take a Simple step whole refuses one as malformed rather
+    /// than copy it into its slots.
+    #[test]
+    fn simple_steps_go_whole_only_where_both_ends_take_them_so() {
+        std::env::set_var("FI_TCP_IFACE", "lo");
+        let layout = Layout {
+            nranks: 2,
+            nchannels: 1,
+            slot_bytes: [16 << 10, 2 << 10, 4 << 10],
+            ll128_flag: ll128_flag_word(false),
+        };
+        let mem = || HostMemory::zeroed(layout.segment_bytes()).unwrap();
+        let net = netplugin::of_library(jitccl_plugins::FABRIC, 0xf4a);
+        // A staging slot carries a word and the largest LL128 step.
+        let room = (WORD + (4usize << 10)).next_multiple_of(64) - WORD;
+        let shapes =
+            [(SIMPLE, 1000), (1, 512), (SIMPLE, 16 << 10), (SIMPLE, 0), (2, 1024), (SIMPLE, room), (SIMPLE, room + 8)];
+        let shape = |k: u64| shapes[k as usize % shapes.len()];
+        for whole in [(true, true), (false, true), (false, false)] {
+            let (shadow, own) = (mem(), mem());
+            let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, whole, false);
+            let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
+            let steps = 2 * STEPS as u64 + 3;
+            let (mut posted, mut consumed) = (0u64, 0u64);
+            let end = Instant::now() + LIMIT;
+            while consumed < steps {
+                assert!(Instant::now() < end, "{whole:?}: stuck at {posted} posted, {consumed} consumed");
+                // One step at a time, so that the head shows whether the step's slot was
+                // freed the moment it was taken.
+                if posted < steps && atomic(txf.head).load(Ordering::Acquire) == posted {
+                    let (proto, bytes) = shape(posted);
+                    post(&txf, posted, proto, bytes);
+                    while tx.taken() == posted {
+                        assert!(Instant::now() < end, "{whole:?}: step {posted} never taken");
+                        tx.pump().unwrap();
+                    }
+                    let freed = atomic(txf.head).load(Ordering::Acquire) > posted;
+                    let two = proto == SIMPLE && bytes > 0 && !(whole.0 && bytes <= room);
+                    assert_eq!(freed, !two, "{whole:?}: step {posted} ({bytes} B) freed as it was taken");
+                    posted += 1;
+                }
+                tx.pump().unwrap();
+                rx.pump().unwrap();
+                while consumed < atomic(rxf.tail).load(Ordering::Acquire) {
+                    let (proto, bytes) = shape(consumed);
+                    // SAFETY: the tail passed the slot: it holds the step.
+                    let got = unsafe {
+                        assert_eq!(*rxf.sizes.add(slot(consumed)), (proto as u64) << 56 | bytes as u64);
+                        std::slice::from_raw_parts(slot_ptr(&rxf, consumed, proto), bytes)
+                    };
+                    assert!(got == pattern(consumed, bytes), "{whole:?}: step {consumed} arrived damaged");
+                    consumed += 1;
+                    atomic(rxf.head).store(consumed, Ordering::Release);
+                }
+            }
+        }
+        // Ends that disagree: the receiver's slots out of a host copy's reach.
+        let (shadow, own) = (mem(), mem());
+        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, (true, false), false);
+        let txf = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
+        post(&txf, 0, SIMPLE, 1000);
+        let e = receiver_fails(&mut tx, &mut rx, "the whole step went unnoticed");
+        assert!(e.contains("step 0 arrived malformed (1008 bytes"), "{e}");
+        assert_eq!(atomic(layout.end(own.ptr(), 0, Edge::Ring, 0).tail).load(Ordering::Acquire), 0);
     }
 }

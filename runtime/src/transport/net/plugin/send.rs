@@ -1,13 +1,16 @@
 //! The side of a connector this rank sends on, over a plugin's send comm: hands the steps
 //! its kernel posts to the plugin in step order.
 //!
-//! An LL or LL128 step goes as one message, its size word and bytes copied together into a
-//! staging slot (their steps are small, and the receiver learns the protocol from the word
-//! before it knows where the bytes belong). A Simple step goes as two: the size word from
-//! the staging slot, then its bytes straight from the FIFO slot, so large steps are never
-//! copied on this side. The FIFO head frees a slot once its bytes are copied out or the
-//! plugin is done sending them.
+//! A step that its staging slot carries whole (every LL and LL128 step, and a Simple step
+//! that fits where both ends can take it so: `Staging::carries`) goes as one message, its
+//! size word and bytes copied together into the slot (the receiver learns the protocol
+//! from the word before it knows where the bytes belong). Any other Simple step goes as
+//! two: the size word from the staging slot, then its bytes straight from the FIFO slot, so
+//! large steps are never copied on this side. The FIFO head frees a slot once its bytes are
+//! copied out or the plugin is done sending them. Requests complete in the order they were
+//! posted, so only the oldest is tested.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use jitccl_codegen::abi::{Conn, STEPS};
@@ -37,7 +40,7 @@ pub(super) struct SendSide {
     taken: u64,
     /// A Simple step whose size word is out but whose bytes the plugin has not taken yet.
     owed: Option<u64>,
-    inflight: Vec<InFlight>,
+    inflight: VecDeque<InFlight>,
     /// Per slot: its bytes are still needed (a Simple step not sent yet).
     held: [bool; STEPS],
     /// Per staging slot: a message from it is in flight.
@@ -69,7 +72,7 @@ impl SendSide {
             staging,
             taken: 0,
             owed: None,
-            inflight: Vec::with_capacity(2 * STEPS + 1),
+            inflight: VecDeque::with_capacity(2 * STEPS + 1),
             held: [false; STEPS],
             staged: [false; STEPS],
             freed: 0,
@@ -77,6 +80,12 @@ impl SendSide {
             faulted: false,
             dead: false,
         }
+    }
+
+    /// Steps taken out of the FIFO.
+    #[cfg(test)]
+    pub fn taken(&self) -> u64 {
+        self.taken
     }
 
     /// Every step the kernel posted has been sent.
@@ -138,22 +147,23 @@ impl SendSide {
                 return Err(format!("step {k} has a bad size word {word:#x}"));
             }
             let (proto, bytes) = split_size_word(word);
+            let whole = self.staging.carries(word);
             let stage = self.staging.slot(s);
-            // SAFETY: the staging slot is not in flight, holds a word and the largest LL or
-            // LL128 step; the FIFO slot holds `bytes` posted bytes until the head passes it.
+            // SAFETY: the staging slot is not in flight and holds a word and the bytes of a
+            // step it carries; the FIFO slot holds `bytes` posted bytes until the head passes it.
             unsafe {
                 stage.cast::<u64>().write_unaligned(word.to_le());
-                if proto != SIMPLE {
+                if whole {
                     std::ptr::copy_nonoverlapping(slot_ptr(&self.fifo, k, proto), stage.add(WORD), bytes);
                 }
             }
-            let len = if proto == SIMPLE { WORD } else { WORD + bytes };
+            let len = if whole { WORD + bytes } else { WORD };
             let Some(req) = self.isend(stage, len, self.staging.mr)? else { break };
-            self.inflight.push(InFlight { step: k, req, frees_slot: false });
+            self.inflight.push_back(InFlight { step: k, req, frees_slot: false });
             self.staged[s] = true;
             self.taken += 1;
             progressed = true;
-            if proto == SIMPLE && bytes > 0 {
+            if !whole && bytes > 0 {
                 self.held[s] = true;
                 self.owed = Some(k);
                 if !self.send_bytes(k)? {
@@ -177,7 +187,7 @@ impl SendSide {
                 unsafe { stage.cast::<[u64; 2]>().write_unaligned(words) };
                 let len = if matches!(last, Last::Close) { WORD } else { 2 * WORD };
                 if let Some(req) = self.isend(stage, len, self.staging.mr)? {
-                    self.inflight.push(InFlight { step: u64::MAX, req, frees_slot: false });
+                    self.inflight.push_back(InFlight { step: u64::MAX, req, frees_slot: false });
                     self.last = Some((last, true));
                     progressed = true;
                 }
@@ -193,7 +203,7 @@ impl SendSide {
         let (_, bytes) = split_size_word(unsafe { *self.fifo.sizes.add(slot(k)) });
         let data = slot_ptr(&self.fifo, k, SIMPLE);
         let Some(req) = self.isend(data, bytes, self.fifo_mr)? else { return Ok(false) };
-        self.inflight.push(InFlight { step: k, req, frees_slot: true });
+        self.inflight.push_back(InFlight { step: k, req, frees_slot: true });
         self.owed = None;
         Ok(true)
     }
@@ -202,25 +212,25 @@ impl SendSide {
         self.comm.isend(data, bytes, 0, mr).map_err(|e| e.to_string())
     }
 
-    /// Tests the messages in flight; true if any finished.
+    /// Tests the messages in flight, oldest first, up to the first not finished (a plugin
+    /// completes a comm's requests in order, and each test may cost it a system call);
+    /// true if any finished.
     fn complete(&mut self) -> Result<bool, String> {
         let mut any = false;
-        let mut i = 0;
-        while i < self.inflight.len() {
-            if self.inflight[i].req.test().map_err(|e| e.to_string())?.is_some() {
-                let m = self.inflight.remove(i);
-                if m.step != u64::MAX {
-                    let s = slot(m.step);
-                    if m.frees_slot {
-                        self.held[s] = false;
-                    } else {
-                        self.staged[s] = false;
-                    }
-                }
-                any = true;
-            } else {
-                i += 1;
+        while let Some(m) = self.inflight.front_mut() {
+            if m.req.test().map_err(|e| e.to_string())?.is_none() {
+                break;
             }
+            let m = self.inflight.pop_front().expect("in flight");
+            if m.step != u64::MAX {
+                let s = slot(m.step);
+                if m.frees_slot {
+                    self.held[s] = false;
+                } else {
+                    self.staged[s] = false;
+                }
+            }
+            any = true;
         }
         Ok(any)
     }
