@@ -101,15 +101,15 @@ pub(crate) fn poll<T>(end: Instant, mut ready: impl FnMut() -> Option<T>) -> Opt
 /// between two running ranks cost no system call, and few for ranks that share CPUs, by
 /// their machine's rank count or because this process is running more kernels (of several
 /// ranks) than it has CPUs, so that the peer they wait for gets to run; none for those if
-/// the kernel `polls_sockets` (drives its rank's network traffic from its waits): each of
-/// its rounds then asks the poller, a system call, so that even a few rounds keep the peer
-/// off the core for far longer than the pauses they stand for. Taken when a launch starts
-/// running.
-pub(crate) fn spin_budget(set: Option<u64>, cpus: Option<&CpuSet>, polls_sockets: bool) -> u64 {
+/// the kernel `drives_network` (moves its rank's network traffic, sockets or a plugin's
+/// requests, from its waits): each of its rounds then polls the network, a system call, so
+/// that even a few rounds keep the peer off the core for far longer than the pauses they
+/// stand for. Taken when a launch starts running.
+pub(crate) fn spin_budget(set: Option<u64>, cpus: Option<&CpuSet>, drives_network: bool) -> u64 {
     match set {
         Some(n) => n,
         None if affinity::has_own_cpus(cpus) => 4096,
-        None if polls_sockets => 0,
+        None if drives_network => 0,
         None => 32,
     }
 }

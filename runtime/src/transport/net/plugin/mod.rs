@@ -500,7 +500,7 @@ fn run(rank: usize, engine: &Mutex<Engine>, act: &Activity) {
         if act.stop.load(Ordering::Acquire) {
             busy = true;
             let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN);
-            let flushed = e.sends.iter().all(SendSide::settled);
+            let flushed = e.settled();
             if !flushed && Instant::now() > until {
                 tracing::warn!("rank {rank}: closing with posted steps its peers never took");
                 return;
