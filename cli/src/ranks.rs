@@ -15,6 +15,17 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// This program, to start copies of: its file as this process runs it, through
+/// `/proc/self/exe` where there is one, so that a rebuild that replaces the file during a
+/// long run (a tune, a perf sweep) does not take it from under the copies started later.
+pub fn this_program() -> Result<std::path::PathBuf, String> {
+    let own = std::path::Path::new("/proc/self/exe");
+    if own.exists() {
+        return Ok(own.to_path_buf());
+    }
+    std::env::current_exe().map_err(|e| format!("finding this program: {e}"))
+}
+
 /// How long a terminated rank gets to exit before it is killed.
 const GRACE: Duration = Duration::from_secs(3);
 /// How often the ranks are checked, while starting them too.

@@ -3,7 +3,8 @@
 //! ranks given different tables follow rank 0's.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use jitccl::tune::Table;
 use jitccl::Collective;
@@ -85,6 +86,30 @@ fn quick_tune_writes_a_table_that_perf_then_uses() {
     );
     let (_, err) = ok(&o);
     assert!(err.contains("all_reduce 128 B x 2 ranks") && err.contains("from the tuning table"), "{err}");
+}
+
+/// A rebuild that replaces the program's file during a tune (cargo's relink) does not take
+/// it from under the measuring runs the tune starts later: they run the tune's own program.
+#[test]
+fn a_tune_outlives_its_program_file_being_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (exe, table) = (dir.path().join("jitccl"), dir.path().join("t.csv"));
+    std::fs::copy(EXE, &exe).unwrap();
+    let args = ["tune", "--quick", "-N", "2", "-b", "8", "-e", "8", "--verify", "1", "-o", table.to_str().unwrap()];
+    let mut child = Command::new(&exe).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::remove_file(&exe).unwrap();
+    std::fs::write(&exe, b"#!/bin/sh\nexit 3\n").unwrap();
+    let end = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("the tune did not end within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (out, _) = ok(&child.wait_with_output().unwrap());
+    assert!(out.contains("verification"), "{out}");
 }
 
 #[test]

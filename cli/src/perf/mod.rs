@@ -38,7 +38,7 @@ impl PerfArgs {
         place::check_target(&self)?;
         let first = match place::role(&lay)? {
             Role::Launch => {
-                let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+                let exe = crate::ranks::this_program()?;
                 let mut command = vec![exe.to_string_lossy().into_owned()];
                 command.extend(std::env::args().skip(1));
                 return super::ranks::run_ranks(

@@ -141,7 +141,7 @@ impl TuneArgs {
             let _ = std::fs::remove_file(&partial_path);
             println!("# wrote {} row(s) to {}", table.rows.len(), output.display());
             let Some(reps) = self.verify else { return Ok(()) };
-            let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+            let exe = crate::ranks::this_program()?;
             plan.colls.iter().try_for_each(|&coll| verify::verify(&exe, &plan, coll, &output, &partial, reps, &work))
         });
         let _ = std::fs::remove_dir_all(&work);
@@ -151,7 +151,7 @@ impl TuneArgs {
     fn tune(
         &self, plan: &Plan, (topo, k): (&Topology, &Constants), output: &Path, partial: &mut Partial, work: &Path,
     ) -> Result<Table, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+        let exe = crate::ranks::this_program()?;
         // Per collective, its bands, each with its setups: the model's, then the candidates
         // of its algorithms worth measuring there.
         let mut runs = Vec::new();
