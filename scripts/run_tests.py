@@ -24,7 +24,7 @@ import threading
 import time
 
 # The longest targets of a run (seconds, roughly), for a checkout without durations.
-FIRST = {"torch": 330, "collectives": 150, "tune_cli": 125, "multiprocess": 105, "symmetric": 50, "two_hosts": 45}
+FIRST = {"torch": 180, "collectives": 170, "nvrtc_specs": 100, "across_hosts": 90, "multiprocess": 80}
 
 
 def targets(root):
