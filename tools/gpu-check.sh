@@ -14,6 +14,8 @@
 # its step instead of the run, and the stages split the run into calls that each fit a
 # remote command limit (the sweep is the longest, minutes). With $OUT set, the output is
 # also written to $OUT/gpu-check.log as it goes.
+# GPU_CHECK_UNTIL (seconds since the epoch) is when the run must end: nccl_side, the last
+# stage, shortens its sweep to fit.
 #
 # `run` queries the device, detects the topology (`jitccl topo`: PCI, driver, NVML),
 # compares asynchronous launches with the synchronous fallback (tests and perf's queued,

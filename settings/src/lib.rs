@@ -253,14 +253,20 @@ impl Setting {
 
     /// A flag: `field` if set, else the variable, else the default.
     pub fn flag(&self, field: Option<bool>) -> Result<bool, SettingError> {
-        if let Some(b) = field {
-            return Ok(b);
+        self.flag_opt(field)?.ok_or_else(|| self.misread("a flag with a default"))
+    }
+
+    /// [`flag`](Self::flag) for a setting whose default the caller computes (`None`).
+    pub fn flag_opt(&self, field: Option<bool>) -> Result<Option<bool>, SettingError> {
+        if field.is_some() {
+            return Ok(field);
         }
-        let default = match self.default {
-            Initial::Flag(b) => b,
+        let default = match (self.kind, self.default) {
+            (Kind::Flag, Initial::Flag(b)) => Some(b),
+            (Kind::Flag, Initial::Computed(_)) => None,
             _ => return Err(self.misread("a flag")),
         };
-        Ok(self.parse_with(parse::flag)?.unwrap_or(default))
+        Ok(self.parse_with(parse::flag)?.or(default))
     }
 
     /// A flag read where a bad value cannot be returned to the caller: it is logged, and

@@ -9,7 +9,7 @@ pub const MAX_CHANNELS: usize = 64;
 /// bandwidth grows near linearly with channels (a CTA each) up to here (docs/performance.md,
 /// "The GPU kernels"). Up to `MAX_CHANNELS` may be set (`JITCCL_NCHANNELS`); the default
 /// moves only once more channels run faster on a GPU.
-pub const GPU_CHANNELS: usize = 32;
+pub const GPU_CHANNELS: usize = 64;
 /// The smallest Simple FIFO slot, and what every Simple slot is a multiple of.
 pub const MIN_SIMPLE_SLOT: usize = 64;
 /// The largest FIFO (all STEPS slots of one protocol): a rank's segment holds one per
@@ -50,7 +50,7 @@ pub const NCHANNELS: Setting = config(
     "JITCCL_NCHANNELS",
     "nchannels",
     CTAS,
-    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 32, or a GPU's SMs over the ranks of one process sharing it where fewer; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
+    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 64, or a GPU's SMs over the ranks of one process sharing it where fewer; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
     Ranks::Agree,
     "channels (CTAs) per rank",
 );
@@ -240,7 +240,7 @@ pub const SPECIALIZE_RANKS: Setting = config(
     "JITCCL_SPECIALIZE_RANKS",
     "specialize_ranks",
     Kind::Flag,
-    Initial::Flag(false),
+    Initial::Computed("1 on GPUs, 0 on the host"),
     Ranks::Own,
     "1: kernels specialized for the communicator's rank count (up to 64), their loops over ranks unrolled; the same results",
 );

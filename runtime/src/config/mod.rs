@@ -96,8 +96,9 @@ pub struct Config {
     pub tuner_table: Option<PathBuf>,
     /// Run kernels specialized for the communicator's rank count (a constant in their code,
     /// so that their loops over ranks unroll), where one fits (up to 64 ranks): the same
-    /// results, compiled once per rank count; `JITCCL_SPECIALIZE_RANKS` (0 or 1). Default
-    /// false. Each rank may set its own.
+    /// results, compiled once per rank count; `JITCCL_SPECIALIZE_RANKS` (0 or 1). Default:
+    /// on GPUs, where unrolled loops over ranks ran the direct kernels faster; off on the
+    /// host. Each rank may set its own.
     pub specialize_ranks: Option<bool>,
     /// The wire format the communicator's float AllReduce, ReduceScatter, AllGather,
     /// Broadcast and Reduce calls carry their elements in where it fits (f32, f16 or bf16
@@ -372,7 +373,7 @@ impl Config {
             tls: settings::TLS.flag(self.tls)?,
             spin: settings::SPIN.whole_opt(self.spin)?,
             tuner_table: self.tuner_table.clone(),
-            specialize_ranks: settings::SPECIALIZE_RANKS.flag(self.specialize_ranks)?,
+            specialize_ranks: settings::SPECIALIZE_RANKS.flag_opt(self.specialize_ranks)?.unwrap_or(device.is_cuda()),
             wire: match self.wire {
                 Some(w) => w,
                 None => {

@@ -139,4 +139,14 @@ mod tests {
         let off = Config { specialize_ranks: Some(false), ..Config::default() }.resolve(2).unwrap();
         assert_eq!(specialized(&Group { rank: 0, nranks: 2 }, &off), None);
     }
+
+    #[test]
+    fn gpu_kernels_are_specialized_by_default_and_host_kernels_are_not() {
+        let two = Group { rank: 0, nranks: 2 };
+        let gpu = crate::device::Device::Cuda { ordinal: 0 };
+        assert_eq!(specialized(&two, &Config::default().resolve_on(2, &gpu).unwrap()), Some(2));
+        assert_eq!(specialized(&two, &Config::default().resolve(2).unwrap()), None);
+        let off = Config { specialize_ranks: Some(false), ..Config::default() };
+        assert_eq!(specialized(&two, &off.resolve_on(2, &gpu).unwrap()), None, "asked not to");
+    }
 }

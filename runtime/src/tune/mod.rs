@@ -32,7 +32,7 @@ use crate::config::overrides::{AlgoOverrides, ProtoOverrides};
 pub use crate::config::overrides::{Overrides, Set};
 use crate::config::Resolved;
 use crate::error::{Error, Result};
-pub use model::{Constants, Estimate, Machine, Topology};
+pub use model::{Constants, Estimate, Machine, Scaling, Topology};
 pub(crate) use plan::{from_plan, plan};
 pub use table::{Row, Table, TableError};
 

@@ -11,8 +11,9 @@
 //!   allreduce counts 2 x nodes of its hops there (NCCL's count), the tree 2 x the depth of
 //!   the nodes' tree (chains inside them), one-shot every message to another node's rank,
 //!   recursive doubling each of its phases in which a pair crosses nodes.
-//! - bandwidth = min(channels x per-channel bandwidth, the rank's cap) x proto_bw[proto]
-//!   x algo_bw[algo], turned into algorithm bandwidth by how many times each byte crosses
+//! - bandwidth = the channels' bandwidth x proto_bw[proto] x algo_bw[algo], where the
+//!   channels' is min(channels x per-channel bandwidth, the rank's cap) on the host and
+//!   approaches the cap gradually on GPUs ([`Scaling`]), turned into algorithm bandwidth by how many times each byte crosses
 //!   a link (ring allreduce 2(n-1)/n, tree 2, one-shot n-1 times the contention, recursive
 //!   doubling once per hop times the contention).
 //! - each channel past the first costs `chan_lat` (a worker per channel to wake and join).
@@ -101,6 +102,8 @@ pub struct Topology {
     pub bw_inter: f64,
     /// Most bus bandwidth one rank reaches over all its channels, GB/s.
     pub bw_rank: f64,
+    /// How the rank's bandwidth grows with channels towards `bw_rank`.
+    pub scaling: Scaling,
     /// Latency of one hop (a step handed to the next rank) inside a node, us.
     pub lat_intra: f64,
     /// Latency of one hop between nodes, us.
@@ -112,6 +115,29 @@ pub struct Topology {
     pub contention: f64,
     /// Identifies the machine and graph (not the rank count), for tuning tables.
     pub fingerprint: u64,
+}
+
+/// How a rank's bus bandwidth grows with its channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scaling {
+    /// Each channel adds its whole bandwidth up to the rank's cap: on the host a channel is
+    /// a worker with a core of its own.
+    Capped,
+    /// Channels share one device's memory system, so each adds less as the rank nears its
+    /// cap (1 / bus = 1 / (channels x per channel) + 1 / cap): a GPU's CTAs, where a rank
+    /// kept gaining up to the most channels it may have.
+    Saturating,
+}
+
+impl Scaling {
+    /// Bus bandwidth of `nch` channels of `per_channel` each, against a rank's `cap`.
+    fn bus(self, nch: usize, per_channel: f64, cap: f64) -> f64 {
+        let linear = nch.max(1) as f64 * per_channel;
+        match self {
+            Scaling::Capped => linear.min(cap),
+            Scaling::Saturating => 1.0 / (1.0 / linear + 1.0 / cap),
+        }
+    }
 }
 
 /// Per-algorithm and per-protocol factors on the topology's latencies and bandwidths.
@@ -157,7 +183,7 @@ impl Constants {
     pub const CUDA: Constants = Constants {
         base: [2.75, 2.75, 3.75, 2.75, 2.75, f64::INFINITY],
         hop_factor: [1.0, 1.5, 1.89, 1.0, 1.0, 1.89],
-        algo_bw: [1.0, 0.65, 0.67, 1.67, 0.63, 0.67],
+        algo_bw: [1.0, 0.65, 0.67, 1.85, 0.63, 0.67],
         proto_lat: [1.0, 1.11, 1.37],
         proto_lat_spin: [1.0, 1.11, 1.37],
         proto_bw: [1.0, 0.16, 0.29],
@@ -187,13 +213,14 @@ const HOST_MODEL_VERSION: u64 = 10;
 /// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over
 /// all channels (GB/s), and each channel past the first (us): see [`Topology::cuda`].
 const CUDA_HOP: f64 = 4.54;
-const CUDA_BW: f64 = 13.3;
-const CUDA_BW_RANK: f64 = 350.0;
+const CUDA_BW: f64 = 13.5;
+const CUDA_BW_RANK: f64 = 970.0;
 const CUDA_CHAN_LAT: f64 = 0.1;
 /// Bumped when the CUDA constants change (2: the 16-byte Simple copy; 3: coalesced LL128;
 /// 4: the direct algorithms, unmeasured; 5: the direct algorithms as an H200 ran them; 6: the
-/// Simple copy's packs in registers, 32 channels).
-const CUDA_MODEL_VERSION: u64 = 6;
+/// Simple copy's packs in registers, 32 channels; 7: channels saturating towards the rank's
+/// cap, 64 channels, kernels specialized for the rank count).
+const CUDA_MODEL_VERSION: u64 = 7;
 
 impl Topology {
     /// Today's host case: one node, shared memory, `nranks` processes or threads on
@@ -208,6 +235,7 @@ impl Topology {
             bw_intra: HOST_BW,
             bw_inter: HOST_BW,
             bw_rank: HOST_BW * (1.0 + HOST_SECOND_CHANNEL),
+            scaling: Scaling::Capped,
             lat_intra: if oversubscribed { HOST_HOP_SWITCH } else { HOST_HOP_SPIN },
             lat_inter: HOST_HOP_SWITCH,
             chan_lat: if oversubscribed { HOST_CHAN_LAT_SWITCH } else { HOST_CHAN_LAT },
@@ -242,8 +270,8 @@ impl Topology {
     /// (threads of one process), each choice forced by a one-row table, 8 B to 256 MiB
     /// (`tools/gpu-check.sh run points channels direct` measures them again): a small ring
     /// AllReduce is a launch plus a hop per step (2, 6 and 14 hops at 2, 4 and 8 ranks), and
-    /// bus bandwidth grows near linearly with channels (a CTA each) up to `CUDA_BW_RANK`, so
-    /// more channels cost a small call nothing measurable (docs/performance.md, "The GPU
+    /// bus bandwidth grows with channels (a CTA each), less with each towards `CUDA_BW_RANK`
+    /// ([`Scaling::Saturating`]), so more channels cost a small call nothing measurable (docs/performance.md, "The GPU
     /// kernels"). Ranks on separate GPUs (NVLink, PCIe) have not run: their hops and
     /// per-channel bandwidth may differ; `jitccl tune` measures the machine at hand.
     pub fn cuda(graph: &Graph) -> Topology {
@@ -254,6 +282,7 @@ impl Topology {
             bw_intra: CUDA_BW,
             bw_inter: CUDA_BW,
             bw_rank: CUDA_BW_RANK,
+            scaling: Scaling::Saturating,
             lat_intra: CUDA_HOP,
             lat_inter: CUDA_HOP,
             chan_lat: CUDA_CHAN_LAT,
@@ -439,7 +468,7 @@ pub fn time(
         + inter as f64 * t.lat_inter * k.proto_lat[p]
         + nch.saturating_sub(1) as f64 * t.chan_lat;
     let per_channel = if nodes > 1 { t.bw_inter } else { t.bw_intra };
-    let bus = (nch.max(1) as f64 * per_channel).min(t.bw_rank) * k.proto_bw[p] * k.algo_bw[a];
+    let bus = t.scaling.bus(nch, per_channel, t.bw_rank) * k.proto_bw[p] * k.algo_bw[a];
     if n == 1 {
         return Some(latency);
     }
