@@ -4,12 +4,15 @@ use super::{Initial, Kind, Ranks, Scope, Setting};
 
 /// Most channels a rank may use (each is a CTA: a thread on the host), as NCCL's MAXCHANNELS.
 pub const MAX_CHANNELS: usize = 64;
-/// Channels of a rank on a GPU by default (fewer where ranks of one process share a GPU:
-/// `comm::init::threads`), and the most the graph search looks for unless told: a ring's
-/// bandwidth grows near linearly with channels (a CTA each) up to here (docs/performance.md,
-/// "The GPU kernels"). Up to `MAX_CHANNELS` may be set (`JITCCL_NCHANNELS`); the default
-/// moves only once more channels run faster on a GPU.
-pub const GPU_CHANNELS: usize = 64;
+/// Channels of a rank alone on its GPU by default, and the most the graph search looks for
+/// unless told: NCCL's count on NVLink machines, which leaves SMs to the compute kernels a
+/// training step overlaps with its collectives; separate GPUs have not run here, so more
+/// waits for a measurement there. Up to `MAX_CHANNELS` may be set (`JITCCL_NCHANNELS`).
+pub const GPU_CHANNELS: usize = 32;
+/// Channels of each rank where ranks of one process share a GPU, within their share of its
+/// SMs (`comm::init::threads`): they share one memory, where a ring kept gaining up to 64
+/// CTAs a rank (docs/performance.md, "The GPU kernels").
+pub const SHARED_GPU_CHANNELS: usize = 64;
 /// The smallest Simple FIFO slot, and what every Simple slot is a multiple of.
 pub const MIN_SIMPLE_SLOT: usize = 64;
 /// The largest FIFO (all STEPS slots of one protocol): a rank's segment holds one per
@@ -50,7 +53,7 @@ pub const NCHANNELS: Setting = config(
     "JITCCL_NCHANNELS",
     "nchannels",
     CTAS,
-    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on GPUs 64, or a GPU's SMs over the ranks of one process sharing it where fewer; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
+    Initial::Computed("on the host the cores per rank, 1 to 4 (2 where ranks outnumber cores); on a GPU of its own 32; where ranks of one process share a GPU 64, or the GPU's SMs over the ranks of one process sharing it where fewer; clamped into `JITCCL_MIN_CTAS..=JITCCL_MAX_CTAS`"),
     Ranks::Agree,
     "channels (CTAs) per rank",
 );

@@ -319,8 +319,11 @@ impl Config {
             // the device (docs/performance.md, "The GPU kernels"); the model gives small
             // calls fewer.
             None if device.is_cuda() => {
-                let budget = cta_budget.unwrap_or(usize::MAX).max(1);
-                crate::settings::GPU_CHANNELS.min(budget).clamp(min_ctas, max_ctas)
+                let n = match cta_budget {
+                    Some(budget) => crate::settings::SHARED_GPU_CHANNELS.min(budget.max(1)),
+                    None => crate::settings::GPU_CHANNELS,
+                };
+                n.clamp(min_ctas, max_ctas)
             }
             None => {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

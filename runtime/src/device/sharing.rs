@@ -30,7 +30,7 @@ pub(crate) fn sharing(devices: &[Device]) -> Result<Vec<Shared>> {
 /// The CTAs a rank's kernel may have where ranks share GPUs (None: no GPU, or none shared).
 /// The FIFO kernels take 76-116 registers a thread (NVRTC 13, sm_90), so one CTA of 512
 /// threads fills an SM's registers (all_reduce ring f32 sum: LL 76, Simple 105, LL128 116).
-/// On an H200 (132 SMs), 8 ranks of the default 64 channels would ask for 512.
+/// On an H200 (132 SMs), 8 ranks of 64 channels each would ask for 512.
 pub(crate) fn cta_budget(sharing: &[Shared]) -> Option<usize> {
     sharing.iter().filter(|s| s.ranks > 1).map(|s| (s.sms / s.ranks).max(1)).min()
 }

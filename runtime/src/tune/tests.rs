@@ -363,13 +363,13 @@ fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
     // GPU ranks must not get the host's constants, which would give a large call two
     // channels where a GPU needs many.
     let cfg = Config::default().resolve_on(2, &Device::Cuda { ordinal: 0 }).unwrap();
-    assert_eq!(cfg.nchannels, 64, "the GPU default");
+    assert_eq!(cfg.nchannels, 32, "a GPU of its own");
     let capped = Config { max_ctas: Some(8), ..Config::default() }.resolve_on(2, &Device::Cuda { ordinal: 0 });
     assert_eq!(capped.unwrap().nchannels, 8, "within max_ctas");
     // Ranks sharing a GPU: the default within the CTAs each may hold; an explicit count kept.
     let within = |c: Config, budget| c.resolve_within(8, &Device::Cuda { ordinal: 0 }, Some(budget)).unwrap();
     assert_eq!(within(Config::default(), 16).nchannels, 16, "8 ranks on 132 SMs");
-    assert_eq!(within(Config::default(), 66).nchannels, 64, "2 ranks: the default");
+    assert_eq!(within(Config::default(), 66).nchannels, 64, "2 ranks sharing one");
     assert_eq!(within(Config { nchannels: Some(24), ..Config::default() }, 16).nchannels, 24, "explicit");
     assert_eq!(within(Config { min_ctas: Some(20), ..Config::default() }, 16).nchannels, 20, "min_ctas");
     let graph = Graph::uniform(2, cfg.nchannels);
@@ -380,7 +380,7 @@ fn gpu_ranks_take_the_cuda_constants_and_many_channels_for_large_calls() {
     let big = t.choose(AllReduce, 64 << 20, 4, true).unwrap();
     // Every channel: on a GPU each adds bandwidth up to the most a rank may have.
     assert_eq!((big.algo, big.proto), (Ring, Protocol::Simple), "{big:?}");
-    assert_eq!(big.nchannels, 64, "{big:?}");
+    assert_eq!(big.nchannels, cfg.nchannels, "{big:?}");
     assert_eq!(t.choose(AllReduce, 8, 4, true).unwrap().nchannels, 1, "8 B");
 }
 
