@@ -42,8 +42,7 @@
 //!     libraries by NCCL's names, and the logger handed to them;
 //! 14. `affinity`: which CPUs a rank's threads run on; `auth`: the job's key and the
 //!     handshake with which every connection of the job proves that it knows it;
-//!     `element`: Rust element types; `op`: reduction ops; `isolated`: a unit test's body
-//!     run in a child process, with the variables a plugin reads set there (tests only).
+//!     `element`: Rust element types; `op`: reduction ops.
 //!
 //! Below them all, `settings` (every `JITCCL_*` variable, its parser, default and bounds) is
 //! the crate `jitccl-settings`, re-exported here, which codegen reads through too.
@@ -60,8 +59,6 @@ mod enqueue;
 mod error;
 mod fault;
 pub mod graph;
-#[cfg(test)]
-mod isolated;
 mod logging;
 mod netplugin;
 mod op;

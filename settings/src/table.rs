@@ -435,7 +435,7 @@ pub const ISOLATED_TEST: Setting = test(
     "JITCCL_ISOLATED_TEST",
     Scope::Harness,
     Kind::Text,
-    "the unit test a test binary's child process runs alone, with the variables its parent gave it",
+    "the test a test binary's child process runs alone, with the variables its parent gave it (`jitccl_plugins::in_child`)",
 );
 pub const REQUIRE_GPU: Setting =
     test("JITCCL_REQUIRE_GPU", Scope::Harness, Kind::Flag, "1: GPU tests fail, instead of skipping, without a GPU");

@@ -61,7 +61,7 @@ mod tests {
     #[test]
     fn what_a_plugin_sets_or_removes_is_put_back_and_named() {
         let vars = [(VAR, None), (ALIAS_FREE, Some("3")), ("OTHER_T_NOT_A_SETTING", None)];
-        crate::isolated::run(module_path!(), "what_a_plugin_sets_or_removes_is_put_back_and_named", &vars, || {
+        jitccl_plugins::in_child(module_path!(), "what_a_plugin_sets_or_removes_is_put_back_and_named", &vars, || {
             let snap = Snapshot::take();
             std::env::set_var(VAR, "simple");
             std::env::remove_var(ALIAS_FREE);

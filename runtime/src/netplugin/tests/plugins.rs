@@ -19,7 +19,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 /// Runs the test `name` in a child process with libfabric kept on loopback (it would
 /// otherwise pick the machine's interfaces): it reads its settings from the environment.
 fn on_loopback(name: &str, body: impl FnOnce()) {
-    crate::isolated::run(module_path!(), name, &[("FI_TCP_IFACE", Some("lo"))], body);
+    jitccl_plugins::in_child(module_path!(), name, &[("FI_TCP_IFACE", Some("lo"))], body);
 }
 
 /// The Fabric plugin's table of `version`, as a network.

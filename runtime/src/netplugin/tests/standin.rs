@@ -151,7 +151,7 @@ fn plugin(library: &str, table: Table) -> Arc<Plugin> {
 // where the v8 stand-in's init may change the environment without racing other tests.
 #[test]
 fn the_choice_and_each_versions_init_follow_nccl() {
-    crate::isolated::run(
+    jitccl_plugins::in_child(
         module_path!(),
         "the_choice_and_each_versions_init_follow_nccl",
         &[(SET_BY_INIT, None)],

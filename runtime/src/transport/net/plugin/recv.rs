@@ -354,7 +354,7 @@ mod tests {
             (settings::EDGE_FAIL_FLUSH.name, Some(fail.as_str())),
             (settings::EDGE_COUNTS.name, counts),
         ];
-        crate::isolated::run(module_path!(), name, &vars, body);
+        jitccl_plugins::in_child(module_path!(), name, &vars, body);
     }
 
     const FLUSH_LAYOUT: Layout = Layout {
@@ -443,7 +443,7 @@ mod tests {
     #[test]
     fn simple_steps_go_whole_only_where_both_ends_take_them_so() {
         // In a child process, where libfabric reads that it stays on loopback.
-        crate::isolated::run(
+        jitccl_plugins::in_child(
             module_path!(),
             "simple_steps_go_whole_only_where_both_ends_take_them_so",
             &[("FI_TCP_IFACE", Some("lo"))],

@@ -1,6 +1,6 @@
-//! Unit tests whose code under test reads the process's environment itself (a C plugin's
-//! own `getenv`): the test's body runs in a child process of this test binary, alone, with
-//! the variables set on the child. Setting them here instead would race every other
+//! Tests whose code reads the process's environment itself (these plugins' own `getenv`):
+//! the test's body runs in a child process of its test binary, alone, with the variables
+//! set on the child. Setting them in the test's process instead would race every other
 //! thread's reads of the environment (undefined behaviour in glibc).
 
 use std::io::Read;
@@ -8,25 +8,29 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::settings;
+/// Names the test a child process runs (`JITCCL_ISOLATED_TEST` of jitccl's settings table).
+const MARKER: &str = "JITCCL_ISOLATED_TEST";
 
-/// A child runs one test of seconds; past this it is hung.
-const LIMIT: Duration = Duration::from_secs(180);
+/// A child runs one test; past this, with room for a loaded machine, it is hung.
+const LIMIT: Duration = Duration::from_secs(300);
 
 /// Runs `body` as the test `name` of the module `module` (its `module_path!()`): in this
 /// process when it is that test's child, else in a child with `vars` set (`None`: removed),
 /// failing with the child's output if the child fails, does not run the test, or outlives
 /// [`LIMIT`].
-pub(crate) fn run(module: &str, name: &str, vars: &[(&str, Option<&str>)], body: impl FnOnce()) {
-    // The test's path in this binary, without the crate's name.
-    let test = format!("{}::{name}", module.split_once("::").map_or(module, |(_, m)| m));
-    if settings::ISOLATED_TEST.given_os().is_some_and(|t| t == test.as_str()) {
+pub fn in_child(module: &str, name: &str, vars: &[(&str, Option<&str>)], body: impl FnOnce()) {
+    // The test's path in its binary, without the crate's name.
+    let test = match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    };
+    if std::env::var_os(MARKER).is_some_and(|t| t == test.as_str()) {
         body();
         return;
     }
     let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
     cmd.args(["--exact", &test, "--nocapture", "--test-threads=1"])
-        .env(settings::ISOLATED_TEST.name, &test)
+        .env(MARKER, &test)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
