@@ -1,5 +1,5 @@
-//! Failures over the network transport (JITCCL_TRANSPORT=net, ranks as threads of this
-//! process, each with its own proxy and TCP connections): a closed connection fails the
+//! Failures over the network transport (JITCCL_TRANSPORT=net, ranks as threads of one child
+//! process per test, each with its own proxy and TCP connections): a closed connection fails the
 //! operations waiting on that peer at once, naming it, and a rank's failure reaches its
 //! net peers as a fault frame that names the rank that failed first.
 
@@ -9,10 +9,15 @@ mod common;
 
 use jitccl::{Comm, Config, Error, Op, UniqueId};
 
+/// Runs the test `name` in a child process with `JITCCL_TRANSPORT=net`: every test of this
+/// file runs over the network, and setting it in this process would race other tests' reads
+/// of the environment.
+fn over_net(name: &str, body: impl FnOnce()) {
+    jitccl_plugins::in_child(module_path!(), name, &[("JITCCL_TRANSPORT", Some("net"))], body);
+}
+
 /// `n` ranks over TCP, created together (each init blocks until all have joined).
 fn net_comms(n: usize, timeout: Duration) -> Vec<Comm> {
-    // Every test of this file runs over the network; no test here wants anything else.
-    std::env::set_var("JITCCL_TRANSPORT", "net");
     let id = UniqueId::new().unwrap();
     let config = Config { nchannels: Some(1), timeout: Some(timeout), ..Config::default() };
     std::thread::scope(|s| {
@@ -24,61 +29,66 @@ fn net_comms(n: usize, timeout: Duration) -> Vec<Comm> {
 
 #[test]
 fn a_closed_connection_fails_the_operation_waiting_on_that_peer_at_once() {
-    let timeout = Duration::from_secs(60);
-    let mut comms = net_comms(2, timeout);
-    let streams: Vec<_> = comms.iter().map(|c| c.device().stream().unwrap()).collect();
-    let bufs: Vec<_> = comms.iter().map(|c| c.device().alloc_from(&[1.0f64; 256]).unwrap()).collect();
-    for r in 0..2 {
-        comms[r].all_reduce(&bufs[r], &bufs[r], 256, Op::Sum, &streams[r]).unwrap();
-    }
-    for r in 0..2 {
-        streams[r].synchronize().unwrap();
-        assert_eq!(bufs[r].to_vec(), vec![2.0; 256]);
-    }
-    // Rank 1 goes away: its proxy closes its connections.
-    drop(comms.pop());
-    let t0 = Instant::now();
-    comms[0].all_reduce(&bufs[0], &bufs[0], 256, Op::Sum, &streams[0]).unwrap();
-    let e = streams[0].synchronize().unwrap_err();
-    match &e {
-        Error::PeerFailed { rank: 0, peer: 1, culprit: 1, how, .. } => assert!(how.contains("closed"), "{e}"),
-        other => panic!("expected the closed connection to rank 1 to fail the operation, got {other}"),
-    }
-    assert!(t0.elapsed() < Duration::from_secs(5), "noticed only after {:?}", t0.elapsed());
+    over_net("a_closed_connection_fails_the_operation_waiting_on_that_peer_at_once", || {
+        let timeout = Duration::from_secs(60);
+        let mut comms = net_comms(2, timeout);
+        let streams: Vec<_> = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+        let bufs: Vec<_> = comms.iter().map(|c| c.device().alloc_from(&[1.0f64; 256]).unwrap()).collect();
+        for r in 0..2 {
+            comms[r].all_reduce(&bufs[r], &bufs[r], 256, Op::Sum, &streams[r]).unwrap();
+        }
+        for r in 0..2 {
+            streams[r].synchronize().unwrap();
+            assert_eq!(bufs[r].to_vec(), vec![2.0; 256]);
+        }
+        // Rank 1 goes away: its proxy closes its connections.
+        drop(comms.pop());
+        let t0 = Instant::now();
+        comms[0].all_reduce(&bufs[0], &bufs[0], 256, Op::Sum, &streams[0]).unwrap();
+        let e = streams[0].synchronize().unwrap_err();
+        match &e {
+            Error::PeerFailed { rank: 0, peer: 1, culprit: 1, how, .. } => assert!(how.contains("closed"), "{e}"),
+            other => panic!("expected the closed connection to rank 1 to fail the operation, got {other}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "noticed only after {:?}", t0.elapsed());
+    });
 }
 
 /// A rank's failure reaches its net peers as a fault frame (see `common`).
 #[test]
 fn a_failure_reaches_net_peers_naming_the_rank_that_failed_first() {
-    let timeout = Duration::from_secs(2);
-    common::failure_reaches_a_rank_that_does_not_wait_on_the_culprit(&net_comms(3, timeout), timeout);
+    over_net("a_failure_reaches_net_peers_naming_the_rank_that_failed_first", || {
+        let timeout = Duration::from_secs(2);
+        common::failure_reaches_a_rank_that_does_not_wait_on_the_culprit(&net_comms(3, timeout), timeout);
+    });
 }
 
 /// With `abort_propagates`, an abort reaches a net peer as a fault frame: the peer's
 /// operation waiting on the aborted rank fails within 1 s, naming it.
 #[test]
 fn an_abort_propagates_over_the_network() {
-    std::env::set_var("JITCCL_TRANSPORT", "net");
-    let id = UniqueId::new().unwrap();
-    let config = Config {
-        nchannels: Some(1),
-        timeout: Some(Duration::from_secs(60)),
-        abort_propagates: Some(true),
-        ..Config::default()
-    };
-    let comms: Vec<Comm> = std::thread::scope(|s| {
-        let (id, config) = (&id, &config);
-        let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Comm::init_rank(id, 2, r, config))).collect();
-        hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    over_net("an_abort_propagates_over_the_network", || {
+        let id = UniqueId::new().unwrap();
+        let config = Config {
+            nchannels: Some(1),
+            timeout: Some(Duration::from_secs(60)),
+            abort_propagates: Some(true),
+            ..Config::default()
+        };
+        let comms: Vec<Comm> = std::thread::scope(|s| {
+            let (id, config) = (&id, &config);
+            let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Comm::init_rank(id, 2, r, config))).collect();
+            hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+        });
+        let s = comms[0].device().stream().unwrap();
+        let b = comms[0].device().alloc_from(&[1i64; 4096]).unwrap();
+        comms[0].all_reduce(&b, &b, 4096, Op::Sum, &s).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        comms[1].abort();
+        let e = s.synchronize().unwrap_err();
+        eprintln!("abort propagated over the network after {:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        assert!(matches!(e, Error::PeerFailed { rank: 0, culprit: 1, .. }), "{e}");
     });
-    let s = comms[0].device().stream().unwrap();
-    let b = comms[0].device().alloc_from(&[1i64; 4096]).unwrap();
-    comms[0].all_reduce(&b, &b, 4096, Op::Sum, &s).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-    let t0 = Instant::now();
-    comms[1].abort();
-    let e = s.synchronize().unwrap_err();
-    eprintln!("abort propagated over the network after {:?}", t0.elapsed());
-    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
-    assert!(matches!(e, Error::PeerFailed { rank: 0, culprit: 1, .. }), "{e}");
 }

@@ -23,6 +23,12 @@
 //!   exporting both the fabric plugin's tables and the CSV tuner's.
 //! - [`INCLUDE_DIR`]: `jitccl_net.h` and `jitccl_tuner.h`, the C declarations of the plugin
 //!   interfaces.
+//! - [`in_child`]: a test's body run in a child process of its test binary, with the
+//!   variables these plugins read set there.
+
+mod isolated;
+
+pub use isolated::in_child;
 
 /// The "Fabric" network plugin.
 pub const FABRIC: &str = concat!(env!("OUT_DIR"), "/libnccl-net-fabric.so");

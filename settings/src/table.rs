@@ -434,6 +434,12 @@ pub const TEST_PAUSE_AT: Setting =
     test("JITCCL_TEST_PAUSE_AT", Scope::Test, Kind::Text, "`<point>+<ms>`: the process sleeps at that point of init");
 pub const BOOTSTRAP_TEST_CHILD: Setting =
     test("JITCCL_BOOTSTRAP_TEST_CHILD", Scope::Harness, Kind::Text, "the role of a bootstrap test's child process");
+pub const ISOLATED_TEST: Setting = test(
+    "JITCCL_ISOLATED_TEST",
+    Scope::Harness,
+    Kind::Text,
+    "the test a test binary's child process runs alone, with the variables its parent gave it (`jitccl_plugins::in_child`)",
+);
 pub const REQUIRE_GPU: Setting =
     test("JITCCL_REQUIRE_GPU", Scope::Harness, Kind::Flag, "1: GPU tests fail, instead of skipping, without a GPU");
 pub const INIT_DEATHS_RANK: Setting =
@@ -580,6 +586,7 @@ pub const ALL: &[Setting] = &[
     TEST_DIE_AT,
     TEST_PAUSE_AT,
     BOOTSTRAP_TEST_CHILD,
+    ISOLATED_TEST,
     REQUIRE_GPU,
     INIT_DEATHS_RANK,
     INIT_DEATHS_AFTER,

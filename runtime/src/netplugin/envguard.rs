@@ -47,7 +47,7 @@ impl Snapshot {
 mod tests {
     use super::*;
 
-    /// A variable of the table that no library code reads during the unit tests.
+    /// Variables of the table that no library code reads during the unit tests.
     const VAR: &str = "JITCCL_TORCH_VICTIM";
     const ALIAS_FREE: &str = "JITCCL_TORCH_KILL_AT";
 
@@ -57,24 +57,22 @@ mod tests {
         assert!(names.contains(&"NCCL_PROTO") && names.contains(&"JITCCL_PROTO"), "{names:?}");
     }
 
+    /// In a child process: the test stands for a plugin that changes the environment.
     #[test]
     fn what_a_plugin_sets_or_removes_is_put_back_and_named() {
-        // Plugin inits (the other tests') snapshot the same variables.
-        let _one = super::super::select::one_at_a_time();
-        std::env::remove_var(VAR);
-        std::env::set_var(ALIAS_FREE, "3");
-        let snap = Snapshot::take();
-        std::env::set_var(VAR, "simple");
-        std::env::remove_var(ALIAS_FREE);
-        std::env::set_var("OTHER_T_NOT_A_SETTING", "x");
-        let mut changed = snap.restore("Stand-in");
-        changed.sort();
-        assert_eq!(changed, [ALIAS_FREE, VAR]);
-        assert_eq!(std::env::var_os(VAR), None);
-        assert_eq!(std::env::var(ALIAS_FREE).as_deref(), Ok("3"));
-        assert_eq!(std::env::var("OTHER_T_NOT_A_SETTING").as_deref(), Ok("x"), "only jitccl's own are kept");
-        std::env::remove_var(ALIAS_FREE);
-        std::env::remove_var("OTHER_T_NOT_A_SETTING");
-        assert!(Snapshot::take().restore("Stand-in").is_empty(), "nothing changed, nothing said");
+        let vars = [(VAR, None), (ALIAS_FREE, Some("3")), ("OTHER_T_NOT_A_SETTING", None)];
+        jitccl_plugins::in_child(module_path!(), "what_a_plugin_sets_or_removes_is_put_back_and_named", &vars, || {
+            let snap = Snapshot::take();
+            std::env::set_var(VAR, "simple");
+            std::env::remove_var(ALIAS_FREE);
+            std::env::set_var("OTHER_T_NOT_A_SETTING", "x");
+            let mut changed = snap.restore("Stand-in");
+            changed.sort();
+            assert_eq!(changed, [ALIAS_FREE, VAR]);
+            assert_eq!(std::env::var_os(VAR), None);
+            assert_eq!(std::env::var(ALIAS_FREE).as_deref(), Ok("3"));
+            assert_eq!(std::env::var("OTHER_T_NOT_A_SETTING").as_deref(), Ok("x"), "only jitccl's own are kept");
+            assert!(Snapshot::take().restore("Stand-in").is_empty(), "nothing changed, nothing said");
+        });
     }
 }

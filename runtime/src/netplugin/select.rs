@@ -163,7 +163,7 @@ pub(crate) fn select(asked: Option<&str>, comm_id: u64) -> Result<Option<Network
 
 /// Plugin inits and what they change run one at a time, as in NCCL: a plugin's changes to
 /// the environment are undone before another starts.
-pub(super) fn one_at_a_time() -> MutexGuard<'static, ()> {
+fn one_at_a_time() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     lock(&ONE)
 }

@@ -276,6 +276,7 @@ mod tests {
     use super::*;
     use crate::device::HostMemory;
     use crate::netplugin::{self, MemKind, Network, SendComm};
+    use crate::settings;
     use crate::transport::layout::{Edge, Layout};
 
     /// Every wait of these tests.
@@ -343,75 +344,93 @@ mod tests {
         }
     }
 
-    /// The network of the GPU stand-in, whose flushes complete on their `tests`-th test and
-    /// whose `fail`-th flush of the process fails (0: none).
-    fn edge_gpu(tests: u32, fail: u64) -> Network {
-        std::env::set_var("JITCCL_EDGE_FLUSH_TESTS", tests.to_string());
-        std::env::set_var("JITCCL_EDGE_FAIL_FLUSH", fail.to_string());
-        netplugin::of_library(jitccl_plugins::EDGE_GPU, 0x9f1)
+    /// Runs the test `name` in a child process where the GPU stand-in plugin's flushes
+    /// complete on their `tests`-th test and its `fail`-th flush fails (0: none), with its
+    /// counts written to `counts`: it reads these from the environment.
+    fn with_edge_gpu(name: &str, tests: u32, fail: u64, counts: Option<&str>, body: impl FnOnce()) {
+        let (tests, fail) = (tests.to_string(), fail.to_string());
+        let vars = [
+            (settings::EDGE_FLUSH_TESTS.name, Some(tests.as_str())),
+            (settings::EDGE_FAIL_FLUSH.name, Some(fail.as_str())),
+            (settings::EDGE_COUNTS.name, counts),
+        ];
+        jitccl_plugins::in_child(module_path!(), name, &vars, body);
+    }
+
+    const FLUSH_LAYOUT: Layout = Layout {
+        nranks: 2,
+        nchannels: 1,
+        slot_bytes: [16 << 10, 4 << 10, 8 << 10],
+        ll128_flag: ll128_flag_word(false),
+    };
+
+    /// The GPU stand-in's network and a connected pair over it on `shadow` and `own` (of
+    /// [`FLUSH_LAYOUT`]), whose receiver flushes each Simple step, with their FIFOs.
+    fn flushing_pair(shadow: &HostMemory, own: &HostMemory) -> (Network, SendSide, RecvSide, Conn, Conn) {
+        let net = netplugin::of_library(jitccl_plugins::EDGE_GPU, 0x9f1);
+        let (tx, rx) = pair(&net, &FLUSH_LAYOUT, shadow, own, (false, false), true);
+        let (txf, rxf) =
+            (FLUSH_LAYOUT.end(shadow.ptr(), 0, Edge::Ring, 1), FLUSH_LAYOUT.end(own.ptr(), 0, Edge::Ring, 0));
+        (net, tx, rx, txf, rxf)
     }
 
     /// Through the project's GPU stand-in plugin (on host memory here, its flushes counted the
-    /// same): a step is posted to the kernel only once its flush is done, and a flush that
-    /// fails fails the link, naming the call, with that step never posted. The two cases run
-    /// in turn: the plugin's settings are the process's.
+    /// same): a step is posted to the kernel only once its flush is done.
     #[test]
-    fn a_received_step_is_posted_only_after_its_flush_and_a_failed_flush_fails_the_link() {
-        let layout = Layout {
-            nranks: 2,
-            nchannels: 1,
-            slot_bytes: [16 << 10, 4 << 10, 8 << 10],
-            ll128_flag: ll128_flag_word(false),
-        };
-        let mem = || HostMemory::zeroed(layout.segment_bytes()).unwrap();
-        let counts = tempfile::NamedTempFile::new().unwrap();
-        std::env::set_var("JITCCL_EDGE_COUNTS", counts.path());
-
+    fn a_received_step_is_posted_only_after_its_flush() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let counts = Some(file.path().to_str().expect("a UTF-8 temporary path"));
         // Flushes that complete on their 4th test: each step's tail waits for them.
-        let (shadow, own) = (mem(), mem());
-        let net = edge_gpu(4, 0);
-        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, (false, false), true);
-        let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
-        let steps = 2 * STEPS as u64;
-        let (mut posted, mut consumed) = (0u64, 0u64);
-        let end = Instant::now() + LIMIT;
-        while consumed < steps {
-            assert!(Instant::now() < end, "stuck at {posted} posted, {consumed} consumed");
-            if posted < steps && atomic(txf.head).load(Ordering::Acquire) + (STEPS as u64) > posted {
-                post(&txf, posted, SIMPLE, 1000 + posted as usize);
-                posted += 1;
+        with_edge_gpu("a_received_step_is_posted_only_after_its_flush", 4, 0, counts, || {
+            let mem = || HostMemory::zeroed(FLUSH_LAYOUT.segment_bytes()).unwrap();
+            let (shadow, own) = (mem(), mem());
+            let (net, mut tx, mut rx, txf, rxf) = flushing_pair(&shadow, &own);
+            let steps = 2 * STEPS as u64;
+            let (mut posted, mut consumed) = (0u64, 0u64);
+            let end = Instant::now() + LIMIT;
+            while consumed < steps {
+                assert!(Instant::now() < end, "stuck at {posted} posted, {consumed} consumed");
+                if posted < steps && atomic(txf.head).load(Ordering::Acquire) + (STEPS as u64) > posted {
+                    post(&txf, posted, SIMPLE, 1000 + posted as usize);
+                    posted += 1;
+                }
+                tx.pump().unwrap();
+                rx.pump().unwrap();
+                // Whatever the tail shows has been flushed: no posted step is still flushing.
+                let tail = atomic(rxf.tail).load(Ordering::Acquire);
+                assert!(rx.flushing.iter().all(|(k, _)| *k >= tail), "a step was posted before its flush ended");
+                while consumed < tail {
+                    let bytes = 1000 + consumed as usize;
+                    // SAFETY: the tail passed the slot: it holds the step.
+                    let got = unsafe { std::slice::from_raw_parts(slot_ptr(&rxf, consumed, SIMPLE), bytes) };
+                    assert!(got == pattern(consumed, bytes), "step {consumed} arrived damaged");
+                    consumed += 1;
+                    atomic(rxf.head).store(consumed, Ordering::Release);
+                }
             }
-            tx.pump().unwrap();
-            rx.pump().unwrap();
-            // Whatever the tail shows has been flushed: no posted step is still flushing.
-            let tail = atomic(rxf.tail).load(Ordering::Acquire);
-            assert!(rx.flushing.iter().all(|(k, _)| *k >= tail), "a step was posted before its flush ended");
-            while consumed < tail {
-                let bytes = 1000 + consumed as usize;
-                // SAFETY: the tail passed the slot: it holds the step.
-                let got = unsafe { std::slice::from_raw_parts(slot_ptr(&rxf, consumed, SIMPLE), bytes) };
-                assert!(got == pattern(consumed, bytes), "step {consumed} arrived damaged");
-                consumed += 1;
-                atomic(rxf.head).store(consumed, Ordering::Release);
-            }
-        }
-        drop((tx, rx, net));
-        let counts = std::fs::read_to_string(counts.path()).unwrap();
-        let last = counts.lines().last().unwrap_or_default().to_string();
-        assert!(last.contains(&format!(" iflush {steps} ")), "one flush per step: {counts}");
-        assert!(last.contains(" regmr_cuda 0 "), "host memory registered as such: {counts}");
+            drop((tx, rx, net));
+            let path = settings::EDGE_COUNTS.path().expect("the counts file, given to this child");
+            let counts = std::fs::read_to_string(path).unwrap();
+            let last = counts.lines().last().unwrap_or_default().to_string();
+            assert!(last.contains(&format!(" iflush {steps} ")), "one flush per step: {counts}");
+            assert!(last.contains(" regmr_cuda 0 "), "host memory registered as such: {counts}");
+        });
+    }
 
-        // The next flush fails: its step is never posted, and the error names iflush.
-        let (shadow, own) = (mem(), mem());
-        let net = edge_gpu(1, steps + 1);
-        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, (false, false), true);
-        let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
-        post(&txf, 0, SIMPLE, 4096);
-        let e = receiver_fails(&mut tx, &mut rx, "the failed flush went unnoticed");
-        assert!(e.contains("step 0: EdgeGpu: iflush failed with 2 (ncclSystemError)"), "{e}");
-        assert!(rx.mid_step(), "a step was on its way: the link is lost, not closed");
-        assert_eq!(atomic(rxf.tail).load(Ordering::Acquire), 0, "the step whose flush failed was posted");
-        std::env::remove_var("JITCCL_EDGE_FAIL_FLUSH");
+    /// A flush that fails fails the link, naming the call, with that step never posted.
+    #[test]
+    fn a_failed_flush_fails_the_link() {
+        // The first flush of the child process fails.
+        with_edge_gpu("a_failed_flush_fails_the_link", 1, 1, None, || {
+            let mem = || HostMemory::zeroed(FLUSH_LAYOUT.segment_bytes()).unwrap();
+            let (shadow, own) = (mem(), mem());
+            let (_net, mut tx, mut rx, txf, rxf) = flushing_pair(&shadow, &own);
+            post(&txf, 0, SIMPLE, 4096);
+            let e = receiver_fails(&mut tx, &mut rx, "the failed flush went unnoticed");
+            assert!(e.contains("step 0: EdgeGpu: iflush failed with 2 (ncclSystemError)"), "{e}");
+            assert!(rx.mid_step(), "a step was on its way: the link is lost, not closed");
+            assert_eq!(atomic(rxf.tail).load(Ordering::Acquire), 0, "the step whose flush failed was posted");
+        });
     }
 
     /// Over the Fabric plugin on loopback, steps of every kind (Simple steps that fit a
@@ -423,65 +442,80 @@ mod tests {
     /// than copy it into its slots.
     #[test]
     fn simple_steps_go_whole_only_where_both_ends_take_them_so() {
-        std::env::set_var("FI_TCP_IFACE", "lo");
-        let layout = Layout {
-            nranks: 2,
-            nchannels: 1,
-            slot_bytes: [16 << 10, 2 << 10, 4 << 10],
-            ll128_flag: ll128_flag_word(false),
-        };
-        let mem = || HostMemory::zeroed(layout.segment_bytes()).unwrap();
-        let net = netplugin::of_library(jitccl_plugins::FABRIC, 0xf4a);
-        // A staging slot carries a word and the largest LL128 step.
-        let room = (WORD + (4usize << 10)).next_multiple_of(64) - WORD;
-        let shapes =
-            [(SIMPLE, 1000), (1, 512), (SIMPLE, 16 << 10), (SIMPLE, 0), (2, 1024), (SIMPLE, room), (SIMPLE, room + 8)];
-        let shape = |k: u64| shapes[k as usize % shapes.len()];
-        for whole in [(true, true), (false, true), (false, false)] {
-            let (shadow, own) = (mem(), mem());
-            let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, whole, false);
-            let (txf, rxf) = (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
-            let steps = 2 * STEPS as u64 + 3;
-            let (mut posted, mut consumed) = (0u64, 0u64);
-            let end = Instant::now() + LIMIT;
-            while consumed < steps {
-                assert!(Instant::now() < end, "{whole:?}: stuck at {posted} posted, {consumed} consumed");
-                // One step at a time, so that the head shows whether the step's slot was
-                // freed the moment it was taken.
-                if posted < steps && atomic(txf.head).load(Ordering::Acquire) == posted {
-                    let (proto, bytes) = shape(posted);
-                    post(&txf, posted, proto, bytes);
-                    while tx.taken() == posted {
-                        assert!(Instant::now() < end, "{whole:?}: step {posted} never taken");
+        // In a child process, where libfabric reads that it stays on loopback.
+        jitccl_plugins::in_child(
+            module_path!(),
+            "simple_steps_go_whole_only_where_both_ends_take_them_so",
+            &[("FI_TCP_IFACE", Some("lo"))],
+            || {
+                let layout = Layout {
+                    nranks: 2,
+                    nchannels: 1,
+                    slot_bytes: [16 << 10, 2 << 10, 4 << 10],
+                    ll128_flag: ll128_flag_word(false),
+                };
+                let mem = || HostMemory::zeroed(layout.segment_bytes()).unwrap();
+                let net = netplugin::of_library(jitccl_plugins::FABRIC, 0xf4a);
+                // A staging slot carries a word and the largest LL128 step.
+                let room = (WORD + (4usize << 10)).next_multiple_of(64) - WORD;
+                let shapes = [
+                    (SIMPLE, 1000),
+                    (1, 512),
+                    (SIMPLE, 16 << 10),
+                    (SIMPLE, 0),
+                    (2, 1024),
+                    (SIMPLE, room),
+                    (SIMPLE, room + 8),
+                ];
+                let shape = |k: u64| shapes[k as usize % shapes.len()];
+                for whole in [(true, true), (false, true), (false, false)] {
+                    let (shadow, own) = (mem(), mem());
+                    let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, whole, false);
+                    let (txf, rxf) =
+                        (layout.end(shadow.ptr(), 0, Edge::Ring, 1), layout.end(own.ptr(), 0, Edge::Ring, 0));
+                    let steps = 2 * STEPS as u64 + 3;
+                    let (mut posted, mut consumed) = (0u64, 0u64);
+                    let end = Instant::now() + LIMIT;
+                    while consumed < steps {
+                        assert!(Instant::now() < end, "{whole:?}: stuck at {posted} posted, {consumed} consumed");
+                        // One step at a time, so that the head shows whether the step's slot was
+                        // freed the moment it was taken.
+                        if posted < steps && atomic(txf.head).load(Ordering::Acquire) == posted {
+                            let (proto, bytes) = shape(posted);
+                            post(&txf, posted, proto, bytes);
+                            while tx.taken() == posted {
+                                assert!(Instant::now() < end, "{whole:?}: step {posted} never taken");
+                                tx.pump().unwrap();
+                            }
+                            let freed = atomic(txf.head).load(Ordering::Acquire) > posted;
+                            let two = proto == SIMPLE && bytes > 0 && !(whole.0 && bytes <= room);
+                            assert_eq!(freed, !two, "{whole:?}: step {posted} ({bytes} B) freed as it was taken");
+                            posted += 1;
+                        }
                         tx.pump().unwrap();
+                        rx.pump().unwrap();
+                        while consumed < atomic(rxf.tail).load(Ordering::Acquire) {
+                            let (proto, bytes) = shape(consumed);
+                            // SAFETY: the tail passed the slot: it holds the step.
+                            let got = unsafe {
+                                assert_eq!(*rxf.sizes.add(slot(consumed)), (proto as u64) << 56 | bytes as u64);
+                                std::slice::from_raw_parts(slot_ptr(&rxf, consumed, proto), bytes)
+                            };
+                            assert!(got == pattern(consumed, bytes), "{whole:?}: step {consumed} arrived damaged");
+                            consumed += 1;
+                            atomic(rxf.head).store(consumed, Ordering::Release);
+                        }
                     }
-                    let freed = atomic(txf.head).load(Ordering::Acquire) > posted;
-                    let two = proto == SIMPLE && bytes > 0 && !(whole.0 && bytes <= room);
-                    assert_eq!(freed, !two, "{whole:?}: step {posted} ({bytes} B) freed as it was taken");
-                    posted += 1;
                 }
-                tx.pump().unwrap();
-                rx.pump().unwrap();
-                while consumed < atomic(rxf.tail).load(Ordering::Acquire) {
-                    let (proto, bytes) = shape(consumed);
-                    // SAFETY: the tail passed the slot: it holds the step.
-                    let got = unsafe {
-                        assert_eq!(*rxf.sizes.add(slot(consumed)), (proto as u64) << 56 | bytes as u64);
-                        std::slice::from_raw_parts(slot_ptr(&rxf, consumed, proto), bytes)
-                    };
-                    assert!(got == pattern(consumed, bytes), "{whole:?}: step {consumed} arrived damaged");
-                    consumed += 1;
-                    atomic(rxf.head).store(consumed, Ordering::Release);
-                }
-            }
-        }
-        // Ends that disagree: the receiver's slots out of a host copy's reach.
-        let (shadow, own) = (mem(), mem());
-        let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, (true, false), false);
-        let txf = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
-        post(&txf, 0, SIMPLE, 1000);
-        let e = receiver_fails(&mut tx, &mut rx, "the whole step went unnoticed");
-        assert!(e.contains("step 0 arrived malformed (1008 bytes"), "{e}");
-        assert_eq!(atomic(layout.end(own.ptr(), 0, Edge::Ring, 0).tail).load(Ordering::Acquire), 0);
+                // Ends that disagree: the receiver's slots out of a host copy's reach.
+                let (shadow, own) = (mem(), mem());
+                let (mut tx, mut rx) = pair(&net, &layout, &shadow, &own, (true, false), false);
+                let txf = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
+                post(&txf, 0, SIMPLE, 1000);
+                let e = receiver_fails(&mut tx, &mut rx, "the whole step went unnoticed");
+                assert!(e.contains("step 0 arrived malformed (1008 bytes"), "{e}");
+                assert_eq!(atomic(layout.end(own.ptr(), 0, Edge::Ring, 0).tail).load(Ordering::Acquire), 0);
+            },
+        );
     }
 }
