@@ -33,10 +33,10 @@ def targets(root):
     out = subprocess.run(
         build + ["--message-format=json-render-diagnostics"], cwd=root, stdout=subprocess.PIPE, check=True
     ).stdout
-    # The examples as programs too, which some tests run (mpirun's, the process group's):
-    # built here with the workspace's features, where a test's own `cargo build --example`
-    # would unify them for one package and build the libraries again.
-    subprocess.run(["cargo", "build", "--release", "--workspace", "--examples"], cwd=root, check=True)
+    # What the tests run as programs (libnccl.so, `jitccl`, the examples): the command of a
+    # test that finds them missing (tests/common/programs.rs), so that there it finds them
+    # fresh instead of relinking them beside the tests that run them.
+    subprocess.run(["cargo", "build", "--release", "--workspace", "--lib", "--bins", "--examples"], cwd=root, check=True)
     meta = json.loads(subprocess.check_output(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=root))
     names = {p["manifest_path"]: p["name"] for p in meta["packages"]}
     jobs = []
