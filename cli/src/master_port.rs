@@ -130,7 +130,7 @@ mod tests {
         let (lo, hi) = ephemeral_range();
         let r = Reserved::new().unwrap();
         assert!(!(lo..=hi).contains(&r.port()), "{} is in the ephemeral range {lo}-{hi}", r.port());
-        let e = bind_exclusive(r.port()).err().expect("a second exclusive bind of a reserved port");
+        let e = bind_exclusive(r.port()).expect_err("a second exclusive bind of a reserved port");
         assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}");
         let server = std::net::TcpListener::bind(SocketAddrV4::new(MASTER_ADDR, r.port()));
         assert!(server.is_ok(), "a reusing server beside the reservation: {server:?}");
