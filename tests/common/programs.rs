@@ -16,7 +16,20 @@ pub fn build(workspace: &Path, profile_dir: &Path) {
         None => panic!("{} has no profile name", profile_dir.display()),
     };
     eprintln!("building the workspace's libraries, programs and examples ({profile}) for this test");
-    let out = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    // The variables cargo gives a test describe the test's package; a build script that
+    // reads one (ring's reads CARGO_MANIFEST_DIR) would see it changed and rebuild, and
+    // everything above it with it.
+    for (var, _) in std::env::vars_os() {
+        let name = var.to_string_lossy();
+        if ["CARGO_MANIFEST_", "CARGO_PKG_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_PRIMARY_", "CARGO_TARGET_TMPDIR"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            cargo.env_remove(&var);
+        }
+    }
+    let out = cargo
         .args(["build", "--profile", profile, "--workspace", "--lib", "--bins", "--examples"])
         .env("CARGO_TARGET_DIR", profile_dir.parent().expect("target/<profile>"))
         .current_dir(workspace)
