@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Builds the workspace's tests (`cargo test --release --workspace --all-targets --no-run`)
-and examples, and runs the test executables a few at a time, each as cargo would (in its
+and the programs they run (libnccl.so, `jitccl`, the examples), and runs the test executables a few at a time, each as cargo would (in its
 package's folder). Many targets mostly wait (rank processes, network namespaces,
 timeouts) while others compile kernels, so two side by side keep both cores busy where one
 after the other left one idle. (One `cargo test -p PKG` per target would not do: each package alone unifies
@@ -33,10 +33,11 @@ def targets(root):
     out = subprocess.run(
         build + ["--message-format=json-render-diagnostics"], cwd=root, stdout=subprocess.PIPE, check=True
     ).stdout
-    # The examples as programs too, which some tests run (mpirun's, the process group's):
-    # built here with the workspace's features, where a test's own `cargo build --example`
-    # would unify them for one package and build the libraries again.
-    subprocess.run(["cargo", "build", "--release", "--workspace", "--examples"], cwd=root, check=True)
+    # What the tests run as programs (libnccl.so, which the tests' build leaves out, being
+    # a cdylib; `jitccl`; the examples), by the command of a test that finds one missing
+    # (tests/common/programs.rs): that test then finds them fresh, where a narrower build
+    # would unify features differently and relink them beside the tests that run them.
+    subprocess.run(["cargo", "build", "--release", "--workspace", "--lib", "--bins", "--examples"], cwd=root, check=True)
     meta = json.loads(subprocess.check_output(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=root))
     names = {p["manifest_path"]: p["name"] for p in meta["packages"]}
     jobs = []

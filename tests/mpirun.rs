@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 #[path = "common/example.rs"]
 mod example;
+#[path = "common/programs.rs"]
+mod programs;
 
 use example::example;
 

@@ -5,6 +5,8 @@ use std::process::Command;
 
 #[path = "common/example.rs"]
 mod example;
+#[path = "common/programs.rs"]
+mod programs;
 
 use example::example;
 

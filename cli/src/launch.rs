@@ -12,7 +12,9 @@ pub(super) struct LaunchArgs {
     /// Number of rank processes (at most max(1024, 4 x CPUs)).
     #[arg(short = 'n', long = "nproc", value_parser = parse_nranks)]
     nproc: usize,
-    /// Port of the rendezvous (default: a free one).
+    /// Port of the rendezvous (default: a free one outside the ephemeral range, held for
+    /// rank 0 from the start; a program serving it itself must set SO_REUSEADDR, as
+    /// PyTorch's TCPStore does).
     #[arg(long)]
     master_port: Option<u16>,
     /// Give up (terminating every rank) after this many seconds.

@@ -4,6 +4,7 @@
 mod env;
 mod kernels;
 mod launch;
+mod master_port;
 mod perf;
 mod ranks;
 mod size;

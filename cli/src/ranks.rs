@@ -8,12 +8,14 @@
 //! left behind when the launcher itself is killed.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use super::master_port::{Reserved, MASTER_ADDR};
 
 /// This program, to start copies of: its file as this process runs it, through
 /// `/proc/self/exe` where there is one, so that a rebuild that replaces the file during a
@@ -52,11 +54,6 @@ fn check_nranks(n: usize) -> Result<usize, String> {
         n if n > max => Err(format!("at most {max} local ranks (max(1024, 4 x CPUs)) can be started")),
         n => Ok(n),
     }
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| format!("finding a free port: {e}"))
 }
 
 /// Copies a child's stream to ours line by line, each line prefixed with the rank.
@@ -199,11 +196,13 @@ fn job_secret() -> Result<Option<String>, String> {
     jitccl::auth::new_secret().map(Some).map_err(|e| e.to_string())
 }
 
-/// Starts one rank, with `secret` as its JITCCL_AUTH_KEY if given. Must run on the main
-/// thread: the parent-death signal fires when the *thread* that forked the child ends, and
-/// the main thread lives as long as the launcher.
+/// Starts one rank, with `secret` as its JITCCL_AUTH_KEY if given, and `master_fd` (the
+/// reserved MASTER_PORT's socket) inherited. Must run on the main thread: the parent-death
+/// signal fires when the *thread* that forked the child ends, and the main thread lives as
+/// long as the launcher.
 fn spawn(
     command: &[String], rank: usize, nproc: usize, port: u16, secret: Option<&str>, prefix_stdout: bool,
+    master_fd: Option<RawFd>,
 ) -> std::io::Result<Child> {
     let (program, args) = command.split_first().expect("checked by the caller");
     let launcher = std::process::id() as i32;
@@ -218,18 +217,24 @@ fn spawn(
         .env("LOCAL_RANK", rank.to_string())
         .env("WORLD_SIZE", nproc.to_string())
         .env("LOCAL_WORLD_SIZE", nproc.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_ADDR", MASTER_ADDR.to_string())
         .env("MASTER_PORT", port.to_string())
         .envs(secret.map(|s| (jitccl::settings::AUTH_KEY.name, s)))
+        .envs(master_fd.map(|fd| (jitccl::settings::MASTER_FD.name, fd.to_string())))
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(if prefix_stdout { Stdio::piped() } else { Stdio::inherit() })
         .stderr(Stdio::piped());
-    // SAFETY: prctl, getppid and _exit are async-signal-safe.
+    // SAFETY: prctl, fcntl, getppid and _exit are async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = master_fd {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             // The launcher may have died before the signal was armed.
             if libc::getppid() != launcher {
@@ -250,9 +255,13 @@ pub(super) fn run_ranks(
 ) -> Result<ExitCode, String> {
     check_nranks(nproc).map_err(|e| format!("-n {nproc}: {e}"))?;
     let program = command.first().ok_or("no program to launch")?;
-    let port = match master_port {
-        Some(p) => p,
-        None => free_port()?,
+    // A port the user names is theirs to keep free, as with torchrun.
+    let (port, mut reserved) = match master_port {
+        Some(port) => (port, None),
+        None => {
+            let reserved = Reserved::new()?;
+            (reserved.port(), Some(reserved))
+        }
     };
     let secret = job_secret()?;
     catch_signals();
@@ -261,7 +270,14 @@ pub(super) fn run_ranks(
     let mut stop = None;
     let mut checked = Instant::now();
     for rank in 0..nproc {
-        let mut child = match spawn(command, rank, nproc, port, secret.as_deref(), prefix_stdout) {
+        let master_fd = reserved.as_ref().filter(|_| rank == 0).map(Reserved::fd);
+        let spawned = spawn(command, rank, nproc, port, secret.as_deref(), prefix_stdout, master_fd);
+        // Rank 0 holds the port now: a copy left here would keep its store's socket open
+        // after rank 0 died (the others' connections would queue instead of being refused).
+        if rank == 0 {
+            drop(reserved.take());
+        }
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 ranks.terminate(libc::SIGTERM);

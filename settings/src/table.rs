@@ -302,6 +302,12 @@ pub const COMM_ID: Setting = nccl(
     ),
     "NCCL_COMM_ID",
 );
+pub const MASTER_FD: Setting = user(
+    "JITCCL_MASTER_FD",
+    Kind::Whole { min: 0, max: i32::MAX as u64 },
+    Initial::Computed("set by `jitccl launch` in rank 0 only"),
+    "a socket rank 0 inherits from `jitccl launch`, bound to `MASTER_ADDR:MASTER_PORT`: rank 0's store listens on it, so the port never stands free for another process to take",
+);
 pub const BOOTSTRAP_TIMEOUT: Setting =
     user("JITCCL_BOOTSTRAP_TIMEOUT", Kind::Seconds, Initial::Seconds(120), "how long the bootstrap waits for ranks");
 pub const SOCKET_IFNAME: Setting = nccl(
@@ -564,6 +570,7 @@ pub const ALL: &[Setting] = &[
     DEBUG,
     IGNORE_CPU_AFFINITY,
     COMM_ID,
+    MASTER_FD,
     BOOTSTRAP_TIMEOUT,
     SOCKET_IFNAME,
     AUTH_KEY,

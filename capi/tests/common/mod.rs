@@ -9,6 +9,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "../../../tests/common/programs.rs"]
+mod programs;
+
 /// The most any one process (a launcher with its ranks) may run before it is killed.
 pub const LIMIT: Duration = Duration::from_secs(120);
 
@@ -54,7 +57,8 @@ fn newest(dirs: &[PathBuf]) -> Option<std::time::SystemTime> {
 /// the `jitccl` binary there. A narrow `cargo test -p jitccl-capi` builds neither (a cdylib
 /// is not linked into tests; the binary is another package's), so they are built here when
 /// missing, or when the library is older than its sources (else the tests would check an
-/// old library); CI's `cargo test --workspace --all-targets` builds both first.
+/// old library), as the whole suite builds them (`programs`), which leaves nothing to do
+/// here after the suite's own build.
 pub fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -73,28 +77,11 @@ pub fn built() -> &'static Built {
             (built, _) => built.is_none(),
         };
         if stale || !jitccl.exists() {
-            let profile = match dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") => "dev".to_string(),
-                Some(p) => p.to_string(),
-                None => panic!("{} has no profile name", dir.display()),
-            };
-            eprintln!("c_api: building libnccl.so and jitccl ({profile}): missing or older than their sources");
-            let out = Command::new(env!("CARGO"))
-                .args(["build", "--profile", &profile, "-p", "jitccl-capi", "-p", "jitccl-cli"])
-                .env("CARGO_TARGET_DIR", dir.parent().expect("target/<profile>"))
-                .current_dir(capi_dir())
-                .stdin(Stdio::null())
-                .output()
-                .expect("run cargo to build libnccl.so and jitccl");
-            assert!(
-                out.status.success(),
-                "building libnccl.so and jitccl failed ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
+            eprintln!("c_api: libnccl.so or jitccl is missing or older than its sources");
+            programs::build(root, &dir);
         }
         for f in [&lib, &dir.join("libnccl.so.2"), &jitccl] {
-            assert!(f.exists(), "{} is missing (cargo build -p jitccl-capi -p jitccl-cli makes it)", f.display());
+            assert!(f.exists(), "{} is missing after building it", f.display());
         }
         Built { dir, jitccl }
     })

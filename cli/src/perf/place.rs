@@ -98,7 +98,7 @@ pub fn open(a: &PerfArgs, lay: &Layout, first: usize, cfg: &Config) -> Result<Lo
     // The launcher's key, if it gave one, opens the store as it opens the bootstrap.
     let key = jitccl::auth::JobKey::from_env().map_err(|e| e.to_string())?;
     let server = if first == 0 {
-        Some(Server::bind_keyed(&addr, key).map_err(|e| format!("serving {addr}: {e}"))?)
+        Some(Server::bind_master(&addr, key).map_err(|e| format!("serving {addr}: {e}"))?)
     } else {
         None
     };

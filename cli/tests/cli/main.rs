@@ -1,7 +1,9 @@
 //! The `jitccl` command line as a user runs it: kernel listing, source, compiling (with the
-//! disk cache reused by a second process), the perf table, and errors on bad input.
+//! disk cache reused by a second process), the perf table, errors on bad input, and the port
+//! `jitccl launch` holds for rank 0.
 
 mod limits;
+mod master_port;
 mod perf;
 mod procs;
 

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use super::error::{BootstrapError, Result};
-use crate::settings::COMM_ID;
+use crate::settings::{COMM_ID, MASTER_FD};
 
 /// The variables one launcher sets.
 struct Launcher {
@@ -44,11 +44,12 @@ const LAUNCHERS: [Launcher; 4] = [
     },
 ];
 
-/// Every launcher's rank, size and local variables: what a launcher of its own (`jitccl
-/// launch`) clears in its ranks, so that an outer launcher's (an salloc, an mpirun) do not
-/// disagree with the ones it sets.
+/// Every launcher's rank, size and local variables, and `JITCCL_MASTER_FD`: what a
+/// launcher of its own (`jitccl launch`) clears in its ranks, so that an outer launcher's
+/// (an salloc, an mpirun, an outer `jitccl launch`) do not disagree with the ones it sets.
 pub fn launcher_vars() -> impl Iterator<Item = &'static str> {
-    LAUNCHERS.iter().flat_map(|l| [Some(l.rank), Some(l.size), l.local_rank, l.local_size]).flatten()
+    let ranks = LAUNCHERS.iter().flat_map(|l| [Some(l.rank), Some(l.size), l.local_rank, l.local_size]);
+    ranks.flatten().chain([MASTER_FD.name])
 }
 
 /// What to tell a user whose launcher gave no rendezvous address.
@@ -345,8 +346,9 @@ mod tests {
         ] {
             assert!(e.contains(var), "{var}: {e}");
         }
-        assert_eq!(launcher_vars().count(), 13);
+        assert_eq!(launcher_vars().count(), 14);
         assert!(launcher_vars().any(|v| v == "SLURM_LOCALID"));
+        assert!(launcher_vars().any(|v| v == "JITCCL_MASTER_FD"), "an outer launch's socket is not its ranks'");
         // Empty values count as unset.
         assert!(err(&[("RANK", " "), ("WORLD_SIZE", "")]).contains("no launcher's rank and size are set"));
     }

@@ -100,7 +100,7 @@ impl Comm {
         // Both ends are jitccl's: with a key, the store's connections authenticate too.
         let key = JobKey::from_env().map_err(BootstrapError::from)?;
         test_hook::at("store");
-        let server = if rank == 0 { Some(Server::bind_keyed(addr, key)?) } else { None };
+        let server = if rank == 0 { Some(Server::bind_master(addr, key)?) } else { None };
         let store = TcpStore::connect_keyed(addr, bcfg.timeout, key)
             .map_err(|e| store_failed("connect to the store", rank, addr, e))?;
         tracing::info!("rank {rank} of {nranks}: rendezvous through the store at {addr}");

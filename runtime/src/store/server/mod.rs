@@ -32,6 +32,7 @@ use super::StoreError;
 use crate::auth::{JobKey, Refusal};
 
 mod admit;
+mod inherited;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -70,12 +71,33 @@ impl Server {
         Self::bind_with(addr, Limits::default(), key)
     }
 
+    /// Rank 0's store at its launcher's `MASTER_ADDR:MASTER_PORT`, as
+    /// [`bind_keyed`](Self::bind_keyed); on the socket `jitccl launch` reserved there and
+    /// handed to this process (`JITCCL_MASTER_FD`), when it did, so that the port never
+    /// stood free between the launcher's choice and this server.
+    pub fn bind_master(addr: impl ToSocketAddrs, key: Option<JobKey>) -> Result<Server, StoreError> {
+        let io_err = |source| StoreError::Io { op: "bind", source };
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(io_err)?.collect();
+        let Some(socket) = inherited::take(&addrs) else { return Self::bind_keyed(&addrs[..], key) };
+        if key.is_none() {
+            crate::auth::note_unauthenticated("store server");
+        }
+        socket.listen(BACKLOG).map_err(io_err)?;
+        debug!("store: listening on the socket the launcher reserved");
+        Self::serve(socket.into(), Limits::default(), key)
+    }
+
     pub(crate) fn bind_with(
         addr: impl ToSocketAddrs, limits: Limits, key: Option<JobKey>,
     ) -> Result<Server, StoreError> {
+        let listener = listen(addr).map_err(|source| StoreError::Io { op: "bind", source })?;
+        Self::serve(listener, limits, key)
+    }
+
+    /// Serves on `listener` (listening already) on a background thread.
+    fn serve(listener: std::net::TcpListener, limits: Limits, key: Option<JobKey>) -> Result<Server, StoreError> {
         crate::logging::init();
         let io_err = |op| move |source| StoreError::Io { op, source };
-        let listener = listen(addr).map_err(io_err("bind"))?;
         listener.set_nonblocking(true).map_err(io_err("bind"))?;
         let addr = listener.local_addr().map_err(io_err("bind"))?;
         let mut listener = TcpListener::from_std(listener);
@@ -141,11 +163,13 @@ impl Drop for Server {
     }
 }
 
+/// The accept queue of a listening server (the kernel caps it at net.core.somaxconn).
+const BACKLOG: i32 = 4096;
+
 /// Binds the first of `addr`'s addresses that works, with SO_REUSEADDR (a restarted
 /// server gets its port back at once) and a long accept queue: every rank of a job
 /// connects at about the same time, and std's 128 would drop the SYNs of a large job.
 fn listen(addr: impl ToSocketAddrs) -> io::Result<std::net::TcpListener> {
-    const BACKLOG: i32 = 4096; // the kernel caps it at net.core.somaxconn
     let mut last = io::Error::new(io::ErrorKind::InvalidInput, "the address resolves to nothing");
     for addr in addr.to_socket_addrs()? {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
