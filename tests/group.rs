@@ -1,10 +1,11 @@
 //! Groups: sends and receives posted in any order inside a group never deadlock, even when
 //! each exceeds the FIFO; an error inside a group comes back from its end, launches nothing
-//! and leaves the communicators usable; groups nest; collectives and transfers mix.
+//! and leaves the communicators usable; groups nest; collectives and transfers mix; a group's
+//! send and receive complete beside a peer that posts them as separate calls.
 
 use std::time::Duration;
 
-use jitccl::{group, group_end, group_start, Comm, Config, DeviceBuffer, Error, Op};
+use jitccl::{group, group_end, group_start, Comm, Config, DeviceBuffer, Error, Op, UniqueId};
 
 /// Tiny FIFOs (8 slots of 256 B for Simple): every message below is many FIFOs long, so a
 /// send that were launched alone before its partner's receive would wait forever.
@@ -76,6 +77,61 @@ fn two_ranks_both_sending_first_do_not_deadlock() {
 fn three_and_four_ranks_in_mixed_orders_do_not_deadlock() {
     exchange(3, |r| r % 2 == 0, |r| r == 1);
     exchange(4, |r| r != 2, |r| r >= 2);
+}
+
+/// Rank 0 sends and receives in one group; rank 1 posts the same two transfers as separate
+/// calls, its receive first or its send first. Each message is many FIFOs long, so a group
+/// that moved its two directions in lockstep would wait for rank 1 forever (rank 1 takes no
+/// step of the other direction before its first call ends); NCCL completes it.
+fn grouped_beside_separate_calls(comms: &[Comm], peer_sends_first: bool) {
+    let got = per_rank(comms, |r, c| {
+        let s = c.device().stream().unwrap();
+        let q = 1 - r;
+        let send = c.device().alloc_from(&payload(r, q)).unwrap();
+        let recv = c.device().alloc::<i32>(N).unwrap();
+        if r == 0 {
+            group(|| {
+                c.send(&send, N, q, &s)?;
+                c.recv(&recv, N, q, &s)
+            })
+            .unwrap();
+        } else if peer_sends_first {
+            c.send(&send, N, q, &s).unwrap();
+            c.recv(&recv, N, q, &s).unwrap();
+        } else {
+            c.recv(&recv, N, q, &s).unwrap();
+            c.send(&send, N, q, &s).unwrap();
+        }
+        s.synchronize().map(|()| recv.to_vec())
+    });
+    for (r, b) in got.into_iter().enumerate() {
+        let b = b.unwrap_or_else(|e| panic!("peer sends first: {peer_sends_first}: rank {r}: {e}"));
+        assert!(b == payload(1 - r, r), "peer sends first: {peer_sends_first}: rank {r} got the wrong data");
+    }
+}
+
+#[test]
+fn a_group_completes_beside_a_peer_that_posts_its_transfers_as_separate_calls() {
+    let comms = Comm::init_all(2, &cfg()).unwrap();
+    grouped_beside_separate_calls(&comms, false);
+    grouped_beside_separate_calls(&comms, true);
+}
+
+/// The same over the network transport (each rank its own proxy and sockets), in a child
+/// process where `JITCCL_TRANSPORT=net` is set, so that no other test here reads it.
+#[test]
+fn a_group_completes_beside_a_peer_that_posts_its_transfers_as_separate_calls_over_the_network() {
+    let name = "a_group_completes_beside_a_peer_that_posts_its_transfers_as_separate_calls_over_the_network";
+    jitccl_plugins::in_child(module_path!(), name, &[("JITCCL_TRANSPORT", Some("net"))], || {
+        let id = UniqueId::new().unwrap();
+        let comms: Vec<Comm> = std::thread::scope(|s| {
+            let id = &id;
+            let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Comm::init_rank(id, 2, r, &cfg()))).collect();
+            hs.into_iter().map(|h| h.join().unwrap().expect("init over the network")).collect()
+        });
+        grouped_beside_separate_calls(&comms, false);
+        grouped_beside_separate_calls(&comms, true);
+    });
 }
 
 #[test]

@@ -82,12 +82,55 @@ static JC_DEVICE int jc_wait_ge(struct jc_ctx* x, jc_u64* p, jc_u64 v, int peer,
 /* The sender may fill slot `step` once the receiver has consumed step - JC_STEPS. The head
    is read only when the last value read does not already allow it: reading it misses in
    the cache whenever the receiver has moved on, which costs as much as the data itself. */
+static JC_DEVICE JC_INLINE jc_u64 jc_space_needed(const struct jc_conn* s) {
+  return s->step + 1 > JC_STEPS ? s->step + 1 - JC_STEPS : 0;
+}
 static JC_DEVICE int jc_wait_space(struct jc_ctx* x, struct jc_conn* s) {
-  jc_u64 need = s->step + 1 > JC_STEPS ? s->step + 1 - JC_STEPS : 0;
+  jc_u64 need = jc_space_needed(s);
   if (s->credit >= need) return JC_OK;
   int e = jc_wait_ge(x, s->head, need, s->peer, JC_WAIT_SPACE);
   if (!e) s->credit = jc_load_acquire(s->head);
   return e;
+}
+
+/* For a call that both sends on `s` and receives on `r` (point to point): waits until the
+   next send step has space or the next receive step has arrived (its tail, which every
+   protocol posts once the step is whole), and tells which (*ready: JC_READY_*), alike on
+   every thread of the CTA. Such a call moves whichever direction its peers allow: taking
+   the two in turn, it would wait for ever beside a peer that receives everything before it
+   sends back, or sends everything before it receives (NCCL runs the two on separate warps). */
+#define JC_READY_SEND 1
+#define JC_READY_RECV 2
+struct jc_either { int ready, err; };
+static JC_DEVICE int jc_wait_either(struct jc_ctx* x, struct jc_conn* s, struct jc_conn* r, int* ready) {
+  JC_SHARED struct jc_either got;
+  if (jc_tid() == 0) {
+    jc_u64 spins = 0;
+    int e = JC_OK, peer = r->peer, what = JC_WAIT_DATA;
+    got.ready = 0;
+    got.err = JC_OK;
+    for (;;) {
+      if (s->credit < jc_space_needed(s)) s->credit = jc_load_acquire(s->head);
+      got.ready = (s->credit >= jc_space_needed(s) ? JC_READY_SEND : 0) |
+                  (jc_load_acquire(r->tail) > r->step ? JC_READY_RECV : 0);
+      if (got.ready) break;
+      if (e) { /* still neither after a failed check */
+        got.err = jc_fail(x, e, peer, what);
+        break;
+      }
+      e = jc_check(x, ++spins, r->peer);
+      if (!e && (spins & 255) == 0 && s->peer >= 0 && jc_load_flag(&x->args->peer_failed[s->peer])) {
+        e = JC_ERR_PEER;
+        peer = s->peer;
+        what = JC_WAIT_SPACE;
+      }
+      if (!e) jc_relax(spins, x->args->spin);
+    }
+    x->wait_start = 0;
+  }
+  jc_barrier();
+  *ready = got.ready;
+  return got.err;
 }
 
 /* A step's size word: which protocol's slot it fills, how many bytes (a network proxy
