@@ -38,7 +38,7 @@
 # here, if it was run before `build` (target/gpu-extras, carried in target/gpu-check/extras):
 # NCCL 2.30.7's libnccl.so.2 (PyTorch 2.11 bundles NCCL 2.28.9, which cannot put several
 # ranks on one GPU); without it the NCCL rows say why they are missing. nccl-tests is not
-# run here: docs/performance.md says how to build and run it by hand. It ends with
+# run here: docs/guide.md ("nccl-tests") says how to build and run it by hand. It ends with
 # `N passed, M failed` and exits non-zero on any failure. Kernels compile with the
 # machine's NVRTC into a fresh cache.
 set -uo pipefail

@@ -1,5 +1,5 @@
-"""jitccl's and NCCL's nccl-tests runs side by side, from a run made by hand (docs/performance.md,
-"nccl-tests by hand"): the out-of-place time and busbw of each size from the logs
+"""jitccl's and NCCL's nccl-tests runs side by side, from a run made by hand (docs/guide.md,
+"nccl-tests"): the out-of-place time and busbw of each size from the logs
 DIR/jitccl-COLL-N.txt and DIR/nccl-COLL-N.txt.
 
     python3 nccl_tests_table.py DIR"""

@@ -4,8 +4,8 @@
  * nccl_device.h and compiles kernels on NCCL's device API (ncclDevComm, LSA and multimem
  * pointers), which jitccl does not have. Presenting the 2.27 version code compiles those
  * paths out; everything else nccl-tests calls is jitccl's 2.30 host API, and at run time it
- * reads jitccl's ncclGetVersion (2.30.7). For a build by hand (docs/performance.md, "nccl-tests
- * by hand") this file is NCCL_HOME/include/nccl.h, with jitccl's capi/include/nccl.h copied to
+ * reads jitccl's ncclGetVersion (2.30.7). For a build by hand (docs/guide.md, "nccl-tests")
+ * this file is NCCL_HOME/include/nccl.h, with jitccl's capi/include/nccl.h copied to
  * NCCL_HOME/capi/nccl.h beside it. */
 #ifndef JITCCL_NCCL_TESTS_API_H
 #define JITCCL_NCCL_TESTS_API_H
