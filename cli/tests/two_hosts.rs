@@ -137,7 +137,8 @@ fn two_hosts_of_two_ranks_share_memory_inside_a_host() {
 
 /// The same between hosts through a network plugin (the project's libfabric plugin over
 /// libfabric's `tcp` provider, pinned to the hosts' interfaces), at 2 hosts x 1 rank and
-/// 2 hosts x 2 ranks (shared memory inside a host, the plugin between hosts).
+/// 2 hosts x 2 ranks (shared memory inside a host, the plugin between hosts), with the FIFOs
+/// a plugin gets by default.
 #[test]
 fn collectives_between_hosts_over_the_fabric_plugin() {
     let hosts = hosts(2);
@@ -167,6 +168,9 @@ fn collectives_between_hosts_over_the_fabric_plugin() {
                 e.rank
             );
         }
+        // Host ranks over a plugin take NCCL's 4 MiB FIFOs (every rank has room here).
+        let rank0 = ends.iter().find(|e| e.rank == 0).expect("rank 0");
+        assert!(rank0.stderr.contains("Simple FIFOs of 4096 KiB"), "{run:?}: {rank0}");
     }
 }
 

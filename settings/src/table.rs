@@ -22,7 +22,13 @@ pub const MAX_BUFFSIZE: usize = 1 << 30;
 /// checks against this, as the table sits below codegen) each of the smallest Simple slot.
 pub const MIN_BUFFSIZE: usize = 8 * MIN_SIMPLE_SLOT;
 /// The default Simple FIFO (8 slots of 128 KiB).
-const DEFAULT_BUFFSIZE: u64 = 1 << 20;
+pub const DEFAULT_BUFFSIZE: usize = 1 << 20;
+/// The default Simple FIFO of host ranks whose steps cross a network plugin (NCCL's size):
+/// fewer, larger plugin requests.
+pub const NET_BUFFSIZE: usize = 4 << 20;
+/// The most a host rank's receive segment may take for `NET_BUFFSIZE`'s FIFOs (one per
+/// channel and peer); a communicator whose segment would exceed it keeps the default.
+pub const NET_SEGMENT_BUDGET: usize = 256 << 20;
 /// Most sockets per net connector.
 const MAX_NSOCKS: u64 = 16;
 /// Most busy-poll rounds of a kernel's wait (about half a minute).
@@ -135,7 +141,9 @@ pub const BUFFSIZE: Setting = nccl(
         "JITCCL_BUFFSIZE",
         "slot_bytes",
         Kind::Bytes { min: MIN_BUFFSIZE as u64, max: MAX_BUFFSIZE as u64 },
-        Initial::Whole(DEFAULT_BUFFSIZE),
+        Initial::Computed(
+            "1048576 (1 MiB); 4194304 (4 MiB) for host ranks whose steps cross a network plugin, where a rank's FIFOs then stay within 256 MiB",
+        ),
         Ranks::Agree,
         "bytes of a Simple FIFO (8 slots), which LL and LL128 scale with",
     ),

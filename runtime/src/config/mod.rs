@@ -221,6 +221,13 @@ resolved! {
     wire_local: WireLocal,
 }
 
+impl Resolved {
+    /// The same with the FIFOs of ranks whose steps cross a network (`settings::NET_BUFFSIZE`).
+    pub(crate) fn with_network_fifos(&self) -> Resolved {
+        Resolved { slot_bytes: slots_from_simple(settings::NET_BUFFSIZE / STEPS), ..self.clone() }
+    }
+}
+
 /// Per protocol (Simple, LL, LL128), what every slot is a multiple of (a line), and the
 /// smallest slot: LL's holds a header line and a data line.
 const SLOT_UNIT: [usize; NPROTOS] = [MIN_SIMPLE_SLOT, 16, 128];
@@ -297,6 +304,12 @@ impl Config {
         self.resolve_within(nranks, device, None)
     }
 
+    /// Whether the FIFO's size is set (`slot_bytes`, `JITCCL_BUFFSIZE`) rather than left to
+    /// its default.
+    pub(crate) fn fifo_size_set(&self) -> Result<bool> {
+        Ok(self.slot_bytes.is_some() || settings::BUFFSIZE.whole_opt::<usize>(None)?.is_some())
+    }
+
     /// [`Config::resolve_on`] where each rank's kernels may have at most `cta_budget` CTAs
     /// resident at once on its GPU (ranks sharing one, see `comm::init::threads`): the
     /// default channel count stays within it; a value set explicitly is kept.
@@ -337,7 +350,7 @@ impl Config {
         let slot_bytes = match self.slot_bytes {
             Some(s) => s,
             None => {
-                let buffsize = settings::BUFFSIZE.whole::<usize>(None)?;
+                let buffsize = settings::BUFFSIZE.whole_opt::<usize>(None)?.unwrap_or(settings::DEFAULT_BUFFSIZE);
                 slots_from_simple(buffsize / STEPS / SLOT_UNIT[0] * SLOT_UNIT[0])
             }
         };
@@ -388,5 +401,20 @@ impl Config {
                 _ => WireLocal::Exact,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_fifos_change_the_fifo_size_alone() {
+        let local = Config::default().resolve(2).unwrap();
+        assert_eq!(local.slot_bytes, slots_from_simple(settings::DEFAULT_BUFFSIZE / STEPS));
+        let net = local.with_network_fifos();
+        assert_eq!(net.slot_bytes[0] * STEPS, settings::NET_BUFFSIZE);
+        assert_eq!(Resolved { slot_bytes: local.slot_bytes, ..net }, local, "nothing else changes");
+        assert!(Config { slot_bytes: Some([4096, 512, 2048]), ..Config::default() }.fifo_size_set().unwrap());
     }
 }

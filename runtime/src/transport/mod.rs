@@ -39,7 +39,7 @@ fn host_id() -> String {
 }
 
 /// What identifies the machine itself (its CPUs), namespaces aside.
-pub(crate) fn machine_id() -> String {
+fn machine_id() -> String {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
     format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
 }
@@ -81,6 +81,12 @@ impl Endpoint {
             pid: std::process::id(),
             cuda: None,
         }
+    }
+
+    /// The machine the rank runs on (its CPUs), whatever its network namespace: the host
+    /// id without the namespace that `host_id` appends.
+    pub(crate) fn machine(&self) -> &str {
+        self.host.rsplit_once('/').map_or(self.host.as_str(), |(machine, _)| machine)
     }
 
     /// The bytes exchanged at init (fields joined by a separator no field holds).
@@ -212,6 +218,17 @@ mod tests {
         assert!(all_in_memory(std::slice::from_ref(&forced)), "one rank has no hops");
         assert!(!all_in_memory(&[h.clone(), h.clone(), other]), "another host");
         assert!(!all_in_memory(&[h.clone(), forced]), "JITCCL_TRANSPORT=net");
+    }
+
+    #[test]
+    fn hosts_in_namespaces_of_one_machine_are_that_machine() {
+        let (a, b) = (ep("box/boot-1/net:[1]", None, false), ep("box/boot-1/net:[2]", None, false));
+        assert_eq!(a.machine(), "box/boot-1");
+        assert_eq!(a.machine(), b.machine());
+        assert!(!all_in_memory(&[a, b]), "each namespace its own host");
+        assert_ne!(ep("box/boot-2/net:[1]", None, false).machine(), "box/boot-1", "rebooted: another machine");
+        let own = Endpoint::of_process("", None).unwrap();
+        assert_eq!(own.machine(), machine_id());
     }
 
     #[test]

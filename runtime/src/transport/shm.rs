@@ -90,6 +90,11 @@ pub(crate) struct ShmSegment {
 }
 
 impl ShmSegment {
+    /// Bytes free for new segments (None where that cannot be read).
+    pub(crate) fn available() -> Option<u64> {
+        available(DIR)
+    }
+
     /// A new zero-filled segment of `bytes` bytes with a unique name.
     pub(crate) fn create(bytes: usize) -> Result<ShmSegment> {
         static SEQ: AtomicU64 = AtomicU64::new(0);

@@ -10,6 +10,8 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use jitccl_codegen::abi::STEPS;
+
 use crate::affinity::{self, CpuSet};
 use crate::bootstrap::{test_hook, Bootstrap, BootstrapConfig, UniqueId};
 use crate::comm::lifecycle::{Cell, Handle};
@@ -142,13 +144,56 @@ fn explain(bs: &Bootstrap, op: &'static str, e: Error) -> Error {
     }
 }
 
+/// The configuration of ranks whose steps cross a network plugin: host ranks take NCCL's
+/// larger FIFOs (`settings::NET_BUFFSIZE`, fewer and larger plugin requests) unless a size
+/// is set, if every rank finds room for them (a segment within
+/// `settings::NET_SEGMENT_BUDGET`, all of its host's within half of what /dev/shm has free).
+/// GPU ranks keep the usual FIFOs (device memory, one per channel and peer), and so do
+/// ranks over `Socket`, whose sends gain nothing from larger steps. The ranks decide
+/// together (one vote each), so that they cannot disagree on the size.
+fn plugin_fifos(
+    bs: &Bootstrap, rank: usize, config: &Config, cfg: Resolved, device: &Device, whereabouts: &[Endpoint],
+) -> Result<Resolved> {
+    let nranks = whereabouts.len();
+    let net = cfg.with_network_fifos();
+    let segment = Layout::new(nranks, &net, device).segment_bytes();
+    let on_host = whereabouts.iter().filter(|e| e.host == whereabouts[rank].host).count();
+    let yes = !device.is_cuda() && !config.fifo_size_set()? && room_for(segment, on_host, ShmSegment::available());
+    let votes = bs.all_gather(&[u8::from(yes)])?;
+    let take = votes.iter().all(|v| v[..] == [1]);
+    let chosen = if take { net } else { cfg };
+    if rank == 0 {
+        let why = if take {
+            "the default over a network plugin: fewer, larger requests".to_string()
+        } else {
+            let no: Vec<usize> = (0..nranks).filter(|&q| votes[q][..] != [1]).collect();
+            format!("not the plugin's larger default: set, on a GPU, or no room for it on rank(s) {no:?}")
+        };
+        tracing::info!(
+            "rank 0: Simple FIFOs of {} KiB, {} MiB of FIFOs a rank ({why})",
+            (chosen.slot_bytes[0] * STEPS) >> 10,
+            Layout::new(nranks, &chosen, device).segment_bytes() >> 20
+        );
+    }
+    Ok(chosen)
+}
+
+/// Whether a host holds `on_host` segments of `segment` bytes: each within its budget, all
+/// within half of the `free` bytes of /dev/shm (which other jobs share).
+fn room_for(segment: usize, on_host: usize, free: Option<u64>) -> bool {
+    segment <= crate::settings::NET_SEGMENT_BUDGET && free.is_some_and(|f| (segment * on_host) as u64 <= f / 2)
+}
+
 /// Everything of a process rank's init past the bootstrap: agreement on the
 /// configuration, segments, transports, graph, tuning, connectors, registered memory.
 fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device: Device) -> Result<CommInner> {
+    // Where each rank runs and whether it asks for the network, before anything is laid
+    // out: the transports each pair will take follow from it.
+    let whereabouts = bs.all_gather(&Endpoint::of_process("", None)?.encode())?;
+    let whereabouts =
+        whereabouts.iter().enumerate().map(|(q, b)| Endpoint::decode(q, b)).collect::<Result<Vec<_>>>()?;
     // Ranks on one machine share its CPUs, whatever namespace each runs in.
-    let machine = transport::machine_id();
-    let machines = bs.all_gather(machine.as_bytes())?;
-    let same_machine = |q: &usize| machines[*q] == machine.as_bytes();
+    let same_machine = |q: &usize| whereabouts[*q].machine() == whereabouts[rank].machine();
     let cpus =
         affinity::for_local_rank((0..rank).filter(same_machine).count(), (0..nranks).filter(same_machine).count());
     // Every rank must have been given the same configuration, or their kernels would
@@ -162,6 +207,18 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         bs.start_tls(tls)?;
         tracing::info!("rank {rank}: the bootstrap ring and the links to the root carry TLS");
     }
+    // The network before the FIFOs, where steps cross one (NCCL loads its plugin first):
+    // a plugin's requests want larger steps.
+    let network = if transport::all_in_memory(&whereabouts) {
+        netplugin::check(cfg.net_name.as_deref())?;
+        None
+    } else {
+        network(bs, rank, &cfg)?
+    };
+    let cfg = match &network {
+        Some(_) => plugin_fifos(bs, rank, config, cfg, &device, &whereabouts)?,
+        None => cfg,
+    };
 
     let layout = Layout::new(nranks, &cfg, &device);
     let own = ShmSegment::create(layout.segment_bytes())?;
@@ -181,12 +238,6 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     own.unlink();
     let any_net = net.iter().any(|&n| n);
     let (mut graph, global) = global_graph(bs, rank, &device, &endpoints, cfg.nchannels)?;
-    let network = if any_net {
-        network(bs, rank, &cfg)?
-    } else {
-        netplugin::check(cfg.net_name.as_deref())?;
-        None
-    };
     let tls = tls_for_peers(tls, network.as_ref().map(Network::name))?;
     if let Some(n) = &network {
         between_hosts(&mut graph, n);
@@ -530,6 +581,15 @@ mod tests {
             cuda: None,
         };
         net_only.iter().enumerate().map(|(q, &n)| ep(q, n)).collect()
+    }
+
+    #[test]
+    fn larger_fifos_need_room_in_the_budget_and_in_dev_shm() {
+        const MIB: usize = 1 << 20;
+        assert!(room_for(78 * MIB, 2, Some(24 << 30)));
+        assert!(!room_for(300 * MIB, 1, Some(24 << 30)), "over a rank's budget");
+        assert!(!room_for(78 * MIB, 2, Some(64 << 20)), "docker's default /dev/shm");
+        assert!(!room_for(78 * MIB, 2, None), "free space unknown");
     }
 
     #[test]
