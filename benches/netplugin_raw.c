@@ -7,6 +7,9 @@
  *
  *   netplugin_raw PLUGIN RANK DIR ITERS SIZE...
  *
+ * With CHUNK set, each direction's bytes go as messages of at most CHUNK bytes, up to
+ * INFLIGHT (default 8) at once (see main).
+ *
  * Every wait is bounded (60 s); exit 0 = every size ran.
  */
 #define _GNU_SOURCE
@@ -127,25 +130,46 @@ int main(int argc, char** argv) {
 
   for (int a = 5; a < argc; a++) {
     size_t size = (size_t)atoll(argv[a]);
+    /* CHUNK (bytes, 0: the whole size): each direction's bytes go as messages of at most
+     * CHUNK, up to INFLIGHT (default 8) posted at once, as a FIFO of INFLIGHT slots of CHUNK
+     * bytes moves them: what such a design can take at best. */
+    size_t chunk = getenv("CHUNK") ? (size_t)atoll(getenv("CHUNK")) : 0;
+    int inflight = getenv("INFLIGHT") ? atoi(getenv("INFLIGHT")) : 8;
+    if (chunk == 0 || chunk > size) chunk = size > 0 ? size : 1;
+    if (inflight < 1 || inflight > 8) inflight = 8;
+    size_t nmsg = size == 0 ? 1 : (size + chunk - 1) / chunk;
     for (int i = -WARMUP; i < iters; i++) {
       double t0 = now_us(), deadline = t0 + WAIT_US;
-      void *sreq = NULL, *rreq = NULL;
-      void* data[1] = {rbuf};
-      size_t sizes[1] = {size};
-      int tags[1] = {0};
-      void* mhs[1] = {rmh};
-      while (rreq == NULL) {
-        CHECK(net->irecv(recv, 1, data, sizes, tags, mhs, NULL, &rreq));
-        if (now_us() > deadline) FAIL("irecv of %zu B never posted", size);
-      }
-      while (sreq == NULL) {
-        CHECK(net->isend(send, sbuf, size, 0, smh, NULL, &sreq));
-        if (now_us() > deadline) FAIL("isend of %zu B never posted", size);
-      }
-      int sdone = 0, rdone = 0, n = 0;
-      while (!sdone || !rdone) {
-        if (!sdone) CHECK(net->test(sreq, &sdone, &n));
-        if (!rdone) CHECK(net->test(rreq, &rdone, &n));
+      void *sreqs[8] = {0}, *rreqs[8] = {0};
+      size_t sposted = 0, rposted = 0, sdone = 0, rdone = 0;
+      while (sdone < nmsg || rdone < nmsg) {
+        while (rposted < nmsg && rposted - rdone < (size_t)inflight) {
+          size_t off = rposted * chunk, len = size - off < chunk ? size - off : chunk;
+          void* data[1] = {rbuf + off};
+          size_t sizes[1] = {len};
+          int tags[1] = {0};
+          void* mhs[1] = {rmh};
+          void* req = NULL;
+          CHECK(net->irecv(recv, 1, data, sizes, tags, mhs, NULL, &req));
+          if (req == NULL) break;
+          rreqs[rposted++ % 8] = req;
+        }
+        while (sposted < nmsg && sposted - sdone < (size_t)inflight) {
+          size_t off = sposted * chunk, len = size - off < chunk ? size - off : chunk;
+          void* req = NULL;
+          CHECK(net->isend(send, sbuf + off, len, 0, smh, NULL, &req));
+          if (req == NULL) break;
+          sreqs[sposted++ % 8] = req;
+        }
+        int done = 0, n = 0;
+        if (sdone < sposted) {
+          CHECK(net->test(sreqs[sdone % 8], &done, &n));
+          sdone += done;
+        }
+        if (rdone < rposted) {
+          CHECK(net->test(rreqs[rdone % 8], &done, &n));
+          rdone += done;
+        }
         if (now_us() > deadline) FAIL("the exchange of %zu B did not complete", size);
       }
       if (i >= 0) times[i] = now_us() - t0;
