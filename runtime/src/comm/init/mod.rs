@@ -209,11 +209,12 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     }
     // The network before the FIFOs, where steps cross one (NCCL loads its plugin first):
     // a plugin's requests want larger steps.
-    let network = if transport::all_in_memory(&whereabouts) {
+    let any_net = !transport::all_in_memory(&whereabouts);
+    let network = if any_net {
+        network(bs, rank, &cfg)?
+    } else {
         netplugin::check(cfg.net_name.as_deref())?;
         None
-    } else {
-        network(bs, rank, &cfg)?
     };
     let cfg = match &network {
         Some(_) => plugin_fifos(bs, rank, config, cfg, &device, &whereabouts)?,
@@ -236,7 +237,6 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     // in /dev/shm even if a process dies later.
     bs.barrier()?;
     own.unlink();
-    let any_net = net.iter().any(|&n| n);
     let (mut graph, global) = global_graph(bs, rank, &device, &endpoints, cfg.nchannels)?;
     let tls = tls_for_peers(tls, network.as_ref().map(Network::name))?;
     if let Some(n) = &network {
