@@ -94,6 +94,7 @@ JC_STATIC_ASSERT(sizeof(struct jc_channel) == {{ abi.channel }}, "jc_channel lay
 JC_STATIC_ASSERT(sizeof(struct jc_status) == {{ abi.status }}, "jc_status layout differs from runtime");
 JC_STATIC_ASSERT(sizeof(struct jc_args) == {{ abi.args }}, "jc_args layout differs from runtime");
 JC_STATIC_ASSERT(JC_SYM_FLAGS_WORDS == {{ abi.sym_flags_words }}, "flags area differs from runtime");
+JC_STATIC_ASSERT(JC_P2P_BATCH_MAX == {{ abi.p2p_batch_max }}, "batch limit differs from runtime");
 {% if proto == "ll128" %}JC_STATIC_ASSERT(JC_LL128_FLAG == {{ ll128_flag }}, "LL128 flag word differs from runtime");
 {% endif %}
 {% if cuda %}extern "C" __global__ void {{ symbol }}(struct jc_args args) {

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use jitccl::reference::{inputs, RefElement};
-use jitccl::{with_element_type, Algorithm, Comm, Config, DataType, Error, Stream};
+use jitccl::{with_element_type, Algorithm, Comm, Config, DataType, DeviceBuffer, Error, Stream};
 
 const COUNTS: &[usize] = &[0, 1, 7, 1001];
 const TYPES: &[DataType] = &[
@@ -242,52 +242,75 @@ fn large_calls_match_the_reference() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Rank 3 of 4 makes `call` (on f32 buffers of 4000 elements: send, recv) twice, the
+/// first time only after the others' timeout; each rank's two results.
+fn with_a_late_rank(
+    algo: Algorithm, call: impl Fn(&Comm, &DeviceBuffer<f32>, &DeviceBuffer<f32>, &Stream) -> jitccl::Result<()> + Sync,
+) -> Vec<(jitccl::Result<()>, jitccl::Result<()>)> {
+    let cfg = Config { timeout: Some(Duration::from_millis(400)), algo: Some(algo), ..Config::default() };
+    let comms = Comm::init_all(4, &cfg).unwrap();
+    std::thread::scope(|s| {
+        let call = &call;
+        let handles: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                s.spawn(move || {
+                    let st = c.device().stream().unwrap();
+                    let (send, recv) = (c.device().alloc::<f32>(4000).unwrap(), c.device().alloc::<f32>(4000).unwrap());
+                    let once = || call(c, &send, &recv, &st).and_then(|()| st.synchronize());
+                    if r == 3 {
+                        std::thread::sleep(Duration::from_millis(1500));
+                    }
+                    (once(), once())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Whether `e` blames rank 3.
+fn names_rank_3(e: &Error) -> bool {
+    match e {
+        Error::Timeout { peer, .. } => *peer == 3,
+        Error::PeerFailed { culprit, .. } => *culprit == 3,
+        _ => false,
+    }
+}
+
 /// Rank 3 of 4 joins a direct AlltoAll, Gather or Scatter only after the others gave up
 /// on it: the call fails on every rank, the others naming rank 3, and a later call fails too.
 #[test]
 fn a_late_rank_fails_the_direct_kernels_and_is_named() {
     for what in ["all_to_all", "gather", "scatter"] {
-        let cfg =
-            Config { timeout: Some(Duration::from_millis(400)), algo: Some(Algorithm::Direct), ..Config::default() };
-        let comms = Comm::init_all(4, &cfg).unwrap();
         let count = 1000;
-        let results: Vec<(jitccl::Result<()>, jitccl::Result<()>)> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms
-                .iter()
-                .enumerate()
-                .map(|(r, c)| {
-                    s.spawn(move || {
-                        let st = c.device().stream().unwrap();
-                        let (send, recv) =
-                            (c.device().alloc::<f32>(4 * count).unwrap(), c.device().alloc::<f32>(4 * count).unwrap());
-                        let one = send.slice(0..count).unwrap();
-                        let call = || {
-                            match what {
-                                "all_to_all" => c.all_to_all(&send, &recv, count, &st),
-                                "gather" => c.gather(&one, &recv, count, 0, &st),
-                                _ => c.scatter(&send, &one, count, 0, &st),
-                            }
-                            .and_then(|()| st.synchronize())
-                        };
-                        if r == 3 {
-                            std::thread::sleep(Duration::from_millis(1500));
-                        }
-                        (call(), call())
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let results = with_a_late_rank(Algorithm::Direct, |c, send, recv, st| {
+            let one = send.slice(0..count).unwrap();
+            match what {
+                "all_to_all" => c.all_to_all(send, recv, count, st),
+                "gather" => c.gather(&one, recv, count, 0, st),
+                _ => c.scatter(send, &one, count, 0, st),
+            }
         });
         for (r, (first, second)) in results.iter().enumerate() {
             let e = first.as_ref().expect_err("a call with a late rank succeeded");
-            let named = match e {
-                Error::Timeout { peer, .. } => *peer == 3,
-                Error::PeerFailed { culprit, .. } => *culprit == 3,
-                _ => false,
-            };
-            assert!(named || r == 3, "{what}: rank {r} should name late rank 3: {e}");
+            assert!(names_rank_3(e) || r == 3, "{what}: rank {r} should name late rank 3: {e}");
             assert!(second.is_err(), "{what}: rank {r}: a call on a failed communicator succeeded");
         }
+    }
+}
+
+/// Rank 3 of 4 joins an AlltoAll over the FIFOs (one batch launch) only after the others
+/// gave up on it: the others fail naming rank 3, and their next call fails too. (Rank 3
+/// itself may find every block already in its FIFOs.)
+#[test]
+fn a_late_rank_fails_a_batch_over_the_fifos_and_is_named() {
+    let results = with_a_late_rank(Algorithm::Ring, |c, send, recv, st| c.all_to_all(send, recv, 1000, st));
+    for (r, (first, second)) in results.iter().enumerate().take(3) {
+        let e = first.as_ref().expect_err("a call with a late rank succeeded");
+        assert!(names_rank_3(e), "rank {r} should name late rank 3: {e}");
+        assert!(second.is_err(), "rank {r}: a call on a failed communicator succeeded");
     }
 }
 

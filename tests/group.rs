@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use jitccl::{group, group_end, group_start, Comm, Config, DeviceBuffer, Error, Op, UniqueId};
+use jitccl::{group, group_end, group_start, Algorithm, Comm, Config, DeviceBuffer, Error, Op, UniqueId};
 
 /// Tiny FIFOs (8 slots of 256 B for Simple): every message below is many FIFOs long, so a
 /// send that were launched alone before its partner's receive would wait forever.
@@ -132,6 +132,44 @@ fn a_group_completes_beside_a_peer_that_posts_its_transfers_as_separate_calls_ov
         grouped_beside_separate_calls(&comms, false);
         grouped_beside_separate_calls(&comms, true);
     });
+}
+
+/// Over the FIFOs (the ring's algorithm, 2 channels of tiny slots), a group's transfers run
+/// as one batch launch, or as rounds where a receive lands on a send of the group: rank 0
+/// shifts its buffer in place (rounds) beside ranks 1 and 2 (a batch each). Every rank also
+/// sends a second, smaller block along the ring, which pairs in posted order, and a block
+/// to itself.
+#[test]
+fn a_batch_over_the_fifos_pairs_with_a_peer_in_rounds() {
+    let cfg = Config { algo: Some(Algorithm::Ring), nchannels: Some(2), ..cfg() };
+    let comms = Comm::init_all(3, &cfg).unwrap();
+    let out = per_rank(&comms, |r, c| {
+        let s = c.device().stream().unwrap();
+        let (next, prev) = ((r + 1) % 3, (r + 2) % 3);
+        let big = c.device().alloc_from(&payload(r, next)).unwrap();
+        let got = if r == 0 { big.clone() } else { c.device().alloc::<i32>(N).unwrap() };
+        let small = c.device().alloc_from(&[r as f32 + 0.5; 3]).unwrap();
+        let small_got = c.device().alloc::<f32>(3).unwrap();
+        let own = c.device().alloc_from(&[r as i64 * 7 - 1; 5]).unwrap();
+        let own_got = c.device().alloc::<i64>(5).unwrap();
+        group(|| {
+            c.send(&big, N, next, &s)?;
+            c.send(&small, 3, next, &s)?;
+            c.recv(&own_got, 5, r, &s)?;
+            c.recv(&got, N, prev, &s)?;
+            c.recv(&small_got, 3, prev, &s)?;
+            c.send(&own, 5, r, &s)
+        })
+        .unwrap();
+        s.synchronize().unwrap();
+        (got.to_vec(), small_got.to_vec(), own_got.to_vec())
+    });
+    for (r, (got, small, own)) in out.into_iter().enumerate() {
+        let prev = (r + 2) % 3;
+        assert!(got == payload(prev, r), "rank {r}: wrong data from rank {prev}");
+        assert_eq!(small, vec![prev as f32 + 0.5; 3], "rank {r}");
+        assert_eq!(own, vec![r as i64 * 7 - 1; 5], "rank {r}");
+    }
 }
 
 #[test]

@@ -65,6 +65,10 @@ pub const SYM_FLAGS_WORDS: usize = SYM_CHANNELS * SYM_LINE
     + 2 * (SYM_EAGER_HEADER + SYM_EAGER_BYTES / 8)
     + SYM_MAX_RANKS * 2 * SYM_P2P_EAGER_BYTES / 8;
 
+/// The most transfers of a point-to-point batch over the FIFOs (`JC_P2P_BATCH_MAX`: the
+/// host kernel keeps two words of each on its stack); a larger one runs in rounds.
+pub const P2P_BATCH_MAX: usize = 128;
+
 /// One end of a connector (`struct jc_conn`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -215,6 +219,7 @@ pub(crate) struct AbiSizes {
     pub status: usize,
     pub args: usize,
     pub sym_flags_words: usize,
+    pub p2p_batch_max: usize,
 }
 
 impl AbiSizes {
@@ -225,6 +230,7 @@ impl AbiSizes {
             status: size_of::<Status>(),
             args: size_of::<Args>(),
             sym_flags_words: SYM_FLAGS_WORDS,
+            p2p_batch_max: P2P_BATCH_MAX,
         }
     }
 }

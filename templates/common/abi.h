@@ -48,6 +48,9 @@
 #define JC_SYM_P2P_EAGER (JC_SYM_EAGER + 2 * JC_SYM_EAGER_HALF)
 #define JC_SYM_P2P_EAGER_BYTES 2048
 #define JC_SYM_FLAGS_WORDS (JC_SYM_P2P_EAGER + JC_SYM_MAX_RANKS * 2 * JC_SYM_P2P_EAGER_BYTES / 8)
+/* The most transfers of a point-to-point batch over the FIFOs (templates/algo/sendrecv_ring.h);
+   larger ones run in rounds. */
+#define JC_P2P_BATCH_MAX 128
 
 /* One end of a connector. The FIFO lives with the receiver and the sender writes into it
    (same process, or shared memory), and head/tail/sizes are the same counters at both

@@ -3,6 +3,7 @@
 //! (identically on every rank), look the kernel up (compiling it once), build the launch
 //! arguments and queue the launch on the caller's stream.
 
+mod batch;
 mod checks;
 mod p2p;
 mod plan;
@@ -110,6 +111,8 @@ pub(crate) struct Ready {
     ops: Option<Arc<p2p::Ops>>,
     /// Bytes per element of the call's type where its kernel counts bytes, else 1.
     scale: usize,
+    /// The channels the launch runs (`choice.nchannels` split its data; see `batch::busy`).
+    ctas: usize,
 }
 
 /// One checked operation, ready to be tuned and launched.
@@ -291,13 +294,20 @@ impl Rank {
         (shape, ranges)
     }
 
-    /// Whether `call` runs as its point-to-point rounds (`Call::rounds`): a collective whose
-    /// ring is rounds, where its buffers are not all registered or the tuner picks the
-    /// rounds. Every rank decides alike, as for every choice.
+    /// Whether `call` runs as its point-to-point rounds (`Call::rounds`), one launch each:
+    /// where it takes its point-to-point form (`p2p_form`) and no single launch carries that
+    /// (a direct one, or a batch over the FIFOs: `batch`).
     pub(crate) fn in_rounds(&self, call: &Call) -> Result<bool> {
         if call.batch {
-            return Ok(!self.p2p_direct(call));
+            return Ok(!self.p2p_direct(call) && self.fifo_batch(call, false).is_none());
         }
+        Ok(self.p2p_form(call)? && self.fifo_batch(call, false).is_none())
+    }
+
+    /// Whether a collective whose ring is point-to-point rounds (AlltoAll, Gather, Scatter)
+    /// takes that form: where its buffers are not all registered or the tuner picks it over
+    /// the direct kernel. Every rank decides alike, as for every choice.
+    fn p2p_form(&self, call: &Call) -> Result<bool> {
         if !call.coll.in_rounds() || call.count == 0 {
             return Ok(false);
         }
@@ -318,16 +328,23 @@ impl Rank {
             return Ok(None);
         }
         let (mut shape, mut ranges) = self.shape(call);
-        let ops = self.p2p_table(call)?.map(Arc::new);
+        let mut ops = self.p2p_table(call)?.map(Arc::new);
         if ops.is_some() {
             shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct: true, ..shape };
             ranges = None;
-        } else if call.batch {
-            return Err(Error::InvalidUsage(format!(
-                "{} on rank {}: a buffer was deregistered while the call was made",
-                call.coll.name(),
-                self.group.rank
-            )));
+        } else if call.batch || self.p2p_form(call)? {
+            // Not in rounds (`in_rounds`): a batch over the FIFOs, unless a buffer of a direct
+            // one went in between.
+            let Some(batch) = self.fifo_batch(call, true) else {
+                return Err(Error::InvalidUsage(format!(
+                    "{} on rank {}: a buffer was deregistered while the call was made",
+                    call.coll.name(),
+                    self.group.rank
+                )));
+            };
+            ops = Some(Arc::new(batch));
+            shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct: false, ..shape };
+            ranges = None;
         }
         let (choice, kernel) = self.plan(shape)?;
         let rank = self.group.rank;
@@ -344,7 +361,15 @@ impl Rank {
         };
         // A kernel of bytes counts bytes (see `shape`).
         let scale = if shape.dtype == DataType::U8 { call.dtype.size() } else { 1 };
-        Ok(Some(Ready { choice, kernel, direct, ops, scale }))
+        let (chunk, nch) = (choice.chunk_elems, choice.nchannels);
+        let ctas = match (shape.coll, choice.algo.is_direct() || self.device.is_cuda(), &ops) {
+            (Collective::SendRecv, false, Some(batch)) => batch::busy(batch, chunk, nch),
+            (Collective::SendRecv, false, None) => {
+                batch::channels_used((call.count.max(call.recv_count) * scale) as u64, chunk, nch)
+            }
+            _ => nch,
+        };
+        Ok(Some(Ready { choice, kernel, direct, ops, scale, ctas }))
     }
 
     /// Writes the launch of a prepared `call` of `comm` (the communicator, which the launch
@@ -357,7 +382,7 @@ impl Rank {
         &self, dst: &mut Option<Launch>, comm: Arc<dyn Send + Sync>, call: &mut Call, ready: &mut Ready,
     ) {
         let (choice, kernel, direct, ops) = (ready.choice, ready.kernel, ready.direct.take(), ready.ops.take());
-        let scale = ready.scale;
+        let (scale, ctas) = (ready.scale, ready.ctas);
         let (b, Group { rank, nranks }) = (&self.base, self.group);
         let region = |r: Option<&Arc<crate::registry::Region>>, at: usize| {
             r.map_or((std::ptr::null(), 0, 0), |r| (r.kernel_bases(), r.id, (at - r.range.start) as u64))
@@ -419,7 +444,7 @@ impl Rank {
         let name = call.coll.name();
         *dst = Some(Launch {
             owner: self.exec.as_owner(),
-            call: KernelCall { kernel, args, nchannels: choice.nchannels, proto: choice.proto, name },
+            call: KernelCall { kernel, args, nchannels: ctas, proto: choice.proto, name },
             // A direct point-to-point table holds its buffers.
             _keep: match ops {
                 Some(o) => [Some(o), None],

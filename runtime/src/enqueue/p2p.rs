@@ -15,13 +15,21 @@ use super::{checks, Call, Rank};
 use crate::error::{invalid, Result};
 use crate::registry::{Keep, Region};
 
-/// The table a direct point-to-point launch reads, and what keeps its memory alive.
+/// The table a point-to-point launch reads (direct, or a batch over the FIFOs), and what
+/// keeps its memory alive.
 pub(crate) struct Ops {
     pub words: Vec<u64>,
     /// Every rank's flags area.
     pub flags: *const *mut u64,
     _keep: Vec<Keep>,
     _regions: Vec<Arc<Region>>,
+}
+
+impl Ops {
+    /// A batch over the FIFOs' table (`batch`): no flags areas, no regions.
+    pub(super) fn fifo(words: Vec<u64>, keep: Vec<Keep>) -> Ops {
+        Ops { words, flags: std::ptr::null(), _keep: keep, _regions: Vec::new() }
+    }
 }
 
 // SAFETY: the pointers in `words` and `flags` lead into memory `_keep`, `_regions` and the

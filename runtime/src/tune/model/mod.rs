@@ -448,7 +448,9 @@ pub fn time(
             (2 * (n - nodes), 2 * (nodes - 1), (n - 1) as f64 / n as f64)
         }
     };
-    // Rounds pay a launch each.
+    // Rounds pay a launch each. (On the host they run as one batch launch whose exchanges
+    // overlap, `enqueue::batch`: this overstates them there, which only ever favours the
+    // direct kernel on registered buffers of one host.)
     let launches = if coll.in_rounds() && !algo.is_direct() { n } else { 1 };
     let hop = |lat: f64, proto_lat: f64| lat * k.hop_factor[a] * proto_lat;
     // Collectives that only move data gained nothing from LL128's shorter hop (ring
