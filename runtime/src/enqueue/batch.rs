@@ -31,9 +31,9 @@ struct Transfer {
 }
 
 impl Rank {
-    /// Whether `call`'s rounds (see `Call::rounds`, `Call::batch`) run as one batch launch
-    /// over the FIFOs: its table where `build`, else an empty one, only to say so.
-    pub(super) fn fifo_batch(&self, call: &Call, build: bool) -> Option<Ops> {
+    /// `call`'s rounds (see `Call::rounds`, `Call::batch`) as one batch launch over the
+    /// FIFOs, where one can run them (see the module comment).
+    pub(super) fn fifo_batch(&self, call: &Call) -> Option<Ops> {
         if self.device.is_cuda() || call.internal || call.rounds.is_empty() || self.wire_of(call) != Wire::Exact {
             return None;
         }
@@ -52,9 +52,6 @@ impl Rank {
         }
         if recvs.iter().any(|r| sends.iter().any(|s| checks::overlap(&r.bytes, &s.bytes))) {
             return None;
-        }
-        if !build {
-            return Some(Ops::fifo(Vec::new(), Vec::new()));
         }
         let keep = call.rounds.iter().flat_map(|c| c.keep.iter().flatten().cloned()).collect();
         Some(Ops::fifo(table(self.group.rank, self.group.nranks, &sends, &recvs), keep))

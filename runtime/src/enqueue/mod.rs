@@ -115,6 +115,17 @@ pub(crate) struct Ready {
     ctas: usize,
 }
 
+/// How a call runs (`Rank::form`).
+pub(crate) enum Form {
+    /// One launch of its collective's kernel.
+    Whole,
+    /// One point-to-point launch on a table of transfers: direct (true: `p2p`), or over the
+    /// FIFOs (false: `batch`).
+    Table(Arc<p2p::Ops>, bool),
+    /// Its point-to-point rounds (`Call::rounds`), a launch each.
+    Rounds,
+}
+
 /// One checked operation, ready to be tuned and launched.
 pub(crate) struct Call {
     pub coll: Collective,
@@ -138,7 +149,7 @@ pub(crate) struct Call {
     /// whatever JITCCL_ALGO / JITCCL_PROTO say.
     pub internal: bool,
     /// AlltoAll, Gather, Scatter: the same call as point-to-point transfers, launched in
-    /// its place where the direct algorithm does not run it (see `Rank::in_rounds`).
+    /// its place where the direct algorithm does not run it (see `Rank::form`).
     pub rounds: Vec<Call>,
     /// `rounds` are a batch of transfers (AlltoAllv's, a group's sends and receives) that
     /// run as one direct point-to-point launch where they can (`p2p`), else one by one.
@@ -294,14 +305,22 @@ impl Rank {
         (shape, ranges)
     }
 
-    /// Whether `call` runs as its point-to-point rounds (`Call::rounds`), one launch each:
-    /// where it takes its point-to-point form (`p2p_form`) and no single launch carries that
-    /// (a direct one, or a batch over the FIFOs: `batch`).
-    pub(crate) fn in_rounds(&self, call: &Call) -> Result<bool> {
-        if call.batch {
-            return Ok(!self.p2p_direct(call) && self.fifo_batch(call, false).is_none());
+    /// How `call` runs, decided once (see [`Form`]). A point-to-point launch runs direct
+    /// where it can (`p2p`), else, on the host, as one batch over the FIFOs (`batch`); a
+    /// collective whose ring is point-to-point rounds takes that form where `p2p_form`
+    /// says so.
+    pub(crate) fn form(&self, call: &Call) -> Result<Form> {
+        if call.batch || call.coll == Collective::SendRecv {
+            if let Some(table) = self.p2p_table(call)? {
+                return Ok(Form::Table(Arc::new(table), true));
+            }
+            if !call.batch {
+                return Ok(Form::Whole);
+            }
+        } else if !self.p2p_form(call)? {
+            return Ok(Form::Whole);
         }
-        Ok(self.p2p_form(call)? && self.fifo_batch(call, false).is_none())
+        Ok(self.fifo_batch(call).map_or(Form::Rounds, |t| Form::Table(Arc::new(t), false)))
     }
 
     /// Whether a collective whose ring is point-to-point rounds (AlltoAll, Gather, Scatter)
@@ -319,33 +338,24 @@ impl Rank {
         Ok(!choice.algo.is_direct())
     }
 
-    /// Tunes `call` and finds (compiling if need be) its kernel: everything about its launch
-    /// that can fail. `None` when it moves nothing. Nothing is queued yet, so a group can
-    /// compile every launch before it queues any.
-    pub(crate) fn prepare(&self, call: &Call, stream: &Stream) -> Result<Option<Ready>> {
+    /// Tunes `call`, which runs as `form` (not `Form::Rounds`), and finds (compiling if need
+    /// be) its kernel: everything about its launch that can fail. `None` when it moves
+    /// nothing. Nothing is queued yet, so a group can compile every launch before it queues
+    /// any.
+    pub(crate) fn prepare(&self, call: &Call, form: Form, stream: &Stream) -> Result<Option<Ready>> {
         precheck(call, &self.device, stream)?;
         if call.count == 0 && call.recv_count == 0 {
             return Ok(None);
         }
         let (mut shape, mut ranges) = self.shape(call);
-        let mut ops = self.p2p_table(call)?.map(Arc::new);
-        if ops.is_some() {
-            shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct: true, ..shape };
-            ranges = None;
-        } else if call.batch || self.p2p_form(call)? {
-            // Not in rounds (`in_rounds`): a batch over the FIFOs, unless a buffer of a direct
-            // one went in between.
-            let Some(batch) = self.fifo_batch(call, true) else {
-                return Err(Error::InvalidUsage(format!(
-                    "{} on rank {}: a buffer was deregistered while the call was made",
-                    call.coll.name(),
-                    self.group.rank
-                )));
-            };
-            ops = Some(Arc::new(batch));
-            shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct: false, ..shape };
-            ranges = None;
-        }
+        let ops = match form {
+            Form::Table(table, direct) => {
+                shape = Shape { coll: Collective::SendRecv, dtype: DataType::U8, direct, ..shape };
+                ranges = None;
+                Some(table)
+            }
+            _ => None,
+        };
         let (choice, kernel) = self.plan(shape)?;
         let rank = self.group.rank;
         tracing::trace!("rank {rank}: enqueue {} {choice:?} x {} elements", call.coll.name(), call.count);

@@ -72,17 +72,11 @@ const RECV: u64 = 1 << 32;
 const EAGER_OK: u64 = 2 << 32;
 
 impl Rank {
-    /// Whether `call` runs as one direct point-to-point launch (see the module comment): a
-    /// SendRecv, or a batch whose overrides (`call.coll`'s) allow direct.
-    pub(super) fn p2p_direct(&self, call: &Call) -> bool {
-        self.p2p_ops(call, false).is_some()
-    }
-
     /// The table of `call` if it runs direct, or InvalidArgument where a receive of a step
     /// overlaps a send of it: a peer may still be reading what the receive overwrites (the
     /// FIFOs move such an in-place exchange chunk by chunk; NCCL leaves it undefined).
     pub(super) fn p2p_table(&self, call: &Call) -> Result<Option<Ops>> {
-        let Some(ops) = self.p2p_ops(call, true) else { return Ok(None) };
+        let Some(ops) = self.p2p_ops(call) else { return Ok(None) };
         let all = || ops.words[2..].chunks(OP).take(ops.words[0] as usize).filter(|o| o[2] > 0);
         let range = |o: &[u64]| o[3] as usize..(o[3] + o[2]) as usize;
         for a in all().filter(|o| o[1] & RECV != 0) {
@@ -99,8 +93,9 @@ impl Rank {
         Ok(Some(ops))
     }
 
-    /// The table of `call` if it runs direct (`build`; else an empty one, only to say so).
-    fn p2p_ops(&self, call: &Call, build: bool) -> Option<Ops> {
+    /// The table of `call` if it runs direct: a SendRecv, or a batch whose overrides
+    /// (`call.coll`'s) allow direct (see the module comment).
+    fn p2p_ops(&self, call: &Call) -> Option<Ops> {
         let p2p = call.batch || call.coll == Collective::SendRecv;
         // A wire format is encoded in the FIFOs' steps: the receiver's copy moves raw bytes.
         let wired = self.wire_of(call) != Wire::Exact;
@@ -125,9 +120,6 @@ impl Rank {
                 let Some(peer) = peer.filter(|_| empty || count > 0) else { continue };
                 let bytes = count * size;
                 let region = self.sym.region_of(&(at..at + bytes))?;
-                if !build {
-                    continue;
-                }
                 let steps = if side == 0 { &mut sent } else { &mut got };
                 let step = steps[peer];
                 steps[peer] += 1;
@@ -149,9 +141,6 @@ impl Rank {
                 ops.push([step, peer as u64 | kind, bytes as u64, at as u64, region.id, off]);
                 keep.extend(c.keep[side].clone());
             }
-        }
-        if !build {
-            return Some(Ops { words: Vec::new(), flags, _keep: keep, _regions: Vec::new() });
         }
         ops.sort_by_key(|o| o[0]);
         let regions = self.sym.regions();

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{Call, Rank};
+use super::{Call, Form, Rank};
 use crate::error::Result;
 use crate::stream::{Launch, Stream};
 
@@ -16,14 +16,15 @@ impl Rank {
     pub(crate) fn launch<C: Send + Sync + 'static>(
         &self, comm: &Arc<C>, call: &mut Call, stream: &Stream,
     ) -> Result<()> {
-        if self.in_rounds(call)? {
+        let form = self.form(call)?;
+        if let Form::Rounds = form {
             let launches = self.prepare_all(comm, std::mem::take(&mut call.rounds), stream)?;
             return self.enqueue_all(launches, stream);
         }
         // Counted for finalize from here until the launch has run; a call that queues
         // nothing (an error, or nothing to move) is uncounted now.
         self.exec.queue(call.coll.name())?;
-        match self.prepare(call, stream) {
+        match self.prepare(call, form, stream) {
             // A CUDA stream's launch is queued on the GPU now, and its error returned.
             Ok(Some(mut ready)) if stream.launches_now() => {
                 let mut launch = None;
@@ -56,11 +57,12 @@ impl Rank {
     fn prepare_into<C: Send + Sync + 'static>(
         &self, comm: &Arc<C>, mut call: Call, stream: &Stream, out: &mut Vec<Launch>,
     ) -> Result<()> {
-        if self.in_rounds(&call)? {
+        let form = self.form(&call)?;
+        if let Form::Rounds = form {
             let rounds = std::mem::take(&mut call.rounds);
             return rounds.into_iter().try_for_each(|c| self.prepare_into(comm, c, stream, out));
         }
-        if let Some(mut ready) = self.prepare(&call, stream)? {
+        if let Some(mut ready) = self.prepare(&call, form, stream)? {
             let mut launch = None;
             self.launch_into(&mut launch, comm.clone(), &mut call, &mut ready);
             out.extend(launch);
