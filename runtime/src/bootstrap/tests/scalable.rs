@@ -87,7 +87,8 @@ fn bad_id_lists_fail_at_once() {
 /// Rank 1 is given the ids in the other order: the root it reaches sees hellos that
 /// disagree and fails every rank that reached it with `IdsMismatch` (unless that root has
 /// already served its block and gone: then rank 1 times out); the other root misses rank 1
-/// and says so at its deadline. Every rank fails, some error names rank 1 or the
+/// and says so at its deadline, unless (on a loaded machine) a rank's ring accept gives up
+/// on rank 1 first and says so. Every rank fails, some error names rank 1 or the
 /// disagreement, and nobody hangs.
 #[test]
 fn ranks_with_other_ids_fail_naming_the_rank() {
@@ -100,7 +101,9 @@ fn ranks_with_other_ids_fail_naming_the_rank() {
         |_| (),
     );
     let errors: Vec<String> = results.into_iter().map(|r| r.unwrap_err().to_string()).collect();
-    let named = |e: &String| e.contains("(ids disagree)") || e.contains("rank(s) 1 of 4 never connected");
+    let named = |e: &String| {
+        e.contains("(ids disagree)") || e.contains("rank(s) 1 of 4 never connected") || e.contains("waiting for rank 1")
+    };
     assert!(errors.iter().any(named), "{errors:?}");
     assert!(t0.elapsed() < Duration::from_secs(12), "{:?}", t0.elapsed());
 }
