@@ -2,14 +2,15 @@
 //! its batch): on the host, an AlltoAll(v), Gather, Scatter or a group's sends and receives
 //! that no direct launch carries (over the network, or on buffers that are not
 //! addressable) moves every transfer as its peer allows, instead of one round after
-//! another, each a round trip over a network.
+//! another, each a round trip over a network. Also how many channels a point-to-point
+//! launch over the FIFOs runs: those its transfers reach.
 //!
 //! A rank decides from its own call alone: every transfer's steps are those of the SendRecv
-//! its round would launch (a kernel of bytes on every channel, its bytes as its tag), so a
-//! peer that runs the same transfers in rounds pairs with it. The
-//! rounds remain where a batch cannot run: on GPUs (the table is host memory), in a wire
-//! format (encoded per round), past `P2P_BATCH_MAX` transfers, or where a receive lands on
-//! a send of the call (an exchange in place, which the rounds move chunk by chunk).
+//! its round would launch (a kernel of bytes, the same split over the channels, its bytes
+//! as its tag), so a peer that runs the same transfers in rounds pairs with it. The rounds
+//! remain where a batch cannot run: on GPUs (the table is host memory), in a wire format
+//! (encoded per round), past `P2P_BATCH_MAX` transfers, or where a receive lands on a send
+//! of the call (an exchange in place, which the rounds move chunk by chunk).
 
 use std::ops::Range;
 
