@@ -152,7 +152,8 @@ pub(crate) struct Call {
     /// its place where the direct algorithm does not run it (see `Rank::form`).
     pub rounds: Vec<Call>,
     /// `rounds` are a batch of transfers (AlltoAllv's, a group's sends and receives) that
-    /// run as one direct point-to-point launch where they can (`p2p`), else one by one.
+    /// run as one direct point-to-point launch where they can (`p2p`), else as one launch
+    /// over the FIFOs (`batch`) where that can, else one by one.
     pub batch: bool,
     /// The wire format asked for (`Call::wired`), or `None`: the communicator's default
     /// where it fits.
@@ -455,7 +456,7 @@ impl Rank {
         *dst = Some(Launch {
             owner: self.exec.as_owner(),
             call: KernelCall { kernel, args, nchannels: ctas, proto: choice.proto, name },
-            // A direct point-to-point table holds its buffers.
+            // A point-to-point table holds its buffers.
             _keep: match ops {
                 Some(o) => [Some(o), None],
                 None => std::mem::take(&mut call.keep),
