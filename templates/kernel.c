@@ -68,6 +68,8 @@ static JC_DEVICE void jc_ctx_init(struct jc_ctx* x, const struct jc_args* args, 
   x->chan = chan;
   x->scalar = jc_scalar(args);
   x->wait_start = 0;
+  x->refs = 0;
+  x->ref_input = 0;
 #ifdef JC_P2P
   x->tag_send = jc_call_tag(args->count * sizeof(T), 0);
   x->tag_recv = jc_call_tag(args->recv_count * sizeof(T), 0);
@@ -111,5 +113,6 @@ __attribute__((visibility("default"))) int {{ symbol }}(const struct jc_args* ar
   jc_progress_enter(args->progress, args->progress_ctx);
   jc_ctx_init(&x, args, chan);
   if (!jc_specialized_for(&x)) return JC_ERR_SPECIALIZED;
-  return jc_run(&x);
+  int e = jc_run(&x);
+  return e ? e : jc_settle(&x);
 }{% endif %}

@@ -92,3 +92,41 @@ fn an_abort_propagates_over_the_network() {
         assert!(matches!(e, Error::PeerFailed { rank: 0, culprit: 1, .. }), "{e}");
     });
 }
+
+/// A large Broadcast passes its steps by reference (the proxy writes them from the caller's
+/// buffer). When it fails (its receiver never calls), the caller has its buffer back and
+/// overwrites it; the peer's call then fails too, naming rank 0, and every element that
+/// reached it is one the call sent. (That the proxy copies what it still holds before the
+/// call returns is checked where it lives, `transport::net::proxy`.)
+#[test]
+fn a_failed_call_leaves_its_buffer_to_the_caller() {
+    over_net("a_failed_call_leaves_its_buffer_to_the_caller", || {
+        // One socket a connector: the steps still queued when the call failed come before
+        // the fault frame.
+        let id = UniqueId::new().unwrap();
+        let config =
+            Config { nchannels: Some(1), nsocks: Some(1), timeout: Some(Duration::from_secs(2)), ..Config::default() };
+        let comms: Vec<Comm> = std::thread::scope(|s| {
+            let (id, config) = (&id, &config);
+            let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Comm::init_rank(id, 2, r, config))).collect();
+            hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+        });
+        let streams: Vec<_> = comms.iter().map(|c| c.device().stream().unwrap()).collect();
+        let n = 16 << 20;
+        let sent: Vec<i32> = (1..=n as i32).collect();
+        let bufs =
+            [comms[0].device().alloc_from(&sent).unwrap(), comms[1].device().alloc_from(&vec![0i32; n]).unwrap()];
+        comms[0].broadcast(&bufs[0], &bufs[0], n, 0, &streams[0]).unwrap();
+        let e = streams[0].synchronize().unwrap_err();
+        assert!(matches!(e, Error::Timeout { rank: 0, peer: 1, .. }), "{e}");
+        bufs[0].copy_from_host(&vec![-1i32; n]).unwrap();
+        comms[1].broadcast(&bufs[1], &bufs[1], n, 0, &streams[1]).unwrap();
+        let e = streams[1].synchronize().unwrap_err();
+        assert!(matches!(e, Error::PeerFailed { rank: 1, peer: 0, .. }), "{e}");
+        let got = bufs[1].to_vec();
+        let arrived = got.iter().filter(|&&v| v != 0).count();
+        assert!(arrived > 0, "nothing arrived before the fault");
+        let wrong = got.iter().zip(&sent).filter(|&(&g, &s)| g != 0 && g != s).count();
+        assert_eq!(wrong, 0, "{wrong} of {arrived} elements that arrived are not what the call sent");
+    });
+}

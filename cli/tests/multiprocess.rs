@@ -90,6 +90,54 @@ fn every_collective_and_protocol_over_several_sockets_per_connection() {
     );
 }
 
+/// Over the network, large steps that only move bytes go from and into the callers' buffers
+/// (sent by reference, landed): every collective that moves them, at 2 and 3 ranks, several
+/// sockets per connection, in place and out of place, checked on every rank, and each
+/// rank's proxy says it wrote and read most of its steps there.
+#[test]
+fn large_moves_over_the_network_pass_through_the_callers_buffers() {
+    let runs: &[(&str, &str, &str, &str)] = &[
+        ("all_gather", "3", "float", "1"),
+        ("broadcast", "2", "int8", "2"),
+        ("all_reduce", "3", "bfloat16", "1"),
+        ("sendrecv", "3", "double", "1"),
+        ("all_to_all", "2", "int32", "2"),
+        ("gather", "3", "uint8", "1"),
+    ];
+    let mut failures = Vec::new();
+    for (coll, n, dtype, nsocks) in runs {
+        let args = ["perf", coll, "-N", n, "-b", "100000", "-e", "3M", "-f", "5", "-d", dtype, "-w", "1", "-n", "2"];
+        let env = [
+            ("JITCCL_TRANSPORT", "net"),
+            ("JITCCL_NSOCKS_PERTHREAD", nsocks),
+            ("JITCCL_NCHANNELS", "2"),
+            ("JITCCL_DEBUG", "INFO"),
+            ("JITCCL_TIMEOUT", "60"),
+        ];
+        let out = jitccl(&args, &env);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        // "wrote W of S steps from the callers' buffers, and read R of S' into them"
+        let counts: Vec<Vec<u64>> = stderr
+            .lines()
+            .filter(|l| l.contains("the net proxy wrote"))
+            .map(|l| {
+                let tail = &l[l.find("wrote").unwrap()..];
+                tail.split(|c: char| !c.is_ascii_digit())
+                    .filter(|w| !w.is_empty())
+                    .map(|w| w.parse().unwrap())
+                    .collect()
+            })
+            .collect();
+        let by_ref = counts.len() == n.parse::<usize>().unwrap()
+            && counts.iter().map(|c| c[0]).sum::<u64>() > 0
+            && counts.iter().map(|c| c[2]).sum::<u64>() > 0;
+        if !(out.status.success() && stdout.contains("# Out of bounds values : 0 OK") && by_ref) {
+            failures.push(format!("{coll} n={n} {dtype}: counts {counts:?}\n{stdout}\n{stderr}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
 #[test]
 fn a_bad_socket_count_is_refused_naming_the_variable() {
     for bad in ["0", "17", "x"] {

@@ -24,6 +24,18 @@ pub const WAIT_BARRIER: i32 = 3;
 /// bit 56; between them the sending call's tag, which only kernels read.
 pub const SIZE_BYTES_MASK: u64 = 0xffff_ffff;
 pub const SIZE_PROTO_SHIFT: u32 = 56;
+/// Over the built-in sockets (`Conn::proxied`), a size word's mark (`JC_SIZE_REF`): the
+/// sender's step passes by reference (its slot holds the address of its bytes), or the
+/// receiver's landed where the kernel's landing line said. The network never carries it.
+pub const SIZE_REF: u64 = 1 << 60;
+/// The fewest bytes of a step that passes by reference (`JC_REF_MIN`).
+pub const REF_MIN: usize = 65536;
+/// A proxied receiver's landing line (`JC_LAND_*`, `Conn::lands`): the address the step the
+/// kernel waits for may land at (with the step's low bits from `LAND_TAG_SHIFT`; 0 when
+/// none), and the size word it expects there.
+pub const LAND_AT: usize = 0;
+pub const LAND_WANT: usize = 1;
+pub const LAND_TAG_SHIFT: u32 = 48;
 /// The word of a 16-word LL128 line that holds its flag, for GPU (`cuda`) or host kernels
 /// (`JC_LL128_FLAG` of `prims/<target>/ll128.h`, asserted by every LL128 kernel); what else
 /// writes a line (the net proxy) stores it after the other 15. On the host it ends the
@@ -77,9 +89,14 @@ pub struct Conn {
     pub head: *mut u64,
     pub tail: *mut u64,
     pub sizes: *mut u64,
+    /// Receiver over the built-in sockets: its landing line (`LAND_*`).
+    pub lands: *mut u64,
     pub slot_bytes: [u64; NPROTOS],
     pub step: u64,
     pub credit: u64,
+    /// Sender over the built-in sockets: the head its kernel waits for before it returns
+    /// (the steps it passed by reference written out).
+    pub refs: u64,
     pub peer: i32,
     /// CUDA: 1 when the peer's kernels run on the same GPU in this process, so that
     /// GPU-scope fences order the FIFO for it (a system-scope one costs microseconds).
@@ -88,7 +105,9 @@ pub struct Conn {
     /// a wired kernel's partial sums cross to it as fp32 and only hops through the network
     /// encode them (`templates/prims/host/wire.h`).
     pub wire_plain: i32,
-    pub pad: i32,
+    /// 1 when the host's proxy moves the steps over the built-in sockets: large steps that
+    /// only move bytes pass by reference (`SIZE_REF`, `templates/prims/host/simple.h`).
+    pub proxied: i32,
 }
 
 impl Default for Conn {
@@ -98,13 +117,15 @@ impl Default for Conn {
             head: std::ptr::null_mut(),
             tail: std::ptr::null_mut(),
             sizes: std::ptr::null_mut(),
+            lands: std::ptr::null_mut(),
             slot_bytes: [0; NPROTOS],
             step: 0,
             credit: 0,
+            refs: 0,
             peer: -1,
             same_gpu: 0,
             wire_plain: 0,
-            pad: 0,
+            proxied: 0,
         }
     }
 }

@@ -8,6 +8,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   int n = JC_NRANKS(a), p = ch->ring_index;
   jc_u64 beg, end, cnt = a->count;
   jc_channel_range(cnt, x->chan, a->nchannels, &beg, &end);
+  x->ref_input = 1; /* in place, the input is this rank's final output */
   T* mine = out + (jc_u64)a->rank * cnt;
   if (n == 1) return jc_local_copy(x, in + beg, mine + beg, end - beg, 0, 0);
   for (jc_u64 off = beg; off < end; off += a->chunk_elems) {

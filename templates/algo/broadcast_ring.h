@@ -9,6 +9,7 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   int dist = jc_mod(ch->ring_index - jc_ring_pos(ch, n, a->root), n);
   jc_u64 beg, end;
   jc_channel_range(a->count, x->chan, a->nchannels, &beg, &end);
+  x->ref_input = 1; /* in place, the input is this rank's final output */
   if (n == 1) return jc_local_copy(x, in + beg, out + beg, end - beg, 0, 0);
   for (jc_u64 off = beg; off < end; off += a->chunk_elems) {
     jc_u64 len = jc_min(a->chunk_elems, end - off);

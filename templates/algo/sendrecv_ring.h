@@ -46,6 +46,7 @@ static JC_DEVICE int jc_run_batch(struct jc_ctx* x) {
   const struct jc_args* a = x->args;
   const jc_u64* ops = a->table + 2;
   int n = (int)a->table[0];
+  x->ref_input = 1; /* no receive of a batch lands on one of its sends */
   jc_u64 at[JC_P2P_BATCH_MAX], end[JC_P2P_BATCH_MAX];
   int left = 0;
   for (int i = 0; i < n; i++) {
@@ -72,11 +73,12 @@ static JC_DEVICE int jc_run_batch(struct jc_ctx* x) {
         JC_CHECK(jc_local_copy(x, (const T*)o[1] + at[i], (T*)o[3] + at[i], len, 0, 0));
       } else if (kind == JC_P2P_BATCH_RECV) {
         struct jc_conn* r = &a->peer_recv[q][x->chan];
+        x->tag_recv = jc_call_tag(o[2], 0);
         if (jc_load_acquire(r->tail) <= r->step) {
+          jc_land(x, r, (T*)o[1] + at[i], len);
           if (waiting < 0) waiting = q, waits_for = JC_WAIT_DATA;
           continue;
         }
-        x->tag_recv = jc_call_tag(o[2], 0);
         JC_CHECK(jc_recv(x, r, (T*)o[1] + at[i], len));
       } else {
         struct jc_conn* s = &a->peer_send[q][x->chan];
@@ -126,15 +128,19 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   jc_u64 sb = 0, se = 0, rb = 0, re = 0;
   if (s) jc_p2p_range(a, a->count, x->chan, &sb, &se);
   if (r) jc_p2p_range(a, a->recv_count, x->chan, &rb, &re);
+  /* Sends may pass by reference unless a receive lands on the send buffer (a shift in place). */
+  x->ref_input = !s || !r || !jc_lands_on_unsent(out, a->recv_count, in, 0, a->count);
   while (sb < se || rb < re) {
     int ready = JC_READY_SEND | JC_READY_RECV;
     jc_u64 rlen = jc_min(a->chunk_elems, re - rb);
     /* A receive must not overwrite what is still to be sent: the send goes first then, step
        for step, as the FIFOs' order promises. */
-    if (rb < re && jc_lands_on_unsent(out + rb, rlen, in, sb, se))
+    if (rb < re && jc_lands_on_unsent(out + rb, rlen, in, sb, se)) {
       ready = JC_READY_SEND;
-    else if (sb < se && rb < re)
-      JC_CHECK(jc_wait_either(x, s, r, &ready));
+    } else if (sb < se && rb < re) {
+{% if !cuda %}      jc_land(x, r, out + rb, rlen);
+{% endif %}      JC_CHECK(jc_wait_either(x, s, r, &ready));
+    }
     if (sb < se && (ready & JC_READY_SEND)) {
       jc_u64 len = jc_min(a->chunk_elems, se - sb);
       JC_CHECK(jc_send(x, s, in + sb, len, 0));

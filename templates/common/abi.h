@@ -19,6 +19,21 @@
 #define JC_SIZE_PROTO_SHIFT 56
 #define JC_TAG_MASK 0xffffffull
 #define JC_LL128_TAG_SHIFT 40
+/* Set in a size word over the built-in sockets (a connector's `proxied`): a sender's step
+   passes by reference, its slot holding the address of its bytes, which stay put until the
+   head passes it; a receiver's step landed where the kernel's landing said (JC_LAND_*). The
+   network never carries it. */
+#define JC_SIZE_REF (1ull << 60)
+/* Steps of at least JC_REF_MIN bytes that only move bytes pass by reference over the
+   built-in sockets (prims/host/simple.h): the copies through the FIFO cost more than the
+   end-of-call wait for the socket to take them. */
+#define JC_REF_MIN 65536
+/* A proxied receiver's landing line (jc_conn.lands): where the step the kernel waits for may
+   land (its address | its step's low bits << JC_LAND_TAG_SHIFT; 0 when none) and the size
+   word it expects there. */
+#define JC_LAND_AT 0
+#define JC_LAND_WANT 1
+#define JC_LAND_TAG_SHIFT 48
 
 /* What a failed wait was waiting for. */
 #define JC_WAIT_DATA 1  /* data from the peer (its tail / line flags) */
@@ -61,16 +76,20 @@ struct jc_conn {
   jc_u64* head;                   /* steps consumed by the receiver (the sender waits on it) */
   jc_u64* tail;                   /* steps posted by the sender (Simple's receiver waits on it) */
   jc_u64* sizes;                  /* size word of each of the JC_STEPS slots, written before tail */
+  jc_u64* lands;                  /* receiver, proxied: its landing line (JC_LAND_*) */
   jc_u64 slot_bytes[JC_NPROTOS];
   jc_u64 step;                    /* this end's step count; kept across launches */
   jc_u64 credit;                  /* sender: the head last read, so that a send with room
                                      does not fetch the receiver's counter line */
+  jc_u64 refs;                    /* sender, proxied: the head the kernel waits for before it
+                                     returns (its steps passed by reference written out) */
   jc_i32 peer;                    /* the rank at the other end, for error reports */
   jc_i32 same_gpu;                /* CUDA: 1 when the peer's kernels run on this GPU (in this
                                      process), so GPU-scope ordering reaches it */
   jc_i32 wire_plain;              /* ring: 1 when the peer shares this rank's memory, so that a
                                      wired kernel's partial sums cross as fp32 (prims' wire.h) */
-  jc_i32 pad;
+  jc_i32 proxied;                 /* 1 when the host's proxy moves the steps over the built-in
+                                     sockets: large moves pass by reference (JC_SIZE_REF) */
 };
 
 struct jc_channel {

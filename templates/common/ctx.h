@@ -9,6 +9,9 @@ struct jc_ctx {
   jc_u64 wait_start;              /* when the current wait started, 0 if not timing */
   jc_u64 tag_send, tag_recv;      /* the call's identity as its sends carry it and its
                                      receives expect it (jc_call_tag) */
+  int refs;                       /* host: a step went by reference (jc_settle waits for it) */
+  int ref_input;                  /* the call never writes its input, so that plain sends from
+                                     it may pass by reference (set by the algorithms that know) */
 };
 
 /* The identity of a call that every FIFO step carries (in its size word, in LL's header

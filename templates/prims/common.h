@@ -43,3 +43,29 @@ static JC_DEVICE JC_INLINE int jc_local_copy(struct jc_ctx* x, const T* src, T* 
   if (src == dst && !pre && !post) return JC_OK;
   return jc_generic(x, 0, 0, src, dst, n, pre, post);
 }
+{% if !cuda %}
+/* Before a host kernel returns: every step it sent by reference written out by the proxy
+   (the head passed it), for the caller may change its buffers once the call returns. A
+   peer that fails meanwhile ends the wait as any other. */
+static int jc_settle_conn(struct jc_ctx* x, struct jc_conn* c) {
+  if (c->refs <= c->credit) return JC_OK;
+  JC_CHECK(jc_wait_ge(x, c->head, c->refs, c->peer, JC_WAIT_SPACE));
+  c->credit = jc_load_acquire(c->head);
+  return JC_OK;
+}
+static int jc_settle(struct jc_ctx* x) {
+  if (!x->refs) return JC_OK;
+  const struct jc_args* a = x->args;
+  struct jc_channel* ch = &a->channels[x->chan];
+  JC_CHECK(jc_settle_conn(x, &ch->ring_send));
+  JC_CHECK(jc_settle_conn(x, &ch->tree_up_send));
+  for (int k = 0; k < JC_MAX_TREE_ARITY; k++) JC_CHECK(jc_settle_conn(x, &ch->tree_down_send[k]));
+  if (a->p2p_send) JC_CHECK(jc_settle_conn(x, &a->p2p_send[x->chan]));
+  for (int q = 0; a->peer_send && q < JC_NRANKS(a); q++) JC_CHECK(jc_settle_conn(x, &a->peer_send[q][x->chan]));
+  return JC_OK;
+}
+#ifndef JC_LANDS
+/* Only Simple steps land in the output (prims/host/simple.h). */
+#define jc_land(x, r, dst, n) ((void)0)
+#endif
+{% endif %}

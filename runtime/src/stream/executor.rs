@@ -161,6 +161,11 @@ impl Owner for Executor {
             // peers' kernels wait for this one.
             Err(e) => e,
         };
+        // The caller may reuse its buffers once the error is back: the proxy must not keep
+        // them, as it does for a step passed by reference until the socket takes it.
+        if let Some(a) = &self.net {
+            a.release_callers_buffers();
+        }
         self.failure.fail(&err);
         Err(err)
     }

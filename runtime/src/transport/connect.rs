@@ -39,6 +39,18 @@ pub(crate) struct RankConns {
 }
 
 impl RankConns {
+    /// Marks the connectors to the peers that the built-in sockets reach (`sockets[q]`) as
+    /// moved by the host's proxy (`Conn::proxied`): their large moves pass by reference.
+    pub fn mark_proxied(&mut self, sockets: &[bool]) {
+        let links: Vec<_> =
+            self.sends.iter().map(|&l| (Side::Send, l)).chain(self.recvs.iter().map(|&l| (Side::Recv, l))).collect();
+        for (side, link) in links.into_iter().filter(|(_, l)| sockets.get(l.peer).copied().unwrap_or(false)) {
+            if let Some(c) = self.end_mut(side, link) {
+                c.proxied = 1;
+            }
+        }
+    }
+
     /// The connector end on `side` of `link` (one of `sends` or `recvs`), to be changed
     /// before the tables go to the kernels.
     pub fn end_mut(&mut self, side: Side, link: Link) -> Option<&mut Conn> {

@@ -1,6 +1,7 @@
 //! The layout of a rank's receive segment: the failure board (one word per rank, see
 //! `fault`), then one FIFO per (channel, incoming edge), each FIFO the head and tail
-//! counters then every protocol's slots. Fixed slots per channel (ring,
+//! counters (the head's line also holding the receiver's landing line, used over the
+//! built-in sockets), then every protocol's slots. Fixed slots per channel (ring,
 //! tree parent, tree children, one per p2p sender) keep offsets independent of the graph,
 //! so a sender finds its FIFO in a peer's segment without asking. Unused FIFOs cost
 //! address space only: their pages are never touched.
@@ -13,6 +14,10 @@ use crate::fault::Board;
 
 /// Counters get a cache line each so sender and receiver do not false-share.
 const COUNTER_BYTES: usize = 128;
+/// The receiver's landing line, in the head's line, a 64-byte line away from the head: the
+/// receiving kernel writes both, the peer reads only the head, and only over the network
+/// (where the head's reader is the rank's own proxy) is the landing line used.
+const LANDS_AT: usize = 64;
 const PAGE: usize = 4096;
 
 /// Which FIFO of a receiver's segment, on a channel.
@@ -96,6 +101,8 @@ impl Layout {
             tail: unsafe { fifo.add(COUNTER_BYTES) } as *mut u64,
             // SAFETY: as above; the slot sizes share the tail's cache line.
             sizes: unsafe { fifo.add(COUNTER_BYTES + 8) } as *mut u64,
+            // SAFETY: as above.
+            lands: unsafe { fifo.add(LANDS_AT) } as *mut u64,
             peer: peer as i32,
             ..Conn::default()
         };

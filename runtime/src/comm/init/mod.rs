@@ -247,6 +247,11 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     }
     // Rank processes keep system-scope ordering, even on one GPU (another context).
     let mut conns = connect(&layout, rank, &bases, &recv, &graph, &[], &wire_plain(&cfg, &net))?;
+    // A host kernel's large moves to and from peers over the built-in sockets pass by
+    // reference: the proxy sends from and receives into the caller's buffers.
+    if network.is_none() && !device.is_cuda() {
+        conns.mark_proxied(&net);
+    }
     // Over a plugin, a GPU rank's connectors may keep their Simple slots in device memory
     // (the plan moves them in the kernels' tables), which the proxy registers as such.
     let mut routes = match &network {

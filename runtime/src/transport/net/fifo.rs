@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use jitccl_codegen::abi::{Conn, STEPS};
+use jitccl_codegen::abi::{Conn, LAND_AT, LAND_TAG_SHIFT, LAND_WANT, STEPS};
 
 use super::wire::split_size_word;
 
@@ -65,6 +65,40 @@ pub(super) unsafe fn store_flagged(fifo: &Conn, ll128_flag: usize, k: u64, word:
         _ => unreachable!("Simple steps are read into their slot directly"),
     }
     set_size(fifo, k, word);
+}
+
+/// Where the kernel waiting on `fifo` wants step `k`, whose size word is `word`, to land:
+/// the address it posted for exactly that step and word (`templates/prims/host/simple.h`'s
+/// `jc_land`), if any.
+pub(super) fn landing(fifo: &Conn, k: u64, word: u64) -> Option<*mut u8> {
+    if fifo.lands.is_null() {
+        return None;
+    }
+    // SAFETY: the landing line has LAND_* words; the kernel writes the word it expects
+    // before the address, with release order.
+    let (at, want) = unsafe {
+        (
+            atomic(fifo.lands.add(LAND_AT)).load(Ordering::Acquire),
+            atomic(fifo.lands.add(LAND_WANT)).load(Ordering::Relaxed),
+        )
+    };
+    let here = at & ((1 << LAND_TAG_SHIFT) - 1);
+    (here != 0 && at >> LAND_TAG_SHIFT == k & 0xffff && want == word).then_some(here as *mut u8)
+}
+
+/// Whether the kernel waiting on `fifo` posted where step `k` lands (whatever its word).
+pub(super) fn lands(fifo: &Conn, k: u64) -> bool {
+    // SAFETY: as in `landing`.
+    let at = if fifo.lands.is_null() { 0 } else { unsafe { atomic(fifo.lands.add(LAND_AT)).load(Ordering::Acquire) } };
+    at != 0 && at >> LAND_TAG_SHIFT == k & 0xffff
+}
+
+/// Forgets what the kernel posted on the landing line: its call has ended.
+pub(super) fn clear_landing(fifo: &Conn) {
+    if !fifo.lands.is_null() {
+        // SAFETY: as in `landing`.
+        unsafe { atomic(fifo.lands.add(LAND_AT)).store(0, Ordering::Release) };
+    }
 }
 
 /// Records step `k`'s size word, which the kernel reads after the tail.

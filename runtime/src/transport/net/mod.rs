@@ -6,8 +6,10 @@
 //! and counts the slot free locally as soon as it is copied out. The receiving proxy takes
 //! a step off its socket once its slot in the rank's own FIFO is free (TCP's flow control
 //! holds the sender back meanwhile), writes it there — LL lines as atomic 8-byte words,
-//! LL128 flags after their data — and posts the tail. Kernels see ordinary connectors and
-//! need no change; a host kernel drives the proxy's work itself while it waits (`proxy`).
+//! LL128 flags after their data — and posts the tail. Kernels see ordinary connectors; a
+//! host kernel drives the proxy's work itself while it waits (`proxy`), and passes its large
+//! moves by reference (`Conn::proxied`): the proxy sends them from the caller's buffer and
+//! receives them into it, sparing both FIFO copies.
 //!
 //! Each connector has `nsocks` TCP sockets (JITCCL_NSOCKS_PERTHREAD) that its steps are
 //! striped over. With the communicator's key, each socket first proves that it knows it

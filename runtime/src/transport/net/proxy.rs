@@ -130,6 +130,17 @@ impl Activity {
         }
     }
 
+    /// Takes back from the proxy every address in the callers' buffers that a failed
+    /// kernel's steps left it (steps passed by reference, a landing), before the call
+    /// returns its error and the caller may reuse those buffers.
+    pub(crate) fn release_callers_buffers(&self) {
+        if let Some(engine) = self.engine.get() {
+            // The proxy thread may hold the engine while it polls: woken, it lets go.
+            self.wake();
+            engine.lock().unwrap_or_else(|p| p.into_inner()).release();
+        }
+    }
+
     /// Stops the proxy: it drains what its kernels posted, then closes.
     pub(super) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -188,6 +199,9 @@ pub(super) trait Drive: Send {
     /// Every step this rank posted went out: an ending kernel leaves nothing to the proxy
     /// thread.
     fn settled(&self) -> bool;
+    /// Lets go of the callers' buffers that a failed kernel's steps pointed it to
+    /// (`Activity::release_callers_buffers`).
+    fn release(&mut self);
 }
 
 /// A kernel running on a rank with a proxy (see `Activity::kernel_running`).
@@ -378,6 +392,16 @@ impl Engine {
     /// (not at all after a failure: a failed communicator owes its peers nothing).
     fn close(&mut self, until: Instant) {
         let until = if self.failed { Instant::now() } else { until };
+        let sum = |f: &dyn Fn(&SendSide) -> u64| self.sends.iter().map(f).sum::<u64>();
+        let got = |f: &dyn Fn(&RecvSide) -> u64| self.recvs.iter().map(f).sum::<u64>();
+        tracing::info!(
+            "rank {}: the net proxy wrote {} of {} steps from the callers' buffers, and read {} of {} into them",
+            self.rank,
+            sum(&|s| s.by_ref),
+            sum(&|s| s.taken),
+            got(&|r| r.landed),
+            got(&|r| r.posted)
+        );
         let socks =
             self.sends.iter_mut().flat_map(|s| &mut s.socks).chain(self.recvs.iter_mut().flat_map(|r| &mut r.socks));
         linger(socks.map(|w| &mut w.stream), until);
@@ -392,6 +416,11 @@ impl Drive for Engine {
     /// Every posted step went out (see `SendSide::settled`): a stopping proxy may close.
     fn settled(&self) -> bool {
         self.sends.iter().all(SendSide::settled)
+    }
+
+    fn release(&mut self) {
+        self.sends.iter_mut().for_each(SendSide::release);
+        self.recvs.iter_mut().for_each(RecvSide::release);
     }
 }
 
@@ -567,10 +596,10 @@ pub(super) fn link_failed(rank: usize, dir: &str, link: Link, why: &str, busy: b
 mod tests {
     use std::net::{TcpListener, TcpStream};
 
-    use jitccl_codegen::abi::{ll128_flag_word, Conn, STEPS};
+    use jitccl_codegen::abi::{ll128_flag_word, Conn, LAND_AT, LAND_TAG_SHIFT, LAND_WANT, REF_MIN, SIZE_REF, STEPS};
 
     use super::super::fifo::{atomic, slot, slot_ptr};
-    use super::super::wire::{Opening, Wire};
+    use super::super::wire::{Opening, Wire, FRAME_HEADER};
     use super::*;
     use crate::auth::{JobKey, Tls};
     use crate::device::HostMemory;
@@ -589,19 +618,10 @@ mod tests {
         steps_cross(Some(Tls::new(&JobKey::from_secret("the proxy test's job key").unwrap()).unwrap()));
     }
 
-    fn steps_cross(tls: Option<Tls>) {
-        let layout = Layout {
-            nranks: 2,
-            nchannels: 1,
-            slot_bytes: [64 << 10, 8 << 10, 32 << 10],
-            ll128_flag: ll128_flag_word(false),
-        };
-        let (shadow, own) =
-            (HostMemory::zeroed(layout.segment_bytes()).unwrap(), HostMemory::zeroed(layout.segment_bytes()).unwrap());
-        let tx: Conn = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
-        let rx: Conn = layout.end(own.ptr(), 0, Edge::Ring, 0);
+    /// `n` connected sockets, in the clear or through TLS: the sending ends, the receiving ones.
+    fn sockets(n: usize, tls: Option<Tls>) -> (Vec<Wire>, Vec<Wire>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let (out, inc): (Vec<_>, Vec<_>) = (0..2)
+        (0..n)
             .map(|_| {
                 let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
                 let t = Duration::from_secs(30);
@@ -619,12 +639,48 @@ mod tests {
                 };
                 (Wire::new(out, t).unwrap(), Wire::new(inc, t).unwrap())
             })
-            .unzip();
-        let link = Link { peer: 1, chan: 0, edge: Edge::Ring };
-        let (t0, a0) = spawn(0, vec![SendSide::new(link, tx, out)], vec![], layout.board(shadow.ptr())).unwrap();
-        let rside = RecvSide::new(Link { peer: 0, ..link }, rx, layout.ll128_flag, inc);
-        let (t1, a1) = spawn(1, vec![], vec![rside], layout.board(own.ptr())).unwrap();
-        let (k0, k1) = (a0.kernel_running(), a1.kernel_running());
+            .unzip()
+    }
+
+    /// Two proxies over two sockets: rank 0's sends on `tx` (its shadow of rank 1's FIFO),
+    /// rank 1's receives on `rx` (its own).
+    struct Pair {
+        layout: Layout,
+        _memory: [HostMemory; 2],
+        tx: Conn,
+        rx: Conn,
+        threads: Vec<JoinHandle<()>>,
+        acts: [Arc<Activity>; 2],
+    }
+
+    impl Pair {
+        fn new(slot_bytes: [usize; 3], tls: Option<Tls>) -> Pair {
+            let layout = Layout { nranks: 2, nchannels: 1, slot_bytes, ll128_flag: ll128_flag_word(false) };
+            let (shadow, own) = (
+                HostMemory::zeroed(layout.segment_bytes()).unwrap(),
+                HostMemory::zeroed(layout.segment_bytes()).unwrap(),
+            );
+            let tx: Conn = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
+            let rx: Conn = layout.end(own.ptr(), 0, Edge::Ring, 0);
+            let (out, inc) = sockets(2, tls);
+            let link = Link { peer: 1, chan: 0, edge: Edge::Ring };
+            let (t0, a0) = spawn(0, vec![SendSide::new(link, tx, out)], vec![], layout.board(shadow.ptr())).unwrap();
+            let rside = RecvSide::new(Link { peer: 0, ..link }, rx, layout.ll128_flag, inc);
+            let (t1, a1) = spawn(1, vec![], vec![rside], layout.board(own.ptr())).unwrap();
+            Pair { layout, _memory: [shadow, own], tx, rx, threads: vec![t0, t1], acts: [a0, a1] }
+        }
+
+        /// Stops both proxies; the FIFOs stay to be looked at.
+        fn stop(&mut self) {
+            self.acts.iter().for_each(|a| a.stop());
+            self.threads.drain(..).for_each(|t| t.join().unwrap());
+        }
+    }
+
+    fn steps_cross(tls: Option<Tls>) {
+        let mut p = Pair::new([64 << 10, 8 << 10, 32 << 10], tls);
+        let (layout, tx, rx) = (&p.layout, p.tx, p.rx);
+        let (k0, k1) = (p.acts[0].kernel_running(), p.acts[1].kernel_running());
 
         let steps = 5 * STEPS as u64;
         let size = |k: u64| ((k % 3) as usize, layout.slot_bytes[(k % 3) as usize] - 128 * (k % 2) as usize);
@@ -658,10 +714,108 @@ mod tests {
         }
         assert!(most_in_flight > 1, "steps crossed one at a time");
         drop((k0, k1));
-        a0.stop();
-        a1.stop();
-        t0.join().unwrap();
-        t1.join().unwrap();
+        p.stop();
         assert_eq!(atomic(tx.head).load(Ordering::Acquire), steps, "every slot freed");
+    }
+
+    /// Steps passed by reference go out from the caller's buffer, and a step lands where the
+    /// receiving kernel posted it only for exactly the step and size word it waits for (else
+    /// in its slot); later large steps wait in the socket while a landing is posted.
+    #[test]
+    fn steps_by_reference_leave_from_and_land_in_the_callers_buffers() {
+        let mut p = Pair::new([256 << 10, 8 << 10, 32 << 10], None);
+        let (tx, rx) = (p.tx, p.rx);
+        let (k0, k1) = (p.acts[0].kernel_running(), p.acts[1].kernel_running());
+
+        // Steps 0-2 by reference from `src`; step 1 posted with a word the sender does not
+        // send, step 2 not posted until step 1 is consumed.
+        let bytes = REF_MIN + 1000;
+        let src: Vec<u8> = (0..3).flat_map(|k| pattern(k, bytes)).collect();
+        let mut dst = vec![0u8; 3 * bytes];
+        let word = (bytes as u64) | 5 << 32;
+        let land = |k: u64, want: u64, at: *mut u8| {
+            // SAFETY: the landing line's words; the address stays valid while the step lands.
+            unsafe {
+                *rx.lands.add(LAND_WANT) = want;
+                atomic(rx.lands.add(LAND_AT)).store(at as u64 | k << LAND_TAG_SHIFT, Ordering::Release);
+            }
+        };
+        land(0, word, dst.as_mut_ptr());
+        for k in 0..3u64 {
+            // SAFETY: a fresh FIFO's slots are free; the slot holds the address of `bytes`.
+            unsafe {
+                *(slot_ptr(&tx, k, 0) as *mut *const u8) = src.as_ptr().add(k as usize * bytes);
+                *tx.sizes.add(slot(k)) = word | SIZE_REF;
+            }
+            atomic(tx.tail).store(k + 1, Ordering::Release);
+        }
+        let arrived = |k: u64| {
+            let end = Instant::now() + Duration::from_secs(30);
+            while atomic(rx.tail).load(Ordering::Acquire) <= k {
+                assert!(Instant::now() < end, "step {k} never arrived");
+                std::thread::yield_now();
+            }
+            // SAFETY: the tail passed step k.
+            unsafe { *rx.sizes.add(slot(k)) }
+        };
+        assert_eq!(arrived(0), word | SIZE_REF, "step 0 landed");
+        assert!(dst[..bytes] == src[..bytes], "step 0 landed whole");
+        land(1, word + 1, dst[bytes..].as_mut_ptr());
+        atomic(rx.head).store(1, Ordering::Release);
+        assert_eq!(arrived(1), word, "a step of another word than the posted one goes to its slot");
+        // SAFETY: the tail passed step 1.
+        let in_slot = unsafe { std::slice::from_raw_parts(slot_ptr(&rx, 1, 0), bytes) };
+        assert!(in_slot == &src[bytes..2 * bytes] && dst[bytes..2 * bytes].iter().all(|&b| b == 0));
+        // Step 1 is posted (under another word): step 2 waits in the socket.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(atomic(rx.tail).load(Ordering::Acquire), 2, "a later step was read ahead past a landing");
+        land(2, word, dst[2 * bytes..].as_mut_ptr());
+        atomic(rx.head).store(2, Ordering::Release);
+        assert_eq!(arrived(2), word | SIZE_REF);
+        assert!(dst[2 * bytes..] == src[2 * bytes..]);
+        assert_eq!(atomic(tx.head).load(Ordering::Acquire), 3, "every step by reference written out");
+        drop((k0, k1));
+        p.stop();
+    }
+
+    /// A failed call's steps by reference that the socket has not taken yet are copied when
+    /// the call lets go of its buffers: what the peer gets is what the call sent, whatever
+    /// the caller writes into its buffer afterwards.
+    #[test]
+    fn a_failed_calls_steps_by_reference_are_copied_before_it_returns() {
+        let frame = 48 << 20; // more than both sockets' buffers hold
+        let layout = Layout { nranks: 2, nchannels: 1, slot_bytes: [frame, 8 << 10, 32 << 10], ll128_flag: 7 };
+        let shadow = HostMemory::zeroed(layout.segment_bytes()).unwrap();
+        let tx: Conn = layout.end(shadow.ptr(), 0, Edge::Ring, 1);
+        let (out, mut inc) = sockets(1, None);
+        let mut side = SendSide::new(Link { peer: 1, chan: 0, edge: Edge::Ring }, tx, out);
+        let mut src = pattern(3, frame);
+        // SAFETY: a fresh FIFO's slot is free; it holds the address of `frame` bytes.
+        unsafe {
+            *(slot_ptr(&tx, 0, 0) as *mut *const u8) = src.as_ptr();
+            *tx.sizes.add(slot(0)) = frame as u64 | SIZE_REF;
+        }
+        atomic(tx.tail).store(1, Ordering::Release);
+        while side.pump().unwrap() {}
+        assert!(!side.flushed(), "the socket took the whole frame at once");
+        side.release();
+        src.iter_mut().for_each(|b| *b = !*b);
+        let mut reader = inc.pop().unwrap().stream;
+        let got = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut got = vec![0u8; FRAME_HEADER + frame];
+            reader.set_nonblocking(false).unwrap();
+            reader.read_exact(&mut got).unwrap();
+            got
+        });
+        let end = Instant::now() + Duration::from_secs(30);
+        while !side.flushed() {
+            assert!(Instant::now() < end, "the frame never went out");
+            side.socks[0].writable = true;
+            side.pump().unwrap();
+            std::thread::yield_now();
+        }
+        let got = got.join().unwrap();
+        assert!(got[FRAME_HEADER..] == pattern(3, frame)[..], "the peer got the caller's later bytes");
     }
 }

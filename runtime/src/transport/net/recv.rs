@@ -4,15 +4,17 @@
 //! Each socket stays in step order (socket i carries steps i, i + n, ...); a step is taken
 //! off its socket once its slot is free (the kernel has consumed the step STEPS before it:
 //! until then it waits in the socket, and TCP holds the sender back), stored as soon as its
-//! frame is complete, and the tail is posted only up to the first step still missing. Simple steps are read straight into their slot (the tail tells the kernel when
-//! they are whole); LL and LL128 steps gather first, as their readers poll flags inside
-//! the data.
+//! frame is complete, and the tail is posted only up to the first step still missing. Simple
+//! steps are read straight into their slot (the tail tells the kernel when they are whole),
+//! or, where the kernel waiting for the step posted where it goes (its landing line), into
+//! the caller's buffer there; LL and LL128 steps gather first, as their readers poll flags
+//! inside the data.
 
 use std::sync::atomic::Ordering;
 
-use jitccl_codegen::abi::{Conn, STEPS};
+use jitccl_codegen::abi::{Conn, REF_MIN, SIZE_REF, STEPS};
 
-use super::fifo::{atomic, fits, set_size, slot_ptr, store_flagged, SIMPLE};
+use super::fifo::{atomic, clear_landing, fits, landing, lands, set_size, slot_ptr, store_flagged, SIMPLE};
 use super::wire::{parse_frame_header, split_size_word, Broken, Wire, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
@@ -25,6 +27,8 @@ struct Partial {
     step: u64,
     word: u64,
     got: usize,
+    /// Where the kernel's landing line said the step goes, or null: its slot.
+    land: *mut u8,
 }
 
 /// One socket's incoming stream.
@@ -48,7 +52,9 @@ pub(super) struct RecvSide {
     pub socks: Vec<Wire>,
     incoming: Vec<Incoming>,
     /// Steps posted to the kernel (the tail).
-    posted: u64,
+    pub posted: u64,
+    /// Of those, the steps that landed in the caller's buffer.
+    pub landed: u64,
     /// The sender's fault frame: the rank that failed first, as the sender knew it.
     pub fault: Option<usize>,
     pub dead: bool,
@@ -66,7 +72,7 @@ impl RecvSide {
                 next,
             })
             .collect();
-        RecvSide { link, fifo, ll128_flag, socks, incoming, posted: 0, fault: None, dead: false }
+        RecvSide { link, fifo, ll128_flag, socks, incoming, posted: 0, landed: 0, fault: None, dead: false }
     }
 
     /// A frame arrived in part only.
@@ -87,11 +93,11 @@ impl RecvSide {
             return Ok(false);
         }
         let mut progressed = false;
-        // Steps below this have a free slot.
-        let free = atomic(self.fifo.head).load(Ordering::Acquire) + STEPS as u64;
+        // Steps the kernel consumed: those below head + STEPS have a free slot.
+        let head = atomic(self.fifo.head).load(Ordering::Acquire);
         for i in 0..self.socks.len() {
             // The peer's last steps may have come with its close: they are stored first.
-            progressed |= self.receive(i, free)?;
+            progressed |= self.receive(i, head)?;
             // What reading made a TLS session answer (nothing in the clear).
             self.socks[i].flush()?;
         }
@@ -112,11 +118,25 @@ impl RecvSide {
         Ok(progressed)
     }
 
-    /// Stores the frames socket `i` has brought, up to the step `free` (whose slot the
-    /// kernel has not freed yet); true if it brought anything.
-    fn receive(&mut self, i: usize, free: u64) -> Result<bool, Broken> {
+    /// Forgets every address in the caller's buffers that the kernel posted, once its call
+    /// has failed and returned: what is still to come of a step that was landing there goes
+    /// to its slot.
+    pub fn release(&mut self) {
+        clear_landing(&self.fifo);
+        for c in &mut self.incoming {
+            if let Some(f) = &mut c.frame {
+                f.land = std::ptr::null_mut();
+            }
+        }
+    }
+
+    /// Stores the frames socket `i` has brought, as far as free slots allow (the kernel has
+    /// consumed the steps below `head`); true if it brought anything.
+    fn receive(&mut self, i: usize, head: u64) -> Result<bool, Broken> {
+        let free = head + STEPS as u64;
         let nsocks = self.socks.len() as u64;
         let (w, c, fifo, flag) = (&mut self.socks[i], &mut self.incoming[i], &self.fifo, self.ll128_flag);
+        let landed = &mut self.landed;
         let mut progressed = false;
         loop {
             let Some(f) = &mut c.frame else {
@@ -147,12 +167,23 @@ impl RecvSide {
                     // Its slot still holds a step the kernel has not consumed.
                     return Ok(progressed);
                 }
+                let (proto, bytes) = split_size_word(word);
+                let land = if proto == SIMPLE && bytes >= REF_MIN { landing(fifo, step, word) } else { None };
+                if land.is_none() && step > head && proto == SIMPLE && bytes >= REF_MIN && lands(fifo, head) {
+                    // The kernel lands the step it waits for: this later one waits in the
+                    // socket until the kernel reaches it and says where it goes.
+                    return Ok(progressed);
+                }
                 c.at += FRAME_HEADER;
-                c.frame = Some(Partial { step, word, got: 0 });
+                c.frame = Some(Partial { step, word, got: 0, land: land.unwrap_or(std::ptr::null_mut()) });
                 continue;
             };
             let (proto, bytes) = split_size_word(f.word);
-            let dst: &mut [u8] = if proto == SIMPLE {
+            let dst: &mut [u8] = if !f.land.is_null() {
+                // SAFETY: the kernel waits for this very step and posted `bytes` of its
+                // output there; a failed call takes the address back first (`release`).
+                unsafe { std::slice::from_raw_parts_mut(f.land, bytes) }
+            } else if proto == SIMPLE {
                 // SAFETY: the slot is free (a frame is started only below `free`) and the
                 // kernel reads it only after the tail.
                 unsafe { std::slice::from_raw_parts_mut(slot_ptr(fifo, f.step, proto), bytes) }
@@ -180,7 +211,10 @@ impl RecvSide {
                 progressed = true;
                 continue;
             }
-            if proto == SIMPLE {
+            if !f.land.is_null() {
+                set_size(fifo, f.step, f.word | SIZE_REF);
+                *landed += 1;
+            } else if proto == SIMPLE {
                 set_size(fifo, f.step, f.word);
             } else {
                 // SAFETY: as above; the word fits.

@@ -2,7 +2,9 @@
 //! local shadow of the receiver's FIFO.
 //!
 //! Steps are dealt round-robin over the connector's sockets (step k on socket k % n) and
-//! written straight from their FIFO slots, all ready frames of a socket in one call. A
+//! written straight from their FIFO slots, or from the caller's buffer for a step the
+//! kernel passed by reference (its slot holds the address), all ready frames of a socket in
+//! one call. A
 //! slot is counted free (the FIFO head) once its step is wholly written, in step order.
 //! Nothing bounds what is written beyond TCP's own flow control: the receiver takes a
 //! step off its socket only once the step's slot is free, so the window in flight is the
@@ -14,18 +16,22 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 
-use jitccl_codegen::abi::{Conn, STEPS};
+use jitccl_codegen::abi::{Conn, SIZE_REF, STEPS};
 
-use super::fifo::{atomic, fits, slot};
+use super::fifo::{atomic, fits, slot, SIMPLE};
 use super::wire::{frame_header, split_size_word, Broken, Wire, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
-/// A step on its way out: header, then its bytes in the FIFO slot.
+/// A step on its way out: header, then its bytes in the FIFO slot or the caller's buffer.
 struct Frame {
     step: u64,
     header: [u8; FRAME_HEADER],
     data: *const u8,
     len: usize,
+    /// `data` is in the caller's buffer (the step went by reference).
+    by_ref: bool,
+    /// The frame's own copy of its bytes, once the call that passed them failed.
+    owned: Option<Box<[u8]>>,
 }
 
 pub(super) struct SendSide {
@@ -37,9 +43,11 @@ pub(super) struct SendSide {
     /// the oldest are.
     out: Vec<(VecDeque<Frame>, usize)>,
     /// Steps taken out of the FIFO into `out`.
-    taken: u64,
+    pub taken: u64,
     /// Steps wholly written: the FIFO head.
     freed: u64,
+    /// Of the steps taken, those passed by reference.
+    pub by_ref: u64,
     /// A fault frame is queued: no step is taken out any more.
     faulted: bool,
     /// The connection failed; the connector is no longer served.
@@ -49,7 +57,7 @@ pub(super) struct SendSide {
 impl SendSide {
     pub fn new(link: Link, fifo: Conn, socks: Vec<Wire>) -> SendSide {
         let out = socks.iter().map(|_| (VecDeque::with_capacity(STEPS), 0)).collect();
-        SendSide { link, fifo, socks, out, taken: 0, freed: 0, faulted: false, dead: false }
+        SendSide { link, fifo, socks, out, taken: 0, freed: 0, by_ref: 0, faulted: false, dead: false }
     }
 
     /// Every step the kernel posted has been handed to the OS.
@@ -90,15 +98,27 @@ impl SendSide {
             let k = self.taken;
             let s = slot(k);
             // SAFETY: sizes has STEPS entries; written before the tail we acquired.
-            let word = unsafe { *self.fifo.sizes.add(s) };
-            if !fits(&self.fifo, word) {
-                return Err(format!("step {k} has a bad size word {word:#x}").into());
-            }
+            let marked = unsafe { *self.fifo.sizes.add(s) };
+            let (word, by_ref) = (marked & !SIZE_REF, marked & SIZE_REF != 0);
             let (proto, len) = split_size_word(word);
-            // SAFETY: the slot holds `len` posted bytes of protocol `proto`, and stays
-            // untouched until the head passes it.
-            let data = unsafe { self.fifo.buf[proto].add(s * self.fifo.slot_bytes[proto] as usize) };
-            self.out[(k % n) as usize].0.push_back(Frame { step: k, header: frame_header(k, word), data, len });
+            if !fits(&self.fifo, word) || (by_ref && proto != SIMPLE) {
+                return Err(format!("step {k} has a bad size word {marked:#x}").into());
+            }
+            // SAFETY: the slot holds `len` posted bytes of protocol `proto`, or for a step
+            // by reference the address of its bytes in the caller's buffer, and stays
+            // untouched until the head passes it, as do those bytes (the kernel returns only
+            // once the head passed them; a call that fails first has them copied, `release`).
+            let data = unsafe {
+                let at = self.fifo.buf[proto].add(s * self.fifo.slot_bytes[proto] as usize);
+                if by_ref {
+                    *(at as *const *const u8)
+                } else {
+                    at as *const u8
+                }
+            };
+            let header = frame_header(k, word);
+            self.by_ref += by_ref as u64;
+            self.out[(k % n) as usize].0.push_back(Frame { step: k, header, data, len, by_ref, owned: None });
             self.taken += 1;
         }
         for i in 0..self.socks.len() {
@@ -124,7 +144,20 @@ impl SendSide {
                 header,
                 data: std::ptr::NonNull::dangling().as_ptr(),
                 len: 0,
+                by_ref: false,
+                owned: None,
             });
+        }
+    }
+
+    /// Copies the bytes of the steps still to be written that are in the caller's buffers,
+    /// once their call has failed and returned: the caller may reuse those buffers.
+    pub fn release(&mut self) {
+        for f in self.out.iter_mut().flat_map(|(q, _)| q.iter_mut()).filter(|f| f.by_ref) {
+            // SAFETY: the bytes stay put until the failed call returns, which waits for this.
+            let own: Box<[u8]> = unsafe { std::slice::from_raw_parts(f.data, f.len) }.into();
+            f.data = own.as_ptr();
+            (f.owned, f.by_ref) = (Some(own), false);
         }
     }
 

@@ -486,6 +486,10 @@ impl Drive for Engine {
     fn settled(&self) -> bool {
         self.sends.iter().all(SendSide::settled)
     }
+
+    /// A plugin's connectors are never proxied (`Conn::proxied`): every step goes through
+    /// the FIFOs, and nothing points into a caller's buffer.
+    fn release(&mut self) {}
 }
 
 /// The proxy thread: passes of the engine while no host kernel drives it, then the drain
