@@ -71,26 +71,20 @@ pub(super) unsafe fn store_flagged(fifo: &Conn, ll128_flag: usize, k: u64, word:
 /// the address it posted for exactly that step and word (`templates/prims/host/simple.h`'s
 /// `jc_land`), if any.
 pub(super) fn landing(fifo: &Conn, k: u64, word: u64) -> Option<*mut u8> {
+    // SAFETY: the landing line has LAND_* words; the kernel writes the word it expects
+    // before the address (which `posted` reads with acquire order).
+    posted(fifo, k).filter(|_| unsafe { atomic(fifo.lands.add(LAND_WANT)).load(Ordering::Relaxed) } == word)
+}
+
+/// Where the kernel waiting on `fifo` posted that step `k` lands, whatever its word.
+pub(super) fn posted(fifo: &Conn, k: u64) -> Option<*mut u8> {
     if fifo.lands.is_null() {
         return None;
     }
-    // SAFETY: the landing line has LAND_* words; the kernel writes the word it expects
-    // before the address, with release order.
-    let (at, want) = unsafe {
-        (
-            atomic(fifo.lands.add(LAND_AT)).load(Ordering::Acquire),
-            atomic(fifo.lands.add(LAND_WANT)).load(Ordering::Relaxed),
-        )
-    };
-    let here = at & ((1 << LAND_TAG_SHIFT) - 1);
-    (here != 0 && at >> LAND_TAG_SHIFT == k & 0xffff && want == word).then_some(here as *mut u8)
-}
-
-/// Whether the kernel waiting on `fifo` posted where step `k` lands (whatever its word).
-pub(super) fn lands(fifo: &Conn, k: u64) -> bool {
     // SAFETY: as in `landing`.
-    let at = if fifo.lands.is_null() { 0 } else { unsafe { atomic(fifo.lands.add(LAND_AT)).load(Ordering::Acquire) } };
-    at != 0 && at >> LAND_TAG_SHIFT == k & 0xffff
+    let at = unsafe { atomic(fifo.lands.add(LAND_AT)).load(Ordering::Acquire) };
+    let here = at & ((1 << LAND_TAG_SHIFT) - 1);
+    (here != 0 && at >> LAND_TAG_SHIFT == k & 0xffff).then_some(here as *mut u8)
 }
 
 /// Forgets what the kernel posted on the landing line: its call has ended.

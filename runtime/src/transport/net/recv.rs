@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use jitccl_codegen::abi::{Conn, REF_MIN, SIZE_REF, STEPS};
 
-use super::fifo::{atomic, clear_landing, fits, landing, lands, set_size, slot_ptr, store_flagged, SIMPLE};
+use super::fifo::{atomic, clear_landing, fits, landing, posted, set_size, slot_ptr, store_flagged, SIMPLE};
 use super::wire::{parse_frame_header, split_size_word, Broken, Wire, FAULT_STEP, FRAME_HEADER};
 use crate::transport::connect::Link;
 
@@ -169,7 +169,8 @@ impl RecvSide {
                 }
                 let (proto, bytes) = split_size_word(word);
                 let land = if proto == SIMPLE && bytes >= REF_MIN { landing(fifo, step, word) } else { None };
-                if land.is_none() && step > head && proto == SIMPLE && bytes >= REF_MIN && lands(fifo, head) {
+                if land.is_none() && step > head && proto == SIMPLE && bytes >= REF_MIN && posted(fifo, head).is_some()
+                {
                     // The kernel lands the step it waits for: this later one waits in the
                     // socket until the kernel reaches it and says where it goes.
                     return Ok(progressed);
