@@ -1,8 +1,10 @@
 //! A call's plan: the tuner's choice for its shape and the kernel that runs it. Each thread
-//! remembers the last plan it made for each of a few ranks, so a call that repeats the one
-//! before (a loop's calls, the common case) skips the tuner's and the kernel table's locks
-//! and hash lookups, and takes no lock at all: a small call's path is short enough that
-//! these showed in its profile (each lock an atomic read-modify-write pair).
+//! remembers the last two plans it made for each of a few ranks, so a call that repeats one
+//! of the two before it (a loop's calls, the common case, or a loop that alternates two
+//! calls: a check before each call, an all-gather and a reduce-scatter per layer) skips the
+//! tuner's and the kernel table's locks and hash lookups, and takes no lock at all: a small
+//! call's path is short enough that these showed in its profile (each lock an atomic
+//! read-modify-write pair).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,8 +70,33 @@ struct Remembered {
     kernel: KernelRef,
 }
 
+/// The last two values used, the most recent first: a slot's plans.
+struct Recent<T: Copy>([Cell<Option<T>>; 2]);
+
+impl<T: Copy> Recent<T> {
+    const fn empty() -> Recent<T> {
+        Recent([Cell::new(None), Cell::new(None)])
+    }
+
+    /// The value `hit` accepts, which becomes the most recent.
+    fn find(&self, hit: impl Fn(&T) -> bool) -> Option<T> {
+        let [first, second] = &self.0;
+        if let Some(v) = first.get().filter(&hit) {
+            return Some(v);
+        }
+        let v = second.get().filter(hit)?;
+        second.set(first.replace(Some(v)));
+        Some(v)
+    }
+
+    /// Makes `v` the most recent, forgetting the older of the two.
+    fn push(&self, v: T) {
+        self.0[1].set(self.0[0].replace(Some(v)));
+    }
+}
+
 thread_local! {
-    static LAST: [Cell<Option<Remembered>>; SLOTS] = const { [const { Cell::new(None) }; SLOTS] };
+    static LAST: [Recent<Remembered>; SLOTS] = const { [const { Recent::empty() }; SLOTS] };
 }
 
 impl Rank {
@@ -77,8 +104,7 @@ impl Rank {
     /// this rank's table, which keeps every kernel it was given while the rank lives.
     pub(super) fn plan(&self, shape: Shape) -> Result<(Choice, KernelRef)> {
         let slot = (self.uid % SLOTS as u64) as usize;
-        let last = LAST.with(|l| l[slot].get()).filter(|r| r.rank == self.uid && r.shape == shape);
-        match last {
+        match LAST.with(|l| l[slot].find(|r| r.rank == self.uid && r.shape == shape)) {
             Some(r) => Ok((r.choice, r.kernel)),
             None => self.plan_anew(shape, slot),
         }
@@ -98,7 +124,8 @@ impl Rank {
             (false, wire) => self.tuner.for_wire(shape.coll, shape.bytes, shape.dtype.size(), shape.direct, wire)?,
         };
         let kernel = self.kernel(shape.coll, choice, shape.dtype, shape.op, shape.wire)?;
-        LAST.with(|l| l[slot].set(Some(Remembered { rank: self.uid, shape, choice, kernel })));
+        let made = Remembered { rank: self.uid, shape, choice, kernel };
+        LAST.with(|l| l[slot].push(made));
         Ok((choice, kernel))
     }
 
@@ -138,6 +165,25 @@ mod tests {
         }
         let off = Config { specialize_ranks: Some(false), ..Config::default() }.resolve(2).unwrap();
         assert_eq!(specialized(&Group { rank: 0, nranks: 2 }, &off), None);
+    }
+
+    #[test]
+    fn a_slot_keeps_the_two_plans_used_last() {
+        let slot = Recent::empty();
+        assert_eq!(slot.find(|_| true), None);
+        slot.push(1);
+        slot.push(2);
+        // Alternating between two hits both.
+        for _ in 0..3 {
+            assert_eq!(slot.find(|&v| v == 1), Some(1));
+            assert_eq!(slot.find(|&v| v == 2), Some(2));
+        }
+        assert_eq!(slot.find(|&v| v == 1), Some(1));
+        // A third forgets the one used least recently (2), not the one just found.
+        slot.push(3);
+        assert_eq!(slot.find(|&v| v == 2), None);
+        assert_eq!(slot.find(|&v| v == 1), Some(1));
+        assert_eq!(slot.find(|&v| v == 3), Some(3));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -222,7 +222,7 @@ impl Drop for Running<'_> {
                 .engine
                 .get()
                 .and_then(|e| e.try_lock().ok())
-                .is_some_and(|mut e| e.drive(self.act).is_ok_and(|_| e.settled()));
+                .is_some_and(|mut e| e.settled() || e.drive(self.act).is_ok_and(|_| e.settled()));
             if !quiet {
                 self.act.wake();
             }
@@ -321,12 +321,20 @@ pub(super) struct Engine {
 unsafe impl Send for Engine {}
 
 impl Engine {
-    /// Waits up to `wait` for the sockets to stir, then moves what can move: posted steps
-    /// out, arrived steps into the FIFOs. True if anything moved; an error only
-    /// if the poller itself failed.
+    /// Moves posted steps out, waits up to `wait` for the sockets to stir, then moves what
+    /// can move: posted steps out, arrived steps into the FIFOs. True if anything moved; an
+    /// error only if the poller itself failed.
     fn pass(&mut self, wait: Duration, act: &Activity) -> std::io::Result<bool> {
-        let rank = self.rank;
         self.peers.note_due(&self.board);
+        let fault = act.fault.swap(0, Ordering::AcqRel);
+        if fault > 0 {
+            self.failed = true;
+            self.sends.iter_mut().for_each(|s| s.report_fault(fault - 1));
+        }
+        // Steps already posted go out before the poller is asked anything: a kernel that
+        // just posted one drives a pass for it, and the socket, writable when it last
+        // looked, takes it a system call sooner.
+        let mut progressed = self.pump_sends();
         if let Err(e) = self.poll.poll(&mut self.events, Some(wait)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 return Err(e);
@@ -340,12 +348,17 @@ impl Engine {
             w.readable |= e.is_readable() || w.hangup;
             w.writable |= e.is_writable() || e.is_write_closed() || e.is_error();
         }
-        let mut progressed = false;
-        let fault = act.fault.swap(0, Ordering::AcqRel);
-        if fault > 0 {
-            self.failed = true;
-            self.sends.iter_mut().for_each(|s| s.report_fault(fault - 1));
+        progressed |= self.pump_sends();
+        progressed |= self.pump_recvs();
+        if self.failed && !act.fault_sent.load(Ordering::Relaxed) && self.sends.iter().all(SendSide::settled) {
+            act.fault_sent.store(true, Ordering::Release);
         }
+        Ok(progressed)
+    }
+
+    /// Moves posted steps out on every live connector; true if anything moved.
+    fn pump_sends(&mut self) -> bool {
+        let mut progressed = false;
         for s in self.sends.iter_mut().filter(|s| !s.dead) {
             match s.pump() {
                 Ok(p) => progressed |= p,
@@ -353,7 +366,7 @@ impl Engine {
                     // A peer that finished closes its connectors, and one that failed does
                     // too: noted on the board, it ends the kernel waits on that peer (and
                     // only those), whichever it was.
-                    link_failed(rank, "to", s.link, &why.why, !s.flushed() || why.unreachable);
+                    link_failed(self.rank, "to", s.link, &why.why, !s.flushed() || why.unreachable);
                     if why.unreachable {
                         self.board.note(s.link.peer, Notice::gone(s.link.peer, Seen::Unreachable));
                     }
@@ -363,11 +376,23 @@ impl Engine {
                 }
             }
         }
+        progressed
+    }
+
+    /// Stores arrived steps into the FIFOs on every live connector; true if anything moved.
+    fn pump_recvs(&mut self) -> bool {
+        let mut progressed = false;
         for r in self.recvs.iter_mut().filter(|r| !r.dead) {
             match r.pump() {
                 Ok(p) => progressed |= p,
                 Err(why) => {
-                    link_failed(rank, "from", r.link, &why.why, r.mid_frame() || r.fault.is_some() || why.unreachable);
+                    link_failed(
+                        self.rank,
+                        "from",
+                        r.link,
+                        &why.why,
+                        r.mid_frame() || r.fault.is_some() || why.unreachable,
+                    );
                     match r.fault {
                         Some(culprit) => self.board.note(r.link.peer, Notice::reported(culprit)),
                         None => {
@@ -382,10 +407,7 @@ impl Engine {
                 }
             }
         }
-        if self.failed && !act.fault_sent.load(Ordering::Relaxed) && self.sends.iter().all(SendSide::settled) {
-            act.fault_sent.store(true, Ordering::Release);
-        }
-        Ok(progressed)
+        progressed
     }
 
     /// Closes every socket, lingering until `until` for the peers to take what was sent
@@ -430,7 +452,7 @@ fn run(rank: usize, act: &Activity, engine: &Mutex<Engine>) {
     let mut pace = Pace::default();
     let mut drain_until = None;
     loop {
-        let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mut e) = pace.lock(engine, act) else { continue };
         let progressed = match e.pass(wait, act) {
             Ok(p) => p,
             Err(err) => {
@@ -487,12 +509,38 @@ impl Pace {
     /// did (having napped), and the caller passes again.
     pub fn driven(&mut self, progressed: bool, act: &Activity) -> bool {
         let now = act.driven.load(Ordering::Relaxed);
-        let driving = act.driving.load(Ordering::SeqCst) > 0 && !act.stop.load(Ordering::Acquire);
+        let driving = self.kernels_drive(act);
         if driving && (now != self.driven || !progressed) {
             std::thread::park_timeout(DRIVEN_NAP);
         }
         self.driven = now;
         driving
+    }
+
+    /// Whether host kernels drive the engine from their waits (and the proxy is not
+    /// closing, when it drives the engine itself).
+    fn kernels_drive(&self, act: &Activity) -> bool {
+        act.driving.load(Ordering::SeqCst) > 0 && !act.stop.load(Ordering::Acquire)
+    }
+
+    /// The proxy thread's hold on `engine` for a pass, or None where a host kernel holds it
+    /// this moment (for a pass of its own): then the thread naps while kernels drive the
+    /// engine, else gives its core away once, and the caller tries again. Never a wait for
+    /// the lock: that would cost the kernel a wake-up call when it lets go, and put this
+    /// thread on a core the ranks' kernels spin on, for nothing the kernel does not do
+    /// itself.
+    pub fn lock<'a, E: ?Sized>(&self, engine: &'a Mutex<E>, act: &Activity) -> Option<MutexGuard<'a, E>> {
+        match engine.try_lock() {
+            Ok(e) => Some(e),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => {
+                match self.kernels_drive(act) {
+                    true => std::thread::park_timeout(DRIVEN_NAP),
+                    false => std::thread::yield_now(),
+                }
+                None
+            }
+        }
     }
 
     /// Whether a kernel runs, read before a pass (a kernel that ended before it posted
@@ -607,6 +655,29 @@ mod tests {
 
     fn pattern(k: u64, bytes: usize) -> Vec<u8> {
         (0..bytes).map(|i| (k as usize * 31 + i * 7) as u8).collect()
+    }
+
+    /// The proxy thread never waits for an engine another thread holds (a kernel's pass):
+    /// it gets None at once, whether kernels drive the engine (it naps) or not (it yields),
+    /// and the engine once free.
+    #[test]
+    fn the_proxy_thread_never_waits_for_an_engine_a_kernel_holds() {
+        let act = Activity::new(Wake::Park(OnceLock::new()));
+        let engine = Mutex::new(0u32);
+        let pace = Pace::default();
+        for driving in [1, 0] {
+            act.driving.store(driving, Ordering::SeqCst);
+            let held = engine.lock().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::scope(|s| {
+                s.spawn(|| tx.send(pace.lock(&engine, &act).is_none()).unwrap());
+                let looked = rx.recv_timeout(Duration::from_secs(5));
+                // Let a waiting thread go, so that a failure ends the test instead of hanging it.
+                drop(held);
+                assert_eq!(looked, Ok(true), "driving {driving}: the proxy thread waited for, or got, a held engine");
+            });
+            assert!(pace.lock(&engine, &act).is_some(), "driving {driving}: a free engine was refused");
+        }
     }
 
     /// Two proxies over two sockets, in the clear and through TLS: steps of all three

@@ -499,7 +499,7 @@ fn run(rank: usize, engine: &Mutex<Engine>, act: &Activity) {
     let mut drain_until = None;
     let mut farewell_until = None;
     loop {
-        let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mut e) = pace.lock(engine, act) else { continue };
         let mut busy = pace.busy(act);
         if act.stop.load(Ordering::Acquire) {
             busy = true;
