@@ -140,17 +140,20 @@ fn a_caller_that_fills_the_ring_stops_running_at_a_multiple_of_its_depth() {
         stream.enqueue(launch(&owner, &keep));
     }
     stream.synchronize().unwrap();
-    let mut ends = Vec::new();
-    for _ in 0..4 * DEPTH {
+    // Until the caller has taken over twice: on a loaded machine the stream's thread may
+    // keep the ring from filling for a while, or hold it when the caller looks.
+    let (mut ends, mut queued) = (Vec::new(), 0);
+    while queued < 64 * DEPTH && (queued < 4 * DEPTH || ends.len() < 2) {
         let before = owner.caller_end.load(SeqCst);
         stream.enqueue(launch(&owner, &keep));
+        queued += 1;
         let end = owner.caller_end.load(SeqCst);
         if end != before {
             ends.push(end);
         }
     }
     stream.synchronize().unwrap();
-    assert_eq!(owner.runs.load(SeqCst), 10 + 4 * DEPTH as usize, "launches left unrun");
+    assert_eq!(owner.runs.load(SeqCst), 10 + queued as usize, "launches left unrun");
     assert!(ends.len() >= 2, "the caller ran launches only at {ends:?}");
     assert!(ends.iter().all(|e| e % DEPTH as usize == 0), "the caller's runs ended after launches {ends:?}");
 }
