@@ -2,8 +2,9 @@
 """Builds the workspace's tests (`cargo test --release --workspace --all-targets --no-run`)
 and the programs they run (libnccl.so, `jitccl`, the examples), and runs the test executables a few at a time, each as cargo would (in its
 package's folder). Many targets mostly wait (rank processes, network namespaces,
-timeouts) while others compile kernels, so two side by side keep both cores busy where one
-after the other left one idle. (One `cargo test -p PKG` per target would not do: each package alone unifies
+timeouts) while others compile kernels, so two side by side keep the cores busy where one
+after the other left them idle; more at once would set the targets that time failures and
+links (which start many rank processes each) against each other. (One `cargo test -p PKG` per target would not do: each package alone unifies
 its dependencies' features differently, and cargo would build them again.)
 
 Each target's output is printed whole when it ends; the run fails if any target failed,

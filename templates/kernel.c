@@ -37,7 +37,7 @@ static JC_DEVICE JC_INLINE C jc_scalar(const struct jc_args* a) { {{ op.scalar }
    element (if any), then the post-op (jc_fold_c: the same in the compute type, for the
    wire formats' decoded values). Values, not pointers: a pack's elements stay in
    registers (a pointer into a pack put the CUDA copy's source packs in local memory, one
-   load in flight per thread: 16 GB/s a CTA on an H200). */
+   load in flight per thread). */
 static JC_DEVICE JC_INLINE C jc_fold_c(const struct jc_ctx* x, C rv, int has_recv, int has_src, T sv, int pre, int post) {
   C v;
   if (has_src) {

@@ -33,8 +33,8 @@ use common::*;
 const SETUP_LIMIT: Duration = Duration::from_secs(900);
 
 /// The longest one launch (all its ranks) may run. More than common's [`LIMIT`]: with a
-/// cold kernel cache each of the 4 ranks compiles about 75 kernels (every type and op),
-/// about 75 s on 2 busy cores; warm, it takes about 15 s.
+/// cold kernel cache each of the 4 ranks compiles about 75 kernels (every type and op)
+/// first, which on a small machine takes minutes.
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 fn repo() -> &'static Path {

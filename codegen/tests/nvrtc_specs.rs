@@ -11,7 +11,7 @@
 //! sample does not.
 //!
 //! Both go through [`Generator::check`] (NVRTC without optimizations): every C++ error and
-//! every inline-PTX error still fails, in less than half the time. A pass is remembered in
+//! every inline-PTX error still fails, sooner. A pass is remembered in
 //! the kernel cache (`JITCCL_CACHE_DIR`, keyed by source, target and NVRTC), so a run after
 //! a change checks what the change touched, as a build cache would.
 //! The optimized code is what the PTX instruction test below and the GPU runs look at.
@@ -33,8 +33,10 @@ use jitccl_codegen::{
 
 const SM80: CudaArch = CudaArch(80);
 const SM90: CudaArch = CudaArch(90);
-/// Parallel NVRTC compiles (the test machines have 2 cores).
-const WORKERS: usize = 2;
+/// Parallel NVRTC compiles: one per core.
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
 /// Compiler logs shown when compiles fail.
 const SHOWN_LOGS: usize = 3;
 const MAX_LOG_CHARS: usize = 4000;
@@ -109,7 +111,7 @@ fn shorten(log: &str) -> String {
     format!("{head}\n[... log truncated]")
 }
 
-/// Checks `jobs` on WORKERS threads (remembered passes skipped: the checks go through the
+/// Checks `jobs` on `workers()` threads (remembered passes skipped: the checks go through the
 /// kernel cache, `JITCCL_CACHE_DIR`); the failures (what, log), the wall time, the
 /// compilers' busy time and how many were remembered.
 fn compile(jobs: &[(KernelSpec, CudaArch, CudaOutput)]) -> (Vec<(String, String)>, Duration, Duration, usize) {
@@ -120,7 +122,7 @@ fn compile(jobs: &[(KernelSpec, CudaArch, CudaOutput)]) -> (Vec<(String, String)
     let busy = Mutex::new(Duration::ZERO);
     let started = Instant::now();
     std::thread::scope(|scope| {
-        for _ in 0..WORKERS {
+        for _ in 0..workers() {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(spec, arch, output)) = jobs.get(i) else {
@@ -174,11 +176,12 @@ fn every_spec_compiles_to_ptx_and_a_sample_to_cubin_for_sm90_and_sm80() {
     let cubins = jobs.iter().filter(|j| j.2 == CudaOutput::Cubin).count();
     println!(
         "nvrtc {} ({}): {} kernels to PTX (sm_90), {cubins} to CUBIN (sm_90 and sm_80 samples) in {:.1} s \
-         with {WORKERS} workers, {:.0} ms per compile ({remembered} remembered from an earlier pass)",
+         with {} workers, {:.0} ms per compile ({remembered} remembered from an earlier pass)",
         nv.id(),
         nv.location(),
         jobs.len() - cubins,
         elapsed.as_secs_f64(),
+        workers(),
         busy.as_secs_f64() * 1e3 / jobs.len().saturating_sub(remembered).max(1) as f64
     );
     assert_compiled(failures, jobs.len());

@@ -91,11 +91,11 @@ static inline void jc_relax(jc_u64 spins, jc_u64 spin) {
 
 /* Whether call `a` stores its output with jc_stream: out of place and 8 MiB or more, an
    output outgrows the cache and no step reads it back, and cached stores would first read
-   every line (AllReduce busbw on a 2-core AMD EPYC, 2 ranks 256 MiB: FIFO ring 2.8 -> 3.2
-   GB/s, direct 4.3 -> 5.1). A macro: the ABI's jc_args comes after the prelude. */
+   every line (docs/performance.md, "Host AllReduce"). A macro: the ABI's jc_args comes after
+   the prelude. */
 #define JC_BYPASS_OUTPUT(a) ((a)->sendbuff != (const void*)(a)->recvbuff && (a)->count * sizeof(T) >= (8u << 20))
 /* memcpy for the primitives' moves. A call into the C library costs a small move more than
-   the move itself (an 8-byte AllReduce at 2 ranks makes three, 4% of its time), so up to
+   the move itself (an 8-byte AllReduce at 2 ranks makes three), so up to
    16 bytes move inline, as two loads and two stores that may overlap. */
 static inline void jc_copy_ends(char* d, const char* s, jc_u64 n, jc_u64 w) {
   char a[8], b[8]; /* w <= n <= 2w, w <= 8: inlined with a constant w, plain moves */
@@ -115,7 +115,7 @@ static inline void jc_copy(void* dst, const void* src, jc_u64 n) {
 /* Copies n bytes to dst (16-byte aligned) with stores that bypass this core's caches, for
    data another core reads next (a FIFO slot): the reader then loads it from memory rather
    than from this core's dirty lines, which crossing cores costs far more on some machines
-   (a 2-core VM: 4.3 GB/s through a 1 MiB FIFO with plain stores, 9.6 with these).
+   (such as the VMs of docs/performance.md).
    jc_stream_fence orders them before the store that publishes the data. */
 static inline void jc_stream(void* dst, const void* src, jc_u64 n) {
 #if defined(__x86_64__)

@@ -81,7 +81,7 @@ pub struct TuneArgs {
     /// The table to write (default: this topology's cache file, which communicators load).
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
-    /// A few minutes on 2 cores: all_reduce only, 8 B to 1 MiB by 16, 1 or 2 channels, few iterations.
+    /// A short run: all_reduce only, 8 B to 1 MiB by 16, 1 or 2 channels, few iterations.
     #[arg(long)]
     quick: bool,
     /// Measure every candidate at every size (default: per band of sizes, skip those the

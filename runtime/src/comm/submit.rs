@@ -59,8 +59,8 @@ impl Comm {
     pub(crate) fn submit(&self, mut call: Result<Call>, stream: &Stream) -> Result<()> {
         if self.h.progress.is_none() && !group::is_open() {
             // Blocking mode's path borrows the call down to the launch: each move of it is a
-            // copy that stalls on the stores that just built it (a tenth of a small call's
-            // time at 2 ranks, measured with perf).
+            // copy that stalls on the stores that just built it (seen in perf profiles of
+            // small calls).
             return match &mut call {
                 Ok(c) => self.inner(c.coll.name())?.launch(c, stream),
                 Err(_) => call.map(drop),

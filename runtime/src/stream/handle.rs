@@ -143,8 +143,8 @@ impl Stream {
 
     /// Queues the launch `build` writes into the (empty) slot it is given, under the
     /// queue's lock: a launch built elsewhere and moved in is copied, and the copy stalls on
-    /// the stores that just built it (a blocking call's launch; measured with perf at 2
-    /// ranks, 8 B). `build` must be quick, cannot fail, and must fill the slot.
+    /// the stores that just built it (a blocking call's launch, in perf profiles of small
+    /// calls). `build` must be quick, cannot fail, and must fill the slot.
     #[inline]
     pub(crate) fn enqueue_with(&self, build: impl FnOnce(&mut Option<Launch>)) {
         if self.gpu.is_some() {

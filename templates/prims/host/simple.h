@@ -5,8 +5,7 @@
    more, and computing steps of JC_STREAM_MIN_COMPUTED or more (a tile at a time), are
    written into the slot with the prelude's cache-bypassing jc_stream: the receiver reads
    them from memory, not from this core's cache, which measured faster for a computing step
-   from 4 KiB (2 ranks, 16 KiB AllReduce 6.3 -> 4.3 us, ReduceScatter 4.8 -> 2.7 us) but
-   slower for a copy below 16 KiB (AllGather 8 KiB 1.2 -> 1.7 us). Large outputs are
+   from 4 KiB but slower for a copy below 16 KiB. Large outputs are
    written the same way (the prelude's JC_BYPASS_OUTPUT).
    Over the built-in sockets (a proxied connector) a large step that only moves bytes skips
    the FIFO's copies: a send posts the address of its bytes (JC_SIZE_REF), which the proxy
