@@ -3,7 +3,8 @@
 # ("hosts", made here) joined by a bridge, L rank processes in each, every byte between
 # hosts through TCP over the hosts' links, unlimited or rate-limited. For each collective
 # (AllReduce f32 sum, AllGather, ReduceScatter f32 sum, Broadcast, AlltoAll; out of place
-# where it has two buffers, Gloo's AllReduce and Broadcast in place) and size:
+# where it has two buffers, Broadcast in place on every side, Gloo's AllReduce in place) and
+# size:
 #
 # - jitccl: `jitccl perf COLL -z 1 -a 3` as rank processes in torchrun's environment,
 #   JITCCL_SOCKET_IFNAME pinned to the host's link (between hosts the network, within a
@@ -198,7 +199,11 @@ run_jitccl() { # coll h l bytes iters log
       "$jitccl" perf "$1" -N $(($2 * $3)) -b "$4" -e "$4" -d float "${op[@]}" -w $(($5 / 5 + 1)) -n "$5" -z 1 -a 3 >"$6.$r" 2>&1 &
   done
   wait
-  awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $9 }' "$6.0"
+  # The out-of-place columns, but Broadcast's in place: MPI_Bcast and Gloo's broadcast have
+  # one buffer, where an out-of-place root also copies its input to its output.
+  local at=6
+  [ "$1" != broadcast ] || at=10
+  awk -v at="$at" '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $at, $(at + 3) }' "$6.0"
 }
 run_gloo() { # h l "coll:bytes:warmup:iters..." log
   local r
