@@ -204,10 +204,10 @@ const HOST_CHAN_LAT_SWITCH: f64 = 200.0;
 const HOST_BARRIER_SWITCH: f64 = 1.5;
 const HOST_BARRIER_SPIN: f64 = 0.5;
 /// Hop latency through the network transport (TCP, moved by the waiting kernels at both
-/// ends), us: fitted as half of an 8-byte ring AllReduce at 2 rank processes with
-/// `JITCCL_TRANSPORT=net` over loopback (the measurement: docs/performance.md, "The socket
-/// transport").
-const HOST_NET_HOP: f64 = 40.0;
+/// ends), us: fitted as half of an 8-byte ring AllReduce at 2 rank processes over the
+/// sockets, over loopback and between two network namespaces (docs/performance.md, "Beside
+/// OpenMPI and Gloo across hosts", where the algorithms' crossovers it moves are measured).
+const HOST_NET_HOP: f64 = 20.0;
 /// Bumped when the host constants change: tables tuned against older ones are stale.
 const HOST_MODEL_VERSION: u64 = 10;
 /// GPU ranks: a hop inside a node (us), one channel's bus bandwidth and one rank's over

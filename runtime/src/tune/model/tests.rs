@@ -76,6 +76,29 @@ fn small_calls_across_hosts_leave_the_ring() {
     assert_eq!(fastest(4, 1, 8).algo, Algorithm::RecursiveDoubling);
 }
 
+/// Where the algorithms cross over between hosts over the sockets, as measured between
+/// network namespaces (docs/performance.md, "Beside OpenMPI and Gloo across hosts"): one
+/// rank a host leaves one-shot for the ring by 256 KiB; four hosts and two of two ranks take
+/// the tree at tens of KiB and the ring by 256 KiB.
+#[test]
+fn mid_sizes_across_hosts_take_the_measured_algorithm() {
+    let fastest = |hosts: usize, per_host: usize, nch: usize, bytes: usize| {
+        let graph = Graph { nhosts: hosts, ..Graph::uniform(hosts * per_host, nch) };
+        Topology::from_graph(&graph, 2).fastest(&Constants::HOST, Collective::AllReduce, bytes, false).unwrap().algo
+    };
+    let want = [
+        (2, 1, 1, 8, Algorithm::OneShot),
+        (2, 1, 1, 256 << 10, Algorithm::Ring),
+        (4, 1, 2, 64 << 10, Algorithm::Tree),
+        (4, 1, 2, 256 << 10, Algorithm::Ring),
+        (2, 2, 2, 32 << 10, Algorithm::Tree),
+        (2, 2, 2, 256 << 10, Algorithm::Ring),
+    ];
+    for (hosts, per_host, nch, bytes, algo) in want {
+        assert_eq!(fastest(hosts, per_host, nch, bytes), algo, "{hosts}x{per_host}, {bytes} B");
+    }
+}
+
 /// Recursive doubling has not run on a GPU: the GPU constants never pick it, on one host or
 /// across hosts.
 #[test]
