@@ -174,7 +174,9 @@ pub struct Status {
     pub code: i32,
     pub peer: i32,
     pub what: i32,
-    pub pad: i32,
+    /// A host sendrecv's send steps done on this channel, while a receive of the call lands
+    /// on its send buffer (a shift in place): receives on other channels wait for them.
+    pub sent: i32,
 }
 
 /// Launch arguments (`struct jc_args`).

@@ -29,6 +29,21 @@ static JC_DEVICE JC_INLINE int jc_lands_on_unsent(const T* dst, jc_u64 n, const 
   return sb < se && (jc_u64)dst < (jc_u64)(src + se) && (jc_u64)(src + sb) < (jc_u64)(dst + n);
 }
 {% if !cuda %}
+/* A shift in place over several channels (host): whether receiving n elements at dst would
+   land on what another channel has still to send. Each channel splits the buffer its own
+   way (jc_p2p_range) and publishes its send steps done in its status, reset before every
+   launch. */
+static JC_DEVICE int jc_lands_on_others(struct jc_ctx* x, const T* dst, jc_u64 n, const T* src) {
+  const struct jc_args* a = x->args;
+  for (int c = 0; c < a->nchannels; c++) {
+    jc_u64 cb = 0, ce = 0;
+    if (c == x->chan) continue;
+    jc_p2p_range(a, a->count, c, &cb, &ce);
+    jc_u64 done = (jc_u64)__atomic_load_n(&a->status[c].sent, __ATOMIC_ACQUIRE) * a->chunk_elems;
+    if (jc_lands_on_unsent(dst, n, src, jc_min(cb + done, ce), ce)) return 1;
+  }
+  return 0;
+}
 /* A batch (args->table: on the host, the transfers of an AlltoAll(v), Gather, Scatter or a
    group's sends and receives that no direct launch carries) in one launch: every transfer
    moves a step whenever its peer allows, so that the exchanges with all peers overlap
@@ -130,14 +145,27 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   if (r) jc_p2p_range(a, a->recv_count, x->chan, &rb, &re);
   /* Sends may pass by reference unless a receive lands on the send buffer (a shift in place). */
   x->ref_input = !s || !r || !jc_lands_on_unsent(out, a->recv_count, in, 0, a->count);
-  while (sb < se || rb < re) {
+{% if !cuda %}  int shift = !x->ref_input && a->nchannels > 1;
+  jc_i32 sent = 0;
+  jc_u64 spins = 0;
+  int e = JC_OK;
+{% endif %}  while (sb < se || rb < re) {
     int ready = JC_READY_SEND | JC_READY_RECV;
     jc_u64 rlen = jc_min(a->chunk_elems, re - rb);
     /* A receive must not overwrite what is still to be sent: the send goes first then, step
        for step, as the FIFOs' order promises. */
     if (rb < re && jc_lands_on_unsent(out + rb, rlen, in, sb, se)) {
       ready = JC_READY_SEND;
-    } else if (sb < se && rb < re) {
+{% if !cuda %}    } else if (rb < re && shift && jc_lands_on_others(x, out + rb, rlen, in)) {
+      /* ... nor what another channel is still to send: this one's sends go meanwhile. */
+      if (sb >= se) {
+        if (e) return jc_fail(x, e, s->peer, JC_WAIT_SPACE); /* still short after a failed check */
+        e = jc_check(x, ++spins, s->peer);
+        if (!e) jc_relax(spins, a->spin);
+        continue;
+      }
+      ready = JC_READY_SEND;
+{% endif %}    } else if (sb < se && rb < re) {
 {% if !cuda %}      jc_land(x, r, out + rb, rlen);
 {% endif %}      JC_CHECK(jc_wait_either(x, s, r, &ready));
     }
@@ -145,11 +173,15 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
       jc_u64 len = jc_min(a->chunk_elems, se - sb);
       JC_CHECK(jc_send(x, s, in + sb, len, 0));
       sb += len;
-    }
+{% if !cuda %}      if (shift) __atomic_store_n(&a->status[x->chan].sent, ++sent, __ATOMIC_RELEASE);
+{% endif %}    }
     if (rb < re && (ready & JC_READY_RECV)) {
       JC_CHECK(jc_recv(x, r, out + rb, rlen));
       rb += rlen;
     }
-  }
+{% if !cuda %}    spins = 0;
+    e = JC_OK;
+    x->wait_start = 0;
+{% endif %}  }
   return JC_OK;
 }

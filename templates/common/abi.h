@@ -111,7 +111,8 @@ struct jc_status {
   jc_i32 code;                    /* JC_OK or JC_ERR_* */
   jc_i32 peer;                    /* who the failed wait was waiting on */
   jc_i32 what;                    /* JC_WAIT_* */
-  jc_i32 pad;
+  jc_i32 sent;                    /* host sendrecv, a shift in place: this channel's send
+                                     steps done, which other channels' receives wait for */
 };
 
 struct jc_args {
