@@ -147,6 +147,12 @@ pub struct Channel {
     /// Channel 0's: nonzero once a kernel of the rank failed (CUDA kernels queued behind
     /// the failure end at their start).
     pub halted: i32,
+    /// A sendrecv's send steps done on this channel while a receive of the call lands on its
+    /// send buffer (a shift in place): receives on other channels wait for them.
+    pub sent: u64,
+    /// Channel 0's: the channels done with a shift in place; the last one clears every
+    /// channel's `sent`, so that the next launch starts from zero.
+    pub shifted: u64,
 }
 
 impl Default for Channel {
@@ -163,6 +169,8 @@ impl Default for Channel {
             tree_parent: -1,
             tree_nchildren: 0,
             halted: 0,
+            sent: 0,
+            shifted: 0,
         }
     }
 }
@@ -174,9 +182,7 @@ pub struct Status {
     pub code: i32,
     pub peer: i32,
     pub what: i32,
-    /// A host sendrecv's send steps done on this channel, while a receive of the call lands
-    /// on its send buffer (a shift in place): receives on other channels wait for them.
-    pub sent: i32,
+    pub pad: i32,
 }
 
 /// Launch arguments (`struct jc_args`).

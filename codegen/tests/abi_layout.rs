@@ -24,8 +24,8 @@ fn facts() -> Vec<(&'static str, &'static str, usize)> {
     let mut v = Vec::new();
     fields!(v, Conn, "jc_conn": buf, head, tail, sizes, slot_bytes, step, credit, peer, same_gpu);
     fields!(v, Channel, "jc_channel": ring_send, ring_recv, tree_up_send, tree_up_recv, tree_down_send,
-        tree_down_recv, ring_ranks, ring_index, tree_parent, tree_nchildren, halted);
-    fields!(v, Status, "jc_status": code, peer, what, sent);
+        tree_down_recv, ring_ranks, ring_index, tree_parent, tree_nchildren, halted, sent, shifted);
+    fields!(v, Status, "jc_status": code, peer, what, pad);
     fields!(v, Args, "jc_args": sendbuff, recvbuff, count, recv_count, chunk_elems, timeout_ns, channels,
         p2p_send, p2p_recv, peer_send, peer_recv, status, abort_flag, peer_failed, sym_send, sym_recv, sym_flags,
         sym_send_id, sym_recv_id, sym_send_off, sym_recv_off, scalar_f, scalar_i, spin,

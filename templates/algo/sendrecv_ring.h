@@ -28,22 +28,64 @@ static JC_DEVICE JC_INLINE void jc_p2p_range(const struct jc_args* a, jc_u64 cou
 static JC_DEVICE JC_INLINE int jc_lands_on_unsent(const T* dst, jc_u64 n, const T* src, jc_u64 sb, jc_u64 se) {
   return sb < se && (jc_u64)dst < (jc_u64)(src + se) && (jc_u64)(src + sb) < (jc_u64)(dst + n);
 }
-{% if !cuda %}
-/* A shift in place over several channels (host): whether receiving n elements at dst would
-   land on what another channel has still to send. Each channel splits the buffer its own
-   way (jc_p2p_range) and publishes its send steps done in its status, reset before every
-   launch. */
-static JC_DEVICE int jc_lands_on_others(struct jc_ctx* x, const T* dst, jc_u64 n, const T* src) {
+/* A shift in place over several channels: whether receiving n elements at dst would land on
+   what another channel has still to send. Each channel splits the buffer its own way
+   (jc_p2p_range) and publishes its send steps done (jc_channel.sent, from zero at every
+   launch: jc_shift_done). */
+static JC_DEVICE int jc_lands_on_others_now(struct jc_ctx* x, const T* dst, jc_u64 n, const T* src) {
   const struct jc_args* a = x->args;
   for (int c = 0; c < a->nchannels; c++) {
     jc_u64 cb = 0, ce = 0;
     if (c == x->chan) continue;
     jc_p2p_range(a, a->count, c, &cb, &ce);
-    jc_u64 done = (jc_u64)__atomic_load_n(&a->status[c].sent, __ATOMIC_ACQUIRE) * a->chunk_elems;
+    jc_u64 done = jc_load_acquire(&a->channels[c].sent) * a->chunk_elems;
     if (jc_lands_on_unsent(dst, n, src, jc_min(cb + done, ce), ce)) return 1;
   }
   return 0;
 }
+/* The same, decided by thread 0 for the whole CTA (the counters move while its threads
+   look). With `wait`, it waits until the receive no longer lands there, bounded as any other
+   wait (the channel waited on waits only on its own peers); a failed wait lands, its error in
+   *err. */
+struct jc_lands { int lands, err; };
+static JC_DEVICE int jc_lands_on_others(struct jc_ctx* x, const T* dst, jc_u64 n, const T* src, int wait, int peer, int* err) {
+  JC_SHARED struct jc_lands got;
+  if (jc_tid() == 0) {
+    jc_u64 spins = 0;
+    int e = JC_OK;
+    got.err = JC_OK;
+    while ((got.lands = jc_lands_on_others_now(x, dst, n, src)) && wait) {
+      if (e) { /* still there after a failed check */
+        got.err = jc_fail(x, e, peer, JC_WAIT_SPACE);
+        break;
+      }
+      e = jc_check(x, ++spins, peer);
+      if (!e) jc_relax(spins, x->args->spin);
+    }
+    x->wait_start = 0;
+  }
+  jc_barrier();
+  struct jc_lands l = got;
+  jc_barrier();
+  *err = l.err;
+  return l.lands;
+}
+/* Publishes this channel's send steps done, once every thread of the CTA has read them. */
+static JC_DEVICE void jc_shift_sent(struct jc_ctx* x, jc_u64 steps) {
+  jc_barrier();
+  if (jc_tid() == 0) jc_publish_counter(&x->args->channels[x->chan].sent, steps, 1);
+}
+/* The end of a channel's shift in place: the last channel to end clears every channel's
+   counter for the next launch (which may be queued on a GPU before the host sees this one). */
+static JC_DEVICE void jc_shift_done(struct jc_ctx* x) {
+  const struct jc_args* a = x->args;
+  jc_barrier();
+  if (jc_tid() == 0 && jc_fetch_add(&a->channels[0].shifted, 1) == (jc_u64)a->nchannels - 1) {
+    for (int c = 0; c < a->nchannels; c++) jc_store_relaxed(&a->channels[c].sent, 0);
+    jc_store_relaxed(&a->channels[0].shifted, 0);
+  }
+}
+{% if !cuda %}
 /* A batch (args->table: on the host, the transfers of an AlltoAll(v), Gather, Scatter or a
    group's sends and receives that no direct launch carries) in one launch: every transfer
    moves a step whenever its peer allows, so that the exchanges with all peers overlap
@@ -145,27 +187,21 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   if (r) jc_p2p_range(a, a->recv_count, x->chan, &rb, &re);
   /* Sends may pass by reference unless a receive lands on the send buffer (a shift in place). */
   x->ref_input = !s || !r || !jc_lands_on_unsent(out, a->recv_count, in, 0, a->count);
-{% if !cuda %}  int shift = !x->ref_input && a->nchannels > 1;
-  jc_i32 sent = 0;
-  jc_u64 spins = 0;
-  int e = JC_OK;
-{% endif %}  while (sb < se || rb < re) {
+  int shift = !x->ref_input && a->nchannels > 1, e = JC_OK;
+  jc_u64 sent = 0;
+  while (sb < se || rb < re) {
     int ready = JC_READY_SEND | JC_READY_RECV;
     jc_u64 rlen = jc_min(a->chunk_elems, re - rb);
     /* A receive must not overwrite what is still to be sent: the send goes first then, step
        for step, as the FIFOs' order promises. */
     if (rb < re && jc_lands_on_unsent(out + rb, rlen, in, sb, se)) {
       ready = JC_READY_SEND;
-{% if !cuda %}    } else if (rb < re && shift && jc_lands_on_others(x, out + rb, rlen, in)) {
-      /* ... nor what another channel is still to send: this one's sends go meanwhile. */
-      if (sb >= se) {
-        if (e) return jc_fail(x, e, s->peer, JC_WAIT_SPACE); /* still short after a failed check */
-        e = jc_check(x, ++spins, s->peer);
-        if (!e) jc_relax(spins, a->spin);
-        continue;
-      }
+    } else if (rb < re && shift && jc_lands_on_others(x, out + rb, rlen, in, sb >= se, s->peer, &e)) {
+      /* ... nor what another channel is still to send: this one's sends go meanwhile (with
+         none left, it waited above, and lands only if the wait failed). */
+      if (e) return e;
       ready = JC_READY_SEND;
-{% endif %}    } else if (sb < se && rb < re) {
+    } else if (sb < se && rb < re) {
 {% if !cuda %}      jc_land(x, r, out + rb, rlen);
 {% endif %}      JC_CHECK(jc_wait_either(x, s, r, &ready));
     }
@@ -173,15 +209,13 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
       jc_u64 len = jc_min(a->chunk_elems, se - sb);
       JC_CHECK(jc_send(x, s, in + sb, len, 0));
       sb += len;
-{% if !cuda %}      if (shift) __atomic_store_n(&a->status[x->chan].sent, ++sent, __ATOMIC_RELEASE);
-{% endif %}    }
+      if (shift) jc_shift_sent(x, ++sent);
+    }
     if (rb < re && (ready & JC_READY_RECV)) {
       JC_CHECK(jc_recv(x, r, out + rb, rlen));
       rb += rlen;
     }
-{% if !cuda %}    spins = 0;
-    e = JC_OK;
-    x->wait_start = 0;
-{% endif %}  }
+  }
+  if (shift) jc_shift_done(x);
   return JC_OK;
 }

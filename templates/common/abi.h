@@ -105,14 +105,17 @@ struct jc_channel {
   jc_i32 tree_nchildren;
   jc_i32 halted;                  /* channel 0's: nonzero once a kernel of the rank failed
                                      (device memory: read at every CUDA kernel's start) */
+  jc_u64 sent;                    /* sendrecv, a shift in place: this channel's send steps
+                                     done, which other channels' receives wait for */
+  jc_u64 shifted;                 /* channel 0's: channels done with a shift in place; the
+                                     last clears every `sent` (launches may queue unseen) */
 };
 
 struct jc_status {
   jc_i32 code;                    /* JC_OK or JC_ERR_* */
   jc_i32 peer;                    /* who the failed wait was waiting on */
   jc_i32 what;                    /* JC_WAIT_* */
-  jc_i32 sent;                    /* host sendrecv, a shift in place: this channel's send
-                                     steps done, which other channels' receives wait for */
+  jc_i32 pad;
 };
 
 struct jc_args {

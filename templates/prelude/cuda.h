@@ -40,6 +40,12 @@ static __device__ __forceinline__ void jc_store_relaxed(jc_u64* p, jc_u64 v) {
   asm volatile("st.relaxed.sys.u64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
 }
 static __device__ __forceinline__ int jc_load_flag(const jc_i32* p) { return *(const volatile jc_i32*)p; }
+/* GPU scope: what the CTAs of one kernel count together (device memory). */
+static __device__ __forceinline__ jc_u64 jc_fetch_add(jc_u64* p, jc_u64 v) {
+  jc_u64 old;
+  asm volatile("atom.acq_rel.gpu.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+}
 
 static __device__ __forceinline__ jc_u64 jc_now_ns(void) {
   jc_u64 t;

@@ -30,6 +30,7 @@ static JC_INLINE jc_u64 jc_load_relaxed(const jc_u64* p) { return __atomic_load_
 static JC_INLINE void jc_store_release(jc_u64* p, jc_u64 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 static JC_INLINE void jc_store_relaxed(jc_u64* p, jc_u64 v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 static JC_INLINE int jc_load_flag(const jc_i32* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static JC_INLINE jc_u64 jc_fetch_add(jc_u64* p, jc_u64 v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 
 static JC_INLINE jc_u64 jc_now_ns(void) {
   struct timespec t;

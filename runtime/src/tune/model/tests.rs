@@ -60,20 +60,23 @@ fn a_graph_over_two_hosts_costs_network_hops() {
 /// the ring once the size is large (the others move the bytes more times).
 #[test]
 fn small_calls_across_hosts_leave_the_ring() {
-    let fastest = |hosts: usize, per_host: usize, bytes: usize| {
-        let graph = Graph { nhosts: hosts, ..Graph::uniform(hosts * per_host, 2) };
-        Topology::from_graph(&graph, 2).fastest(&Constants::HOST, Collective::AllReduce, bytes, false).unwrap()
-    };
+    let fastest = |hosts, per_host, bytes| across_hosts(hosts, per_host, 2, bytes);
     for (hosts, per_host, small) in
         [(2, 2, Algorithm::RecursiveDoubling), (4, 2, Algorithm::RecursiveDoubling), (2, 3, Algorithm::Tree)]
     {
         for bytes in [8, 4096] {
-            assert_eq!(fastest(hosts, per_host, bytes).algo, small, "{hosts}x{per_host}, {bytes} B");
+            assert_eq!(fastest(hosts, per_host, bytes), small, "{hosts}x{per_host}, {bytes} B");
         }
-        assert_eq!(fastest(hosts, per_host, 64 << 20).algo, Algorithm::Ring, "{hosts}x{per_host}, 64 MiB");
+        assert_eq!(fastest(hosts, per_host, 64 << 20), Algorithm::Ring, "{hosts}x{per_host}, 64 MiB");
     }
-    assert_eq!(fastest(2, 1, 8).algo, Algorithm::OneShot);
-    assert_eq!(fastest(4, 1, 8).algo, Algorithm::RecursiveDoubling);
+    assert_eq!(fastest(2, 1, 8), Algorithm::OneShot);
+    assert_eq!(fastest(4, 1, 8), Algorithm::RecursiveDoubling);
+}
+
+/// The host model's AllReduce algorithm for `hosts` x `per_host` ranks on `nch` channels.
+fn across_hosts(hosts: usize, per_host: usize, nch: usize, bytes: usize) -> Algorithm {
+    let graph = Graph { nhosts: hosts, ..Graph::uniform(hosts * per_host, nch) };
+    Topology::from_graph(&graph, 2).fastest(&Constants::HOST, Collective::AllReduce, bytes, false).unwrap().algo
 }
 
 /// Where the algorithms cross over between hosts over the sockets, as measured between
@@ -82,10 +85,6 @@ fn small_calls_across_hosts_leave_the_ring() {
 /// the tree at tens of KiB and the ring by 256 KiB.
 #[test]
 fn mid_sizes_across_hosts_take_the_measured_algorithm() {
-    let fastest = |hosts: usize, per_host: usize, nch: usize, bytes: usize| {
-        let graph = Graph { nhosts: hosts, ..Graph::uniform(hosts * per_host, nch) };
-        Topology::from_graph(&graph, 2).fastest(&Constants::HOST, Collective::AllReduce, bytes, false).unwrap().algo
-    };
     let want = [
         (2, 1, 1, 8, Algorithm::OneShot),
         (2, 1, 1, 256 << 10, Algorithm::Ring),
@@ -95,7 +94,7 @@ fn mid_sizes_across_hosts_take_the_measured_algorithm() {
         (2, 2, 2, 256 << 10, Algorithm::Ring),
     ];
     for (hosts, per_host, nch, bytes, algo) in want {
-        assert_eq!(fastest(hosts, per_host, nch, bytes), algo, "{hosts}x{per_host}, {bytes} B");
+        assert_eq!(across_hosts(hosts, per_host, nch, bytes), algo, "{hosts}x{per_host}, {bytes} B");
     }
 }
 
