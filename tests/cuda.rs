@@ -374,6 +374,15 @@ fn gpu_back_to_back_queued_calls_match_the_reference() {
     );
 }
 
+/// A shift in place over 4 channels, 8 rounds queued back to back (`world::shift_in_place`):
+/// on a GPU nothing of the host runs between queued launches, so the kernels clear the
+/// channels' counters themselves.
+#[test]
+fn gpu_a_shift_in_place_over_several_channels_sends_what_was_there() {
+    let Some((dev, _turn)) = gpu("gpu_a_shift_in_place_over_several_channels_sends_what_was_there") else { return };
+    world::shift_in_place(&dev);
+}
+
 /// A CUDA graph of 3 in-place Sum AllReduces per rank, captured (nothing runs then),
 /// replayed twice: the same as 6 eager calls; an eager call after the replays is ordered
 /// after them. With JITCCL_CUDA_SYNC=1 a capture is refused, saying why.

@@ -1,11 +1,15 @@
 //! Groups: sends and receives posted in any order inside a group never deadlock, even when
 //! each exceeds the FIFO; an error inside a group comes back from its end, launches nothing
 //! and leaves the communicators usable; groups nest; collectives and transfers mix; a group's
-//! send and receive complete beside a peer that posts them as separate calls.
+//! send and receive complete beside a peer that posts them as separate calls; a receive that
+//! lands on the group's own send buffer (a shift in place) never overwrites unsent data.
+
+#[path = "common/world.rs"]
+mod world;
 
 use std::time::Duration;
 
-use jitccl::{group, group_end, group_start, Algorithm, Comm, Config, DeviceBuffer, Error, Op, UniqueId};
+use jitccl::{group, group_end, group_start, Algorithm, Comm, Config, Device, DeviceBuffer, Error, Op, UniqueId};
 
 /// Tiny FIFOs (8 slots of 256 B for Simple): every message below is many FIFOs long, so a
 /// send that were launched alone before its partner's receive would wait forever.
@@ -178,6 +182,14 @@ fn large_transfers_over_the_network_including_a_shift_in_place_arrive_whole() {
             }
         }
     });
+}
+
+/// The same between ranks that share memory, over 4 channels, 8 rounds queued back to back:
+/// where each channel waited for its own sends only, a receive overwrote another channel's
+/// unsent part in every run.
+#[test]
+fn a_shift_in_place_over_several_channels_sends_what_was_there() {
+    world::shift_in_place(&Device::host(0));
 }
 
 /// Over the FIFOs (the ring's algorithm, 2 channels of tiny slots), a group's transfers run

@@ -290,9 +290,9 @@ stage_torch() {
 stage_launches() {
   local sync
   for sync in 0 1; do
-    step "launches (JITCCL_CUDA_SYNC=$sync): ring AllReduce x protocols, Broadcast, SendRecv, queued calls, a graph" \
+    step "launches (JITCCL_CUDA_SYNC=$sync): ring AllReduce x protocols, Broadcast, SendRecv, queued calls, a graph, a shift in place" \
       env JITCCL_CUDA_SYNC=$sync timeout 240 "$out/cuda-tests" gpu_all_reduce_ring_ gpu_broadcast_ring_simple \
-      gpu_sendrecv_simple gpu_back_to_back_queued gpu_a_captured_graph --test-threads 4
+      gpu_sendrecv_simple gpu_back_to_back_queued gpu_a_captured_graph gpu_a_shift_in_place --test-threads 4
     step "launches (JITCCL_CUDA_SYNC=$sync): a timeout and an abort end the kernel, naming rank and peer" \
       env JITCCL_CUDA_SYNC=$sync timeout 120 "$out/cuda-tests" gpu_a_rank_that_never_arrives_is_a_timeout \
       gpu_an_abort_ends_a_waiting_kernel --test-threads 1

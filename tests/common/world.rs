@@ -411,3 +411,63 @@ pub fn check_premul_at(w: &World, coll: Collective, dtypes: &[DataType], what: &
     let (runs, failures) = check_cases(w, coll, &cases, what);
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// A group's send and receive where rank 0's receive lands on its own send buffer, shifted
+/// (a shift in place), along a ring of 3 ranks on `dev` over the FIFOs' 4 channels: a
+/// channel's receive must wait for the other channels' sends it would overwrite. Eight
+/// rounds queued back to back on each rank's stream, each on buffers of its own, then one
+/// synchronize; every element of every round checked.
+#[allow(dead_code)] // each test binary uses some
+pub fn shift_in_place(dev: &Device) {
+    const M: usize = 300_007;
+    const SHIFT: usize = 70_001;
+    const ROUNDS: usize = 8;
+    let sent = |r: usize, round: usize| -> Vec<f64> {
+        (0..M).map(|i| r as f64 * 1e7 + round as f64 * 1e6 + i as f64 * 0.5).collect()
+    };
+    // Over the FIFOs: the direct kernels refuse a shift in place (NCCL leaves it undefined).
+    let cfg = Config {
+        algo: Some(Algorithm::Ring),
+        nchannels: Some(4),
+        timeout: Some(Duration::from_secs(60)),
+        ..Config::default()
+    };
+    let comms = Comm::init_all_on(&[dev.clone(), dev.clone(), dev.clone()], &cfg).unwrap();
+    let got: Vec<Vec<Vec<f64>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let sent = &sent;
+                s.spawn(move || {
+                    let stream = dev.stream().unwrap();
+                    let (next, prev) = ((r + 1) % 3, (r + 2) % 3);
+                    let mut keep = Vec::new();
+                    for round in 0..ROUNDS {
+                        let mut whole = sent(r, round);
+                        whole.extend(vec![-1.0; SHIFT]);
+                        let buf = dev.alloc_from(&whole).unwrap();
+                        let got =
+                            if r == 0 { buf.slice(SHIFT..SHIFT + M).unwrap() } else { dev.alloc::<f64>(M).unwrap() };
+                        jitccl::group(|| {
+                            c.send(&buf.slice(0..M).unwrap(), M, next, &stream)?;
+                            c.recv(&got, M, prev, &stream)
+                        })
+                        .unwrap();
+                        keep.push((buf, got));
+                    }
+                    stream.synchronize().unwrap();
+                    keep.iter().map(|(_, got)| got.to_vec()).collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    for (r, rounds) in got.iter().enumerate() {
+        let prev = (r + 2) % 3;
+        for (round, got) in rounds.iter().enumerate() {
+            let wrong = got.iter().zip(sent(prev, round)).filter(|(g, w)| **g != *w).count();
+            assert_eq!(wrong, 0, "round {round}, rank {r}: {wrong} of {M} elements from rank {prev} are wrong");
+        }
+    }
+}
