@@ -142,15 +142,12 @@ fn a_group_completes_beside_a_peer_that_posts_its_transfers_as_separate_calls_ov
 /// a group's large transfers along a ring of 3 ranks (2 channels, several steps each), where
 /// rank 0 shifts its buffer in place (a receive landing on what it sends, which must go
 /// from a copy, also where another channel sends it) beside ranks 1 and 2 (one batch each),
-/// and every rank gets what was sent, round after round (a channel's receive overwrote
-/// another's unsent part in some of them).
+/// and every rank gets what was sent, in rounds queued back to back (a channel's receive
+/// overwrote another's unsent part in some of them; `world::shift_in_place_rounds`).
 #[test]
 fn large_transfers_over_the_network_including_a_shift_in_place_arrive_whole() {
     let name = "large_transfers_over_the_network_including_a_shift_in_place_arrive_whole";
     jitccl_plugins::in_child(module_path!(), name, &[("JITCCL_TRANSPORT", Some("net"))], || {
-        const M: usize = 300_007;
-        const SHIFT: usize = 70_001;
-        let sent = |r: usize| -> Vec<f64> { (0..M).map(|i| r as f64 * 1e7 + i as f64 * 0.5).collect() };
         let id = UniqueId::new().unwrap();
         let config = Config { nchannels: Some(2), timeout: Some(Duration::from_secs(60)), ..Config::default() };
         let comms: Vec<Comm> = std::thread::scope(|s| {
@@ -158,29 +155,7 @@ fn large_transfers_over_the_network_including_a_shift_in_place_arrive_whole() {
             let hs: Vec<_> = (0..3).map(|r| s.spawn(move || Comm::init_rank(id, 3, r, config))).collect();
             hs.into_iter().map(|h| h.join().unwrap().expect("init over the network")).collect()
         });
-        for round in 0..8 {
-            let out = per_rank(&comms, |r, c| {
-                let s = c.device().stream().unwrap();
-                let (next, prev) = ((r + 1) % 3, (r + 2) % 3);
-                let mut whole = sent(r);
-                whole.extend(vec![-1.0; SHIFT]);
-                let buf = c.device().alloc_from(&whole).unwrap();
-                let separate = c.device().alloc::<f64>(M).unwrap();
-                let got = if r == 0 { buf.slice(SHIFT..SHIFT + M).unwrap() } else { separate };
-                group(|| {
-                    c.send(&buf.slice(0..M).unwrap(), M, next, &s)?;
-                    c.recv(&got, M, prev, &s)
-                })
-                .unwrap();
-                s.synchronize().unwrap();
-                got.to_vec()
-            });
-            for (r, got) in out.into_iter().enumerate() {
-                let prev = (r + 2) % 3;
-                let wrong = got.iter().zip(sent(prev)).filter(|(g, w)| **g != *w).count();
-                assert_eq!(wrong, 0, "round {round}, rank {r}: {wrong} of {M} elements from rank {prev} are wrong");
-            }
-        }
+        world::shift_in_place_rounds(&comms);
     });
 }
 

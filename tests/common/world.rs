@@ -414,17 +414,10 @@ pub fn check_premul_at(w: &World, coll: Collective, dtypes: &[DataType], what: &
 
 /// A group's send and receive where rank 0's receive lands on its own send buffer, shifted
 /// (a shift in place), along a ring of 3 ranks on `dev` over the FIFOs' 4 channels: a
-/// channel's receive must wait for the other channels' sends it would overwrite. Eight
-/// rounds queued back to back on each rank's stream, each on buffers of its own, then one
-/// synchronize; every element of every round checked.
+/// channel's receive must wait for the other channels' sends it would overwrite
+/// (`shift_in_place_rounds`).
 #[allow(dead_code)] // each test binary uses some
 pub fn shift_in_place(dev: &Device) {
-    const M: usize = 300_007;
-    const SHIFT: usize = 70_001;
-    const ROUNDS: usize = 8;
-    let sent = |r: usize, round: usize| -> Vec<f64> {
-        (0..M).map(|i| r as f64 * 1e7 + round as f64 * 1e6 + i as f64 * 0.5).collect()
-    };
     // Over the FIFOs: the direct kernels refuse a shift in place (NCCL leaves it undefined).
     let cfg = Config {
         algo: Some(Algorithm::Ring),
@@ -432,7 +425,21 @@ pub fn shift_in_place(dev: &Device) {
         timeout: Some(Duration::from_secs(60)),
         ..Config::default()
     };
-    let comms = Comm::init_all_on(&[dev.clone(), dev.clone(), dev.clone()], &cfg).unwrap();
+    shift_in_place_rounds(&Comm::init_all_on(&[dev.clone(), dev.clone(), dev.clone()], &cfg).unwrap());
+}
+
+/// On 3 ranks in a ring, each sends a block to the next and receives one from the previous
+/// in a group; rank 0 receives into its own send buffer, shifted, ranks 1 and 2 into a buffer
+/// of their own. Eight rounds queued back to back on each rank's stream, each on buffers of
+/// its own, then one synchronize; every element of every round checked.
+#[allow(dead_code)] // each test binary uses some
+pub fn shift_in_place_rounds(comms: &[Comm]) {
+    const M: usize = 300_007;
+    const SHIFT: usize = 70_001;
+    const ROUNDS: usize = 8;
+    let sent = |r: usize, round: usize| -> Vec<f64> {
+        (0..M).map(|i| r as f64 * 1e7 + round as f64 * 1e6 + i as f64 * 0.5).collect()
+    };
     let got: Vec<Vec<Vec<f64>>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .iter()
@@ -440,6 +447,7 @@ pub fn shift_in_place(dev: &Device) {
             .map(|(r, c)| {
                 let sent = &sent;
                 s.spawn(move || {
+                    let dev = c.device();
                     let stream = dev.stream().unwrap();
                     let (next, prev) = ((r + 1) % 3, (r + 2) % 3);
                     let mut keep = Vec::new();
