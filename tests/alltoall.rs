@@ -314,6 +314,33 @@ fn a_late_rank_fails_a_batch_over_the_fifos_and_is_named() {
     }
 }
 
+/// Send and receive blocks may share one buffer where none of them overlap, even
+/// interleaved (their spans meet): every rank sends block q from `4q` and receives rank q's
+/// at `4q + 2`, in one buffer; the elements between stay as they were.
+#[test]
+fn interleaved_blocks_of_one_buffer_exchange() {
+    let w = world(3, None);
+    let n = w.n();
+    let mut bufs = Vec::new();
+    for (r, (c, s)) in w.comms.iter().zip(&w.streams).enumerate() {
+        let mut host = sentinel::<i32>(4 * n);
+        for q in 0..n {
+            host[4 * q..][..2].copy_from_slice(&block::<i32>(r, q, 2));
+        }
+        let buf = c.device().alloc_from(&host).unwrap();
+        let (counts, sends, recvs) = ([2; 3], [0, 4, 8], [2, 6, 10]);
+        c.all_to_allv(&buf, &counts, &sends, &buf, &counts, &recvs, s).expect("disjoint interleaved blocks");
+        bufs.push((buf, host));
+    }
+    w.sync();
+    for (r, (buf, mut want)) in bufs.into_iter().enumerate() {
+        for q in 0..n {
+            want[4 * q + 2..][..2].copy_from_slice(&block::<i32>(q, r, 2));
+        }
+        compare(r, &buf.to_vec(), &want).unwrap();
+    }
+}
+
 /// Every bad call fails on its own rank with InvalidArgument, before queueing anything:
 /// the buffers keep their contents, and a good exchange afterwards still pairs up.
 #[test]

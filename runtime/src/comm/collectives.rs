@@ -25,7 +25,7 @@ use super::group::note;
 use super::Comm;
 use crate::device::DeviceBuffer;
 use crate::element::Element;
-use crate::enqueue::Call;
+use crate::enqueue::{Call, Side};
 use crate::error::{invalid, Result};
 use crate::op::Op;
 use crate::stream::Stream;
@@ -73,12 +73,12 @@ impl Comm {
 
     /// Sends `count` elements of `buf` to `peer` (which must post a matching receive).
     pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.submit(Call::checked_p2p(&self.group(), Some((buf, count, peer)), None), stream)
+        self.submit(Call::checked_p2p(&self.group(), Some(Side::of(buf, count, peer)), None), stream)
     }
 
     /// Receives `count` elements from `peer` into `buf`.
     pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.submit(Call::checked_p2p(&self.group(), None, Some((buf, count, peer))), stream)
+        self.submit(Call::checked_p2p(&self.group(), None, Some(Side::of(buf, count, peer))), stream)
     }
 
     /// Sends `send_count` elements of `send` to `to` while receiving `recv_count` from
@@ -89,7 +89,11 @@ impl Comm {
         from: usize, stream: &Stream,
     ) -> Result<()> {
         self.submit(
-            Call::checked_p2p(&self.group(), Some((send, send_count, to)), Some((recv, recv_count, from))),
+            Call::checked_p2p(
+                &self.group(),
+                Some(Side::of(send, send_count, to)),
+                Some(Side::of(recv, recv_count, from)),
+            ),
             stream,
         )
     }
@@ -133,8 +137,38 @@ impl Comm {
     }
 }
 
-/// Per peer, the block sent to it or received from it (`None`: nothing moves).
-type Blocks<T> = Vec<Option<DeviceBuffer<T>>>;
+/// Per peer, the elements of `buf` sent to it or received from it (`None`: nothing moves).
+struct Blocks<'a, T: Element> {
+    buf: &'a DeviceBuffer<T>,
+    at: Vec<Option<Range<usize>>>,
+}
+
+impl<'a, T: Element> Blocks<'a, T> {
+    /// No block of `buf` for any of `n` peers.
+    fn none(buf: &'a DeviceBuffer<T>, n: usize) -> Blocks<'a, T> {
+        Blocks { buf, at: vec![None; n] }
+    }
+
+    /// Where peer `q`'s block starts, if it has one.
+    fn start(&self, q: usize) -> Option<*mut u8> {
+        self.at[q].as_ref().map(|r| self.buf.ptr_at(r.start))
+    }
+
+    /// The byte ranges of the blocks that move anything.
+    fn used(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.at.iter().flatten().filter(|r| !r.is_empty()).map(|r| {
+            let start = self.buf.ptr_at(r.start) as usize;
+            start..start + r.len() * size_of::<T>()
+        })
+    }
+
+    /// Peer `q`'s side of a transfer: its block, if it has one that moves (or, with
+    /// `empty`, any block it has).
+    fn side(&self, q: usize, empty: bool) -> Option<Side<'a, T>> {
+        let r = self.at[q].as_ref().filter(|r| empty || !r.is_empty())?;
+        Some(Side { buf: self.buf, at: r.start, count: r.len(), peer: q })
+    }
+}
 
 impl Comm {
     /// Sends block `q` of `send` to rank `q` and receives rank `q`'s block for this rank
@@ -222,15 +256,14 @@ impl Comm {
             (if to_root { "Gather" } else { "Scatter" }, if to_root { (send, recv) } else { (recv, send) });
         let (one_side, all_side) = if to_root { ("send", "recv") } else { ("recv", "send") };
         let n = self.nranks();
-        let mut ones = vec![None; n];
-        ones[root] = Some(block(name, one_side, one, 0, count)?);
-        let mut alls = vec![None; n];
+        let mut ones = Blocks::none(one, n);
+        ones.at[root] = Some(block(name, one_side, one, 0, count)?);
+        let mut alls = Blocks::none(all, n);
         if self.rank() == root {
             alls = self.even_blocks(name, all_side, all, count, self.group().total(count)?)?;
-            let start = |b: &Option<DeviceBuffer<T>>| b.as_ref().map(|b| b.byte_range().start);
-            if start(&ones[root]) == start(&alls[root]) {
-                ones[root] = None;
-                alls[root] = None;
+            if ones.start(root) == alls.start(root) {
+                ones.at[root] = None;
+                alls.at[root] = None;
             }
         }
         let (sends, recvs) = if to_root { (ones, alls) } else { (alls, ones) };
@@ -239,19 +272,21 @@ impl Comm {
     }
 
     /// `buf` cut into nranks blocks of `count`, after checking it holds `total`.
-    fn even_blocks<T: Element>(
-        &self, name: &str, side: &str, buf: &DeviceBuffer<T>, count: usize, total: usize,
-    ) -> Result<Blocks<T>> {
+    fn even_blocks<'a, T: Element>(
+        &self, name: &str, side: &str, buf: &'a DeviceBuffer<T>, count: usize, total: usize,
+    ) -> Result<Blocks<'a, T>> {
         if buf.len() < total {
             return invalid(format!("{name} {side} buffer holds {} elements, {total} are needed", buf.len()));
         }
-        (0..self.nranks()).map(|q| block(name, side, buf, q * count, count).map(Some)).collect()
+        let at =
+            (0..self.nranks()).map(|q| block(name, side, buf, q * count, count).map(Some)).collect::<Result<_>>()?;
+        Ok(Blocks { buf, at })
     }
 
     /// `buf` cut by per-peer counts and offsets, each checked.
-    fn blocks<T: Element>(
-        &self, name: &str, side: &str, buf: &DeviceBuffer<T>, counts: &[usize], displs: &[usize],
-    ) -> Result<Blocks<T>> {
+    fn blocks<'a, T: Element>(
+        &self, name: &str, side: &str, buf: &'a DeviceBuffer<T>, counts: &[usize], displs: &[usize],
+    ) -> Result<Blocks<'a, T>> {
         let n = self.nranks();
         if counts.len() != n || displs.len() != n {
             return invalid(format!(
@@ -260,7 +295,9 @@ impl Comm {
                 displs.len()
             ));
         }
-        counts.iter().zip(displs).map(|(&c, &d)| block(name, side, buf, d, c).map(Some)).collect()
+        let at =
+            counts.iter().zip(displs).map(|(&c, &d)| block(name, side, buf, d, c).map(Some)).collect::<Result<_>>()?;
+        Ok(Blocks { buf, at })
     }
 
     /// One transfer per round (see the module comment); empty blocks move nothing, and are
@@ -270,20 +307,21 @@ impl Comm {
     fn rounds<T: Element>(
         &self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, empty: bool, wire: Option<Wire>,
     ) -> Result<Vec<Call>> {
-        let used = |v: &Blocks<T>| {
-            v.iter().flatten().filter(|b| !b.is_empty()).map(DeviceBuffer::byte_range).collect::<Vec<_>>()
+        // Where the spans of the two sides do not meet (the common case, checked first
+        // without allocating), no blocks of theirs do.
+        let span = |v: &Blocks<T>| v.used().reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
+        let apart = match (span(&sends), span(&recvs)) {
+            (Some(s), Some(r)) => s.end <= r.start || r.end <= s.start,
+            _ => true,
         };
-        if !disjoint(&used(&sends), &used(&recvs)) {
+        if !apart && !disjoint(&sends.used().collect::<Vec<_>>(), &recvs.used().collect::<Vec<_>>()) {
             return invalid(format!("{name}: a send block overlaps a recv block"));
         }
         let (rank, n) = (self.rank(), self.nranks());
-        fn side<T: Element>(v: &Blocks<T>, peer: usize, empty: bool) -> Option<(&DeviceBuffer<T>, usize, usize)> {
-            v[peer].as_ref().filter(|b| empty || !b.is_empty()).map(|b| (b, b.len(), peer))
-        }
         let mut calls = Vec::with_capacity(n);
         for k in 0..n {
             let (to, from) = ((rank + k) % n, (rank + n - k) % n);
-            let (send, recv) = (side(&sends, to, empty), side(&recvs, from, empty));
+            let (send, recv) = (sends.side(to, empty), recvs.side(from, empty));
             if send.is_some() || recv.is_some() {
                 calls.push(in_wire(Call::checked_p2p(&self.group(), send, recv)?, wire)?);
             }
@@ -301,13 +339,11 @@ fn in_wire(call: Call, wire: Option<Wire>) -> Result<Call> {
 }
 
 /// Elements `start..start + len` of `buf`, or InvalidArgument naming the call. An empty
-/// block is never read or written, so its offset does not matter (as in NCCL).
-fn block<T: Element>(
-    name: &str, side: &str, buf: &DeviceBuffer<T>, start: usize, len: usize,
-) -> Result<DeviceBuffer<T>> {
+/// block is never read or written, so its offset does not matter (as in NCCL): it is `0..0`.
+fn block<T: Element>(name: &str, side: &str, buf: &DeviceBuffer<T>, start: usize, len: usize) -> Result<Range<usize>> {
     match start.checked_add(len) {
-        _ if len == 0 => buf.slice(0..0),
-        Some(end) if end <= buf.len() => buf.slice(start..end),
+        _ if len == 0 => Ok(0..0),
+        Some(end) if end <= buf.len() => Ok(start..end),
         _ => invalid(format!(
             "{name}: {side} block of {len} elements at {start} is outside its buffer of {} elements",
             buf.len()

@@ -6,7 +6,7 @@ use jitccl_codegen::{Collective, Wire};
 use super::{group, Comm};
 use crate::device::DeviceBuffer;
 use crate::element::Element;
-use crate::enqueue::Call;
+use crate::enqueue::{Call, Side};
 use crate::error::{invalid, Result};
 use crate::op::Op;
 use crate::stream::Stream;
@@ -124,12 +124,12 @@ impl Wired<'_> {
 
     /// [`Comm::send`], encoded once.
     pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.p2p(Call::checked_p2p(&self.comm.group(), Some((buf, count, peer)), None), stream)
+        self.p2p(Call::checked_p2p(&self.comm.group(), Some(Side::of(buf, count, peer)), None), stream)
     }
 
     /// [`Comm::recv`], decoded on arrival.
     pub fn recv<T: Element>(&self, buf: &DeviceBuffer<T>, count: usize, peer: usize, stream: &Stream) -> Result<()> {
-        self.p2p(Call::checked_p2p(&self.comm.group(), None, Some((buf, count, peer))), stream)
+        self.p2p(Call::checked_p2p(&self.comm.group(), None, Some(Side::of(buf, count, peer))), stream)
     }
 
     /// [`Comm::sendrecv`] in the wire.
@@ -138,7 +138,11 @@ impl Wired<'_> {
         &self, send: &DeviceBuffer<T>, send_count: usize, to: usize, recv: &DeviceBuffer<T>, recv_count: usize,
         from: usize, stream: &Stream,
     ) -> Result<()> {
-        let call = Call::checked_p2p(&self.comm.group(), Some((send, send_count, to)), Some((recv, recv_count, from)));
+        let call = Call::checked_p2p(
+            &self.comm.group(),
+            Some(Side::of(send, send_count, to)),
+            Some(Side::of(recv, recv_count, from)),
+        );
         self.p2p(call, stream)
     }
 

@@ -205,6 +205,12 @@ impl<T: Element> DeviceBuffer<T> {
         self.addr as *mut u8
     }
 
+    /// The address kernels use for element `at` (at most `len`): that of `slice(at..)`,
+    /// without making the view.
+    pub(crate) fn ptr_at(&self, at: usize) -> *mut u8 {
+        address(self.mem.get(), self.offset + at * size_of::<T>()) as *mut u8
+    }
+
     /// Keeps the memory alive while an operation is queued (`None`: the caller's memory,
     /// which the caller keeps).
     pub(crate) fn keep_alive(&self) -> Option<Arc<dyn Send + Sync>> {

@@ -38,7 +38,8 @@ impl Rank {
         if self.device.is_cuda() || call.internal || call.rounds.is_empty() || self.wire_of(call) != Wire::Exact {
             return None;
         }
-        let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+        let n = call.rounds.len();
+        let (mut sends, mut recvs) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for c in &call.rounds {
             let bytes = |at: usize, n: usize| at..at + n * c.dtype.size();
             if let Some(peer) = c.send_peer.filter(|_| c.count > 0) {
@@ -54,31 +55,44 @@ impl Rank {
         if recvs.iter().any(|r| sends.iter().any(|s| checks::overlap(&r.bytes, &s.bytes))) {
             return None;
         }
-        let keep = call.rounds.iter().flat_map(|c| c.keep.iter().flatten().cloned()).collect();
+        // The whole buffers where the call holds them (an AlltoAll's, a Gather's, a
+        // Scatter's: its rounds' blocks lie in them), else every round's (a batch's).
+        let keep = if call.batch {
+            call.rounds.iter().flat_map(|c| c.keep.iter().flatten().cloned()).collect()
+        } else {
+            call.keep.iter().flatten().cloned().collect()
+        };
         Some(Ops::fifo(table(self.group.rank, self.group.nranks, &sends, &recvs), keep))
     }
 }
 
 /// The kernel's table of rank `me`'s (of `n`) transfers, none of whose receives overlaps
-/// a send.
+/// a send; at most `P2P_BATCH_MAX` of them. Two allocations, the ops and the table: it is
+/// built on every small AlltoAll's path.
 fn table(me: usize, n: usize, sends: &[Transfer], recvs: &[Transfer]) -> Vec<u64> {
+    const _: () = assert!(P2P_BATCH_MAX <= 128, "a transfer's bit in a u128");
+    debug_assert!(sends.len() + recvs.len() <= P2P_BATCH_MAX);
     let word = |t: &Transfer, kind: u64| [t.peer as u64 | kind << 32, t.bytes.start as u64, t.bytes.len() as u64];
     // The j-th send to itself meets the j-th receive from itself: one copy, where their
-    // sizes agree (else both go through the FIFO and fail as their rounds would).
-    let mut ops: Vec<(usize, [u64; OP])> = Vec::new();
-    let own = |t: &[Transfer]| t.iter().enumerate().filter(|(_, t)| t.peer == me).map(|(i, _)| i).collect::<Vec<_>>();
-    let mut paired = (vec![false; sends.len()], vec![false; recvs.len()]);
-    for (s, r) in own(sends).into_iter().zip(own(recvs)) {
+    // sizes agree (else both go through the FIFO and fail as their rounds would). Which
+    // ones paired: a bit per transfer.
+    let mut ops: Vec<(usize, [u64; OP])> = Vec::with_capacity(sends.len() + recvs.len());
+    fn own(t: &[Transfer], me: usize) -> impl Iterator<Item = usize> + '_ {
+        t.iter().enumerate().filter(move |(_, t)| t.peer == me).map(|(i, _)| i)
+    }
+    let mut paired = (0u128, 0u128);
+    for (s, r) in own(sends, me).zip(own(recvs, me)) {
         if sends[s].bytes.len() == recvs[r].bytes.len() {
             let [w, at, len] = word(&sends[s], COPY);
             ops.push((0, [w, at, len, recvs[r].bytes.start as u64]));
-            (paired.0[s], paired.1[r]) = (true, true);
+            paired.0 |= 1 << s;
+            paired.1 |= 1 << r;
         }
     }
     // Ordered by distance, as the rounds are (send to rank + k, receive from rank - k), so
     // that the ranks start on different peers; a FIFO's transfers stay in posted order.
-    for (kind, list, done) in [(0, sends, &paired.0), (RECV, recvs, &paired.1)] {
-        for (t, _) in list.iter().zip(done).filter(|(_, &d)| !d) {
+    for (kind, list, done) in [(0, sends, paired.0), (RECV, recvs, paired.1)] {
+        for (_, t) in list.iter().enumerate().filter(|(i, _)| done >> i & 1 == 0) {
             let k = if kind == RECV { (me + n - t.peer) % n } else { (t.peer + n - me) % n };
             let [w, at, len] = word(t, kind);
             ops.push((k, [w, at, len, 0]));

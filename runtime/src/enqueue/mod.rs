@@ -215,19 +215,17 @@ impl Call {
         }
     }
 
-    /// A point-to-point call of `group`, checked: each side given is (buffer, count, peer).
-    pub(crate) fn checked_p2p<T: Element>(
-        group: &Group, send: Option<(&DeviceBuffer<T>, usize, usize)>, recv: Option<(&DeviceBuffer<T>, usize, usize)>,
-    ) -> Result<Call> {
-        let view = |x: Option<(&DeviceBuffer<T>, usize, usize)>| x.map(|(b, n, p)| (buf(b), n, p));
-        group.sendrecv(view(send), view(recv), size_of::<T>())?;
-        let side = |s: Option<(&DeviceBuffer<T>, usize, usize)>| match s {
-            Some((b, n, p)) => (b.as_ptr(), n, Some(p), b.keep_alive()),
+    /// A point-to-point call of `group`, checked: each side given is its elements and peer.
+    pub(crate) fn checked_p2p<T: Element>(group: &Group, send: Option<Side<T>>, recv: Option<Side<T>>) -> Result<Call> {
+        let view = |x: &Option<Side<T>>| x.as_ref().map(|s| (s.view(), s.count, s.peer));
+        group.sendrecv(view(&send), view(&recv), size_of::<T>())?;
+        let side = |s: &Option<Side<T>>| match s {
+            Some(s) => (s.buf.ptr_at(s.at), s.count, Some(s.peer), s.buf.keep_alive()),
             None => (std::ptr::null_mut(), 0, None, None),
         };
-        let devices = [send.map(|s| s.0.device().clone()), recv.map(|r| r.0.device().clone())];
-        let (send, count, send_peer, keep_send) = side(send);
-        let (recv, recv_count, recv_peer, keep_recv) = side(recv);
+        let devices = [send.as_ref().map(|s| s.buf.device().clone()), recv.as_ref().map(|r| r.buf.device().clone())];
+        let (send, count, send_peer, keep_send) = side(&send);
+        let (recv, recv_count, recv_peer, keep_recv) = side(&recv);
         Ok(Call {
             coll: Collective::SendRecv,
             dtype: T::DTYPE,
@@ -247,6 +245,30 @@ impl Call {
             batch: false,
             wire: None,
         })
+    }
+}
+
+/// One side of a point-to-point call: `count` elements of `buf` from element `at` (at most
+/// its length), and the peer. A block of a larger buffer is named by its offset rather than
+/// a slice: an AlltoAll makes two a peer, on every small call's path.
+pub(crate) struct Side<'a, T: Element> {
+    pub buf: &'a DeviceBuffer<T>,
+    pub at: usize,
+    pub count: usize,
+    pub peer: usize,
+}
+
+impl<'a, T: Element> Side<'a, T> {
+    /// `count` elements from the start of `buf`, with `peer`.
+    pub(crate) fn of(buf: &'a DeviceBuffer<T>, count: usize, peer: usize) -> Side<'a, T> {
+        Side { buf, at: 0, count, peer }
+    }
+
+    /// What the checks see: the buffer from `at` on.
+    fn view(&self) -> Buf {
+        let start = self.buf.ptr_at(self.at) as usize;
+        let len = self.buf.len() - self.at;
+        Buf { len, bytes: start..start + len * size_of::<T>() }
     }
 }
 
