@@ -13,9 +13,10 @@
 //! (mod nranks), so every round pairs up across ranks and a cycle of exchanges cannot
 //! deadlock; round 0 is the rank's own block, moved by a transfer to itself. In a wire
 //! format (`Comm::wired`) AlltoAll(v) always runs in rounds, each block encoded once by its
-//! sender and decoded on arrival (the own block too). Every
-//! transfer of a call is built and checked before anything is queued, so a bad argument
-//! changes nothing.
+//! sender and decoded on arrival (the own block too). Every block of a call is checked
+//! before anything is queued, so a bad argument changes nothing. AlltoAll, Gather and
+//! Scatter carry where their blocks lie (`enqueue::Moves`), from which a launch derives the
+//! rounds only where it runs them; AlltoAllv carries its transfers, built here.
 
 use std::ops::Range;
 
@@ -25,7 +26,7 @@ use super::group::note;
 use super::Comm;
 use crate::device::DeviceBuffer;
 use crate::element::Element;
-use crate::enqueue::{Call, Side};
+use crate::enqueue::{disjoint, Call, Moves, Side, Spread};
 use crate::error::{invalid, Result};
 use crate::op::Op;
 use crate::stream::Stream;
@@ -137,23 +138,13 @@ impl Comm {
     }
 }
 
-/// Per peer, the elements of `buf` sent to it or received from it (`None`: nothing moves).
+/// An AlltoAllv's side: per peer, the elements of `buf` sent to it or received from it.
 struct Blocks<'a, T: Element> {
     buf: &'a DeviceBuffer<T>,
     at: Vec<Option<Range<usize>>>,
 }
 
 impl<'a, T: Element> Blocks<'a, T> {
-    /// No block of `buf` for any of `n` peers.
-    fn none(buf: &'a DeviceBuffer<T>, n: usize) -> Blocks<'a, T> {
-        Blocks { buf, at: vec![None; n] }
-    }
-
-    /// Where peer `q`'s block starts, if it has one.
-    fn start(&self, q: usize) -> Option<*mut u8> {
-        self.at[q].as_ref().map(|r| self.buf.ptr_at(r.start))
-    }
-
     /// The byte ranges of the blocks that move anything.
     fn used(&self) -> impl Iterator<Item = Range<usize>> + '_ {
         self.at.iter().flatten().filter(|r| !r.is_empty()).map(|r| {
@@ -162,10 +153,9 @@ impl<'a, T: Element> Blocks<'a, T> {
         })
     }
 
-    /// Peer `q`'s side of a transfer: its block, if it has one that moves (or, with
-    /// `empty`, any block it has).
-    fn side(&self, q: usize, empty: bool) -> Option<Side<'a, T>> {
-        let r = self.at[q].as_ref().filter(|r| empty || !r.is_empty())?;
+    /// Peer `q`'s side of a transfer: its block, if it has one (an empty one too).
+    fn side(&self, q: usize) -> Option<Side<'a, T>> {
+        let r = self.at[q].as_ref()?;
         Some(Side { buf: self.buf, at: r.start, count: r.len(), peer: q })
     }
 }
@@ -187,12 +177,15 @@ impl Comm {
         note((|| {
             let total = self.group().total(count)?;
             let name = "AllToAll";
-            let (sends, recvs) = (
-                self.even_blocks(name, "send", send, count, total)?,
-                self.even_blocks(name, "recv", recv, count, total)?,
-            );
-            let rounds = self.rounds(name, sends, recvs, false, wire)?;
-            let call = Call::moves(&self.group(), Collective::AllToAll, send, recv, count, 0, rounds);
+            for (side, buf) in [("send", send), ("recv", recv)] {
+                if buf.len() < total {
+                    return invalid(format!("{name} {side} buffer holds {} elements, {total} are needed", buf.len()));
+                }
+            }
+            let each = |b: &DeviceBuffer<T>| Spread::Each { at: b.address(), skip: None };
+            let moves =
+                self.checked_moves(name, Moves { send: each(send), recv: each(recv) }, count * size_of::<T>())?;
+            let call = Call::moves(&self.group(), Collective::AllToAll, send, recv, count, 0, moves);
             self.submit(Ok(in_wire(call, wire)?), stream)
         })())
     }
@@ -221,7 +214,7 @@ impl Comm {
             let sends = self.blocks(name, "send", send, send_counts, send_displs)?;
             let recvs = self.blocks(name, "recv", recv, recv_counts, recv_displs)?;
             // The batch counts bytes: its rounds, one per rank, each checked its dtype.
-            let batch = Call::batch(Collective::AllToAll, self.rounds(name, sends, recvs, true, wire)?);
+            let batch = Call::batch(Collective::AllToAll, self.rounds(name, sends, recvs, wire)?);
             self.submit(Ok(Call { wire, ..batch }), stream)
         })())
     }
@@ -255,32 +248,32 @@ impl Comm {
         let (name, (one, all)) =
             (if to_root { "Gather" } else { "Scatter" }, if to_root { (send, recv) } else { (recv, send) });
         let (one_side, all_side) = if to_root { ("send", "recv") } else { ("recv", "send") };
-        let n = self.nranks();
-        let mut ones = Blocks::none(one, n);
-        ones.at[root] = Some(block(name, one_side, one, 0, count)?);
-        let mut alls = Blocks::none(all, n);
+        block(name, one_side, one, 0, count)?;
+        let mut ones = Spread::One { peer: root, at: one.address() };
+        let mut alls = Spread::None;
         if self.rank() == root {
-            alls = self.even_blocks(name, all_side, all, count, self.group().total(count)?)?;
-            if ones.start(root) == alls.start(root) {
-                ones.at[root] = None;
-                alls.at[root] = None;
+            let total = self.group().total(count)?;
+            if all.len() < total {
+                return invalid(format!("{name} {all_side} buffer holds {} elements, {total} are needed", all.len()));
+            }
+            // In place: the root's own block is already where it belongs.
+            let in_place = count > 0 && one.address() == all.ptr_at(root * count) as usize;
+            alls = Spread::Each { at: all.address(), skip: in_place.then_some(root) };
+            if in_place {
+                ones = Spread::None;
             }
         }
         let (sends, recvs) = if to_root { (ones, alls) } else { (alls, ones) };
-        let rounds = self.rounds(name, sends, recvs, false, None)?;
-        self.submit(Ok(Call::moves(&self.group(), coll, send, recv, count, root, rounds)), stream)
+        let moves = self.checked_moves(name, Moves { send: sends, recv: recvs }, count * size_of::<T>())?;
+        self.submit(Ok(Call::moves(&self.group(), coll, send, recv, count, root, moves)), stream)
     }
 
-    /// `buf` cut into nranks blocks of `count`, after checking it holds `total`.
-    fn even_blocks<'a, T: Element>(
-        &self, name: &str, side: &str, buf: &'a DeviceBuffer<T>, count: usize, total: usize,
-    ) -> Result<Blocks<'a, T>> {
-        if buf.len() < total {
-            return invalid(format!("{name} {side} buffer holds {} elements, {total} are needed", buf.len()));
+    /// `moves`, or InvalidArgument where a block received would land on one sent.
+    fn checked_moves(&self, name: &str, moves: Moves, block: usize) -> Result<Moves> {
+        match moves.overlap(self.nranks(), block) {
+            true => invalid(format!("{name}: a send block overlaps a recv block")),
+            false => Ok(moves),
         }
-        let at =
-            (0..self.nranks()).map(|q| block(name, side, buf, q * count, count).map(Some)).collect::<Result<_>>()?;
-        Ok(Blocks { buf, at })
     }
 
     /// `buf` cut by per-peer counts and offsets, each checked.
@@ -300,28 +293,21 @@ impl Comm {
         Ok(Blocks { buf, at })
     }
 
-    /// One transfer per round (see the module comment); empty blocks move nothing, and are
-    /// left out unless `empty` (AlltoAllv: its direct kernel compares every block's size with
-    /// the sender's, a zero one too). All transfers are checked, and send blocks against
-    /// recv blocks. Each transfer travels in `wire` where given.
+    /// An AlltoAllv's transfers, one a round (see the module comment), every block with its
+    /// peer, an empty one too (its direct kernel compares every block's size with the
+    /// sender's, a zero one too). All transfers are checked, and send blocks against recv
+    /// blocks. Each transfer travels in `wire` where given.
     fn rounds<T: Element>(
-        &self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, empty: bool, wire: Option<Wire>,
+        &self, name: &str, sends: Blocks<T>, recvs: Blocks<T>, wire: Option<Wire>,
     ) -> Result<Vec<Call>> {
-        // Where the spans of the two sides do not meet (the common case, checked first
-        // without allocating), no blocks of theirs do.
-        let span = |v: &Blocks<T>| v.used().reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
-        let apart = match (span(&sends), span(&recvs)) {
-            (Some(s), Some(r)) => s.end <= r.start || r.end <= s.start,
-            _ => true,
-        };
-        if !apart && !disjoint(&sends.used().collect::<Vec<_>>(), &recvs.used().collect::<Vec<_>>()) {
+        if !disjoint(&sends.used().collect::<Vec<_>>(), &recvs.used().collect::<Vec<_>>()) {
             return invalid(format!("{name}: a send block overlaps a recv block"));
         }
         let (rank, n) = (self.rank(), self.nranks());
         let mut calls = Vec::with_capacity(n);
         for k in 0..n {
             let (to, from) = ((rank + k) % n, (rank + n - k) % n);
-            let (send, recv) = (sends.side(to, empty), recvs.side(from, empty));
+            let (send, recv) = (sends.side(to), recvs.side(from));
             if send.is_some() || recv.is_some() {
                 calls.push(in_wire(Call::checked_p2p(&self.group(), send, recv)?, wire)?);
             }
@@ -348,39 +334,5 @@ fn block<T: Element>(name: &str, side: &str, buf: &DeviceBuffer<T>, start: usize
             "{name}: {side} block of {len} elements at {start} is outside its buffer of {} elements",
             buf.len()
         )),
-    }
-}
-
-/// Whether no range of `a` overlaps a range of `b` (empty ranges overlap nothing). Sorted
-/// by start, a range overlaps an earlier-starting one of the other side exactly when it
-/// starts before the furthest end seen on that side.
-fn disjoint(a: &[Range<usize>], b: &[Range<usize>]) -> bool {
-    let mut all: Vec<(&Range<usize>, usize)> =
-        a.iter().map(|r| (r, 0)).chain(b.iter().map(|r| (r, 1))).filter(|(r, _)| !r.is_empty()).collect();
-    all.sort_by_key(|(r, _)| r.start);
-    let mut end = [0usize; 2];
-    for (r, side) in all {
-        if r.start < end[1 - side] {
-            return false;
-        }
-        end[side] = end[side].max(r.end);
-    }
-    true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::disjoint;
-
-    // One-range lists are meant: each is a side's set of blocks.
-    #[allow(clippy::single_range_in_vec_init)]
-    #[test]
-    fn disjoint_finds_any_cross_overlap() {
-        assert!(disjoint(&[0..4, 8..12], &[4..8, 12..16]));
-        assert!(disjoint(&[0..4, 2..6], &[6..8]), "overlap on one side only");
-        assert!(!disjoint(&[0..4], &[3..5]));
-        assert!(!disjoint(&[0..100], &[10..20, 200..300]), "inside a long earlier range");
-        assert!(!disjoint(&[5..6], &[0..2, 1..10]));
-        assert!(disjoint(&[3..3], &[0..10]), "empty");
     }
 }

@@ -131,7 +131,7 @@ pub fn group_simulate_end() -> Result<Option<f64>> {
     for Posted { comm, call, .. } in &posted {
         // As NCCL's, transfers count nothing: point to point, and the collectives carried
         // as rounds of it (AlltoAll, Gather, Scatter, AlltoAllv).
-        let t = if call.coll == Collective::SendRecv || call.batch || !call.rounds.is_empty() {
+        let t = if call.coll == Collective::SendRecv || call.batch || call.moves.is_some() {
             0.0
         } else {
             comm.estimate(call.coll, call.dtype, call.count)?
@@ -277,28 +277,8 @@ fn rounds(rank: usize, nranks: usize, p2p: Vec<Call>) -> Vec<Call> {
 
 /// One launch moving `send` and receiving `recv`, as bytes.
 fn pair(send: Option<Side>, recv: Option<Side>) -> Call {
-    let (sp, count, send_peer, ks) =
-        send.map_or((std::ptr::null_mut(), 0, None, None), |(p, n, q, k)| (p, n, Some(q), k));
-    let (rp, recv_count, recv_peer, kr) =
-        recv.map_or((std::ptr::null_mut(), 0, None, None), |(p, n, q, k)| (p, n, Some(q), k));
-    Call {
-        coll: Collective::SendRecv,
-        dtype: DataType::U8,
-        op: None,
-        count,
-        recv_count,
-        root: 0,
-        send: sp,
-        recv: rp,
-        keep: [ks, kr],
-        // Each side's buffer was checked against the communicator's device when posted.
-        devices: [None, None],
-        bytes: count.max(recv_count),
-        send_peer,
-        recv_peer,
-        internal: false,
-        rounds: Vec::new(),
-        batch: false,
-        wire: None,
-    }
+    let split = |s: Option<Side>| s.map_or((None, None), |(p, n, q, k)| (Some((p, n, q)), k));
+    let ((send, ks), (recv, kr)) = (split(send), split(recv));
+    // Each side's buffer was checked against the communicator's device when posted.
+    Call::transfer(DataType::U8, send, recv, [ks, kr], [None, None], None)
 }

@@ -32,21 +32,31 @@ struct Transfer {
 }
 
 impl Rank {
-    /// `call`'s rounds (see `Call::rounds`, `Call::batch`) as one batch launch over the
-    /// FIFOs, where one can run them (see the module comment).
+    /// `call`'s transfers (its moves' rounds, or a batch's: see `Call::moves`,
+    /// `Call::rounds`) as one batch launch over the FIFOs, where one can run them (see the
+    /// module comment).
     pub(super) fn fifo_batch(&self, call: &Call) -> Option<Ops> {
-        if self.device.is_cuda() || call.internal || call.rounds.is_empty() || self.wire_of(call) != Wire::Exact {
+        let none = call.moves.is_none() && call.rounds.is_empty();
+        if self.device.is_cuda() || call.internal || none || self.wire_of(call) != Wire::Exact {
             return None;
         }
-        let n = call.rounds.len();
-        let (mut sends, mut recvs) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for c in &call.rounds {
-            let bytes = |at: usize, n: usize| at..at + n * c.dtype.size();
-            if let Some(peer) = c.send_peer.filter(|_| c.count > 0) {
-                sends.push(Transfer { peer, bytes: bytes(c.send as usize, c.count) });
+        let most = self.group.nranks.max(call.rounds.len());
+        let (mut sends, mut recvs) = (Vec::with_capacity(most), Vec::with_capacity(most));
+        if let Some(moves) = call.moves {
+            let block = call.count * call.dtype.size();
+            for (send, recv) in moves.rounds(self.group, block) {
+                sends.extend(send.map(|(peer, at)| Transfer { peer, bytes: at..at + block }));
+                recvs.extend(recv.map(|(peer, at)| Transfer { peer, bytes: at..at + block }));
             }
-            if let Some(peer) = c.recv_peer.filter(|_| c.recv_count > 0) {
-                recvs.push(Transfer { peer, bytes: bytes(c.recv as usize, c.recv_count) });
+        } else {
+            for c in &call.rounds {
+                let bytes = |at: usize, n: usize| at..at + n * c.dtype.size();
+                if let Some(peer) = c.send_peer.filter(|_| c.count > 0) {
+                    sends.push(Transfer { peer, bytes: bytes(c.send as usize, c.count) });
+                }
+                if let Some(peer) = c.recv_peer.filter(|_| c.recv_count > 0) {
+                    recvs.push(Transfer { peer, bytes: bytes(c.recv as usize, c.recv_count) });
+                }
             }
         }
         if sends.len() + recvs.len() > P2P_BATCH_MAX {
@@ -55,12 +65,11 @@ impl Rank {
         if recvs.iter().any(|r| sends.iter().any(|s| checks::overlap(&r.bytes, &s.bytes))) {
             return None;
         }
-        // The whole buffers where the call holds them (an AlltoAll's, a Gather's, a
-        // Scatter's: its rounds' blocks lie in them), else every round's (a batch's).
-        let keep = if call.batch {
-            call.rounds.iter().flat_map(|c| c.keep.iter().flatten().cloned()).collect()
-        } else {
-            call.keep.iter().flatten().cloned().collect()
+        // The whole buffers where the call holds them (its moves' blocks lie in them), else
+        // every transfer's (a batch's).
+        let keep = match call.moves {
+            Some(_) => call.keep.iter().flatten().cloned().collect(),
+            None => call.rounds.iter().flat_map(|c| c.keep.iter().flatten().cloned()).collect(),
         };
         Some(Ops::fifo(table(self.group.rank, self.group.nranks, &sends, &recvs), keep))
     }

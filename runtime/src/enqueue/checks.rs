@@ -66,8 +66,25 @@ fn need(coll: Collective) -> Option<Need> {
     })
 }
 
-pub(super) fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+pub(crate) fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
     a.start < b.end && b.start < a.end
+}
+
+/// Whether no range of `a` overlaps a range of `b` (empty ranges overlap nothing). Sorted
+/// by start, a range overlaps an earlier-starting one of the other side exactly when it
+/// starts before the furthest end seen on that side.
+pub(crate) fn disjoint(a: &[Range<usize>], b: &[Range<usize>]) -> bool {
+    let mut all: Vec<(&Range<usize>, usize)> =
+        a.iter().map(|r| (r, 0)).chain(b.iter().map(|r| (r, 1))).filter(|(r, _)| !r.is_empty()).collect();
+    all.sort_by_key(|(r, _)| r.start);
+    let mut end = [0usize; 2];
+    for (r, side) in all {
+        if r.start < end[1 - side] {
+            return false;
+        }
+        end[side] = end[side].max(r.end);
+    }
+    true
 }
 
 /// The rank and rank count a call is checked against.
@@ -169,6 +186,18 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // One-range lists are meant: each is a side's set of blocks.
+    #[allow(clippy::single_range_in_vec_init)]
+    #[test]
+    fn disjoint_finds_any_cross_overlap() {
+        assert!(disjoint(&[0..4, 8..12], &[4..8, 12..16]));
+        assert!(disjoint(&[0..4, 2..6], &[6..8]), "overlap on one side only");
+        assert!(!disjoint(&[0..4], &[3..5]));
+        assert!(!disjoint(&[0..100], &[10..20, 200..300]), "inside a long earlier range");
+        assert!(!disjoint(&[5..6], &[0..2, 1..10]));
+        assert!(disjoint(&[3..3], &[0..10]), "empty");
+    }
 
     fn buf(start: usize, len: usize) -> Buf {
         Buf { len, bytes: start..start + len * 4 }

@@ -5,6 +5,7 @@
 
 mod batch;
 mod checks;
+mod moves;
 mod p2p;
 mod plan;
 mod queuing;
@@ -30,7 +31,8 @@ use crate::registry::{Direct, Registry};
 use crate::stream::{Executor, KernelCall, Launch, Stream, Tables};
 use crate::tune::{Choice, Tuner};
 use checks::Buf;
-pub(crate) use checks::Group;
+pub(crate) use checks::{disjoint, Group};
+pub(crate) use moves::{Moves, Spread};
 use plan::Shape;
 pub(crate) use wire::Reach;
 
@@ -148,13 +150,15 @@ pub(crate) struct Call {
     /// The library's own exchange (e.g. registering memory): the ring on one channel,
     /// whatever JITCCL_ALGO / JITCCL_PROTO say.
     pub internal: bool,
-    /// AlltoAll, Gather, Scatter: the same call as point-to-point transfers, launched in
-    /// its place where the direct algorithm does not run it (see `Rank::form`).
+    /// A batch's transfers (AlltoAllv's, a group's sends and receives), which run as one
+    /// direct point-to-point launch where they can (`p2p`), else as one launch over the
+    /// FIFOs (`batch`) where that can, else one by one.
     pub rounds: Vec<Call>,
-    /// `rounds` are a batch of transfers (AlltoAllv's, a group's sends and receives) that
-    /// run as one direct point-to-point launch where they can (`p2p`), else as one launch
-    /// over the FIFOs (`batch`) where that can, else one by one.
     pub batch: bool,
+    /// AlltoAll, Gather, Scatter: the same call's blocks as point-to-point transfers, whose
+    /// rounds are launched in its place where the direct algorithm does not run it (see
+    /// `Rank::form`), as one batch over the FIFOs where that can, else one by one.
+    pub moves: Option<Moves>,
     /// The wire format asked for (`Call::wired`), or `None`: the communicator's default
     /// where it fits.
     pub wire: Option<Wire>,
@@ -178,7 +182,7 @@ impl Call {
     /// the side it uses, so that the direct algorithm's choice rests on used memory only.
     pub(crate) fn moves<T: Element>(
         group: &Group, coll: Collective, send: &DeviceBuffer<T>, recv: &DeviceBuffer<T>, count: usize, root: usize,
-        rounds: Vec<Call>,
+        moves: Moves,
     ) -> Call {
         let at_root = group.rank == root;
         let (send, recv) = match coll {
@@ -186,7 +190,7 @@ impl Call {
             Collective::Scatter if !at_root => (recv, recv),
             _ => (send, recv),
         };
-        Call { rounds, ..Call::of(coll, None, send, recv, count, root, group.nranks) }
+        Call { moves: Some(moves), ..Call::of(coll, None, send, recv, count, root, group.nranks) }
     }
 
     /// A collective's call on `send` and `recv`, `blocks` blocks of `count` to tune by.
@@ -211,6 +215,7 @@ impl Call {
             internal: false,
             rounds: Vec::new(),
             batch: false,
+            moves: None,
             wire: None,
         }
     }
@@ -219,32 +224,55 @@ impl Call {
     pub(crate) fn checked_p2p<T: Element>(group: &Group, send: Option<Side<T>>, recv: Option<Side<T>>) -> Result<Call> {
         let view = |x: &Option<Side<T>>| x.as_ref().map(|s| (s.view(), s.count, s.peer));
         group.sendrecv(view(&send), view(&recv), size_of::<T>())?;
-        let side = |s: &Option<Side<T>>| match s {
-            Some(s) => (s.buf.ptr_at(s.at), s.count, Some(s.peer), s.buf.keep_alive()),
-            None => (std::ptr::null_mut(), 0, None, None),
-        };
+        let leg = |s: &Option<Side<T>>| s.as_ref().map(|s| (s.buf.ptr_at(s.at), s.count, s.peer));
+        let keep = [send.as_ref().and_then(|s| s.buf.keep_alive()), recv.as_ref().and_then(|r| r.buf.keep_alive())];
         let devices = [send.as_ref().map(|s| s.buf.device().clone()), recv.as_ref().map(|r| r.buf.device().clone())];
-        let (send, count, send_peer, keep_send) = side(&send);
-        let (recv, recv_count, recv_peer, keep_recv) = side(&recv);
-        Ok(Call {
+        Ok(Call::transfer(T::DTYPE, leg(&send), leg(&recv), keep, devices, None))
+    }
+
+    /// A SendRecv of `dtype` elements: `send` and `recv` each its address, elements and
+    /// peer; `keep` and `devices` as a call's.
+    pub(crate) fn transfer(
+        dtype: DataType, send: Option<(*mut u8, usize, usize)>, recv: Option<(*mut u8, usize, usize)>,
+        keep: [Option<Arc<dyn Send + Sync>>; 2], devices: [Option<Device>; 2], wire: Option<Wire>,
+    ) -> Call {
+        let leg =
+            |l: Option<(*mut u8, usize, usize)>| l.map_or((std::ptr::null_mut(), 0, None), |(p, n, q)| (p, n, Some(q)));
+        let ((send, count, send_peer), (recv, recv_count, recv_peer)) = (leg(send), leg(recv));
+        Call {
             coll: Collective::SendRecv,
-            dtype: T::DTYPE,
+            dtype,
             op: None,
             count,
             recv_count,
             root: 0,
             send,
             recv,
-            keep: [keep_send, keep_recv],
+            keep,
             devices,
-            bytes: count.max(recv_count) * size_of::<T>(),
+            bytes: count.max(recv_count) * dtype.size(),
             send_peer,
             recv_peer,
             internal: false,
             rounds: Vec::new(),
             batch: false,
-            wire: None,
-        })
+            moves: None,
+            wire,
+        }
+    }
+
+    /// The point-to-point calls that run this call one after another: a batch's own, or
+    /// those its moves make, each a SendRecv of one round's blocks holding the call's
+    /// buffers and in its wire.
+    pub(crate) fn take_rounds(&mut self, group: Group) -> Vec<Call> {
+        let Some(moves) = self.moves else { return std::mem::take(&mut self.rounds) };
+        let leg = |s: Option<(usize, usize)>| s.map(|(peer, at)| (at as *mut u8, self.count, peer));
+        moves
+            .rounds(group, self.count * self.dtype.size())
+            .map(|(send, recv)| {
+                Call::transfer(self.dtype, leg(send), leg(recv), self.keep.clone(), self.devices.clone(), self.wire)
+            })
+            .collect()
     }
 }
 

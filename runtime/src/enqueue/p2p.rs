@@ -60,6 +60,7 @@ impl Call {
             internal: false,
             rounds,
             batch: true,
+            moves: None,
             wire: None,
         }
     }

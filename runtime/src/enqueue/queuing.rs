@@ -18,7 +18,7 @@ impl Rank {
     ) -> Result<()> {
         let form = self.form(call)?;
         if let Form::Rounds = form {
-            let launches = self.prepare_all(comm, std::mem::take(&mut call.rounds), stream)?;
+            let launches = self.prepare_all(comm, call.take_rounds(self.group), stream)?;
             return self.enqueue_all(launches, stream);
         }
         // Counted for finalize from here until the launch has run; a call that queues
@@ -59,7 +59,7 @@ impl Rank {
     ) -> Result<()> {
         let form = self.form(&call)?;
         if let Form::Rounds = form {
-            let rounds = std::mem::take(&mut call.rounds);
+            let rounds = call.take_rounds(self.group);
             return rounds.into_iter().try_for_each(|c| self.prepare_into(comm, c, stream, out));
         }
         if let Some(mut ready) = self.prepare(&call, form, stream)? {
