@@ -248,7 +248,7 @@ impl Comm {
         let (name, (one, all)) =
             (if to_root { "Gather" } else { "Scatter" }, if to_root { (send, recv) } else { (recv, send) });
         let (one_side, all_side) = if to_root { ("send", "recv") } else { ("recv", "send") };
-        block(name, one_side, one, 0, count)?;
+        block(name, one_side, one, 0, count)?; // the one block fits its buffer
         let mut ones = Spread::One { peer: root, at: one.address() };
         let mut alls = Spread::None;
         if self.rank() == root {
