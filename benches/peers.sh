@@ -39,6 +39,7 @@
 #             ends of the link with tbf (default "none 1gbit")
 #   COLLS     collectives (default "all_reduce all_gather reduce_scatter broadcast all_to_all")
 #   SIDES     (default "mpi gloo jitccl")
+#   BASELINE  another jitccl binary (an older build) to run as one more side, "before"
 #   ROUNDS    rounds per figure (default 3)
 #   ITERS     most timed iterations per run (default: by size, 1000 at 8 B down to 3 at
 #             256 MiB; warm-up a fifth of them)
@@ -75,6 +76,7 @@ for s in $sides; do
   case $s in mpi | gloo | jitccl) ;; *) die "unknown side '$s' (mpi, gloo, jitccl)" ;; esac
 done
 [[ " $sides " == *" jitccl "* ]] || die "SIDES must include jitccl (the ratios are against it)"
+[ -z "${BASELINE:-}" ] || { [ -x "$BASELINE" ] || die "BASELINE $BASELINE is not a program"; sides="$sides before"; }
 for h in $hosts_list; do [[ $h =~ ^[1-9][0-9]*$ ]] && [ "$h" -le 200 ] || die "bad host count '$h' (1 to 200)"; done
 for l in $per_host_list; do [[ $l =~ ^[1-9][0-9]*$ ]] || die "bad ranks per host '$l'"; done
 
@@ -196,7 +198,7 @@ run_jitccl() { # coll h l bytes iters log
     # shellcheck disable=SC2046 # one word per variable
     timeout "$limit" ip netns exec "$tag-$((r / $3))" env -u NCCL_COMM_ID -u JITCCL_COMM_ID -u JITCCL_TRANSPORT \
       $(rank_env "$r" "$2" "$3" "$port") JITCCL_SOCKET_IFNAME==net0 \
-      "$jitccl" perf "$1" -N $(($2 * $3)) -b "$4" -e "$4" -d float "${op[@]}" -w $(($5 / 5 + 1)) -n "$5" -z 1 -a 3 >"$6.$r" 2>&1 &
+      "${bin:-$jitccl}" perf "$1" -N $(($2 * $3)) -b "$4" -e "$4" -d float "${op[@]}" -w $(($5 / 5 + 1)) -n "$5" -z 1 -a 3 >"$6.$r" 2>&1 &
   done
   wait
   # The out-of-place columns, but Broadcast's in place: MPI_Bcast and Gloo's broadcast have
@@ -205,6 +207,7 @@ run_jitccl() { # coll h l bytes iters log
   [ "$1" != broadcast ] || at=10
   awk -v at="$at" '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $at, $(at + 3) }' "$6.0"
 }
+run_before() { bin=$BASELINE run_jitccl "$@"; }
 run_gloo() { # h l "coll:bytes:warmup:iters..." log
   local r
   next_port

@@ -23,8 +23,8 @@ pub const MAX_BUFFSIZE: usize = 1 << 30;
 pub const MIN_BUFFSIZE: usize = 8 * MIN_SIMPLE_SLOT;
 /// The default Simple FIFO (8 slots of 128 KiB).
 pub const DEFAULT_BUFFSIZE: usize = 1 << 20;
-/// The default Simple FIFO of host ranks whose steps cross a network plugin (NCCL's size):
-/// fewer, larger plugin requests.
+/// The default Simple FIFO of host ranks whose steps cross a network (NCCL's size): fewer,
+/// larger plugin requests, fewer passes over the sockets.
 pub const NET_BUFFSIZE: usize = 4 << 20;
 /// The most a host rank's receive segment may take for `NET_BUFFSIZE`'s FIFOs (one per
 /// channel and peer); a communicator whose segment would exceed it keeps the default.
@@ -142,7 +142,7 @@ pub const BUFFSIZE: Setting = nccl(
         "slot_bytes",
         Kind::Bytes { min: MIN_BUFFSIZE as u64, max: MAX_BUFFSIZE as u64 },
         Initial::Computed(
-            "1048576 (1 MiB); 4194304 (4 MiB) for host ranks whose steps cross a network plugin, where a rank's FIFOs then stay within 256 MiB",
+            "1048576 (1 MiB); 4194304 (4 MiB) for host ranks whose steps cross a network, where a rank's FIFOs then stay within 256 MiB (over Socket, calls that only copy keep 1 MiB's steps)",
         ),
         Ranks::Agree,
         "bytes of a Simple FIFO (8 slots), which LL and LL128 scale with",

@@ -121,6 +121,9 @@ pub(crate) struct Tuner {
     algos: AlgoOverrides,
     protos: ProtoOverrides,
     slot_bytes: [usize; NPROTOS],
+    /// The slots whose steps calls that only copy take (smaller than `slot_bytes` over the
+    /// sockets: see [`with_copy_slots`](Self::with_copy_slots)).
+    copy_slots: [usize; NPROTOS],
     /// "Comm 'NAME': " for a named communicator, so that the choices of several in one
     /// process can be told apart in the log.
     log_prefix: String,
@@ -151,10 +154,19 @@ impl Tuner {
             algos: cfg.algos.clone(),
             protos: cfg.protos.clone(),
             slot_bytes: cfg.slot_bytes,
+            copy_slots: cfg.slot_bytes,
             log_prefix: cfg.comm_name.as_ref().map_or_else(String::new, |n| format!("Comm '{n}': ")),
             cache: Mutex::new(FxHashMap::default()),
             plugin: None,
         }
+    }
+
+    /// The same, with the calls that only copy (no reduction) taking steps of `slots` where
+    /// given, each within the communicator's slot of its protocol (over the sockets, where
+    /// larger FIFOs serve the reductions, the copies keep the usual steps).
+    pub(crate) fn with_copy_slots(self, slots: Option<[usize; NPROTOS]>) -> Tuner {
+        let own = self.slot_bytes;
+        Tuner { copy_slots: slots.map_or(own, |s| std::array::from_fn(|p| s[p].min(own[p]))), ..self }
     }
 
     /// The choice for `coll` moving `bytes` (NCCL's nBytes: the per-rank buffer; the whole
@@ -335,8 +347,9 @@ impl Tuner {
             )));
         }
         let usable = |a: &Algorithm| k.usable(*a);
+        let slots = if coll.reduces() { &self.slot_bytes } else { &self.copy_slots };
         let chunk = |proto: Protocol, want: Option<usize>| {
-            let cap = step_capacity(proto, self.slot_bytes[proto as usize]);
+            let cap = step_capacity(proto, slots[proto as usize]);
             (want.unwrap_or(cap).min(cap) / k.elem_size).max(1) as u64
         };
         let make = |algo, proto, nchannels, chunk_bytes| Choice {

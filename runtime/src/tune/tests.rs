@@ -497,3 +497,26 @@ fn a_wired_call_takes_its_wires_rows_and_an_exact_call_the_plain_ones() {
     let half = t.for_wire(AllReduce, 1 << 20, 2, false, int8).unwrap();
     assert_eq!(half.chunk_elems, c.chunk_elems, "steps of as many elements as f32's");
 }
+
+/// Over the sockets' larger FIFOs, calls that reduce take the larger steps and calls that
+/// only copy (AllGather, Broadcast, point-to-point and what runs in its rounds) the usual
+/// ones; without copy slots (the usual FIFOs, or a plugin's larger ones) every call takes
+/// its FIFO's steps, and copy slots never exceed the FIFO's.
+#[test]
+fn over_the_sockets_copies_keep_the_usual_steps() {
+    let usual = Config::default().resolve(2).unwrap();
+    let large = usual.with_network_fifos();
+    let step = |cfg: &crate::config::Resolved, copies: Option<[usize; NPROTOS]>, coll: Collective| {
+        let t = Tuner::new(Topology::host(2, 1, 2), Constants::HOST, None, cfg).with_copy_slots(copies);
+        t.choose(coll, 64 << 20, 4, true).unwrap().chunk_elems as usize * 4
+    };
+    let (small_step, large_step) = (usual.slot_bytes[0], large.slot_bytes[0]);
+    assert!(large_step > small_step);
+    for coll in [AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, SendRecv] {
+        assert_eq!(step(&usual, None, coll), small_step, "{coll}, the usual FIFOs");
+        assert_eq!(step(&large, None, coll), large_step, "{coll} over a plugin");
+        let socket = if coll.reduces() { large_step } else { small_step };
+        assert_eq!(step(&large, Some(usual.slot_bytes), coll), socket, "{coll} over the sockets");
+        assert_eq!(step(&usual, Some(large.slot_bytes), coll), small_step, "{coll}: within the FIFO's slots");
+    }
+}

@@ -10,7 +10,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use jitccl_codegen::abi::STEPS;
+use jitccl_codegen::abi::{NPROTOS, STEPS};
 
 use crate::affinity::{self, CpuSet};
 use crate::bootstrap::{test_hook, Bootstrap, BootstrapConfig, UniqueId};
@@ -144,16 +144,19 @@ fn explain(bs: &Bootstrap, op: &'static str, e: Error) -> Error {
     }
 }
 
-/// The configuration of ranks whose steps cross a network plugin: host ranks take NCCL's
-/// larger FIFOs (`settings::NET_BUFFSIZE`, fewer and larger plugin requests) unless a size
-/// is set, if every rank finds room for them (a segment within
-/// `settings::NET_SEGMENT_BUDGET`, all of its host's within half of what /dev/shm has free).
-/// GPU ranks keep the usual FIFOs (device memory, one per channel and peer), and so do
-/// ranks over `Socket`, whose sends gain nothing from larger steps. The ranks decide
-/// together (one vote each), so that they cannot disagree on the size.
-fn plugin_fifos(
+/// The configuration of ranks whose steps cross a network: host ranks take larger FIFOs
+/// (`settings::NET_BUFFSIZE`: fewer and larger plugin requests, fewer passes of the proxy
+/// over the sockets) unless a size is set, if every rank finds room for them (a segment
+/// within `settings::NET_SEGMENT_BUDGET`, all of its host's within half of what /dev/shm has
+/// free). Over `Socket` (no `plugin`), calls that only copy keep the usual steps (the slots
+/// returned beside the configuration, for the tuner): theirs go by reference from and into
+/// the callers' buffers, and larger ones measured slower (docs/performance.md, "The socket
+/// transport"). GPU ranks keep the usual FIFOs (device memory, one per channel and peer).
+/// The ranks decide together (one vote each), so that they cannot disagree on the size.
+fn network_fifos(
     bs: &Bootstrap, rank: usize, config: &Config, cfg: Resolved, device: &Device, whereabouts: &[Endpoint],
-) -> Result<Resolved> {
+    plugin: Option<&Network>,
+) -> Result<(Resolved, Option<[usize; NPROTOS]>)> {
     let nranks = whereabouts.len();
     let net = cfg.with_network_fifos();
     let segment = Layout::new(nranks, &net, device).segment_bytes();
@@ -161,21 +164,27 @@ fn plugin_fifos(
     let yes = !device.is_cuda() && !config.fifo_size_set()? && room_for(segment, on_host, ShmSegment::available());
     let votes = bs.all_gather(&[u8::from(yes)])?;
     let take = votes.iter().all(|v| v[..] == [1]);
+    let copies = (take && plugin.is_none()).then_some(cfg.slot_bytes);
     let chosen = if take { net } else { cfg };
     if rank == 0 {
+        let network = plugin.map_or("Socket", Network::name);
         let why = if take {
-            "the default over a network plugin: fewer, larger requests".to_string()
+            format!("the default over a network ({network}): fewer, larger steps")
         } else {
             let no: Vec<usize> = (0..nranks).filter(|&q| votes[q][..] != [1]).collect();
-            format!("not the plugin's larger default: set, on a GPU, or no room for it on rank(s) {no:?}")
+            format!("not the network's larger default: set, on a GPU, or no room for it on rank(s) {no:?}")
+        };
+        let steps = match copies {
+            Some(s) => format!(", steps of {} KiB for calls that only copy", s[0] >> 10),
+            None => String::new(),
         };
         tracing::info!(
-            "rank 0: Simple FIFOs of {} KiB, {} MiB of FIFOs a rank ({why})",
+            "rank 0: Simple FIFOs of {} KiB{steps}, {} MiB of FIFOs a rank ({why})",
             (chosen.slot_bytes[0] * STEPS) >> 10,
             Layout::new(nranks, &chosen, device).segment_bytes() >> 20
         );
     }
-    Ok(chosen)
+    Ok((chosen, copies))
 }
 
 /// Whether a host holds `on_host` segments of `segment` bytes: each within its budget, all
@@ -208,7 +217,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         tracing::info!("rank {rank}: the bootstrap ring and the links to the root carry TLS");
     }
     // The network before the FIFOs, where steps cross one (NCCL loads its plugin first):
-    // a plugin's requests want larger steps.
+    // steps over a network want to be larger.
     let any_net = !transport::all_in_memory(&whereabouts);
     let network = if any_net {
         network(bs, rank, &cfg)?
@@ -216,9 +225,10 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
         netplugin::check(cfg.net_name.as_deref())?;
         None
     };
-    let cfg = match &network {
-        Some(_) => plugin_fifos(bs, rank, config, cfg, &device, &whereabouts)?,
-        None => cfg,
+    let (cfg, copy_slots) = if any_net {
+        network_fifos(bs, rank, config, cfg, &device, &whereabouts, network.as_ref())?
+    } else {
+        (cfg, None)
     };
 
     let layout = Layout::new(nranks, &cfg, &device);
@@ -275,7 +285,7 @@ fn wire_rank(bs: &Bootstrap, rank: usize, nranks: usize, config: &Config, device
     // cannot disagree.
     let priced = priced(&graph, &endpoints);
     let plan = if rank == 0 { tune::plan(&priced, &cfg, &device)? } else { Vec::new() };
-    let tuner = tune::from_plan(&bs.all_gather(&plan)?[0], &priced, &cfg)?;
+    let tuner = tune::from_plan(&bs.all_gather(&plan)?[0], &priced, &cfg)?.with_copy_slots(copy_slots);
     let tuner = Arc::new(tuner.agreed(|started| Ok(bs.all_gather(started)?))?);
     let proxy = if any_net {
         // The roots' word that a rank died or failed ends the wait for its connections.
