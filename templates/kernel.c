@@ -24,6 +24,10 @@ static JC_DEVICE JC_INLINE C jc_combine(C a, C b) { {{ op.combine }} }
 static JC_DEVICE JC_INLINE C jc_pre(const struct jc_ctx* x, C v) { {{ op.pre }} }
 static JC_DEVICE JC_INLINE C jc_post(const struct jc_ctx* x, C v) { {{ op.post }} }
 static JC_DEVICE JC_INLINE C jc_scalar(const struct jc_args* a) { {{ op.scalar }} }
+/* Whether the op has a pre- and a post-operation: without one, a step asked to apply it
+   only moves bytes. */
+#define JC_HAS_PRE {% if op.pre == "return v;" %}0{% else %}1{% endif %}
+#define JC_HAS_POST {% if op.post == "return v;" %}0{% else %}1{% endif %}
 {% if copy_only %}#define JC_OP_COPY 1 /* no op: every fold picks an operand whole */
 {% endif %}
 

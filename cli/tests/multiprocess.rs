@@ -91,7 +91,8 @@ fn every_collective_and_protocol_over_several_sockets_per_connection() {
 }
 
 /// Over the network, large steps that only move bytes go from and into the callers' buffers
-/// (sent by reference, landed): every collective that moves them, at 2 and 3 ranks, several
+/// (sent by reference, landed; an AllReduce's sends of its input out of place among them):
+/// every collective that moves them, at 2 and 3 ranks, several
 /// sockets per connection, in place and out of place, checked on every rank, and each
 /// rank's proxy says it wrote and read most of its steps there.
 #[test]
@@ -100,6 +101,7 @@ fn large_moves_over_the_network_pass_through_the_callers_buffers() {
         ("all_gather", "3", "float", "1"),
         ("broadcast", "2", "int8", "2"),
         ("all_reduce", "3", "bfloat16", "1"),
+        ("all_reduce", "2", "float", "2"),
         ("sendrecv", "3", "double", "1"),
         ("all_to_all", "2", "int32", "2"),
         ("gather", "3", "uint8", "1"),

@@ -13,6 +13,9 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   jc_u64 beg, end;
   jc_channel_range(a->count, x->chan, a->nchannels, &beg, &end);
   if (n == 1) return jc_local_copy(x, in + beg, out + beg, end - beg, 1, 1);
+  /* Out of place the input is never written (AllReduce's buffers are the same or disjoint):
+     its sends may go by reference. */
+  x->ref_input = in != out;
   int self = me < n - 1 && n > 2;  /* whether this rank's value goes through its own FIFO */
   for (jc_u64 off = beg; off < end; off += a->chunk_elems) {
     jc_u64 len = jc_min(a->chunk_elems, end - off);

@@ -10,6 +10,9 @@ static JC_DEVICE int jc_run(struct jc_ctx* x) {
   jc_u64 beg, end;
   jc_channel_range(a->count, x->chan, a->nchannels, &beg, &end);
   if (n == 1) return jc_local_copy(x, in + beg, out + beg, end - beg, 1, 1);
+  /* Out of place the input is never written (AllReduce's buffers are the same or disjoint):
+     its sends may go by reference. */
+  x->ref_input = in != out;
   struct jc_conn* s = &ch->ring_send;
   struct jc_conn* r = &ch->ring_recv;
   jc_u64 loop = (jc_u64)n * a->chunk_elems;

@@ -1,8 +1,8 @@
 /* Simple protocol, host: a step's elements are copied straight into the receiver's slot;
    the tail counter is published with release order after them, and the receiver hands the
    slot back through head. Pure moves go through jc_copy (memcpy, the C library's fastest copy);
-   only steps that compute run the element loop. Copying steps of JC_STREAM_MIN bytes or
-   more, and computing steps of JC_STREAM_MIN_COMPUTED or more (a tile at a time), are
+   only steps that compute run the element loop, a tile at a time. Copying steps of
+   JC_STREAM_MIN bytes or more, and computing steps of JC_STREAM_MIN_COMPUTED or more, are
    written into the slot with the prelude's cache-bypassing jc_stream: the receiver reads
    them from memory, not from this core's cache, which measured faster for a computing step
    from 4 KiB but slower for a copy below 16 KiB. Large outputs are
@@ -51,7 +51,7 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
   const T* in = landed ? dst : r ? (const T*)jc_slot(r, JC_PROTO) : 0;
   T* out = s ? (T*)jc_slot(s, JC_PROTO) : 0;
   const T* from = in ? in : src;
-  int computes = (in && src) || pre || post;
+  int computes = (in && src) || (pre && JC_HAS_PRE) || ((post & JC_POST) && JC_HAS_POST);
   /* A step that only moves bytes may go by reference: from the output it just wrote (final
      in every algorithm), or from the input where the call never writes it; never from a
      receive slot, which is handed back now. (A computed step is written into the slot as it
@@ -65,27 +65,19 @@ static JC_DEVICE int jc_generic(struct jc_ctx* x, struct jc_conn* r, struct jc_c
     if (dst && dst != from) { if (dstream) jc_stream(dst, from, n * sizeof(T)); else jc_copy(dst, from, n * sizeof(T)); }
     if (stream) jc_stream(out, from, n * sizeof(T));
     else if (out) jc_copy(out, from, n * sizeof(T));
-  } else if (stream || dstream) {
+  } else {
     T tile[JC_TILE_BYTES / sizeof(T)];
     for (jc_u64 b = 0; b < n; b += JC_TILE_BYTES / sizeof(T)) {
       jc_u64 m = jc_min(JC_TILE_BYTES / sizeof(T), n - b);
-      /* The slot is written from the tile only (copied when the step is too short to
-         stream, which is rare here): a per-element store to it as well made -O3 unswitch
-         the loop once more, and the Simple kernels 13% slower to compile. */
-      for (jc_u64 i = 0; i < m; i++) {
-        T v = jc_elem(x, in ? in[b + i] : (T)0, in != 0, src, b + i, pre, post);
-        if (dst && !dstream) dst[b + i] = v;
-        tile[i] = v;
-      }
+      /* Computed into the tile alone, which nothing can alias, so that the loop vectorizes
+         whether or not the call is in place; the output and the slot are copied from it (a
+         store of each element to them as well kept the loop scalar, or made it check for
+         overlap and fall back to scalar in place). */
+      for (jc_u64 i = 0; i < m; i++) tile[i] = jc_elem(x, in ? in[b + i] : (T)0, in != 0, src, b + i, pre, post);
+      if (dstream) jc_stream(dst + b, tile, m * sizeof(T));
+      else if (dst) jc_copy(dst + b, tile, m * sizeof(T));
       if (stream) jc_stream(out + b, tile, m * sizeof(T));
       else if (out) jc_copy(out + b, tile, m * sizeof(T));
-      if (dstream) jc_stream(dst + b, tile, m * sizeof(T));
-    }
-  } else {
-    for (jc_u64 i = 0; i < n; i++) {
-      T v = jc_elem(x, in ? in[i] : (T)0, in != 0, src, i, pre, post);
-      if (dst) dst[i] = v;
-      if (out) out[i] = v;
     }
   }
   if (stream || dstream) jc_stream_fence();
