@@ -177,11 +177,8 @@ impl Comm {
         note((|| {
             let total = self.group().total(count)?;
             let name = "AllToAll";
-            for (side, buf) in [("send", send), ("recv", recv)] {
-                if buf.len() < total {
-                    return invalid(format!("{name} {side} buffer holds {} elements, {total} are needed", buf.len()));
-                }
-            }
+            holds(name, "send", send, total)?;
+            holds(name, "recv", recv, total)?;
             let each = |b: &DeviceBuffer<T>| Spread::Each { at: b.address(), skip: None };
             let moves =
                 self.checked_moves(name, Moves { send: each(send), recv: each(recv) }, count * size_of::<T>())?;
@@ -252,10 +249,7 @@ impl Comm {
         let mut ones = Spread::One { peer: root, at: one.address() };
         let mut alls = Spread::None;
         if self.rank() == root {
-            let total = self.group().total(count)?;
-            if all.len() < total {
-                return invalid(format!("{name} {all_side} buffer holds {} elements, {total} are needed", all.len()));
-            }
+            holds(name, all_side, all, self.group().total(count)?)?;
             // In place: the root's own block is already where it belongs.
             let in_place = count > 0 && one.address() == all.ptr_at(root * count) as usize;
             alls = Spread::Each { at: all.address(), skip: in_place.then_some(root) };
@@ -322,6 +316,15 @@ fn in_wire(call: Call, wire: Option<Wire>) -> Result<Call> {
         Some(w) => call.wired(w),
         None => Ok(call),
     }
+}
+
+/// Whether `buf` holds the `total` elements a call's side needs; InvalidArgument naming the
+/// call where it does not.
+fn holds<T: Element>(name: &str, side: &str, buf: &DeviceBuffer<T>, total: usize) -> Result<()> {
+    if buf.len() < total {
+        return invalid(format!("{name} {side} buffer holds {} elements, {total} are needed", buf.len()));
+    }
+    Ok(())
 }
 
 /// Elements `start..start + len` of `buf`, or InvalidArgument naming the call. An empty
