@@ -138,7 +138,7 @@ fn a_group_completes_beside_a_peer_that_posts_its_transfers_as_separate_calls_ov
     });
 }
 
-/// Over the network, steps of 64 KiB and more leave from and land in the callers' buffers:
+/// Over the network, steps of 8 KiB and more leave from and land in the callers' buffers:
 /// a group's large transfers along a ring of 3 ranks (2 channels, several steps each), where
 /// rank 0 shifts its buffer in place (a receive landing on what it sends, which must go
 /// from a copy, also where another channel sends it) beside ranks 1 and 2 (one batch each),

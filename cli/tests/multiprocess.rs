@@ -108,7 +108,8 @@ fn large_moves_over_the_network_pass_through_the_callers_buffers() {
     ];
     let mut failures = Vec::new();
     for (coll, n, dtype, nsocks) in runs {
-        let args = ["perf", coll, "-N", n, "-b", "100000", "-e", "3M", "-f", "5", "-d", dtype, "-w", "1", "-n", "2"];
+        // From steps under JC_REF_MIN (20000 B over 2 channels) to steps of hundreds of KiB.
+        let args = ["perf", coll, "-N", n, "-b", "20000", "-e", "3M", "-f", "5", "-d", dtype, "-w", "1", "-n", "2"];
         let env = [
             ("JITCCL_TRANSPORT", "net"),
             ("JITCCL_NSOCKS_PERTHREAD", nsocks),

@@ -29,7 +29,7 @@ pub const SIZE_PROTO_SHIFT: u32 = 56;
 /// receiver's landed where the kernel's landing line said. The network never carries it.
 pub const SIZE_REF: u64 = 1 << 60;
 /// The fewest bytes of a step that passes by reference (`JC_REF_MIN`).
-pub const REF_MIN: usize = 65536;
+pub const REF_MIN: usize = 8192;
 /// A proxied receiver's landing line (`JC_LAND_*`, `Conn::lands`): the address the step the
 /// kernel waits for may land at (with the step's low bits from `LAND_TAG_SHIFT`; 0 when
 /// none), and the size word it expects there.

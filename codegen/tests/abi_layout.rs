@@ -1,13 +1,13 @@
 //! The Rust mirrors of the kernel ABI (`jitccl_codegen::abi`) have every field at the
 //! offset the kernels see: `templates/common/abi.h` compiled by the host C compiler with an
-//! assertion per field. The kernels themselves assert the struct sizes only, on both
+//! assertion per field, and every constant the two sides share has one value. The kernels themselves assert the struct sizes only, on both
 //! targets; an offset drift of equal size would pass them. (NVRTC has no `offsetof`
 //! without headers; CUDA lays structs out as the host does, which is what lets kernel
 //! parameters cross from host to device at all.)
 
 use std::mem::offset_of;
 
-use jitccl_codegen::abi::{Args, Channel, Conn, Status};
+use jitccl_codegen::abi::{self, Args, Channel, Conn, Status};
 use jitccl_codegen::compile::host::host_cc;
 
 const ABI_H: &str = include_str!("../../templates/common/abi.h");
@@ -33,6 +33,19 @@ fn facts() -> Vec<(&'static str, &'static str, usize)> {
     v
 }
 
+/// `(C macro, the Rust constant's value)` for every constant of `abi` that abi.h defines too.
+fn constants() -> Vec<(&'static str, u64)> {
+    macro_rules! consts {
+        ($($c:ident),+ $(,)?) => { vec![$((concat!("JC_", stringify!($c)), abi::$c as u64)),+] };
+    }
+    consts!(
+        STEPS, NPROTOS, MAX_TREE_ARITY, OK, ERR_ABORTED, ERR_TIMEOUT, ERR_PEER, ERR_MISMATCH, ERR_SPECIALIZED,
+        WAIT_DATA, WAIT_SPACE, WAIT_BARRIER, SIZE_PROTO_SHIFT, SIZE_REF, REF_MIN, LAND_AT, LAND_WANT,
+        LAND_TAG_SHIFT, SYM_CHANNELS, SYM_LINE, SYM_MAX_RANKS, SYM_P2P_WORDS, SYM_EAGER_BYTES,
+        SYM_EAGER_MIN_RANKS, SYM_EAGER_HEADER, SYM_P2P_EAGER_BYTES, SYM_FLAGS_WORDS, P2P_BATCH_MAX,
+    )
+}
+
 /// abi.h followed by one assertion per fact, with `assert` the target's static assertion.
 fn checked_source(assert: &str) -> String {
     let mut src = format!("{TYPES}{ABI_H}\n#define JC_OFF(s, f) __builtin_offsetof(struct s, f)\n");
@@ -43,11 +56,14 @@ fn checked_source(assert: &str) -> String {
             src += &format!("{assert}(JC_OFF({s}, {f}) == {n}, \"{s}.{f} at {n}\");\n");
         }
     }
+    for (c, v) in constants() {
+        src += &format!("{assert}((unsigned long long)({c}) == {v}ull, \"{c} is {v}\");\n");
+    }
     src
 }
 
 #[test]
-fn every_field_is_where_the_host_compiler_puts_it() {
+fn every_field_and_shared_constant_is_what_the_kernels_see() {
     let cc = host_cc().expect("the host C compiler");
     let dir = tempfile::tempdir().unwrap();
     let src = checked_source("_Static_assert");
@@ -57,4 +73,7 @@ fn every_field_is_where_the_host_compiler_puts_it() {
     let bad = src.replace("JC_OFF(jc_args, rank) ==", "1 + JC_OFF(jc_args, rank) ==");
     assert_ne!(bad, src);
     assert!(cc.compile(&bad, "abi_layout_bad", dir.path()).is_err(), "a wrong offset must not compile");
+    let bad = src.replace(&format!("(JC_REF_MIN) == {}ull", abi::REF_MIN), &format!("(JC_REF_MIN) == {}ull", abi::REF_MIN + 1));
+    assert_ne!(bad, src);
+    assert!(cc.compile(&bad, "abi_layout_bad_constant", dir.path()).is_err(), "a wrong constant must not compile");
 }

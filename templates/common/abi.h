@@ -27,7 +27,7 @@
 /* Steps of at least JC_REF_MIN bytes that only move bytes pass by reference over the
    built-in sockets (prims/host/simple.h): the copies through the FIFO cost more than the
    end-of-call wait for the socket to take them. */
-#define JC_REF_MIN 65536
+#define JC_REF_MIN 8192
 /* A proxied receiver's landing line (jc_conn.lands): where the step the kernel waits for may
    land (its address | its step's low bits << JC_LAND_TAG_SHIFT; 0 when none) and the size
    word it expects there. */
